@@ -1,0 +1,55 @@
+# Two set-up commands for a newcomer: `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+HOST ?= 127.0.0.1
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
+# Tests always run against the real services (DESIGN.md); these are the local defaults.
+TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/streamgate} \
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
+	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
+	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
+
+.PHONY: run test install install-test lint prod clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(STAMP)
+
+install-test: $(TEST_STAMP)
+
+## run: the whole product on the embedded default (SQLite, in-process broker), no services needed
+run: install
+	$(BIN)/python manage.py migrate --no-input
+	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
+	$(BIN)/python manage.py ensureoperator
+	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
+	$(BIN)/daphne -b $(HOST) -p $(PORT) portal.asgi:application
+
+## test: every test, against real PostgreSQL and Redis
+test: install-test
+	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) var
+
+## prod: the production topology as local processes on PostgreSQL and Redis (no Docker)
+prod: install
+	bin/run-production

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from portal.accounts.scoping import RestrictedQuerySet
+
+TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def validate_tenant_name(value: str) -> None:
+    if not TENANT_NAME.match(value):
+        raise ValidationError(
+            f"invalid tenant name {value!r}: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+
+
+class TenantQuerySet(RestrictedQuerySet):
+    tenant_paths = ("",)
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=63, unique=True, validators=[validate_tenant_name])
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Role(models.TextChoices):
+    # Roles are what ACE terms `r:<role>` match, within the stream's tenant.
+    ADMIN = "admin", "Tenant administrator"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer (read only)"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")
+        ]
+        ordering = ["tenant__name", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"

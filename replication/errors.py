@@ -1,0 +1,50 @@
+"""Domain errors. Each names the problem and the fix; interfaces map them to their own shape
+(maprcli JSON envelope on /rest and the CLI, DRF errors on /api/v1).
+
+`errno` follows what maprcli reports in its error `id` (POSIX numbers, as MapR does).
+"""
+
+import errno as _errno
+
+
+class StreamgateError(Exception):
+    errno: int = _errno.EINVAL
+    http_status: int = 400
+
+    def __init__(self, desc: str, *, field: str | None = None) -> None:
+        super().__init__(desc)
+        self.desc = desc
+        self.field = field
+
+
+class InvalidInput(StreamgateError):
+    """Malformed or out-of-range input."""
+
+
+class NotFound(StreamgateError):
+    errno = _errno.ENOENT
+    http_status = 404
+
+
+class PermissionDenied(StreamgateError):
+    errno = _errno.EPERM
+    http_status = 403
+
+
+class AlreadyExists(StreamgateError):
+    errno = _errno.EEXIST
+    http_status = 409
+
+
+class Conflict(StreamgateError):
+    """The request contradicts a rule of the topology (limits, origins, cycles, state)."""
+
+    errno = _errno.EBUSY
+    http_status = 409
+
+
+class NotSupported(StreamgateError):
+    """An option the product cannot honour yet (DESIGN.md invariant 8): refused, never faked."""
+
+    errno = _errno.EOPNOTSUPP
+    http_status = 501

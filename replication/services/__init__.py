@@ -1,0 +1,42 @@
+"""Workflows over the domain: keyword-only functions named `<entity>_<action>`.
+
+Rules about one object live on the models; these functions check permissions, apply the
+topology rules and keep the database consistent in one transaction each.
+"""
+
+from replication.services.clusters import (
+    cluster_create,
+    cluster_gateway_delete,
+    cluster_gateway_set,
+)
+from replication.services.replicas import (
+    replica_add,
+    replica_autosetup,
+    replica_edit,
+    replica_pause,
+    replica_remove,
+    replica_resume,
+)
+from replication.services.streams import stream_create, stream_delete, stream_edit
+from replication.services.topics import topic_create, topic_delete, topic_edit
+from replication.services.upstreams import upstream_add, upstream_remove
+
+__all__ = [
+    "cluster_create",
+    "cluster_gateway_delete",
+    "cluster_gateway_set",
+    "replica_add",
+    "replica_autosetup",
+    "replica_edit",
+    "replica_pause",
+    "replica_remove",
+    "replica_resume",
+    "stream_create",
+    "stream_delete",
+    "stream_edit",
+    "topic_create",
+    "topic_delete",
+    "topic_edit",
+    "upstream_add",
+    "upstream_remove",
+]

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
+from replication.models import Cluster, Gateway
+from replication.paths import CLUSTER_NAME
+
+GATEWAY_ADDRESS = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?$")
+MAX_GATEWAYS = 64
+
+
+def _operator_only(actor: AbstractBaseUser, action: str) -> None:
+    if not actor.is_staff:
+        raise PermissionDenied(f"only cluster operators may {action}: ask an operator "
+                               "(a staff account) to do it")
+
+
+def cluster_by_name(name: str, *, field: str = "dstcluster") -> Cluster:
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise NotFound(f"cluster {name!r} does not exist: see 'streamgate cluster list'",
+                       field=field)
+    return cluster
+
+
+@transaction.atomic
+def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -> Cluster:
+    _operator_only(actor, "create clusters")
+    if not CLUSTER_NAME.match(name or ""):
+        raise InvalidInput(f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' "
+                           "or '-', starting with a letter or digit", field="name")
+    if Cluster.objects.filter(name=name).exists():
+        raise AlreadyExists(f"cluster {name} already exists", field="name")
+    return Cluster.objects.create(name=name, store_url=store_url)
+
+
+def parse_gateways(text: str) -> list[str]:
+    names = text.split()
+    if not names:
+        raise InvalidInput('-gateways is empty: give host names separated by spaces, e.g. '
+                           '-gateways "gw1 gw2:7660"', field="gateways")
+    if len(names) > MAX_GATEWAYS:
+        raise InvalidInput(f"-gateways lists {len(names)}; at most {MAX_GATEWAYS}",
+                           field="gateways")
+    for name in names:
+        match = GATEWAY_ADDRESS.match(name)
+        if not match or (match["port"] and not 0 < int(match["port"]) < 65536):
+            raise InvalidInput(f"invalid gateway address {name!r}: write host or host:port",
+                               field="gateways")
+    if len(set(names)) != len(names):
+        raise InvalidInput("-gateways names a gateway twice", field="gateways")
+    return names
+
+
+@transaction.atomic
+def cluster_gateway_set(*, actor: AbstractBaseUser, dstcluster: str, gateways: str) -> Cluster:
+    """Replace the gateways configured for a destination cluster, keeping the heartbeats of
+    those that stay."""
+    _operator_only(actor, "configure gateways")
+    cluster = cluster_by_name(dstcluster)
+    names = parse_gateways(gateways)
+    cluster.gateways.exclude(name__in=names).delete()
+    kept = set(cluster.gateways.values_list("name", flat=True))
+    Gateway.objects.bulk_create(
+        Gateway(cluster=cluster, name=name, address=name) for name in names if name not in kept
+    )
+    return cluster
+
+
+@transaction.atomic
+def cluster_gateway_delete(*, actor: AbstractBaseUser, dstcluster: str) -> int:
+    _operator_only(actor, "delete gateway configuration")
+    deleted, _ = cluster_by_name(dstcluster).gateways.all().delete()
+    return deleted

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q
+
+from portal.accounts.models import Membership, Role, Tenant
+from replication import ace
+from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
+from replication.models import PERMISSIONS, Cluster, Compression, Stream, TimestampType
+from replication.paths import parse_stream_path
+
+MAX_PARTITIONS = 4096
+METADATA = ("defaultpartitions", "ttl", "compression", "autocreate", "defaulttimestamptype")
+CREATING_ROLES = (Role.ADMIN, Role.MEMBER)
+
+
+def clean_metadata(values: dict[str, Any]) -> dict[str, Any]:
+    """Validate stream metadata and ACEs; unknown keys are a programming error."""
+    unknown = set(values) - set(METADATA) - set(PERMISSIONS)
+    if unknown:
+        raise TypeError(f"unexpected stream attributes: {sorted(unknown)}")
+    cleaned = dict(values)
+    if "defaultpartitions" in values:
+        cleaned["defaultpartitions"] = clean_partitions(values["defaultpartitions"],
+                                                        field="defaultpartitions")
+    if "ttl" in values and (not isinstance(values["ttl"], int) or values["ttl"] < 0):
+        raise InvalidInput("-ttl must be a whole number of seconds, 0 or more (0 keeps "
+                           "messages forever)", field="ttl")
+    _choice(values, "compression", Compression.values)
+    _choice(values, "defaulttimestamptype", TimestampType.values)
+    for perm in PERMISSIONS:
+        if perm in values:
+            cleaned[perm] = clean_ace(values[perm], field=perm)
+    return cleaned
+
+
+def clean_partitions(value: Any, *, field: str = "partitions") -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PARTITIONS:
+        raise InvalidInput(f"-{field} must be a whole number from 1 to {MAX_PARTITIONS}",
+                           field=field)
+    return value
+
+
+def clean_ace(text: Any, *, field: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidInput(f"-{field} must be an access control expression", field=field)
+    try:
+        return str(ace.parse(text))
+    except ace.AceError as err:
+        raise InvalidInput(f"-{field}: {err}", field=field) from err
+
+
+def _choice(values: dict[str, Any], key: str, allowed: list[str]) -> None:
+    if key in values and values[key] not in allowed:
+        raise InvalidInput(
+            f"-{key} {values[key]!r} is not one of {', '.join(allowed)}", field=key
+        )
+
+
+def creating_tenant(actor: AbstractBaseUser, tenant: str | None) -> Tenant:
+    memberships = Membership.objects.filter(user=actor, role__in=CREATING_ROLES)
+    if tenant:
+        found = memberships.filter(tenant__name=tenant).select_related("tenant").first()
+        if found is None:
+            raise NotFound(f"tenant {tenant!r} is not one where you may create streams",
+                           field="tenant")
+        return found.tenant
+    tenants = [m.tenant for m in memberships.select_related("tenant")]
+    if len(tenants) == 1:
+        return tenants[0]
+    if not tenants:
+        raise PermissionDenied(
+            f"{actor.get_username()} may not create streams: ask a tenant administrator "
+            "for the member or admin role"
+        )
+    names = ", ".join(t.name for t in tenants)
+    raise InvalidInput(f"you belong to several tenants ({names}): choose one with -tenant",
+                       field="tenant")
+
+
+def _check_path_free(path: str) -> None:
+    if Stream.objects.filter(path=path).exists():
+        raise AlreadyExists(f"stream {path} already exists: choose another path", field="path")
+    parents = [path[: i] for i in range(len(path)) if path[i] == "/"]
+    nested = Stream.objects.filter(Q(path__in=parents) | Q(path__startswith=path + "/"))
+    clash = nested.values_list("path", flat=True).first()
+    if clash:
+        raise InvalidInput(
+            f"stream path {path} would nest with stream {clash}: a stream cannot contain "
+            "another stream; choose a sibling path", field="path"
+        )
+
+
+@transaction.atomic
+def stream_create(
+    *,
+    actor: AbstractBaseUser,
+    path: str,
+    tenant: str | None = None,
+    copymetafrom: str | None = None,
+    **metadata: Any,
+) -> Stream:
+    where = parse_stream_path(path)
+    cluster = Cluster.objects.filter(name=where.cluster).first()
+    if cluster is None:
+        raise NotFound(f"cluster {where.cluster} does not exist: list clusters with "
+                       "'streamgate cluster list'", field="path")
+    owner = creating_tenant(actor, tenant)
+    _check_path_free(str(where))
+    values: dict[str, Any] = {perm: ace.default_for(actor.get_username()) for perm in PERMISSIONS}
+    if copymetafrom:
+        template = Stream.objects.restrict(actor).by_path(copymetafrom, field="copymetafrom")
+        template.require(actor, "adminperm", action="copy metadata")
+        values.update({k: getattr(template, k) for k in (*METADATA, *PERMISSIONS)})
+    values.update(clean_metadata(metadata))
+    return Stream.objects.create(
+        path=str(where), cluster=cluster, name=where.name, tenant=owner, created_by=actor,
+        **values,
+    )
+
+
+@transaction.atomic
+def stream_edit(*, actor: AbstractBaseUser, stream: Stream, **changes: Any) -> Stream:
+    stream.require(actor, "adminperm", action="edit the stream")
+    if not changes:
+        raise InvalidInput("nothing to change: give at least one attribute, e.g. -ttl 3600")
+    for key, value in clean_metadata(changes).items():
+        setattr(stream, key, value)
+    stream.save()
+    return stream
+
+
+@transaction.atomic
+def stream_delete(*, actor: AbstractBaseUser, stream: Stream) -> None:
+    stream.require(actor, "adminperm", action="delete the stream")
+    stream.delete()

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from replication.errors import AlreadyExists, InvalidInput, NotFound
+from replication.models import Stream, Topic, TimestampType
+from replication.paths import validate_topic_name
+from replication.services.common import (
+    check_origins,
+    component,
+    propagate_topics,
+    topology_lock,
+)
+from replication.services.streams import clean_partitions
+
+
+def _topic(stream: Stream, name: str) -> Topic:
+    topic = stream.topics.filter(name=validate_topic_name(name)).first()
+    if topic is None:
+        raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
+                       f"'streamgate stream topic list -path {stream.path}'", field="topic")
+    return topic
+
+
+def _origin_only(topic: Topic, action: str) -> None:
+    if not topic.is_origin:
+        origin = Stream.objects.filter(uuid=topic.origin_uuid).values_list("path", flat=True)
+        where = origin.first() or str(topic.origin_uuid)
+        raise InvalidInput(
+            f"topic {topic} is replicated from {where}: {action} it there, at its origin",
+            field="topic",
+        )
+
+
+def _timestamptype(value: str | None, default: str) -> str:
+    if value is None:
+        return default
+    if value not in TimestampType.values:
+        raise InvalidInput(f"-timestamptype {value!r} is not one of createtime, logappendtime",
+                           field="timestamptype")
+    return value
+
+
+@transaction.atomic
+def topic_create(
+    *,
+    actor: AbstractBaseUser,
+    stream: Stream,
+    name: str,
+    partitions: int | None = None,
+    timestamptype: str | None = None,
+) -> Topic:
+    stream.require(actor, "topicperm", action="create topics")
+    validate_topic_name(name)
+    count = clean_partitions(stream.defaultpartitions if partitions is None else partitions)
+    kind = _timestamptype(timestamptype, stream.defaulttimestamptype)
+    topology_lock()
+    if stream.topics.filter(name=name).exists():
+        raise AlreadyExists(f"topic {stream.path}:{name} already exists", field="topic")
+    check_origins([stream.id], extra_topics={stream.id: {name: stream.uuid}})
+    topic = Topic.objects.create(
+        stream=stream, name=name, partitions=count, timestamptype=kind, origin_uuid=stream.uuid
+    )
+    propagate_topics([stream.id])
+    return topic
+
+
+@transaction.atomic
+def topic_edit(
+    *,
+    actor: AbstractBaseUser,
+    stream: Stream,
+    name: str,
+    partitions: int | None = None,
+    timestamptype: str | None = None,
+) -> Topic:
+    stream.require(actor, "topicperm", action="edit topics")
+    topology_lock()
+    topic = _topic(stream, name)
+    _origin_only(topic, "edit")
+    if partitions is None and timestamptype is None:
+        raise InvalidInput("nothing to change: give -partitions or -timestamptype")
+    if partitions is not None:
+        clean_partitions(partitions)
+        if partitions < topic.partitions:
+            raise InvalidInput(
+                f"-partitions can only grow: {topic} has {topic.partitions}; give "
+                f"{topic.partitions} or more", field="partitions"
+            )
+        topic.partitions = partitions
+    topic.timestamptype = _timestamptype(timestamptype, topic.timestamptype)
+    topic.save()
+    propagate_topics([stream.id])
+    return topic
+
+
+@transaction.atomic
+def topic_delete(*, actor: AbstractBaseUser, stream: Stream, name: str) -> None:
+    stream.require(actor, "topicperm", action="delete topics")
+    topology_lock()
+    topic = _topic(stream, name)
+    _origin_only(topic, "delete")
+    # Replicas hold copies with the same name and origin; they go with the original.
+    streams, _ = component([stream.id])
+    Topic.objects.filter(stream__in=streams, name=name, origin_uuid=stream.uuid).delete()

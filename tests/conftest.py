@@ -1,0 +1,87 @@
+"""Shared fixtures: an owner, a member with less permission, an outsider from another tenant,
+an operator, and the seed documents' two clusters."""
+
+import os
+
+import pytest
+from rest_framework.test import APIClient
+
+from portal.accounts.models import Role
+from tests.factories import ClusterFactory, MembershipFactory, StreamFactory, UserFactory
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    # Several test runs may share one PostgreSQL server (developers, CI, helpers); each run
+    # gets a database of its own so they never trample one another.
+    from django.conf import settings
+
+    test = settings.DATABASES["default"].setdefault("TEST", {})
+    test["NAME"] = f"test_{settings.DATABASES['default']['NAME']}_{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def _plain_static_storage(settings):
+    # The manifest storage needs `collectstatic` first; tests render pages without it.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture
+def owner(db):
+    """alice: a member of tenant acme who creates streams (so every ACE names her)."""
+    return MembershipFactory(user__username="alice", tenant__name="acme", role=Role.MEMBER).user
+
+
+@pytest.fixture
+def member(owner):
+    """bob: in acme too, but named in no ACE of alice's streams."""
+    return MembershipFactory(user__username="bob", tenant=owner.memberships.get().tenant).user
+
+
+@pytest.fixture
+def outsider(db):
+    """mallory: a member of another tenant, globex."""
+    return MembershipFactory(user__username="mallory", tenant__name="globex").user
+
+
+@pytest.fixture
+def operator(db):
+    return UserFactory(username="ops", is_staff=True)
+
+
+@pytest.fixture
+def sanfrancisco(db):
+    return ClusterFactory(name="sanfrancisco")
+
+
+@pytest.fixture
+def newyork(db):
+    return ClusterFactory(name="newyork")
+
+
+@pytest.fixture
+def activity(owner, sanfrancisco):
+    """/mapr/sanfrancisco/activity, owned by alice."""
+    return StreamFactory(cluster=sanfrancisco, name="activity", created_by=owner)
+
+
+@pytest.fixture
+def activity_ny(owner, newyork):
+    """/mapr/newyork/activity, owned by alice."""
+    return StreamFactory(cluster=newyork, name="activity", created_by=owner)
+
+
+def _api(user):
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def api():
+    """api(user) -> an authenticated DRF test client (None for anonymous)."""
+    return _api

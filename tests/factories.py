@@ -1,0 +1,80 @@
+import factory
+from django.contrib.auth import get_user_model
+
+from portal.accounts.models import Membership, Role, Tenant
+from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"tenant{n}")
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.django.Password("correct horse battery staple")
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = Role.MEMBER
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Cluster
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"cluster{n}")
+
+
+class GatewayFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Gateway
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"gw{n}")
+    address = factory.LazyAttribute(lambda o: o.name)
+
+
+class StreamFactory(factory.django.DjangoModelFactory):
+    """A stream as `stream create` leaves it: every ACE is u:<creator>."""
+
+    class Meta:
+        model = Stream
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"stream{n}")
+    path = factory.LazyAttribute(lambda o: f"/mapr/{o.cluster.name}/{o.name}")
+    created_by = factory.SubFactory(UserFactory)
+    tenant = factory.LazyAttribute(lambda o: o.created_by.memberships.first().tenant)
+    produceperm = factory.LazyAttribute(lambda o: f"u:{o.created_by.username}")
+    consumeperm = factory.LazyAttribute(lambda o: f"u:{o.created_by.username}")
+    topicperm = factory.LazyAttribute(lambda o: f"u:{o.created_by.username}")
+    copyperm = factory.LazyAttribute(lambda o: f"u:{o.created_by.username}")
+    adminperm = factory.LazyAttribute(lambda o: f"u:{o.created_by.username}")
+
+
+class TopicFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Topic
+
+    stream = factory.SubFactory(StreamFactory)
+    name = factory.Sequence(lambda n: f"topic{n}")
+    partitions = 1
+    origin_uuid = factory.LazyAttribute(lambda o: o.stream.uuid)
+
+
+__all__ = ["PERMISSIONS"]
