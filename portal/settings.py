@@ -16,7 +16,18 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 DATA_DIR = Path(env.str("STREAMGATE_DATA_DIR", default=str(BASE_DIR / "var")))
-EMBEDDED = "DATABASE_URL" not in env
+EMBEDDED = not env.str("DATABASE_URL", default="")
+
+
+def _bool(name: str, default: bool) -> bool:
+    # django-environ reads any unknown word as False; a typo in HTTPS must not quietly turn
+    # the secure settings off.
+    raw = env.str(name, default=str(default)).strip().lower()
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false")
 
 
 def _secret_key() -> str:
@@ -34,12 +45,12 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env.bool("DEBUG", default=False)
+DEBUG = _bool("DEBUG", False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 # Behind a TLS-terminating proxy in production; off for the embedded portal on plain http.
-HTTPS = env.bool("HTTPS", default=False)
+HTTPS = _bool("HTTPS", False)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 SECURE_SSL_REDIRECT = HTTPS
 SESSION_COOKIE_SECURE = HTTPS
@@ -65,6 +76,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "django_celery_beat",
     "portal.accounts",
     "replication",
 ]
@@ -170,6 +182,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "CompressionEnum": "replication.models.Compression",
+        "TimestampTypeEnum": "replication.models.TimestampType",
+    },
 }
 
 # The engine's limits (DESIGN.md invariant 7); settings so tests and operators see them named.

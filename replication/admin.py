@@ -1,0 +1,240 @@
+"""Admin for cluster operators: clusters and their gateways are edited here; streams, topics,
+replica links and upstreams are shown read-only, because only the services apply the rules
+that guard them (ACEs, two-way agreement, one origin per topic)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from portal.accounts.admin import OperatorAccess, ReadOnlyAccess
+from replication.errors import StreamgateError
+from replication.models import (
+    GATEWAY_HEARTBEAT_TIMEOUT,
+    Cluster,
+    Gateway,
+    ReplicaLink,
+    Stream,
+    Topic,
+    Upstream,
+)
+from replication.paths import CLUSTER_NAME
+from replication.services import replica_pause, replica_resume
+from replication.services.clusters import GATEWAY_ADDRESS
+
+
+class ClusterForm(forms.ModelForm):
+    class Meta:
+        model = Cluster
+        fields = ("name", "store_url", "state")
+
+    def clean_name(self) -> str:
+        # The same rule as cluster_create: the name is a segment of every stream path.
+        name = self.cleaned_data["name"]
+        if not CLUSTER_NAME.match(name or ""):
+            raise forms.ValidationError(
+                f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        return name
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # Stream paths embed the cluster name, so renaming would orphan them.
+            self.fields["name"].disabled = True
+
+
+class GatewayForm(forms.ModelForm):
+    class Meta:
+        model = Gateway
+        fields = ("cluster", "name", "address", "enabled")
+
+    def clean_address(self) -> str:
+        address = self.cleaned_data["address"]
+        match = GATEWAY_ADDRESS.match(address) if address else None
+        if address and (not match or (match["port"] and not 0 < int(match["port"]) < 65536)):
+            raise forms.ValidationError(f"invalid gateway address {address!r}: write host or "
+                                        "host:port")
+        return address
+
+
+class GatewayInline(OperatorAccess, admin.TabularInline):
+    model = Gateway
+    form = GatewayForm
+    extra = 0
+    fields = ("name", "address", "enabled", "status", "last_heartbeat")
+    readonly_fields = ("status", "last_heartbeat")
+
+
+@admin.register(Cluster)
+class ClusterAdmin(OperatorAccess, admin.ModelAdmin):
+    form = ClusterForm
+    list_display = ("name", "state", "store_url", "gateway_count", "stream_count", "created")
+    list_filter = ("state",)
+    search_fields = ("name",)
+    inlines = (GatewayInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Cluster]:
+        return super().get_queryset(request).annotate(
+            gateway_total=Count("gateways", distinct=True),
+            stream_total=Count("streams", distinct=True),
+        )
+
+    @admin.display(description="gateways", ordering="gateway_total")
+    def gateway_count(self, cluster: Cluster) -> int:
+        return cluster.gateway_total  # type: ignore[attr-defined]
+
+    @admin.display(description="streams", ordering="stream_total")
+    def stream_count(self, cluster: Cluster) -> int:
+        return cluster.stream_total  # type: ignore[attr-defined]
+
+
+class GatewayStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(value, label) for value, label in Gateway.Status.choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Gateway]) -> QuerySet[Gateway]:
+        # Mirrors Gateway.status, which is computed and so cannot be filtered on directly.
+        cutoff = timezone.now() - GATEWAY_HEARTBEAT_TIMEOUT
+        enabled = queryset.filter(enabled=True)
+        return {
+            Gateway.Status.DISABLED: queryset.filter(enabled=False),
+            Gateway.Status.UNKNOWN: enabled.filter(last_heartbeat__isnull=True),
+            Gateway.Status.DOWN: enabled.filter(last_heartbeat__lt=cutoff),
+            Gateway.Status.UP: enabled.filter(last_heartbeat__gte=cutoff),
+        }.get(self.value(), queryset)
+
+
+@admin.register(Gateway)
+class GatewayAdmin(OperatorAccess, admin.ModelAdmin):
+    form = GatewayForm
+    list_display = ("cluster", "name", "address", "enabled", "status", "last_heartbeat")
+    list_filter = ("cluster", "enabled", GatewayStatusFilter)
+    list_select_related = ("cluster",)
+    search_fields = ("name", "address", "cluster__name")
+    readonly_fields = ("status", "last_heartbeat", "created")
+    actions = ("enable_gateways", "disable_gateways")
+
+    @admin.action(description="Enable selected gateways")
+    def enable_gateways(self, request: HttpRequest, queryset: QuerySet[Gateway]) -> None:
+        count = queryset.update(enabled=True)
+        self.message_user(request, f"Enabled {count} gateway(s).", messages.SUCCESS)
+
+    @admin.action(description="Disable selected gateways")
+    def disable_gateways(self, request: HttpRequest, queryset: QuerySet[Gateway]) -> None:
+        # A disabled gateway leaves the round-robin at once (GatewayQuerySet.live).
+        count = queryset.update(enabled=False)
+        self.message_user(request, f"Disabled {count} gateway(s).", messages.SUCCESS)
+
+
+@admin.register(Stream)
+class StreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("path", "cluster", "tenant", "topic_count", "replica_count", "created")
+    list_filter = ("cluster", "tenant", "compression")
+    list_select_related = ("cluster", "tenant")
+    search_fields = ("path", "uuid")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Stream]:
+        return super().get_queryset(request).annotate(
+            topic_total=Count("topics", distinct=True),
+            replica_total=Count("replica_links", distinct=True),
+        )
+
+    @admin.display(description="topics", ordering="topic_total")
+    def topic_count(self, stream: Stream) -> int:
+        return stream.topic_total  # type: ignore[attr-defined]
+
+    @admin.display(description="replicas", ordering="replica_total")
+    def replica_count(self, stream: Stream) -> int:
+        return stream.replica_total  # type: ignore[attr-defined]
+
+
+@admin.register(Topic)
+class TopicAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("name", "stream", "partitions", "is_origin", "created")
+    list_filter = ("stream__cluster", "stream__tenant")
+    list_select_related = ("stream",)
+    search_fields = ("name", "stream__path")
+
+    @admin.display(description="origin", boolean=True)
+    def is_origin(self, topic: Topic) -> bool:
+        return topic.is_origin
+
+
+def _apply(
+    service: Callable[..., ReplicaLink], past: str
+) -> Callable[[Any, HttpRequest, QuerySet[ReplicaLink]], None]:
+    """An admin action calling `service` per link as the operator, so the service's own
+    permission and state checks apply; a refusal is reported, not raised."""
+
+    def action(model_admin: Any, request: HttpRequest, queryset: QuerySet[ReplicaLink]) -> None:
+        done = 0
+        for link in queryset.select_related("source", "replica"):
+            try:
+                service(actor=request.user, source=link.source, replica=link.replica)
+            except StreamgateError as error:
+                model_admin.message_user(request, f"{link}: {error.desc}", messages.ERROR)
+            else:
+                done += 1
+        if done:
+            model_admin.message_user(request, f"{past} {done} replica link(s).", messages.SUCCESS)
+
+    return action
+
+
+@admin.register(ReplicaLink)
+class ReplicaLinkAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("source", "replica", "idx", "replica_state", "paused", "copy_percentage",
+                    "last_error")
+    list_filter = ("paused", "state", "source__cluster", "replica__cluster", "source__tenant")
+    list_select_related = ("source", "replica")
+    search_fields = ("source__path", "replica__path")
+    actions = ("pause_replication", "resume_replication")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ReplicaLink]:
+        # One query for the agreement of every row, instead of one per row.
+        return super().get_queryset(request).annotate(
+            is_agreed=Exists(
+                Upstream.objects.filter(replica=OuterRef("replica"), source=OuterRef("source"))
+            )
+        )
+
+    @admin.display(description="replicaState")
+    def replica_state(self, link: ReplicaLink) -> str:
+        return link.replica_state(agreed=link.is_agreed)  # type: ignore[attr-defined]
+
+    pause_replication = admin.action(description="Pause replication")(
+        _apply(replica_pause, "Paused")
+    )
+    resume_replication = admin.action(description="Resume replication")(
+        _apply(replica_resume, "Resumed")
+    )
+
+
+@admin.register(Upstream)
+class UpstreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("replica", "source", "idx", "agreed", "created")
+    list_filter = ("replica__cluster", "source__cluster", "replica__tenant")
+    list_select_related = ("replica", "source")
+    search_fields = ("replica__path", "source__path")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Upstream]:
+        return super().get_queryset(request).annotate(
+            has_link=Exists(
+                ReplicaLink.objects.filter(replica=OuterRef("replica"), source=OuterRef("source"))
+            )
+        )
+
+    @admin.display(description="agreed (replica registered at source)", boolean=True)
+    def agreed(self, upstream: Upstream) -> bool:
+        return upstream.has_link  # type: ignore[attr-defined]

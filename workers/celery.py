@@ -1,0 +1,20 @@
+"""The Celery app: `celery -A workers.celery worker|beat`.
+
+Configuration comes from Django settings under the CELERY_ prefix (CELERY_BROKER_URL ...), so
+the broker follows the mode: Redis in production, in-process in embedded mode.
+"""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("streamgate")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# Periodic tasks live in the database (django_celery_beat), so operators edit schedules in the
+# admin and every beat restart keeps them; compose.yaml passes the same scheduler explicitly.
+app.conf.beat_scheduler = "django_celery_beat.schedulers:DatabaseScheduler"
+# tasks.py of every installed Django app, and workers/tasks (not a Django app).
+app.autodiscover_tasks()
+app.autodiscover_tasks(["workers"])
