@@ -154,6 +154,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
+# WhiteNoise scans it at start-up; before the first collectstatic it must at least exist.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -182,6 +184,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # /rest speaks maprcli's envelope, not OpenAPI; the schema documents /api/v1 only.
+    "PREPROCESSING_HOOKS": ["portal.api.only_api_v1"],
     "ENUM_NAME_OVERRIDES": {
         "CompressionEnum": "replication.models.Compression",
         "TimestampTypeEnum": "replication.models.TimestampType",

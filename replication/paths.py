@@ -26,7 +26,9 @@ class StreamPath:
 
 def parse_stream_path(text: str, *, field: str = "path") -> StreamPath:
     if not isinstance(text, str) or not text.strip():
-        raise InvalidInput(f"-{field} is required: give a stream path such as {EXAMPLE}", field=field)
+        raise InvalidInput(
+            f"-{field} is required: give a stream path such as {EXAMPLE}", field=field
+        )
     raw = text.strip()
     if len(raw) > MAX_PATH:
         raise InvalidInput(f"-{field} is longer than {MAX_PATH} characters", field=field)

@@ -29,6 +29,12 @@ def _plain_static_storage(settings):
     }
 
 
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # The factories hash a password per user; PBKDF2 would spend a second per test on it.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def owner(db):
     """alice: a member of tenant acme who creates streams (so every ACE names her)."""

@@ -25,7 +25,7 @@ class RestrictedQuerySet(models.QuerySet):
         if not user.is_authenticated or not user.is_active:
             return self.none()
         if user.is_staff:
-            return self
+            return self.all()
         query = Q()
         for path in self.tenant_paths:
             query |= Q(**{f"{path}__memberships__user" if path else "memberships__user": user})

@@ -48,7 +48,7 @@ def parse_gateways(text: str) -> list[str]:
                            field="gateways")
     for name in names:
         match = GATEWAY_ADDRESS.match(name)
-        if not match or (match["port"] and not 0 < int(match["port"]) < 65536):
+        if len(name) > 255 or not match or (match["port"] and not 0 < int(match["port"]) < 65536):
             raise InvalidInput(f"invalid gateway address {name!r}: write host or host:port",
                                field="gateways")
     if len(set(names)) != len(names):

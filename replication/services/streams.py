@@ -26,7 +26,8 @@ def clean_metadata(values: dict[str, Any]) -> dict[str, Any]:
     if "defaultpartitions" in values:
         cleaned["defaultpartitions"] = clean_partitions(values["defaultpartitions"],
                                                         field="defaultpartitions")
-    if "ttl" in values and (not isinstance(values["ttl"], int) or values["ttl"] < 0):
+    ttl = values.get("ttl", 0)
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl < 2**63:
         raise InvalidInput("-ttl must be a whole number of seconds, 0 or more (0 keeps "
                            "messages forever)", field="ttl")
     _choice(values, "compression", Compression.values)
@@ -110,7 +111,13 @@ def stream_create(
                        "'streamgate cluster list'", field="path")
     owner = creating_tenant(actor, tenant)
     _check_path_free(str(where))
-    values: dict[str, Any] = {perm: ace.default_for(actor.get_username()) for perm in PERMISSIONS}
+    try:
+        creator = ace.default_for(actor.get_username())
+    except ace.AceError as err:
+        raise InvalidInput(f"your user name cannot be written in an ACE ({err.reason}): ask an "
+                           "operator for a user name of letters, digits, '_', '-', '.', '@'",
+                           field="path") from err
+    values: dict[str, Any] = dict.fromkeys(PERMISSIONS, creator)
     if copymetafrom:
         template = Stream.objects.restrict(actor).by_path(copymetafrom, field="copymetafrom")
         template.require(actor, "adminperm", action="copy metadata")

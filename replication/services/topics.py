@@ -4,7 +4,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from replication.errors import AlreadyExists, InvalidInput, NotFound
-from replication.models import Stream, Topic, TimestampType
+from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.common import (
     check_origins,
@@ -15,7 +15,7 @@ from replication.services.common import (
 from replication.services.streams import clean_partitions
 
 
-def _topic(stream: Stream, name: str) -> Topic:
+def topic_of(stream: Stream, name: str) -> Topic:
     topic = stream.topics.filter(name=validate_topic_name(name)).first()
     if topic is None:
         raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
@@ -52,6 +52,16 @@ def topic_create(
     timestamptype: str | None = None,
 ) -> Topic:
     stream.require(actor, "topicperm", action="create topics")
+    return topic_autocreate(stream=stream, name=name, partitions=partitions,
+                            timestamptype=timestamptype)
+
+
+@transaction.atomic
+def topic_autocreate(
+    *, stream: Stream, name: str, partitions: int | None = None, timestamptype: str | None = None
+) -> Topic:
+    """Create a topic with every rule but the topicperm check, which a producer's first write
+    to an autocreate stream does not need (the stream's owner allowed it with -autocreate)."""
     validate_topic_name(name)
     count = clean_partitions(stream.defaultpartitions if partitions is None else partitions)
     kind = _timestamptype(timestamptype, stream.defaulttimestamptype)
@@ -77,7 +87,7 @@ def topic_edit(
 ) -> Topic:
     stream.require(actor, "topicperm", action="edit topics")
     topology_lock()
-    topic = _topic(stream, name)
+    topic = topic_of(stream, name)
     _origin_only(topic, "edit")
     if partitions is None and timestamptype is None:
         raise InvalidInput("nothing to change: give -partitions or -timestamptype")
@@ -99,7 +109,7 @@ def topic_edit(
 def topic_delete(*, actor: AbstractBaseUser, stream: Stream, name: str) -> None:
     stream.require(actor, "topicperm", action="delete topics")
     topology_lock()
-    topic = _topic(stream, name)
+    topic = topic_of(stream, name)
     _origin_only(topic, "delete")
     # Replicas hold copies with the same name and origin; they go with the original.
     streams, _ = component([stream.id])

@@ -72,7 +72,7 @@ def test_replicated_topics_change_only_at_their_origin(owner, replicated):
 
 
 def test_deleting_at_the_origin_deletes_the_copies(owner, replicated):
-    source, replica = replicated
+    source, _replica = replicated
     topic_create(actor=owner, stream=source, name="clicks")
     topic_delete(actor=owner, stream=source, name="clicks")
     assert not Topic.objects.filter(name="clicks").exists()

@@ -1,0 +1,296 @@
+"""Serializers: output shapes, and input types for the services.
+
+Input serializers only convert types and report DRF-style field errors; the domain rules
+(ranges, ACE syntax, topology, permissions) stay in `replication.services`, so the API, the
+/rest facade and the CLI refuse the same things with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.accounts.models import Membership, Tenant
+from replication import ace
+from replication.models import (
+    PERMISSIONS,
+    Cluster,
+    Compression,
+    Gateway,
+    ReplicaLink,
+    ReplicaState,
+    Stream,
+    TimestampType,
+    Topic,
+    Upstream,
+)
+
+METADATA_FIELDS = ("defaultpartitions", "ttl", "compression", "autocreate",
+                   "defaulttimestamptype")
+
+
+class StreamAccess:
+    """Who the user is in each tenant, loaded once per request.
+
+    Mirrors `Stream.identity_of`, which costs two queries per stream: deciding per row whether
+    to show a list's ACEs must not cost queries per row.
+    """
+
+    def __init__(self, user: AbstractBaseUser | AnonymousUser) -> None:
+        self.user = user
+        self._identities: dict[int, ace.Identity] | None = None
+
+    def identity(self, tenant_id: int) -> ace.Identity:
+        if self._identities is None:
+            self._identities = self._load()
+        return self._identities.get(tenant_id) or ace.Identity(self.user.get_username(),
+                                                               self._groups)
+
+    def _load(self) -> dict[int, ace.Identity]:
+        self._groups = frozenset(self.user.groups.values_list("name", flat=True))
+        roles: dict[int, set[str]] = {}
+        for tenant_id, role in Membership.objects.filter(user=self.user).values_list(
+            "tenant_id", "role"
+        ):
+            roles.setdefault(tenant_id, set()).add(role)
+        name = self.user.get_username()
+        return {t: ace.Identity(name, self._groups, frozenset(r)) for t, r in roles.items()}
+
+    def is_admin(self, stream: Stream) -> bool:
+        if not self.user.is_authenticated:
+            return False
+        return ace.allows(stream.adminperm, self.identity(stream.tenant_id))
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know: a misspelt option silently ignored would be an option
+    accepted without effect (DESIGN.md invariant 8)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, Mapping):
+            writable = sorted(n for n, f in self.fields.items() if not f.read_only)
+            unknown = sorted(set(data) - set(writable))
+            if unknown:
+                allowed = ", ".join(writable)
+                raise serializers.ValidationError(
+                    {name: [f"unknown field here; the fields are: {allowed}"] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+# --- tenants, clusters, gateways ---------------------------------------------------------
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    role = serializers.CharField(read_only=True, allow_null=True,
+                                 help_text="your role in the tenant; null for operators")
+
+    class Meta:
+        model = Tenant
+        fields = ["id", "name", "role"]
+
+
+class GatewayBriefSerializer(serializers.ModelSerializer):
+    status = serializers.ChoiceField(choices=Gateway.Status.choices, read_only=True)
+
+    class Meta:
+        model = Gateway
+        fields = ["name", "address", "enabled", "status", "last_heartbeat"]
+
+
+class GatewaySerializer(GatewayBriefSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta(GatewayBriefSerializer.Meta):
+        fields = ["id", "cluster", *GatewayBriefSerializer.Meta.fields]
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    gateways = GatewayBriefSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "state", "created", "gateways"]
+
+
+class ClusterCreateSerializer(StrictSerializer):
+    name = serializers.CharField()
+    store_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+                                      help_text="the cluster's message store; empty for the "
+                                                "default of the mode")
+
+
+class GatewaySetSerializer(StrictSerializer):
+    gateways = serializers.CharField(allow_blank=True,
+                                     help_text='host or host:port names separated by spaces, '
+                                               'e.g. "gw1 gw2:7660"; replaces the list')
+
+
+# --- streams ------------------------------------------------------------------------------
+
+
+def _ace_field(perm: str) -> serializers.CharField:
+    # Not read-only, so the schema marks it optional: it is absent for non-administrators.
+    return serializers.CharField(required=False, help_text=f"{perm} ACE; shown to stream "
+                                                           "administrators only")
+
+
+class StreamSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    tenant = serializers.CharField(source="tenant.name", read_only=True)
+    numtopics = serializers.IntegerField(read_only=True)
+    produceperm = _ace_field("produceperm")
+    consumeperm = _ace_field("consumeperm")
+    topicperm = _ace_field("topicperm")
+    copyperm = _ace_field("copyperm")
+    adminperm = _ace_field("adminperm")
+
+    class Meta:
+        model = Stream
+        fields = ["uuid", "path", "cluster", "tenant", "created", "numtopics",
+                  *METADATA_FIELDS, *PERMISSIONS]
+        read_only_fields = ["created", *METADATA_FIELDS]
+
+    def to_representation(self, instance: Stream) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        access: StreamAccess | None = self.context.get("access")
+        # MapR shows a stream's ACEs to its administrators only.
+        if access is None or not access.is_admin(instance):
+            for perm in PERMISSIONS:
+                data.pop(perm, None)
+        return data
+
+
+class StreamMetadataSerializer(StrictSerializer):
+    defaultpartitions = serializers.IntegerField(required=False)
+    # The bound is the column's (bigint), so a huge number is a 400, not a database error.
+    ttl = serializers.IntegerField(required=False, max_value=2**63 - 1,
+                                   help_text="seconds; 0 keeps forever")
+    compression = serializers.ChoiceField(choices=Compression.choices, required=False)
+    autocreate = serializers.BooleanField(required=False)
+    defaulttimestamptype = serializers.ChoiceField(choices=TimestampType.choices,
+                                                   required=False)
+    produceperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    consumeperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    topicperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    copyperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    adminperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+
+
+class StreamCreateSerializer(StreamMetadataSerializer):
+    path = serializers.CharField(help_text="/mapr/<cluster>/<stream>")
+    tenant = serializers.CharField(required=False,
+                                   help_text="needed only when you belong to several tenants")
+    copymetafrom = serializers.CharField(required=False,
+                                         help_text="path of a stream whose metadata and ACEs "
+                                                   "to copy")
+
+
+# --- topics -------------------------------------------------------------------------------
+
+
+class TopicSerializer(serializers.ModelSerializer):
+    stream = serializers.CharField(source="stream.path", read_only=True)
+    origin = serializers.CharField(source="origin_path", read_only=True, allow_null=True,
+                                   help_text="path of the stream where the topic was created")
+    is_origin = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Topic
+        fields = ["name", "stream", "partitions", "timestamptype", "created", "origin",
+                  "origin_uuid", "is_origin"]
+        read_only_fields = fields
+
+
+class TopicEditSerializer(StrictSerializer):
+    partitions = serializers.IntegerField(required=False)
+    timestamptype = serializers.ChoiceField(choices=TimestampType.choices, required=False)
+
+
+class TopicCreateSerializer(TopicEditSerializer):
+    name = serializers.CharField(trim_whitespace=False)
+
+
+# --- replicas and upstreams ---------------------------------------------------------------
+
+
+class ReplicaLinkSerializer(serializers.ModelSerializer):
+    """One row of `stream replica list`, with MapR's field names."""
+
+    sourcePath = serializers.CharField(source="source.path", read_only=True)
+    replicaPath = serializers.CharField(source="replica.path", read_only=True)
+    uuid = serializers.UUIDField(source="replica.uuid", read_only=True,
+                                 help_text="the replica stream's uuid")
+    replicaState = serializers.SerializerMethodField()
+    isUptodate = serializers.SerializerMethodField()
+    errors = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ReplicaLink
+        fields = ["sourcePath", "replicaPath", "replicaState", "paused", "throttle", "idx",
+                  "networkencryption", "synchronous", "networkcompression", "isUptodate",
+                  "uuid", "errors"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=ReplicaState.choices))
+    def get_replicaState(self, link: ReplicaLink) -> str:
+        return link.replica_state(agreed=getattr(link, "agreed_flag", None))
+
+    def get_isUptodate(self, link: ReplicaLink) -> bool:
+        # TODO(engine): compare the replica's cursors with the source's end offsets. Until the
+        # engine reports lag, "up to date" means replicating and not paused.
+        return self.get_replicaState(link) == ReplicaState.REPLICATING and not link.paused
+
+    def get_errors(self, link: ReplicaLink) -> list[str]:
+        return [link.last_error] if link.last_error else []
+
+
+class ReplicaOptionsSerializer(StrictSerializer):
+    throttle = serializers.BooleanField(required=False)
+    synchronous = serializers.BooleanField(required=False)
+    networkcompression = serializers.ChoiceField(choices=Compression.choices, required=False)
+    networkencryption = serializers.BooleanField(required=False)
+
+
+class ReplicaEditSerializer(ReplicaOptionsSerializer):
+    # Accepted so the service can say why it is refused, rather than "unknown field".
+    newreplica = serializers.CharField(required=False)
+
+
+class ReplicaAddSerializer(ReplicaOptionsSerializer):
+    replica = serializers.CharField(help_text="path of the replica stream")
+    paused = serializers.BooleanField(default=False)
+
+
+class ReplicaAutosetupSerializer(ReplicaOptionsSerializer):
+    replica = serializers.CharField(help_text="path of the replica stream to create")
+    multimaster = serializers.BooleanField(default=False)
+    tenant = serializers.CharField(required=False,
+                                   help_text="the new replica's tenant, when you have several")
+
+
+class UpstreamSerializer(serializers.ModelSerializer):
+    upstreamPath = serializers.CharField(source="source.path", read_only=True)
+    uuid = serializers.UUIDField(source="source.uuid", read_only=True,
+                                 help_text="the upstream (source) stream's uuid")
+
+    class Meta:
+        model = Upstream
+        fields = ["upstreamPath", "uuid", "idx", "created"]
+        read_only_fields = fields
+
+
+class UpstreamAddSerializer(StrictSerializer):
+    upstream = serializers.CharField(help_text="path of the source stream")
+
+
+# --- auth ---------------------------------------------------------------------------------
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text='send as "Authorization: Token <token>"')
+    expiry = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,32 @@
+"""/api/v1/: the REST API, its OpenAPI schema, Swagger UI (served from local static files)
+and token login."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from portal.api import views
+
+app_name = "api"
+
+# Path converters rather than regexes: topic and cluster names contain dots, and the OpenAPI
+# schema learns each parameter's type (uuid, int) from its converter.
+router = SimpleRouter(use_regex_path=False)
+router.register("tenants", views.TenantViewSet, basename="tenant")
+router.register("clusters", views.ClusterViewSet, basename="cluster")
+router.register("gateways", views.GatewayViewSet, basename="gateway")
+router.register("streams", views.StreamViewSet, basename="stream")
+router.register("streams/<uuid:stream_uuid>/topics", views.TopicViewSet, basename="stream-topic")
+router.register("streams/<uuid:stream_uuid>/replicas", views.ReplicaViewSet,
+                basename="stream-replica")
+router.register("streams/<uuid:stream_uuid>/upstreams", views.UpstreamViewSet,
+                basename="stream-upstream")
+router.register("replicas", views.ReplicaLinkViewSet, basename="replica")
+
+urlpatterns = [
+    *router.urls,
+    path("auth/login/", views.TokenLoginView.as_view(), name="login"),
+    path("auth/logout/", views.TokenLogoutView.as_view(), name="logout"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

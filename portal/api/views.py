@@ -1,0 +1,303 @@
+"""The /api/v1 resources. Each view checks types, calls one service and shows the result; the
+services check permissions and the domain rules, and every queryset goes through
+`TenantScopedViewSet.scope` (portal/api/viewsets.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from knox import views as knox_views
+from rest_framework import status
+from rest_framework.authentication import BasicAuthentication
+from rest_framework.decorators import action
+from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.accounts.models import Membership, Tenant
+from portal.api import filters
+from portal.api import serializers as s
+from portal.api.errors import field_alias
+from portal.api.viewsets import StreamChildViewSet, TenantScopedViewSet
+from replication import services
+from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+
+NO_CONTENT = {204: OpenApiResponse(description="done")}
+
+
+# --- tenants, clusters, gateways ---------------------------------------------------------
+
+
+class TenantViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+    """The tenants you belong to, with your role in each."""
+
+    queryset = Tenant.objects.all()
+    serializer_class = s.TenantSerializer
+    lookup_value_converter = "int"
+
+    def get_queryset(self) -> QuerySet:
+        role = Membership.objects.filter(tenant=OuterRef("pk"), user=self.request.user.pk)
+        return super().get_queryset().annotate(role=Subquery(role.values("role")[:1]))
+
+
+@extend_schema_view(create=extend_schema(request=s.ClusterCreateSerializer,
+                                         responses={201: s.ClusterSerializer}))
+class ClusterViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+    """Clusters are infrastructure: every user reads them; operators (staff) change them."""
+
+    shared = True
+    queryset = Cluster.objects.prefetch_related("gateways")
+    serializer_class = s.ClusterSerializer
+    lookup_field = "name"
+    lookup_value_converter = "str"
+
+    def create(self, request: Request) -> Response:
+        data = self.validated(s.ClusterCreateSerializer)
+        cluster = services.cluster_create(actor=request.user, **data)
+        return self.respond(cluster, status.HTTP_201_CREATED)
+
+    @extend_schema(responses=s.GatewayBriefSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], serializer_class=s.GatewayBriefSerializer,
+            filter_backends=[])
+    def gateways(self, request: Request, name: str) -> Response:
+        cluster = self.get_object()
+        page = self.paginate_queryset(self.scope(cluster.gateways.all()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    @extend_schema(request=s.GatewaySetSerializer, responses=s.ClusterSerializer)
+    @gateways.mapping.put
+    def set_gateways(self, request: Request, name: str) -> Response:
+        cluster = self.get_object()
+        data = self.validated(s.GatewaySetSerializer)
+        services.cluster_gateway_set(actor=request.user, dstcluster=cluster.name, **data)
+        return Response(s.ClusterSerializer(self.get_queryset().get(pk=cluster.pk)).data)
+
+    @extend_schema(request=None, responses=NO_CONTENT)
+    @gateways.mapping.delete
+    def delete_gateways(self, request: Request, name: str) -> Response:
+        cluster = self.get_object()
+        services.cluster_gateway_delete(actor=request.user, dstcluster=cluster.name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class GatewayViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+    """Gateways of every cluster, with their status from heartbeats."""
+
+    shared = True
+    queryset = Gateway.objects.select_related("cluster")
+    serializer_class = s.GatewaySerializer
+    filterset_class = filters.GatewayFilter
+    lookup_value_converter = "int"
+
+
+# --- streams and topics -------------------------------------------------------------------
+
+
+def count_topics() -> Coalesce:
+    topics = Topic.objects.filter(stream=OuterRef("pk")).order_by().values("stream")
+    counted = topics.annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.StreamCreateSerializer, responses={201: s.StreamSerializer}),
+    partial_update=extend_schema(request=s.StreamMetadataSerializer,
+                                 responses=s.StreamSerializer),
+    destroy=extend_schema(responses=NO_CONTENT),
+)
+class StreamViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+    """Streams of your tenants. ACEs are shown to the stream's administrators only."""
+
+    queryset = Stream.objects.select_related("cluster", "tenant")
+    serializer_class = s.StreamSerializer
+    filterset_class = filters.StreamFilter
+    lookup_field = "uuid"
+    lookup_value_converter = "uuid"
+
+    def get_queryset(self) -> QuerySet:
+        return super().get_queryset().annotate(numtopics=count_topics())
+
+    def create(self, request: Request) -> Response:
+        data = self.validated(s.StreamCreateSerializer)
+        stream = services.stream_create(actor=request.user, **data)
+        return self.respond(stream, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, uuid: str) -> Response:
+        stream = self.get_object()
+        data = self.validated(s.StreamMetadataSerializer)
+        services.stream_edit(actor=request.user, stream=stream, **data)
+        return self.respond(stream)
+
+    def destroy(self, request: Request, uuid: str) -> Response:
+        services.stream_delete(actor=request.user, stream=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.TopicCreateSerializer, responses={201: s.TopicSerializer}),
+    partial_update=extend_schema(request=s.TopicEditSerializer, responses=s.TopicSerializer),
+    destroy=extend_schema(responses=NO_CONTENT),
+)
+class TopicViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
+    """A stream's topics. Topics copied from an upstream are changed at their origin."""
+
+    queryset = Topic.objects.select_related("stream")
+    serializer_class = s.TopicSerializer
+    lookup_field = "name"
+    lookup_value_converter = "str"
+
+    def get_queryset(self) -> QuerySet:
+        # Scoped too: an origin in a tenant you cannot see shows as null, with its uuid.
+        origins = self.scope(Stream.objects.all()).filter(uuid=OuterRef("origin_uuid"))
+        return super().get_queryset().annotate(
+            origin_path=Subquery(origins.values("path")[:1])
+        )
+
+    def create(self, request: Request, stream_uuid: str) -> Response:
+        data = self.validated(s.TopicCreateSerializer)
+        with field_alias(topic="name"):
+            topic = services.topic_create(actor=request.user, stream=self.parent, **data)
+        return self.respond(topic, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, stream_uuid: str, name: str) -> Response:
+        topic = self.get_object()
+        data = self.validated(s.TopicEditSerializer)
+        services.topic_edit(actor=request.user, stream=self.parent, name=topic.name, **data)
+        return self.respond(topic)
+
+    def destroy(self, request: Request, stream_uuid: str, name: str) -> Response:
+        topic = self.get_object()
+        services.topic_delete(actor=request.user, stream=self.parent, name=topic.name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- replicas and upstreams ---------------------------------------------------------------
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.ReplicaAddSerializer, responses={201: s.ReplicaLinkSerializer}),
+    partial_update=extend_schema(request=s.ReplicaEditSerializer,
+                                 responses=s.ReplicaLinkSerializer),
+    destroy=extend_schema(responses=NO_CONTENT),
+    pause=extend_schema(request=None, responses=s.ReplicaLinkSerializer),
+    resume=extend_schema(request=None, responses=s.ReplicaLinkSerializer),
+    autosetup=extend_schema(request=s.ReplicaAutosetupSerializer,
+                            responses={201: s.ReplicaLinkSerializer}),
+)
+class ReplicaViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
+    """The replicas a stream sends to (`stream replica list`), looked up by replica uuid.
+    Adding one is the source owner's half of the two-way agreement; it replicates once the
+    replica's owner adds the source as an upstream."""
+
+    queryset = ReplicaLink.objects.select_related("source", "replica")
+    serializer_class = s.ReplicaLinkSerializer
+    parent_field = "source"
+    lookup_field = "replica__uuid"
+    lookup_url_kwarg = "uuid"
+    lookup_value_converter = "uuid"
+
+    def get_queryset(self) -> QuerySet:
+        return filters.with_agreement(super().get_queryset())
+
+    def create(self, request: Request, stream_uuid: str) -> Response:
+        data = self.validated(s.ReplicaAddSerializer)
+        replica = self.scoped_stream(data.pop("replica"), field="replica")
+        link = services.replica_add(actor=request.user, source=self.parent, replica=replica,
+                                    **data)
+        return self.respond(link, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        link = self.get_object()
+        data = self.validated(s.ReplicaEditSerializer)
+        services.replica_edit(actor=request.user, source=self.parent, replica=link.replica,
+                              **data)
+        return self.respond(link)
+
+    def destroy(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        link = self.get_object()
+        services.replica_remove(actor=request.user, source=self.parent, replica=link.replica)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        return self._apply(services.replica_pause)
+
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        return self._apply(services.replica_resume)
+
+    def _apply(self, service: Any) -> Response:
+        link = self.get_object()
+        service(actor=self.request.user, source=self.parent, replica=link.replica)
+        return self.respond(link)
+
+    @action(detail=False, methods=["post"])
+    def autosetup(self, request: Request, stream_uuid: str) -> Response:
+        """MapR's `stream replica autosetup`: create the replica, link both ways, copy, start."""
+        data = self.validated(s.ReplicaAutosetupSerializer)
+        link = services.replica_autosetup(actor=request.user, source=self.parent, **data)
+        return self.respond(link, status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    create=extend_schema(request=s.UpstreamAddSerializer, responses={201: s.UpstreamSerializer}),
+    destroy=extend_schema(responses=NO_CONTENT),
+)
+class UpstreamViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
+    """The sources a replica accepts (`stream upstream list`), looked up by source uuid.
+    Adding one is the replica owner's half of the two-way agreement."""
+
+    queryset = Upstream.objects.select_related("source")
+    serializer_class = s.UpstreamSerializer
+    parent_field = "replica"
+    lookup_field = "source__uuid"
+    lookup_url_kwarg = "uuid"
+    lookup_value_converter = "uuid"
+
+    def create(self, request: Request, stream_uuid: str) -> Response:
+        data = self.validated(s.UpstreamAddSerializer)
+        source = self.scoped_stream(data["upstream"], field="upstream")
+        upstream = services.upstream_add(actor=request.user, replica=self.parent, source=source)
+        return self.respond(upstream, status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        upstream = self.get_object()
+        services.upstream_remove(actor=request.user, replica=self.parent,
+                                 source=upstream.source)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ReplicaLinkViewSet(ListModelMixin, TenantScopedViewSet):
+    """Every replica link you can see from either end. `?waiting_for_upstream=true` is the
+    approvals inbox: links that wait for a replica owner to add the source as upstream."""
+
+    queryset = ReplicaLink.objects.select_related("source", "replica")
+    serializer_class = s.ReplicaLinkSerializer
+    filterset_class = filters.ReplicaLinkFilter
+
+    def get_queryset(self) -> QuerySet:
+        return filters.with_agreement(super().get_queryset())
+
+
+# --- auth ---------------------------------------------------------------------------------
+
+
+class TokenLoginView(knox_views.LoginView):
+    """Exchange a username and password (HTTP Basic) for an API token."""
+
+    authentication_classes = [BasicAuthentication]
+
+    @extend_schema(request=None, responses=s.TokenSerializer, tags=["auth"])
+    def post(self, request: Request, format: str | None = None) -> Response:
+        return super().post(request, format=format)
+
+
+class TokenLogoutView(knox_views.LogoutView):
+    """Revoke the token this request authenticates with."""
+
+    @extend_schema(request=None, responses=NO_CONTENT, tags=["auth"])
+    def post(self, request: Request, format: str | None = None) -> Response:
+        return super().post(request, format=format)

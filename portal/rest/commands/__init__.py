@@ -1,0 +1,6 @@
+"""maprcli's commands over HTTP. Importing the handler modules registers their commands."""
+
+from portal.rest.commands import clusters, replicas, streams, topics
+from portal.rest.commands.registry import REGISTRY, Command
+
+__all__ = ["REGISTRY", "Command", "clusters", "replicas", "streams", "topics"]

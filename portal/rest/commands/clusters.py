@@ -1,0 +1,70 @@
+"""cluster create|list and cluster gateway set|get|list|resolve|delete.
+
+Clusters and gateways belong to no tenant: any signed-in user may read them (a stream owner
+needs the cluster names to write paths); only operators change them (the services check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from portal.rest.commands.registry import Row, command
+from portal.rest.options import Refused, Str
+from replication import reports, services
+from replication.models import Cluster, Stream
+from replication.services.clusters import cluster_by_name
+
+# MapR's -cluster picks the source cluster whose gateway table to use; streamgate has one.
+ONE_TABLE = Refused(
+    "cluster",
+    reason="streamgate keeps one gateway configuration per destination cluster, shared by "
+    "all source clusters: leave -cluster out",
+)
+DSTCLUSTER = Str("dstcluster", "the cluster where the gateways run", required=True)
+
+
+@command("cluster/create", Str("name", "the cluster's name", required=True),
+         Str("storeurl", "where its message store lives (default: the mode's default)",
+             default=""),
+         summary="Create a cluster (operators only).")
+def cluster_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.cluster_create(actor=user, name=opts["name"], store_url=opts["storeurl"])
+
+
+@command("cluster/list", summary="List clusters, their gateways and your streams on them.")
+def cluster_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return reports.cluster_rows(Cluster.objects.all(), Stream.objects.restrict(user))
+
+
+@command("cluster/gateway/set", ONE_TABLE, DSTCLUSTER,
+         Str("gateways", "space-separated host or host:port names", required=True),
+         summary="Set the gateways of a destination cluster (operators only).")
+def gateway_set(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.cluster_gateway_set(actor=user, dstcluster=opts["dstcluster"],
+                                 gateways=opts["gateways"])
+
+
+@command("cluster/gateway/delete", ONE_TABLE, DSTCLUSTER,
+         summary="Remove the gateways of a destination cluster (operators only).")
+def gateway_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.cluster_gateway_delete(actor=user, dstcluster=opts["dstcluster"])
+
+
+@command("cluster/gateway/list", ONE_TABLE,
+         summary="List the gateway configuration of every destination cluster.")
+def gateway_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return reports.gateway_config_rows(Cluster.objects.all())
+
+
+@command("cluster/gateway/get", ONE_TABLE, DSTCLUSTER,
+         summary="Show each gateway of a destination cluster and its status.")
+def gateway_get(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return reports.gateway_rows(cluster_by_name(opts["dstcluster"]))
+
+
+@command("cluster/gateway/resolve", ONE_TABLE, DSTCLUSTER,
+         summary="The gateways of a destination cluster that are running now.")
+def gateway_resolve(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return [reports.resolve_row(cluster_by_name(opts["dstcluster"]))]

@@ -1,0 +1,118 @@
+"""stream replica add|edit|list|remove|pause|resume|autosetup and stream upstream
+add|list|remove: the two halves of MapR's two-way replication agreement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
+from portal.rest.options import Bool, Choice, Str, StreamPath
+from replication import reports, services
+from replication.models import Compression
+
+LINK = ("throttle", "synchronous", "networkcompression", "networkencryption")
+SOURCE = StreamPath("path", "the source stream", required=True)
+REPLICA = StreamPath("replica", "the replica stream", required=True)
+LINK_OPTIONS = (
+    Bool("throttle", "throttle replication under load (default false)"),
+    Bool("synchronous", "acknowledge producers only once replicated (default false)"),
+    Choice("networkcompression", "on-wire compression (default: the stream's compression)",
+           choices=tuple(Compression.values)),
+    Bool("networkencryption", "encrypt on the wire (default false)"),
+)
+REPLICA_PATH = StreamPath("path", "the replica stream", required=True)
+UPSTREAM = StreamPath("upstream", "the source stream", required=True)
+
+
+@command("stream/replica/add", SOURCE, REPLICA,
+         Bool("paused", "register the replica paused (default false)", default=False),
+         *LINK_OPTIONS,
+         summary="Register a replica of a stream (needs adminperm on the source).")
+def replica_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.replica_add(actor=user, source=stream_at(user, opts),
+                         replica=stream_at(user, opts, "replica"), paused=opts["paused"],
+                         **given(opts, *LINK))
+
+
+@command("stream/replica/edit", SOURCE, REPLICA,
+         StreamPath("newreplica", "not supported: streams are never renamed"), *LINK_OPTIONS,
+         summary="Change a replica's settings (needs adminperm on the source).")
+def replica_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.replica_edit(actor=user, source=stream_at(user, opts),
+                          replica=stream_at(user, opts, "replica"),
+                          newreplica=opts["newreplica"], **given(opts, *LINK))
+
+
+@command(
+    "stream/replica/list",
+    SOURCE,
+    # Accepted and honoured trivially: replica figures are always computed when asked for,
+    # never cached, so every listing is already "refreshed now".
+    Bool("refreshnow", "always the case: figures are computed live", default=False),
+    summary="List a stream's replicas and their state.",
+)
+def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    stream = stream_at(user, opts)
+    stream.require(user, *ANY_PERM, action="list replicas")
+    return reports.replica_rows(stream)
+
+
+@command("stream/replica/remove", SOURCE, REPLICA,
+         summary="Unregister a replica (needs adminperm on the source).")
+def replica_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.replica_remove(actor=user, source=stream_at(user, opts),
+                            replica=stream_at(user, opts, "replica"))
+
+
+@command("stream/replica/pause", SOURCE, REPLICA,
+         summary="Pause replication to a replica (needs adminperm on the source).")
+def replica_pause(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.replica_pause(actor=user, source=stream_at(user, opts),
+                           replica=stream_at(user, opts, "replica"))
+
+
+@command("stream/replica/resume", SOURCE, REPLICA,
+         summary="Resume replication where it left off (needs adminperm on the source).")
+def replica_resume(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.replica_resume(actor=user, source=stream_at(user, opts),
+                            replica=stream_at(user, opts, "replica"))
+
+
+@command(
+    "stream/replica/autosetup",
+    SOURCE,
+    StreamPath("replica", "the replica to create", required=True),
+    Bool("multimaster", "replicate in both directions (default false)", default=False),
+    Str("tenant", "the tenant that owns the new replica, if you are in several"),
+    *LINK_OPTIONS,
+    summary="Create a replica, copy the data and start replicating.",
+)
+def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    # The replica does not exist yet, so it is passed as a path, not looked up.
+    services.replica_autosetup(actor=user, source=stream_at(user, opts), replica=opts["replica"],
+                               multimaster=opts["multimaster"], tenant=opts["tenant"],
+                               **given(opts, *LINK))
+
+
+@command("stream/upstream/add", REPLICA_PATH, UPSTREAM,
+         summary="Accept data from a source stream (needs adminperm on the replica).")
+def upstream_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.upstream_add(actor=user, replica=stream_at(user, opts),
+                          source=stream_at(user, opts, "upstream"))
+
+
+@command("stream/upstream/list", REPLICA_PATH,
+         summary="List the sources a stream accepts data from.")
+def upstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    stream = stream_at(user, opts)
+    stream.require(user, *ANY_PERM, action="list upstreams")
+    return reports.upstream_rows(stream)
+
+
+@command("stream/upstream/remove", REPLICA_PATH, UPSTREAM,
+         summary="Stop accepting data from a source (needs adminperm on the replica).")
+def upstream_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.upstream_remove(actor=user, replica=stream_at(user, opts),
+                             source=stream_at(user, opts, "upstream"))

@@ -1,0 +1,99 @@
+"""stream create|edit|delete|info|list, and copystream's refusal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
+from portal.rest.options import Ace, Bool, Choice, Int, Refused, Str, StreamPath
+from replication import reports, services
+from replication.errors import NotSupported
+from replication.models import PERMISSIONS, Compression, Stream, TimestampType
+from replication.services.clusters import cluster_by_name
+
+METADATA = ("ttl", "autocreate", "defaultpartitions", "compression", "defaulttimestamptype",
+            *PERMISSIONS)
+NO_COMPACTION = ("log compaction is not supported: streamgate keeps every message until its "
+                 "ttl expires, so compaction settings would have no effect")
+
+METADATA_OPTIONS = (
+    Int("ttl", "seconds a message is kept; 0 keeps it forever (default 604800)"),
+    Bool("autocreate", "create topics on first produce (default true)"),
+    Int("defaultpartitions", "partitions of new topics (default 1)"),
+    Choice("compression", "compression of stored messages (default lz4)",
+           choices=tuple(Compression.values)),
+    Choice("defaulttimestamptype", "timestamp type of new topics (default createtime)",
+           choices=tuple(TimestampType.values)),
+    *(Ace(perm, f"who holds {perm} (default u:<you>)") for perm in PERMISSIONS),
+)
+UNSUPPORTED_OPTIONS = (
+    Refused("ischangelog", accepts_false=True,
+            reason="change-data-capture (changelog) streams are not supported"),
+    Refused("compact", accepts_false=True, reason=NO_COMPACTION),
+    Refused("mincompactionlag", reason=NO_COMPACTION),
+    Refused("deleteretention", reason=NO_COMPACTION),
+    Refused("pidexpirysecs", reason=NO_COMPACTION),
+)
+PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", required=True)
+
+
+@command(
+    "stream/create",
+    PATH,
+    *METADATA_OPTIONS,
+    StreamPath("copymetafrom", "copy metadata and ACEs from this stream"),
+    Str("tenant", "the tenant that owns the stream, if you are in several"),
+    *UNSUPPORTED_OPTIONS,
+    summary="Create a stream.",
+)
+def stream_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.stream_create(
+        actor=user, path=opts["path"], tenant=opts["tenant"],
+        copymetafrom=opts["copymetafrom"], **given(opts, *METADATA),
+    )
+
+
+@command("stream/edit", PATH, *METADATA_OPTIONS, *UNSUPPORTED_OPTIONS,
+         summary="Change a stream's metadata or ACEs (needs adminperm).")
+def stream_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.stream_edit(actor=user, stream=stream_at(user, opts), **given(opts, *METADATA))
+
+
+@command("stream/delete", PATH, summary="Delete a stream and its topics (needs adminperm).")
+def stream_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.stream_delete(actor=user, stream=stream_at(user, opts))
+
+
+@command("stream/info", PATH,
+         summary="Show a stream's metadata; ACEs only to holders of adminperm.")
+def stream_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    stream = stream_at(user, opts)
+    stream.require(user, *ANY_PERM, action="see the stream's information")
+    return [reports.stream_info(stream, stream.allows(user, "adminperm"))]
+
+
+@command("stream/list", Str("cluster", "only streams of this cluster"),
+         summary="List the streams you can see (streamgate's own command).")
+def stream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    streams = Stream.objects.restrict(user)
+    if opts["cluster"]:
+        streams = streams.filter(cluster=cluster_by_name(opts["cluster"], field="cluster"))
+    return reports.stream_rows(streams)
+
+
+@command(
+    "copystream",
+    Str("src", "the source stream", required=True),
+    Str("dst", "the destination stream", required=True),
+    Refused("mapreduce", accepts_false=True,
+            reason="MapReduce is not available: streamgate's bulk copies run as Spark jobs"),
+    Int("numthreads", "copy threads (default 16)"),
+    summary="Copy a stream's messages into another stream (not available yet).",
+)
+def copystream(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    raise NotSupported(
+        "copystream needs the bulk-copy job, which this version does not have yet; a replica "
+        "set up with 'stream replica add' and 'stream upstream add' receives new messages"
+    )

@@ -1,0 +1,63 @@
+"""stream topic create|edit|delete|list|info."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from portal.rest.commands.registry import Row, command, stream_at
+from portal.rest.options import Choice, Int, Str, StreamPath
+from replication import reports, services
+from replication.errors import NotFound
+from replication.models import TimestampType
+from replication.paths import validate_topic_name
+
+# MapR's rule for topic list and info.
+READ_PERMS = ("consumeperm", "produceperm", "topicperm", "adminperm")
+PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", required=True)
+TOPIC = Str("topic", "the topic's name", required=True)
+TOPIC_OPTIONS = (
+    Int("partitions", "number of partitions (default: the stream's defaultpartitions)"),
+    Choice("timestamptype", "createtime or logappendtime (default: the stream's)",
+           choices=tuple(TimestampType.values)),
+)
+
+
+@command("stream/topic/create", PATH, TOPIC, *TOPIC_OPTIONS,
+         summary="Create a topic (needs topicperm).")
+def topic_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.topic_create(actor=user, stream=stream_at(user, opts), name=opts["topic"],
+                          partitions=opts["partitions"], timestamptype=opts["timestamptype"])
+
+
+@command("stream/topic/edit", PATH, TOPIC, *TOPIC_OPTIONS,
+         summary="Add partitions to a topic or change its timestamp type (needs topicperm).")
+def topic_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.topic_edit(actor=user, stream=stream_at(user, opts), name=opts["topic"],
+                        partitions=opts["partitions"], timestamptype=opts["timestamptype"])
+
+
+@command("stream/topic/delete", PATH, TOPIC,
+         summary="Delete a topic, at its origin and on its replicas (needs topicperm).")
+def topic_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    services.topic_delete(actor=user, stream=stream_at(user, opts), name=opts["topic"])
+
+
+@command("stream/topic/list", PATH, summary="List a stream's topics.")
+def topic_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    stream = stream_at(user, opts)
+    stream.require(user, *READ_PERMS, action="list topics")
+    return reports.topic_rows(stream)
+
+
+@command("stream/topic/info", PATH, TOPIC, summary="Show a topic's partitions.")
+def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    stream = stream_at(user, opts)
+    stream.require(user, *READ_PERMS, action="see topic information")
+    name = validate_topic_name(opts["topic"])
+    topic = stream.topics.filter(name=name).first()
+    if topic is None:
+        raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
+                       f"'streamgate stream topic list -path {stream.path}'", field="topic")
+    return reports.partition_rows(topic)

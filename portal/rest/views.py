@@ -1,0 +1,120 @@
+"""maprcli over HTTP: `/rest/<command path>?param=value`, GET or POST, in MapR's envelope.
+
+Every response, errors included, has the envelope's shape (timestamp, timeofday, status, then
+total+data or errors), so maprcli scripts and the `streamgate` CLI read one format.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from typing import Any
+
+from django.http import Http404
+from django.utils import timezone
+from knox.auth import TokenAuthentication
+from rest_framework import exceptions
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.rest.commands import REGISTRY
+from replication.errors import InvalidInput, NotFound, StreamgateError
+
+logger = logging.getLogger(__name__)
+Row = dict[str, Any]
+
+
+def _clock() -> dict[str, Any]:
+    now = timezone.localtime()
+    millis = now.microsecond // 1000
+    return {
+        "timestamp": int(now.timestamp() * 1000),
+        # MapR's form: "2018-03-16 01:48:46.943 GMT-0700 PM" (12-hour clock).
+        "timeofday": f"{now:%Y-%m-%d %I:%M:%S}.{millis:03d} GMT{now:%z} {now:%p}",
+    }
+
+
+def success(rows: list[Row]) -> Response:
+    return Response({**_clock(), "status": "OK", "total": len(rows), "data": rows})
+
+
+def failure(
+    error_id: int, desc: str, status: int, headers: dict[str, str] | None = None
+) -> Response:
+    body = {**_clock(), "status": "ERROR", "errors": [{"id": error_id, "desc": desc}]}
+    return Response(body, status=status, headers=headers)
+
+
+def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """Every failure in the envelope; a traceback is logged, never returned."""
+    if isinstance(exc, StreamgateError):
+        return failure(exc.errno, exc.desc, exc.http_status)
+    if isinstance(exc, Http404):
+        return failure(errno.ENOENT, "not found", 404)
+    if isinstance(exc, exceptions.APIException):
+        # DRF sets auth_header on 401s; clients need it to know which scheme to use.
+        auth_header = getattr(exc, "auth_header", None)
+        headers = {"WWW-Authenticate": auth_header} if auth_header else None
+        error_id = errno.EACCES if exc.status_code in (401, 403) else errno.EINVAL
+        return failure(error_id, str(exc.detail), exc.status_code, headers)
+    logger.exception("unexpected error in /rest", exc_info=exc)
+    return failure(errno.EIO, "internal error: the server logged the details", 500)
+
+
+def raw_params(request: Request) -> dict[str, str]:
+    """The query string and the form body together, MapR's REST accepting either."""
+    values: dict[str, list[str]] = {}
+    for source in (request.query_params, request.data):
+        for key in source:
+            values.setdefault(key, []).extend(source.getlist(key))
+    for key, found in values.items():
+        if len(found) > 1:
+            raise InvalidInput(f"-{key} is given {len(found)} times: give it once", field=key)
+        # PostgreSQL cannot store NUL, and an uploaded file is no option value.
+        if not isinstance(found[0], str) or "\x00" in found[0]:
+            raise InvalidInput(f"-{key} must be text without NUL characters", field=key)
+    return {key: found[0] for key, found in values.items()}
+
+
+class MaprRestView(APIView):
+    authentication_classes = [TokenAuthentication, BasicAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    renderer_classes = [JSONRenderer]
+    parser_classes = [FormParser, MultiPartParser]
+    # MapR's REST documents GET, POST and (for gateway delete) DELETE; others answer 405.
+    http_method_names = ["get", "post", "delete"]
+    # Not in the OpenAPI document: /rest is maprcli's generic command form, described by its
+    # own registry (GET /rest/); /api/v1 is the documented API.
+    schema = None
+
+    def get_permissions(self) -> list[BasePermission]:
+        # The command list is documentation, so `streamgate help` works before signing in.
+        if not self._command_path():
+            return [AllowAny()]
+        return super().get_permissions()
+
+    def get_exception_handler(self):  # type: ignore[no-untyped-def]
+        return envelope_exception_handler
+
+    def get(self, request: Request, command: str = "") -> Response:
+        path = self._command_path()
+        if not path:
+            return success([spec.describe() for _, spec in sorted(REGISTRY.items())])
+        spec = REGISTRY.get(path)
+        if spec is None:
+            raise NotFound(f"unknown command '{path.replace('/', ' ')}': list the commands "
+                           "with 'streamgate help' or GET /rest/")
+        return success(spec.run(request.user, raw_params(request)))
+
+    post = get
+    delete = get
+
+    def _command_path(self) -> str:
+        return self.kwargs.get("command", "").strip("/")
+
+

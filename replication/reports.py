@@ -1,0 +1,269 @@
+"""MapR-shaped rows for the maprcli-style interfaces (/rest and the `streamgate` CLI).
+
+Functions from model objects to dicts, with maprcli's field names and order, so scripts
+written against maprcli read streamgate's output unchanged. Each function issues a fixed number
+of queries, whatever the number of rows.
+
+Storage and backlog figures (sizes, offsets, pending messages) come from `storage_figures` and
+`pending_figures` only: the message store arrives later, and these are the single places to
+connect it. Until then every partition reads as empty and nothing is pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+
+from replication.models import (
+    PERMISSIONS,
+    Cluster,
+    Gateway,
+    ReplicaLink,
+    ReplicaState,
+    Stream,
+    Topic,
+)
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PartitionFigures:
+    physicalsize: int = 0
+    logicalsize: int = 0
+    maxoffset: int = -1  # MapR's value for an empty partition
+    minoffsetacrossconsumers: int = 0
+    mintimestamp: int = 0  # epoch milliseconds
+    maxtimestamp: int = 0
+    mintimestampacrossconsumers: int = 0
+    consumers: int = 0
+    lag: int = 0
+
+
+@dataclass(frozen=True)
+class PendingFigures:
+    # maprcli's field names, so rows copy them verbatim.
+    minPendingTS: int = 0
+    maxPendingTS: int = 0
+    bytesPending: int = 0
+    messagesPending: int = 0
+
+
+EMPTY_PARTITION = PartitionFigures()
+NOTHING_PENDING = PendingFigures()
+
+
+def storage_figures(topics: Iterable[Topic]) -> dict[int, list[PartitionFigures]]:
+    """Per topic id, the figures of each partition. The one source of storage figures."""
+    return {topic.pk: [EMPTY_PARTITION] * topic.partitions for topic in topics}
+
+
+def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
+    """Per link id, the backlog not yet applied at the replica. The one source of them."""
+    return {link.pk: NOTHING_PENDING for link in links}
+
+
+def mapr_time(epoch_ms: int) -> str:
+    """maprcli's timestamp text, e.g. "1970-01-01T12:00:00.000+0000 AM"."""
+    moment = timezone.localtime(datetime.fromtimestamp(epoch_ms / 1000, tz=UTC))
+    millis = moment.microsecond // 1000
+    return f"{moment:%Y-%m-%dT%I:%M:%S}.{millis:03d}{moment:%z} {moment:%p}"
+
+
+def epoch_ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+def stream_info(stream: Stream, show_aces: bool) -> Row:
+    """`stream info`. MapR shows the ACEs only to holders of adminperm."""
+    topics = list(stream.topics.all())
+    partitions = [p for figures in storage_figures(topics).values() for p in figures]
+    row: Row = {
+        "path": stream.path,
+        "physicalsize": sum(p.physicalsize for p in partitions),
+        "logicalsize": sum(p.logicalsize for p in partitions),
+        "numtopics": len(topics),
+        "defaultpartitions": stream.defaultpartitions,
+        "ttl": stream.ttl,
+        "compression": stream.compression,
+        "autocreate": stream.autocreate,
+    }
+    if show_aces:
+        row.update({perm: getattr(stream, perm) for perm in PERMISSIONS})
+    row.update({
+        "ischangelog": False,  # change-data-capture streams are refused at creation
+        "defaulttimestamptype": stream.defaulttimestamptype,
+        # streamgate's own fields, after MapR's.
+        "cluster": stream.cluster.name,
+        "tenant": stream.tenant.name,
+        "uuid": str(stream.uuid),
+    })
+    return row
+
+
+def stream_rows(streams: QuerySet[Stream]) -> list[Row]:
+    """`stream list` (streamgate's own command)."""
+    # Meta.ordering is not applied to aggregating queries: order explicitly.
+    annotated = streams.select_related("cluster", "tenant").annotate(
+        numtopics=Count("topics", distinct=True)
+    ).order_by("path")
+    return [
+        {
+            "path": stream.path,
+            "cluster": stream.cluster.name,
+            "tenant": stream.tenant.name,
+            "numtopics": stream.numtopics,
+            "uuid": str(stream.uuid),
+        }
+        for stream in annotated
+    ]
+
+
+def topic_rows(stream: Stream) -> list[Row]:
+    """`stream topic list`."""
+    topics = list(stream.topics.all())
+    figures = storage_figures(topics)
+    return [
+        {
+            "topic": topic.name,
+            "partitions": topic.partitions,
+            "consumers": max((p.consumers for p in figures[topic.pk]), default=0),
+            "physicalsize": sum(p.physicalsize for p in figures[topic.pk]),
+            "logicalsize": sum(p.logicalsize for p in figures[topic.pk]),
+            "maxlag": max((p.lag for p in figures[topic.pk]), default=0),
+        }
+        for topic in topics
+    ]
+
+
+def partition_rows(topic: Topic) -> list[Row]:
+    """`stream topic info`: one row per partition."""
+    return [
+        {
+            "partitionid": index,
+            "physicalsize": p.physicalsize,
+            "logicalsize": p.logicalsize,
+            "maxoffset": p.maxoffset,
+            "minoffsetacrossconsumers": p.minoffsetacrossconsumers,
+            "mintimestamp": mapr_time(p.mintimestamp),
+            "maxtimestamp": mapr_time(p.maxtimestamp),
+            "mintimestampacrossconsumers": mapr_time(p.mintimestampacrossconsumers),
+            "timestamptype": topic.timestamptype,
+        }
+        for index, p in enumerate(storage_figures([topic])[topic.pk])
+    ]
+
+
+def replica_rows(stream: Stream) -> list[Row]:
+    """`stream replica list -path <source>`: one row per replica, in idx order."""
+    links = list(
+        ReplicaLink.objects.filter(source=stream).select_related("replica__cluster")
+        .order_by("idx")
+    )
+    agreed = set(
+        ReplicaLink.objects.agreed().filter(source=stream).values_list("pk", flat=True)
+    )
+    pending = pending_figures(links)
+    return [_replica_row(link, link.pk in agreed, pending[link.pk]) for link in links]
+
+
+def _replica_row(link: ReplicaLink, agreed: bool, pending: PendingFigures) -> Row:
+    state = link.replica_state(agreed=agreed)
+    replicating = state == ReplicaState.REPLICATING
+    return {
+        "cluster": link.replica.cluster.name,
+        "stream": link.replica.path,  # MapR's sample shows the replica's path here
+        "type": "MapRStream",
+        "replicaPath": link.replica.path,
+        "replicaState": state,
+        "paused": link.paused,
+        "throttle": link.throttle,
+        "idx": link.idx,
+        "networkencryption": link.networkencryption,
+        "synchronous": link.synchronous,
+        "networkcompression": link.networkcompression,
+        "isUptodate": replicating and pending.messagesPending == 0,
+        "minPendingTS": pending.minPendingTS,
+        "maxPendingTS": pending.maxPendingTS,
+        "bytesPending": pending.bytesPending,
+        "messagesPending": pending.messagesPending,
+        "uuid": str(link.replica.uuid),
+        # Replicating means any initial copy is over (or none was asked for, as in a manual
+        # setup), which MapR reports as 100.
+        "copyTableCompletionPercentage": 100 if replicating else link.copy_percentage,
+        "errors": [link.last_error] if link.last_error else [],
+        "waitingForUpstream": not agreed,
+    }
+
+
+def upstream_rows(stream: Stream) -> list[Row]:
+    """`stream upstream list -path <replica>`: the sources it accepts data from."""
+    upstreams = stream.upstreams.select_related("source__cluster").order_by("idx")
+    return [
+        {
+            "cluster": upstream.source.cluster.name,
+            "stream": upstream.source.path,
+            "idx": upstream.idx,
+            "uuid": str(upstream.source.uuid),
+        }
+        for upstream in upstreams
+    ]
+
+
+def gateway_config_rows(clusters: QuerySet[Cluster]) -> list[Row]:
+    """`cluster gateway list`: destination clusters that have gateways configured."""
+    names: dict[str, list[str]] = {}
+    for cluster, gateway in Gateway.objects.filter(cluster__in=clusters).values_list(
+        "cluster__name", "name"
+    ).order_by("cluster__name", "name"):
+        names.setdefault(cluster, []).append(gateway)
+    return [{"cluster": cluster, "gatewayConfig": " ".join(gws)} for cluster, gws in names.items()]
+
+
+def gateway_rows(cluster: Cluster) -> list[Row]:
+    """`cluster gateway get -dstcluster`: one row per configured gateway."""
+    return [
+        {
+            "cluster": cluster.name,
+            "gateway": gateway.name,
+            "address": gateway.address,
+            "enabled": gateway.enabled,
+            "status": str(gateway.status),
+            "lastHeartbeat": epoch_ms(gateway.last_heartbeat),
+        }
+        for gateway in cluster.gateways.order_by("name")
+    ]
+
+
+def resolve_row(cluster: Cluster) -> Row:
+    """`cluster gateway resolve`: only the gateways running now, as MapR does."""
+    live = cluster.gateways.live().order_by("name").values_list("name", flat=True)
+    return {"cluster": cluster.name, "gateways": " ".join(live)}
+
+
+def cluster_rows(clusters: QuerySet[Cluster], visible: QuerySet[Stream]) -> list[Row]:
+    """`cluster list`; `streams` counts only the streams in `visible` (the caller's)."""
+    gateways = _count_by_cluster(Gateway.objects.all())
+    live = _count_by_cluster(Gateway.objects.live())
+    streams = _count_by_cluster(visible)
+    return [
+        {
+            "name": cluster.name,
+            "state": cluster.state,
+            "gateways": gateways.get(cluster.pk, 0),
+            "liveGateways": live.get(cluster.pk, 0),
+            "streams": streams.get(cluster.pk, 0),
+        }
+        for cluster in clusters
+    ]
+
+
+def _count_by_cluster(queryset: QuerySet) -> dict[int, int]:
+    # order_by() drops the models' default ordering, which would split the GROUP BY.
+    counts = queryset.order_by().values("cluster").annotate(n=Count("pk", distinct=True))
+    return {row["cluster"]: row["n"] for row in counts}

@@ -1,0 +1,176 @@
+"""The `streamgate` console script, run as a subprocess against a live portal."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from knox.models import AuthToken
+
+from replication.models import ReplicaState, Stream
+from streamgate.client import Client, CommandError
+
+STREAMGATE = Path(sys.executable).with_name("streamgate")
+SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
+
+
+
+
+def token_for(user) -> str:  # type: ignore[no-untyped-def]
+    return AuthToken.objects.create(user)[1]
+
+
+def streamgate(url: str, token: str | None, command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STREAMGATE_URL": url}
+    env.pop("STREAMGATE_TOKEN", None)
+    if token:
+        env["STREAMGATE_TOKEN"] = token
+    return subprocess.run([str(STREAMGATE), *shlex.split(command)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def cli(live_server):
+    """cli(token, "stream info -path ...") -> the finished process, which must succeed."""
+
+    def run(token: str, command: str) -> subprocess.CompletedProcess[str]:
+        done = streamgate(live_server.url, token, command)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        return done
+
+    return run
+
+
+def rows(done: subprocess.CompletedProcess[str]) -> list[dict]:
+    return json.loads(done.stdout)["data"]
+
+
+@pytest.fixture
+def clusters(cli, operator) -> None:
+    ops = token_for(operator)
+    cli(ops, "cluster create -name sanfrancisco")
+    cli(ops, "cluster create -name newyork")
+
+
+def test_seed_004_manual_primary_secondary_replication(cli, clusters, owner):
+    alice = token_for(owner)
+    cli(alice, f"stream create -path {SF}")
+
+    # Seed 004, step by step, with streamgate in place of maprcli.
+    cli(alice, "stream create -path /mapr/newyork/activity "
+               "-copymetafrom /mapr/sanfrancisco/activity")
+    cli(alice, "stream replica add -path /mapr/sanfrancisco/activity "
+               "-replica /mapr/newyork/activity -paused true")
+    listed = cli(alice, "stream replica list -path /mapr/sanfrancisco/activity")
+    assert ReplicaState.WAITING_FOR_UPSTREAM in listed.stdout
+    [replica] = rows(cli(alice, "stream replica list -path /mapr/sanfrancisco/activity -json"))
+    assert replica["replicaPath"] == NY and replica["paused"] is True
+    assert replica["replicaState"] == ReplicaState.WAITING_FOR_UPSTREAM
+
+    cli(alice, "stream upstream add -path /mapr/newyork/activity "
+               "-upstream /mapr/sanfrancisco/activity")
+    [upstream] = rows(cli(alice, "stream upstream list -path /mapr/newyork/activity -json"))
+    source = Stream.objects.get(path=SF)
+    assert upstream == {"cluster": "sanfrancisco", "stream": SF, "idx": 1,
+                        "uuid": str(source.uuid)}
+    # Step 6 (mapr copystream) loads existing messages; a new stream has none to copy.
+    cli(alice, "stream replica resume -path mapr/sanfrancisco/activity "
+               "-replica /mapr/newyork/activity")
+
+    [replica] = rows(cli(alice, "stream replica list -path /mapr/sanfrancisco/activity -json"))
+    assert replica["replicaState"] == ReplicaState.REPLICATING
+    assert replica["paused"] is False and replica["waitingForUpstream"] is False
+    assert Stream.objects.get(path=NY).ttl == source.ttl
+
+
+def test_json_prints_the_raw_envelope(cli, clusters, owner):
+    alice = token_for(owner)
+    cli(alice, f"stream create -path {SF} -ttl 60")
+    envelope = json.loads(cli(alice, f"stream info -path {SF} -json").stdout)
+    assert list(envelope) == ["timestamp", "timeofday", "status", "total", "data"]
+    assert envelope["data"][0]["ttl"] == 60
+
+
+def test_action_command_prints_nothing(cli, clusters, owner):
+    done = cli(token_for(owner), f"stream create -path {SF}")
+    assert done.stdout == "" and done.stderr == ""
+
+
+def test_table_output_has_aligned_columns_and_noheader_drops_the_header(cli, clusters, owner):
+    alice = token_for(owner)
+    for path in (SF, "/mapr/sanfrancisco/a-much-longer-stream-name"):
+        cli(alice, f"stream create -path {path}")
+    lines = cli(alice, "stream list").stdout.splitlines()
+    assert lines[0].split() == ["path", "cluster", "tenant", "numtopics", "uuid"]
+    assert len(lines) == 3
+    column = lines[0].index("cluster")
+    assert all(line[column:].startswith("sanfrancisco") for line in lines[1:])
+    bare = cli(alice, "stream list -noheader").stdout.splitlines()
+    assert [line.split() for line in bare] == [line.split() for line in lines[1:]]
+
+
+def test_error_prints_mapr_error_line_and_exits_1(live_server, clusters, owner):
+    done = streamgate(live_server.url, token_for(owner), "stream info -path /mapr/sanfrancisco/x")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("ERROR (2) - stream /mapr/sanfrancisco/x does not exist")
+
+
+def test_error_with_json_prints_the_error_envelope_and_exits_1(live_server, clusters, owner):
+    done = streamgate(live_server.url, token_for(owner),
+                      "stream create -path /mapr/sanfrancisco/x -ischangelog true -json")
+    assert done.returncode == 1
+    envelope = json.loads(done.stdout)
+    assert envelope["status"] == "ERROR"
+    assert "change-data-capture" in envelope["errors"][0]["desc"]
+
+
+def test_values_starting_with_dash_or_bang_are_values(cli, live_server, clusters, owner):
+    alice = token_for(owner)
+    cli(alice, f"stream create -path {SF} -consumeperm '!u:bob & u:alice'")
+    assert Stream.objects.get(path=SF).consumeperm == "!u:bob & u:alice"
+    done = streamgate(live_server.url, alice, f"stream edit -path {SF} -ttl -1")
+    assert done.returncode == 1 and "-ttl must be a whole number" in done.stderr
+
+
+def test_missing_token_is_a_401_with_a_hint(live_server, db):
+    done = streamgate(live_server.url, None, "stream list")
+    assert done.returncode == 1
+    assert done.stderr.startswith("ERROR (13) - ")
+    assert "STREAMGATE_TOKEN" in done.stderr
+
+
+def test_option_without_value_is_a_usage_error(live_server, db):
+    done = streamgate(live_server.url, "x", "stream info -path")
+    assert done.returncode == 1 and "option -path needs a value" in done.stderr
+
+
+def test_help_lists_the_commands(live_server, db):
+    for command in ("", "help", "help stream replica"):
+        done = streamgate(live_server.url, None, command)
+        assert done.returncode == 0, done.stderr
+        assert "stream replica add -path <stream path> -replica <stream path>" in done.stdout
+    assert "cluster create" not in streamgate(live_server.url, None, "help stream").stdout
+
+
+def test_connection_refused_exits_2_naming_streamgate_url(db):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = streamgate(f"http://127.0.0.1:{port}", "x", "stream list")
+    assert done.returncode == 2
+    assert "STREAMGATE_URL" in done.stderr and f"127.0.0.1:{port}" in done.stderr
+
+
+def test_python_client_returns_rows_and_raises_command_error(live_server, clusters, owner):
+    client = Client(live_server.url, token_for(owner))
+    assert client.call("stream create", {"path": SF, "autocreate": False}) == []
+    assert client.call("stream/info", {"path": SF})[0]["autocreate"] is False
+    with pytest.raises(CommandError) as raised:
+        client.call("stream replica add", {"path": SF, "replica": SF})
+    assert raised.value.id == 22 and "cannot be a replica of itself" in raised.value.desc
