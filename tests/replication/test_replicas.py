@@ -211,7 +211,7 @@ def test_propagation_costs_a_bounded_number_of_queries(owner, link, activity, ac
 
 
 def test_autosetup_refuses_an_existing_replica(owner, activity, activity_ny):
-    with pytest.raises(AlreadyExists, match="already exists"):
+    with pytest.raises(AlreadyExists, match="autosetup creates the replica itself"):
         replica_autosetup(actor=owner, source=activity, replica=activity_ny.path)
 
 
