@@ -38,7 +38,7 @@ run: install
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	$(BIN)/python manage.py ensureoperator
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
-	$(BIN)/daphne -b $(HOST) -p $(PORT) portal.asgi:application
+	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT)
 
 ## test: every test, against real PostgreSQL and Redis
 test: install-test

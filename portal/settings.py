@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "portal.accounts",
     "replication",
+    "workers",
 ]
 
 MIDDLEWARE = [
@@ -132,7 +133,12 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Embedded mode has no broker process: tasks run where they are enqueued, and
+# `manage.py runembedded` runs the beat schedule in a thread (workers/embedded.py).
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_RESULT_BACKEND = None
+# Separate queues let several deployments (or test runs) share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -4,9 +4,9 @@ Functions from model objects to dicts, with maprcli's field names and order, so 
 written against maprcli read streamgate's output unchanged. Each function issues a fixed number
 of queries, whatever the number of rows.
 
-Storage and backlog figures (sizes, offsets, pending messages) come from `storage_figures` and
-`pending_figures` only: the message store arrives later, and these are the single places to
-connect it. Until then every partition reads as empty and nothing is pending.
+Storage figures (sizes, offsets, timestamps, consumers) come from `storage_figures`, which asks
+the message store of each cluster; backlog figures from `pending_figures`, which the
+replication engine will feed (until then nothing is pending).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from replication.engine.store import PartitionStats, UnknownTopic
 from replication.models import (
     PERMISSIONS,
     Cluster,
@@ -28,6 +30,7 @@ from replication.models import (
     Stream,
     Topic,
 )
+from replication.stores import store_for
 
 Row = dict[str, Any]
 
@@ -59,8 +62,47 @@ NOTHING_PENDING = PendingFigures()
 
 
 def storage_figures(topics: Iterable[Topic]) -> dict[int, list[PartitionFigures]]:
-    """Per topic id, the figures of each partition. The one source of storage figures."""
-    return {topic.pk: [EMPTY_PARTITION] * topic.partitions for topic in topics}
+    """Per topic id, the figures of each partition, from the message store of the topic's
+    cluster. The one source of storage figures."""
+    figures: dict[int, list[PartitionFigures]] = {}
+    physical: dict[UUID, tuple[int, int]] = {}  # per stream: (physicalsize, logicalsize)
+    for topic in topics:
+        store = store_for(topic.stream.cluster)
+        if topic.stream.uuid not in physical:
+            sizes = store.sizes(topic.stream.uuid)
+            physical[topic.stream.uuid] = (sizes["physicalsize"], sizes["logicalsize"])
+        try:
+            stats = store.partition_stats(topic.stream.uuid, topic.name)
+        except UnknownTopic:  # no message yet: the store has not heard of the topic
+            stats = []
+        figures[topic.pk] = _partition_figures(stats, topic.partitions,
+                                               *physical[topic.stream.uuid])
+    return figures
+
+
+def _partition_figures(stats: list[PartitionStats], count: int, physicalsize: int,
+                       logicalsize: int) -> list[PartitionFigures]:
+    by_partition = {s.partition: s for s in stats}
+    result = []
+    for partition in range(count):
+        s = by_partition.get(partition)
+        if s is None:
+            result.append(EMPTY_PARTITION)
+            continue
+        cursor = s.min_cursor if s.min_cursor is not None else s.low
+        result.append(PartitionFigures(
+            # The store measures disk per stream; each partition gets its share of the bytes.
+            physicalsize=physicalsize * s.bytes // logicalsize if logicalsize else 0,
+            logicalsize=s.bytes,
+            maxoffset=s.high - 1,
+            minoffsetacrossconsumers=cursor,
+            mintimestamp=s.first_ts or 0,
+            maxtimestamp=s.last_ts or 0,
+            mintimestampacrossconsumers=s.first_ts or 0,
+            consumers=s.consumers,
+            lag=s.high - cursor if s.consumers else 0,
+        ))
+    return result
 
 
 def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
@@ -81,13 +123,12 @@ def epoch_ms(moment: datetime | None) -> int | None:
 
 def stream_info(stream: Stream, show_aces: bool) -> Row:
     """`stream info`. MapR shows the ACEs only to holders of adminperm."""
-    topics = list(stream.topics.all())
-    partitions = [p for figures in storage_figures(topics).values() for p in figures]
+    sizes = store_for(stream.cluster).sizes(stream.uuid)
     row: Row = {
         "path": stream.path,
-        "physicalsize": sum(p.physicalsize for p in partitions),
-        "logicalsize": sum(p.logicalsize for p in partitions),
-        "numtopics": len(topics),
+        "physicalsize": sizes["physicalsize"],
+        "logicalsize": sizes["logicalsize"],
+        "numtopics": stream.topics.count(),
         "defaultpartitions": stream.defaultpartitions,
         "ttl": stream.ttl,
         "compression": stream.compression,

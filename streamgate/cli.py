@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from streamgate import messaging
 from streamgate.client import Client, CommandError, Row, ServerUnreachable, data_of
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -28,8 +29,14 @@ LOCAL_FLAGS = ("json", "noheader", "long")  # maprcli's output flags; they take 
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 2
 
 
-class UsageError(Exception):
-    pass
+UsageError = messaging.UsageError
+MESSAGING_HELP = """
+  produce -path <stream path> -topic <topic> [ -partition <n> ] [ -key <key> ]
+          [ -format text|json ] [ -producer <id> ]
+      Produce one message per line of standard input (JSON records with -format json).
+  consume -path <stream path> -topic <topic> [ -partition <n> ] [ -offset <o> ]
+          [ -limit <n> ] [ -group <consumer group> ] [ -wait <ms> ]
+      Print messages as JSON lines; with -group, start at and commit the group's cursor."""
 
 
 @dataclass
@@ -104,6 +111,13 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     words = invocation.words
     if not words or words[0] == "help":
         print(help_text(client.commands(), words[1:]), file=out)
+        print(MESSAGING_HELP, file=out)
+        return EXIT_OK
+    if words == ["produce"]:
+        messaging.produce(client, invocation.params, sys.stdin, out)
+        return EXIT_OK
+    if words == ["consume"]:
+        messaging.consume(client, invocation.params, out)
         return EXIT_OK
     envelope = client.request(" ".join(words), invocation.params)
     if "json" in invocation.flags:

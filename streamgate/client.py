@@ -1,16 +1,20 @@
-"""A small client for streamgate's maprcli-style REST interface (/rest).
+"""A small client for streamgate: its maprcli-style interface (/rest) and messages (/api/v1).
 
     client = Client("http://127.0.0.1:8000", token)
     client.call("stream replica add", {"path": src, "replica": dst, "paused": True})
+    client.produce("/mapr/sanfrancisco/activity", "clicks", [{"value": b"hello"}])
+    client.consume("/mapr/sanfrancisco/activity", "clicks", partition=0, offset=0)
 
 Plain `requests`, no Django, so scripts and the CLI can use it anywhere.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import requests
@@ -50,7 +54,114 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-class Client:
+# HTTP statuses of /api/v1 errors, as the errno maprcli would report.
+ERRNO_OF_STATUS = {400: errno.EINVAL, 401: errno.EACCES, 403: errno.EPERM, 404: errno.ENOENT,
+                   409: errno.EEXIST, 501: errno.EOPNOTSUPP}
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def encode_record(record: Mapping[str, Any]) -> Row:
+    """A record with bytes (or str) key, value and header values, for the produce body."""
+    def raw(value: bytes | str) -> bytes:
+        return value.encode() if isinstance(value, str) else value
+
+    body: Row = {"value": _b64(raw(record["value"]))}
+    if record.get("key") is not None:
+        body["key"] = _b64(raw(record["key"]))
+    if record.get("headers"):
+        body["headers"] = {k: _b64(raw(v)) for k, v in record["headers"].items()}
+    for name in ("partition", "timestamp"):
+        if record.get(name) is not None:
+            body[name] = record[name]
+    return body
+
+
+def decode_message(message: Row) -> Row:
+    """A consumed message with key, value and header values back as bytes."""
+    unb64 = base64.b64decode
+    return {
+        **message,
+        "key": None if message["key"] is None else unb64(message["key"]),
+        "value": unb64(message["value"]),
+        "headers": {k: unb64(v) for k, v in message["headers"].items()},
+    }
+
+
+class MessagesMixin:
+    """Produce, consume and cursors over /api/v1, addressing streams by path as MapR does."""
+
+    url: str
+    session: requests.Session
+    timeout: float
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Row:
+        try:
+            response = self.session.request(method, f"{self.url}/api/v1/{path}",
+                                            timeout=self.timeout, **kwargs)
+        except requests.RequestException as err:
+            raise ServerUnreachable(self.url, str(err)) from err
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": f"HTTP {response.status_code} without a JSON body"}
+        if response.status_code >= 400:
+            raise CommandError(ERRNO_OF_STATUS.get(response.status_code, errno.EIO),
+                               _detail(body))
+        return body
+
+    @cache  # noqa: B019 - a client lives as long as one script; paths never move
+    def stream_uuid(self, path: str) -> str:
+        found = self.api("GET", "streams/", params={"path": path})["results"]
+        if not found:
+            raise CommandError(errno.ENOENT, f"stream {path} does not exist")
+        return found[0]["uuid"]
+
+    def _topic_url(self, path: str, topic: str, what: str) -> str:
+        return f"streams/{self.stream_uuid(path)}/topics/{topic}/{what}/"
+
+    def produce(self, path: str, topic: str, records: Sequence[Mapping[str, Any]], *,
+                producer: str | None = None) -> list[Row]:
+        """[{"partition", "offset"}] for each record, in order."""
+        body = {"encoding": "base64", "records": [encode_record(r) for r in records]}
+        if producer:
+            body["producer"] = producer
+        return self.api("POST", self._topic_url(path, topic, "messages"), json=body)["offsets"]
+
+    def consume(self, path: str, topic: str, *, partition: int = 0, offset: int = 0,
+                limit: int = 1000, max_bytes: int = 1 << 20, wait_ms: int = 0) -> list[Row]:
+        params = {"partition": partition, "offset": offset, "limit": limit,
+                  "max_bytes": max_bytes, "wait_ms": wait_ms, "encoding": "base64"}
+        body = self.api("GET", self._topic_url(path, topic, "messages"), params=params)
+        return [decode_message(m) for m in body["messages"]]
+
+    def commit(self, path: str, topic: str, *, group: str, partition: int, offset: int) -> None:
+        self.api("POST", self._topic_url(path, topic, "cursors"),
+                 json={"group": group, "partition": partition, "offset": offset})
+
+    def committed(self, path: str, topic: str, *, group: str, partition: int) -> int | None:
+        cursors = self.api("GET", self._topic_url(path, topic, "cursors"),
+                           params={"group": group})["cursors"]
+        return next((c["offset"] for c in cursors if c["partition"] == partition), None)
+
+
+def _detail(body: Any) -> str:
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])
+    return "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                     for k, v in body.items()) if isinstance(body, dict) else str(body)
+
+
+def data_of(envelope: Row) -> list[Row]:
+    if envelope.get("status") == "OK":
+        return list(envelope.get("data", []))
+    errors = envelope.get("errors") or [{"id": errno.EPROTO, "desc": "error without details"}]
+    raise CommandError(errors[0].get("id", 0), errors[0].get("desc", ""), envelope)
+
+
+class Client(MessagesMixin):
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
@@ -84,10 +195,3 @@ class Client:
     def commands(self) -> list[Row]:
         """The server's command registry: command, usage, help and options of each."""
         return self.call("")
-
-
-def data_of(envelope: Row) -> list[Row]:
-    if envelope.get("status") == "OK":
-        return list(envelope.get("data", []))
-    errors = envelope.get("errors") or [{"id": errno.EPROTO, "desc": "error without details"}]
-    raise CommandError(errors[0].get("id", 0), errors[0].get("desc", ""), envelope)

@@ -20,6 +20,26 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     test["NAME"] = f"test_{settings.DATABASES['default']['NAME']}_{os.getpid()}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _drop_cluster_stores(django_db_setup, django_db_blocker):
+    """Cluster stores are databases of their own beside the test database; drop them too."""
+    yield
+    import psycopg
+    from django.db import connection
+
+    from replication.stores import close_stores
+
+    close_stores()
+    params = connection.settings_dict
+    prefix = f"{params['NAME']}_store_"
+    admin = f"postgresql://{params['USER']}@{params['HOST'] or '127.0.0.1'}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        names = conn.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)",
+                             [prefix]).fetchall()
+        for (name,) in names:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(autouse=True)
 def _plain_static_storage(settings):
     # The manifest storage needs `collectstatic` first; tests render pages without it.

@@ -35,12 +35,16 @@ def gateway_status_q(status: str) -> Q:
 
 
 class StreamFilter(filters.FilterSet):
+    path = filters.CharFilter(method="filter_path", help_text="exact stream path")
     cluster = filters.CharFilter(field_name="cluster__name", help_text="cluster name")
     tenant = filters.CharFilter(field_name="tenant__name", help_text="tenant name")
 
     class Meta:
         model = Stream
         fields = {"path": ["startswith"]}
+
+    def filter_path(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(path=str(parse_stream_path(value, field=name)))
 
 
 class GatewayFilter(filters.FilterSet):

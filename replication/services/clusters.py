@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import re
 
+import psycopg
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
 from replication.paths import CLUSTER_NAME
+from replication.stores import store_for
 
 GATEWAY_ADDRESS = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?$")
 MAX_GATEWAYS = 64
@@ -35,7 +38,14 @@ def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -
                            "or '-', starting with a letter or digit", field="name")
     if Cluster.objects.filter(name=name).exists():
         raise AlreadyExists(f"cluster {name} already exists", field="name")
-    return Cluster.objects.create(name=name, store_url=store_url)
+    cluster = Cluster.objects.create(name=name, store_url=store_url)
+    try:
+        store_for(cluster)  # each cluster has its own message store: create it now
+    except (StoreError, OSError, psycopg.Error) as err:
+        raise InvalidInput(f"cannot create the message store of cluster {name} at "
+                           f"{store_url or 'the default location'}: {err}; fix -storeurl",
+                           field="storeurl") from err
+    return cluster
 
 
 def parse_gateways(text: str) -> list[str]:

@@ -11,6 +11,7 @@ from replication import ace
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from replication.models import PERMISSIONS, Cluster, Compression, Stream, TimestampType
 from replication.paths import parse_stream_path
+from replication.stores import store_for
 
 MAX_PARTITIONS = 4096
 METADATA = ("defaultpartitions", "ttl", "compression", "autocreate", "defaulttimestamptype")
@@ -143,4 +144,7 @@ def stream_edit(*, actor: AbstractBaseUser, stream: Stream, **changes: Any) -> S
 @transaction.atomic
 def stream_delete(*, actor: AbstractBaseUser, stream: Stream) -> None:
     stream.require(actor, "adminperm", action="delete the stream")
+    cluster, uuid = stream.cluster, stream.uuid
     stream.delete()
+    # The messages go once the deletion is committed; a rollback keeps them.
+    transaction.on_commit(lambda: store_for(cluster).drop_stream(uuid))

@@ -278,13 +278,20 @@ def test_every_user_lists_clusters(api, outsider, sanfrancisco, newyork):
 
 
 def test_operator_creates_a_cluster(api, operator):
-    response = api(operator).post(url("cluster-list"),
-                                  {"name": "tokyo", "store_url": "postgres://db/tokyo"},
-                                  format="json")
+    response = api(operator).post(url("cluster-list"), {"name": "tokyo"}, format="json")
     assert response.status_code == 201
     assert response.json() | {"created": None} == {"name": "tokyo", "state": "ONLINE",
                                                    "created": None, "gateways": []}
-    assert Cluster.objects.get(name="tokyo").store_url == "postgres://db/tokyo"
+
+
+def test_a_cluster_whose_store_cannot_be_created_is_refused(api, operator):
+    response = api(operator).post(
+        url("cluster-list"), {"name": "tokyo", "store_url": "postgres://nohost.invalid/tokyo"},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "cannot create the message store" in response.json()["detail"]
+    assert not Cluster.objects.filter(name="tokyo").exists()
 
 
 def test_member_may_not_create_a_cluster(api, owner):

@@ -286,10 +286,11 @@ def test_upstream_add_list_remove(api, world):
     assert ok(call(client, "stream/upstream/list", path=world.spare.path)) == []
 
 
-def test_cluster_create_and_list(api, world):
-    ok(call(api(world.users["ops"]), "cluster/create", "post", name="tokyo",
-            storeurl="postgres://db/tokyo"))
-    assert Cluster.objects.get(name="tokyo").store_url == "postgres://db/tokyo"
+def test_cluster_create_and_list(api, world, tmp_path):
+    store = f"sqlite:///{tmp_path}/tokyo.sqlite3"
+    ok(call(api(world.users["ops"]), "cluster/create", "post", name="tokyo", storeurl=store))
+    assert Cluster.objects.get(name="tokyo").store_url == store
+    assert (tmp_path / "tokyo.sqlite3").exists()  # the cluster's own message store
     GatewayFactory(cluster=world.ny.cluster, name="gw1", last_heartbeat=timezone.now())
     GatewayFactory(cluster=world.ny.cluster, name="gw2")
     rows = {r["name"]: r for r in ok(call(api(world.users["alice"]), "cluster/list"))}

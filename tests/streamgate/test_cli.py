@@ -26,12 +26,13 @@ def token_for(user) -> str:  # type: ignore[no-untyped-def]
     return AuthToken.objects.create(user)[1]
 
 
-def streamgate(url: str, token: str | None, command: str) -> subprocess.CompletedProcess[str]:
+def streamgate(url: str, token: str | None, command: str,
+               stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STREAMGATE_URL": url}
     env.pop("STREAMGATE_TOKEN", None)
     if token:
         env["STREAMGATE_TOKEN"] = token
-    return subprocess.run([str(STREAMGATE), *shlex.split(command)], env=env,
+    return subprocess.run([str(STREAMGATE), *shlex.split(command)], env=env, input=stdin,
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -39,8 +40,8 @@ def streamgate(url: str, token: str | None, command: str) -> subprocess.Complete
 def cli(live_server):
     """cli(token, "stream info -path ...") -> the finished process, which must succeed."""
 
-    def run(token: str, command: str) -> subprocess.CompletedProcess[str]:
-        done = streamgate(live_server.url, token, command)
+    def run(token: str, command: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        done = streamgate(live_server.url, token, command, stdin)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         return done
 
@@ -174,3 +175,47 @@ def test_python_client_returns_rows_and_raises_command_error(live_server, cluste
     with pytest.raises(CommandError) as raised:
         client.call("stream replica add", {"path": SF, "replica": SF})
     assert raised.value.id == 22 and "cannot be a replica of itself" in raised.value.desc
+
+
+# --- produce and consume (the data plane) -------------------------------------------------
+
+
+def json_lines(done: subprocess.CompletedProcess[str]) -> list[dict]:
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.fixture
+def alice(cli, clusters, owner) -> str:
+    token = token_for(owner)
+    cli(token, f"stream create -path {SF}")
+    return token
+
+
+def test_produce_reads_stdin_and_consume_prints_json_lines(cli, alice):
+    produced = cli(alice, f"produce -path {SF}:clicks -partition 0", stdin="one\ntwo\nthree\n")
+    assert json_lines(produced) == [{"partition": 0, "offset": n} for n in range(3)]
+    consumed = json_lines(cli(alice, f"consume -path {SF} -topic clicks -offset 1"))
+    assert [(r["offset"], r["value"]) for r in consumed] == [(1, "two"), (2, "three")]
+
+
+def test_consume_with_a_group_resumes_where_it_committed(cli, alice):
+    cli(alice, f"produce -path {SF}:clicks -partition 0 -format json",
+        stdin='{"value": "a", "key": "k"}\n{"value": "b"}\n')
+    [first] = json_lines(cli(alice, f"consume -path {SF}:clicks -group g -limit 1"))
+    assert (first["value"], first["key"]) == ("a", "k")
+    second = json_lines(cli(alice, f"consume -path {SF}:clicks -group g"))
+    assert [r["value"] for r in second] == ["b"]
+
+
+def test_produce_refuses_bad_json_lines(live_server, alice):
+    failed = streamgate(live_server.url, alice, f"produce -path {SF}:clicks -format json",
+                        stdin="not json\n")
+    assert failed.returncode == 1
+    assert "line 1 is not JSON" in failed.stderr
+
+
+def test_produce_without_produceperm_fails_with_the_reason(live_server, alice, member):
+    failed = streamgate(live_server.url, token_for(member), f"produce -path {SF}:clicks",
+                        stdin="x\n")
+    assert failed.returncode == 1
+    assert "produceperm" in failed.stderr

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench <name>`; results are recorded in docs/benchmarks.md."""

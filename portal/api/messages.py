@@ -1,0 +1,171 @@
+"""Produce, consume and consumer cursors: `streams/<uuid>/topics/<name>/messages/` and
+`.../cursors/`. Records travel as JSON; keys, values and header values are UTF-8 text or
+base64 (`"encoding": "base64"`), so any bytes round-trip exactly.
+
+Parsing stays a plain loop over dicts rather than a DRF serializer: a produce carries up to
+10,000 records, and a serializer per record would cost more than storing them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.api.viewsets import StreamChildViewSet
+from replication.engine.store import Message, Record
+from replication.models import Topic
+from replication.services import messages as service
+
+ENCODINGS = ("utf-8", "base64")
+RECORD_FIELDS = {"value", "key", "headers", "partition", "timestamp"}
+
+
+def _decoder(encoding: str) -> Callable[[str], bytes]:
+    if encoding == "base64":
+        return lambda text: base64.b64decode(text, validate=True)
+    return str.encode
+
+
+def _encoder(encoding: str) -> Callable[[bytes], str]:
+    if encoding == "base64":
+        return lambda raw: base64.b64encode(raw).decode()
+    return lambda raw: raw.decode("utf-8", errors="backslashreplace")
+
+
+def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise serializers.ValidationError({name: [f"use one of {', '.join(allowed)}"]})
+    return value
+
+
+def _record(item: Any, decode: Callable[[str], bytes]) -> Record:
+    if not isinstance(item, dict) or "value" not in item or not set(item) <= RECORD_FIELDS:
+        raise ValueError(f"a record is an object with 'value' and optionally "
+                         f"{', '.join(sorted(RECORD_FIELDS - {'value'}))}")
+    key, headers = item.get("key"), item.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ValueError("headers is an object of name: value")
+    partition, timestamp = item.get("partition"), item.get("timestamp")
+    for number in (partition, timestamp):
+        if number is not None and (type(number) is not int or number < 0):
+            raise ValueError("partition and timestamp are whole numbers, 0 or more")
+    return Record(
+        value=decode(item["value"]),
+        key=None if key is None else decode(key),
+        headers=tuple((str(k), decode(v)) for k, v in headers.items()),
+        partition=partition,
+        timestamp_ms=timestamp,
+    )
+
+
+def parse_records(body: Any) -> tuple[list[Record], str | None]:
+    if not isinstance(body, dict) or not isinstance(body.get("records"), list):
+        raise serializers.ValidationError({"records": ["send {\"records\": [{\"value\": ...}]}"]})
+    decode = _decoder(_choice(body.get("encoding", "utf-8"), "encoding", ENCODINGS))
+    records = []
+    for index, item in enumerate(body["records"]):
+        try:
+            records.append(_record(item, decode))
+        except (ValueError, TypeError, AttributeError, binascii.Error) as err:
+            raise serializers.ValidationError({f"records[{index}]": [str(err)]}) from err
+    producer = body.get("producer")
+    if producer is not None and not isinstance(producer, str):
+        raise serializers.ValidationError({"producer": ["a producer id is text"]})
+    return records, producer
+
+
+def render(message: Message, encode: Callable[[bytes], str]) -> dict[str, Any]:
+    return {
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp": message.timestamp_ms,
+        "key": None if message.key is None else encode(message.key),
+        "value": encode(message.value),
+        "headers": {name: encode(value) for name, value in message.headers},
+        "origin": str(message.origin),
+        "producer": message.producer,
+    }
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise serializers.ValidationError({name: ["a whole number, 0 or more"]})
+    return int(raw)
+
+
+INT_PARAMS = [
+    OpenApiParameter(name, OpenApiTypes.INT, description=text)
+    for name, text in (
+        ("partition", "partition to read (default 0)"),
+        ("offset", "first offset to read (default 0)"),
+        ("limit", "at most this many messages (default 1000)"),
+        ("max_bytes", "about this many bytes at most (default 1 MiB; at least one message)"),
+        ("wait_ms", "wait up to this long for data when there is none yet (long poll)"),
+    )
+]
+
+
+class MessageViewSet(StreamChildViewSet):
+    """Produce to and consume from one topic of the stream."""
+
+    queryset = Topic.objects.all()
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def create(self, request: Request, **kwargs: Any) -> Response:
+        records, producer = parse_records(request.data)
+        placed = service.messages_produce(actor=request.user, stream=self.parent,
+                                          topic=kwargs["name"], records=records,
+                                          producer=producer)
+        offsets = [{"partition": p, "offset": o} for p, o in placed]
+        return Response({"offsets": offsets}, status=201)
+
+    @extend_schema(parameters=[*INT_PARAMS, OpenApiParameter("encoding", str, enum=ENCODINGS)],
+                   responses=OpenApiTypes.OBJECT)
+    def list(self, request: Request, **kwargs: Any) -> Response:
+        encoding = _choice(request.query_params.get("encoding", "base64"), "encoding", ENCODINGS)
+        messages = service.messages_consume(
+            actor=request.user, stream=self.parent, topic=kwargs["name"],
+            partition=_int_param(request, "partition", 0),
+            offset=_int_param(request, "offset", 0), limit=_int_param(request, "limit", 1000),
+            max_bytes=_int_param(request, "max_bytes", 1 << 20),
+            wait_ms=_int_param(request, "wait_ms", 0),
+        )
+        encode = _encoder(encoding)
+        return Response({"messages": [render(m, encode) for m in messages]})
+
+
+class CursorSerializer(serializers.Serializer):
+    group = serializers.CharField(max_length=255)
+    partition = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0)
+
+
+class CursorViewSet(StreamChildViewSet):
+    """Committed offsets of consumer groups, kept in the stream's cluster store."""
+
+    queryset = Topic.objects.all()
+    serializer_class = CursorSerializer
+
+    def create(self, request: Request, **kwargs: Any) -> Response:
+        data = self.validated(CursorSerializer)
+        service.cursor_commit(actor=request.user, stream=self.parent, topic=kwargs["name"],
+                              **data)
+        return Response(data, status=201)
+
+    @extend_schema(parameters=[OpenApiParameter("group", str)])
+    def list(self, request: Request, **kwargs: Any) -> Response:
+        cursors = service.cursor_list(actor=request.user, stream=self.parent,
+                                      topic=kwargs["name"],
+                                      group=request.query_params.get("group"))
+        return Response({"cursors": cursors})

@@ -1,0 +1,30 @@
+"""The data plane's engine core: message store and batch apply. Plain Python, no Django, so
+gateways, Spark executors and tests use it alike (DESIGN.md)."""
+
+from replication.engine.store import (
+    Message,
+    MessageStore,
+    Misordered,
+    OffsetOutOfRange,
+    PartitionOutOfRange,
+    Record,
+    StoreError,
+    UnknownTopic,
+    choose_partition,
+    create_database,
+    open_store,
+)
+
+__all__ = [
+    "Message",
+    "MessageStore",
+    "Misordered",
+    "OffsetOutOfRange",
+    "PartitionOutOfRange",
+    "Record",
+    "StoreError",
+    "UnknownTopic",
+    "choose_partition",
+    "create_database",
+    "open_store",
+]

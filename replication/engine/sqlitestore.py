@@ -1,0 +1,411 @@
+"""The message store on SQLite: the embedded default, one file per cluster.
+
+Same schema and rules as the PostgreSQL store. SQLite has one writer at a time: every write
+takes the file's write lock up front (`BEGIN IMMEDIATE`), which is what serialises offset
+assignment between threads and processes here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from uuid import UUID
+
+from replication.engine.store import (
+    PARTITION_STATS,
+    Key,
+    Message,
+    OffsetOutOfRange,
+    OriginCache,
+    PartitionOutOfRange,
+    PartitionStats,
+    Record,
+    StoreError,
+    UnknownTopic,
+    cut_to_bytes,
+    expire_end,
+    group_runs,
+    layout_apply,
+    layout_batch,
+    messages_from_rows,
+    partition_stats_from,
+    plan_partitions,
+    trim_runs,
+)
+
+# AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS partitions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream BLOB NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL DEFAULT 0,
+    low_offset INTEGER NOT NULL DEFAULT 0,
+    rows INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (stream, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    pid INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    key BLOB,
+    value BLOB NOT NULL,
+    headers BLOB,
+    origin BLOB NOT NULL,
+    producer TEXT,
+    PRIMARY KEY (pid, "offset")
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS replication_cursors (
+    pid INTEGER NOT NULL,
+    link TEXT NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (pid, link)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS consumer_cursors (
+    pid INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    "offset" INTEGER NOT NULL,
+    PRIMARY KEY (pid, grp)
+) WITHOUT ROWID;
+"""
+INSERT = (
+    'INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer) '
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+ADVANCE = (
+    "UPDATE partitions SET next_offset = max(next_offset, ?), rows = rows + ?, "
+    "bytes = bytes + ? WHERE id = ?"
+)
+READ = """
+SELECT "offset", ts, key, value, headers, origin, producer,
+    length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0)
+FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ? ORDER BY "offset"
+"""
+EXPIRE_CUT = """
+SELECT min("offset") FILTER (WHERE ts >= ?), max("offset") FROM (
+    SELECT "offset", ts FROM messages WHERE pid = ? AND "offset" >= ?
+    ORDER BY "offset" LIMIT ?)
+"""
+EXPIRE_SIZE = """
+SELECT count(*), coalesce(sum(length(value) + coalesce(length(key), 0)
+    + coalesce(length(headers), 0)), 0)
+FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?
+"""
+ROW_OVERHEAD = 24  # rough bytes a row costs beyond its payload (record header, key columns)
+
+
+class SqliteStore:
+    """MessageStore on a SQLite file. Thread-safe: one connection per thread."""
+
+    def __init__(self, path: Path | str) -> None:
+        self._path = Path(path)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._pids: dict[tuple[UUID, str, int], int] = {}  # ids never change: cache them
+        self._origins = OriginCache()
+        self._rr = 0  # round-robin counter; a lost update between threads only skews balance
+        self._conn().executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: transactions are ours (BEGIN IMMEDIATE), not the module's.
+            conn = sqlite3.connect(
+                self._path, timeout=60, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")  # an acknowledged produce survives power loss
+            self._local.conn = conn
+            with self._guard:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    # --- topics ------------------------------------------------------------------------------
+
+    def ensure_topic(self, stream: UUID, topic: str, partitions: int) -> None:
+        if partitions < 1:
+            raise StoreError(f"a topic needs at least one partition, not {partitions}")
+        with self._write() as conn:
+            self._grow(conn, stream, topic, partitions)
+
+    @staticmethod
+    def _grow(conn: sqlite3.Connection, stream: UUID, topic: str, partitions: int) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO partitions (stream, topic, partition) VALUES (?, ?, ?)",
+            [(stream.bytes, topic, p) for p in range(partitions)],
+        )
+
+    def partitions(self, stream: UUID, topic: str) -> int:
+        return len(self._topic(self._conn(), stream, topic))
+
+    @staticmethod
+    def _topic(conn: sqlite3.Connection, stream: UUID, topic: str) -> list[tuple[int, int]]:
+        """(id, next offset) of each partition, in partition order."""
+        rows = conn.execute(
+            "SELECT id, next_offset FROM partitions WHERE stream = ? AND topic = ? "
+            "ORDER BY partition",
+            (stream.bytes, topic),
+        ).fetchall()
+        if not rows:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        return rows
+
+    def _pid(self, conn: sqlite3.Connection, stream: UUID, topic: str, partition: int) -> int:
+        pid = self._pids.get((stream, topic, partition))
+        if pid is None:
+            rows = self._topic(conn, stream, topic)
+            if not 0 <= partition < len(rows):
+                raise PartitionOutOfRange(
+                    f"partition {partition} does not exist: topic {topic!r} has partitions "
+                    f"0..{len(rows) - 1}"
+                )
+            pid = self._pids[(stream, topic, partition)] = rows[partition][0]
+        return pid
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: UUID,
+        topic: str,
+        records: Sequence[Record],
+        *,
+        origin: UUID,
+        producer: str | None = None,
+        log_append_time: bool = False,
+    ) -> list[tuple[int, int]]:
+        if not records:
+            return []
+        with self._write() as conn:
+            topic_rows = self._topic(conn, stream, topic)
+            plan = plan_partitions(records, len(topic_rows), self._rr)
+            pids = {p: topic_rows[p][0] for p in plan.totals}
+            firsts = {p: topic_rows[p][1] for p in plan.totals}
+            rows: list[tuple] = []
+            placed = layout_batch(
+                records, plan, pids, firsts, origin.bytes, producer, log_append_time, rows.append
+            )
+            conn.executemany(INSERT, rows)
+            conn.executemany(
+                ADVANCE, [(firsts[p] + n, n, b, pids[p]) for p, (n, b) in plan.totals.items()]
+            )
+        self._rr = plan.counter
+        return placed
+
+    def apply(
+        self,
+        stream: UUID,
+        messages: Sequence[Message],
+        *,
+        link: str,
+        expected: dict[Key, int] | None = None,
+    ) -> dict[Key, int]:
+        runs = group_runs(messages)
+        if not runs:
+            return {}
+        with self._write() as conn:
+            pids = self._apply_pids(conn, stream, runs)
+            cursors = {key: self._link_cursor(conn, pid, link) for key, pid in pids.items()}
+            todo = trim_runs(runs, cursors, expected)
+            rows: list[tuple] = []
+            ends = layout_apply(todo, pids, rows.append)
+            done = {key: cursors[key] + len(run) for key, run in todo.items()}
+            conn.executemany(INSERT, rows)
+            conn.executemany(ADVANCE, [(*end, pid) for pid, end in ends.items()])
+            conn.executemany(
+                "INSERT INTO replication_cursors (pid, link, next_offset) VALUES (?, ?, ?) "
+                "ON CONFLICT (pid, link) DO UPDATE SET next_offset = excluded.next_offset",
+                [(pids[key], link, cursor) for key, cursor in done.items()],
+            )
+        return done
+
+    def _apply_pids(
+        self, conn: sqlite3.Connection, stream: UUID, runs: dict[Key, list[Message]]
+    ) -> dict[Key, int]:
+        # Topics and partitions the origin has appear on the replica as messages arrive
+        # (invariant 7): grow the replica's topic to cover every partition in the batch.
+        need: dict[str, int] = {}
+        for topic, partition in runs:
+            need[topic] = max(need.get(topic, 0), partition + 1)
+        ids = {}
+        for topic, count in need.items():
+            self._grow(conn, stream, topic, count)
+            rows = self._topic(conn, stream, topic)
+            ids.update({(topic, p): row[0] for p, row in enumerate(rows)})
+        return {key: ids[key] for key in runs}
+
+    @staticmethod
+    def _link_cursor(conn: sqlite3.Connection, pid: int, link: str) -> int:
+        row = conn.execute(
+            "SELECT next_offset FROM replication_cursors WHERE pid = ? AND link = ?", (pid, link)
+        ).fetchone()
+        return row[0] if row else 0
+
+    def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
+        conn = self._conn()
+        return self._link_cursor(conn, self._pid(conn, stream, topic, partition), link)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def read(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[Message]:
+        conn = self._conn()
+        pid = self._pid(conn, stream, topic, partition)
+        rows = conn.execute(READ, (pid, offset, offset + limit)).fetchall()
+        if not rows or rows[0][0] != offset:
+            row = conn.execute(
+                "SELECT low_offset, next_offset FROM partitions WHERE id = ?", (pid,)
+            ).fetchone()
+            if row is None:  # dropped by another process after this one cached the id
+                self._pids = {k: v for k, v in self._pids.items() if v != pid}
+                raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+            if not row[0] <= offset <= row[1]:
+                raise OffsetOutOfRange(offset, *row)
+        rows = rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
+        return messages_from_rows(topic, partition, rows, self._origins)
+
+    def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT partition, low_offset, next_offset FROM partitions "
+                "WHERE stream = ? AND topic = ? ORDER BY partition",
+                (stream.bytes, topic),
+            )
+            .fetchall()
+        )
+        if not rows:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        return {p: (low, high) for p, low, high in rows}
+
+    def partition_stats(self, stream: UUID, topic: str) -> list[PartitionStats]:
+        rows = self._conn().execute(PARTITION_STATS.format(p="?"), (stream.bytes, topic))
+        return partition_stats_from(rows.fetchall(), topic)
+
+    def sizes(self, stream: UUID) -> dict:
+        """logicalsize: maintained counters of key+value+header bytes. physicalsize: the file's
+        used pages, apportioned to the stream by its share of the counted bytes and rows."""
+        conn = self._conn()
+        topics, nbytes, nrows = conn.execute(
+            "SELECT count(DISTINCT topic), coalesce(sum(bytes), 0), coalesce(sum(rows), 0) "
+            "FROM partitions WHERE stream = ?",
+            (stream.bytes,),
+        ).fetchone()
+        all_bytes, all_rows = conn.execute(
+            "SELECT coalesce(sum(bytes), 0), coalesce(sum(rows), 0) FROM partitions"
+        ).fetchone()
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        pages -= conn.execute("PRAGMA freelist_count").fetchone()[0]
+        disk = pages * conn.execute("PRAGMA page_size").fetchone()[0]
+        weight, total = nbytes + ROW_OVERHEAD * nrows, all_bytes + ROW_OVERHEAD * all_rows
+        physical = disk * weight // total if total else 0
+        return {"logicalsize": nbytes, "physicalsize": physical, "numtopics": topics}
+
+    # --- retention ---------------------------------------------------------------------------
+
+    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
+        pids = (
+            self._conn()
+            .execute("SELECT id FROM partitions WHERE stream = ? ORDER BY id", (stream.bytes,))
+            .fetchall()
+        )
+        done = 0
+        for (pid,) in pids:
+            if done >= batch:
+                break
+            done += self._expire_partition(pid, before_ms, batch - done)
+        return done
+
+    def _expire_partition(self, pid: int, before_ms: int, limit: int) -> int:
+        # SQLite has one writer: a bounded batch per transaction keeps producers' waits short.
+        with self._write() as conn:
+            (low,) = conn.execute(
+                "SELECT low_offset FROM partitions WHERE id = ?", (pid,)
+            ).fetchone()
+            young, last = conn.execute(EXPIRE_CUT, (before_ms, pid, low, limit)).fetchone()
+            end = expire_end(young, last)
+            if end is None or end <= low:
+                return 0
+            count, size = conn.execute(EXPIRE_SIZE, (pid, low, end)).fetchone()
+            conn.execute(
+                'DELETE FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?',
+                (pid, low, end),
+            )
+            conn.execute(
+                "UPDATE partitions SET low_offset = max(low_offset, ?), rows = rows - ?, "
+                "bytes = bytes - ? WHERE id = ?",
+                (end, count, size, pid),
+            )
+        return count
+
+    # --- consumer cursors --------------------------------------------------------------------
+
+    def commit_cursor(
+        self, stream: UUID, group: str, topic: str, partition: int, offset: int
+    ) -> None:
+        with self._write() as conn:
+            conn.execute(
+                'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (?, ?, ?) '
+                'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"',
+                (self._pid(conn, stream, topic, partition), group, offset),
+            )
+
+    def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
+        conn = self._conn()
+        row = conn.execute(
+            'SELECT "offset" FROM consumer_cursors WHERE pid = ? AND grp = ?',
+            (self._pid(conn, stream, topic, partition), group),
+        ).fetchone()
+        return row[0] if row else None
+
+    def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
+        return (
+            self._conn()
+            .execute(
+                'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
+                "JOIN partitions p ON p.id = c.pid WHERE p.stream = ? "
+                "ORDER BY c.grp, p.topic, p.partition",
+                (stream.bytes,),
+            )
+            .fetchall()
+        )
+
+    def drop_stream(self, stream: UUID) -> None:
+        with self._write() as conn:
+            where = "pid IN (SELECT id FROM partitions WHERE stream = ?)"
+            for table in ("messages", "replication_cursors", "consumer_cursors"):
+                conn.execute(f"DELETE FROM {table} WHERE {where}", (stream.bytes,))
+            conn.execute("DELETE FROM partitions WHERE stream = ?", (stream.bytes,))
+        self._pids = {k: v for k, v in self._pids.items() if k[0] != stream}

@@ -1,0 +1,54 @@
+"""Each cluster's message store, opened once per process.
+
+A cluster's store lives where its `store_url` says; when empty, beside the control database:
+a PostgreSQL database `<control db>_store_<cluster>` on the same server in production, a
+SQLite file under STREAMGATE_DATA_DIR in embedded mode.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from django.conf import settings
+from django.db import connection
+
+from replication.engine.store import MessageStore, create_database, open_store
+from replication.models import Cluster
+
+_stores: dict[str, MessageStore] = {}
+_lock = threading.Lock()
+
+
+def default_store_url(cluster_name: str) -> str:
+    safe = re.sub(r"[^a-z0-9_]", "_", cluster_name.lower())
+    if connection.vendor != "postgresql":
+        return f"sqlite:///{settings.DATA_DIR / 'stores' / f'{safe}.sqlite3'}"
+    # The live connection's settings, not DATABASE_URL: under test they name the test database.
+    params = connection.settings_dict
+    auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
+    host = f"{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}"
+    return f"postgresql://{auth}@{host}/{params['NAME']}_store_{safe}"
+
+
+def store_url(cluster: Cluster) -> str:
+    return cluster.store_url or default_store_url(cluster.name)
+
+
+def store_for(cluster: Cluster) -> MessageStore:
+    url = store_url(cluster)
+    store = _stores.get(url)
+    if store is None:
+        with _lock:
+            store = _stores.get(url)
+            if store is None:
+                create_database(url)
+                store = _stores[url] = open_store(url)
+    return store
+
+
+def close_stores() -> None:
+    with _lock:
+        for store in _stores.values():
+            store.close()
+        _stores.clear()

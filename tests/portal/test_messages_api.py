@@ -1,0 +1,92 @@
+import base64
+
+import pytest
+
+from replication.services import topic_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def clicks(owner, activity):
+    return topic_create(actor=owner, stream=activity, name="clicks", partitions=2)
+
+
+def messages_url(stream, topic="clicks"):
+    return f"/api/v1/streams/{stream.uuid}/topics/{topic}/messages/"
+
+
+def cursors_url(stream, topic="clicks"):
+    return f"/api/v1/streams/{stream.uuid}/topics/{topic}/cursors/"
+
+
+def test_produce_utf8_and_consume_base64(api, owner, activity, clicks):
+    body = {"records": [{"value": "hello", "key": "k", "headers": {"h": "v"}, "partition": 1}]}
+    response = api(owner).post(messages_url(activity), body, format="json")
+    assert response.status_code == 201
+    assert response.json() == {"offsets": [{"partition": 1, "offset": 0}]}
+    got = api(owner).get(messages_url(activity), {"partition": 1}).json()["messages"]
+    assert [base64.b64decode(m["value"]) for m in got] == [b"hello"]
+    assert got[0]["headers"] == {"h": base64.b64encode(b"v").decode()}
+    assert got[0]["origin"] == str(activity.uuid)
+
+
+def test_produce_base64_round_trips_any_bytes(api, owner, activity, clicks):
+    raw = bytes(range(256))
+    body = {"encoding": "base64",
+            "records": [{"value": base64.b64encode(raw).decode(), "partition": 0}]}
+    api(owner).post(messages_url(activity), body, format="json")
+    got = api(owner).get(messages_url(activity)).json()["messages"]
+    assert base64.b64decode(got[0]["value"]) == raw
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "records"),
+        ({"records": "x"}, "records"),
+        ({"records": [{"key": "no value"}]}, "records[0]"),
+        ({"records": [{"value": "x", "colour": "red"}]}, "records[0]"),
+        ({"encoding": "base64", "records": [{"value": "%%%"}]}, "records[0]"),
+        ({"encoding": "rot13", "records": [{"value": "x"}]}, "encoding"),
+        ({"records": [{"value": "x", "partition": -1}]}, "records[0]"),
+        ({"records": [{"value": "x", "headers": ["h"]}]}, "records[0]"),
+        ({"records": [{"value": "x"}], "producer": 7}, "producer"),
+    ],
+)
+def test_malformed_produce_bodies_write_nothing(api, owner, activity, clicks, body, field):
+    response = api(owner).post(messages_url(activity), body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert api(owner).get(messages_url(activity)).json()["messages"] == []
+
+
+def test_an_outsider_can_neither_produce_nor_consume(api, outsider, activity, clicks):
+    body = {"records": [{"value": "x"}]}
+    assert api(outsider).post(messages_url(activity), body, format="json").status_code == 404
+    assert api(outsider).get(messages_url(activity)).status_code == 404
+    assert api(outsider).get(cursors_url(activity)).status_code == 404
+
+
+def test_a_member_without_produceperm_is_refused(api, member, activity, clicks):
+    response = api(member).post(messages_url(activity), {"records": [{"value": "x"}]},
+                                format="json")
+    assert response.status_code == 403
+    assert "produceperm" in response.json()["detail"]
+
+
+def test_offsets_out_of_range_are_a_clear_400(api, owner, activity, clicks):
+    response = api(owner).get(messages_url(activity), {"offset": 5})
+    assert response.status_code == 400
+    assert "out of range" in response.json()["detail"]
+
+
+def test_cursors_commit_and_list(api, owner, activity, clicks):
+    api(owner).post(messages_url(activity), {"records": [{"value": "x", "partition": 0}] * 3},
+                    format="json")
+    response = api(owner).post(cursors_url(activity), {"group": "g", "partition": 0,
+                                                       "offset": 2}, format="json")
+    assert response.status_code == 201
+    assert api(owner).get(cursors_url(activity), {"group": "g"}).json() == {
+        "cursors": [{"group": "g", "partition": 0, "offset": 2}]
+    }

@@ -1,0 +1,44 @@
+import time
+
+import pytest
+
+from replication.engine.store import Record
+from replication.services import stream_edit, topic_create
+from replication.services.messages import messages_produce
+from replication.stores import store_for
+from tests.workers.conftest import wait_until
+from workers.tasks import expire_messages_task, expire_stream_task
+
+
+@pytest.fixture
+def aged(owner, activity):
+    """clicks: three messages two minutes old and two fresh ones, under a one-minute ttl."""
+    stream_edit(actor=owner, stream=activity, ttl=60)
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    now = int(time.time() * 1000)
+    records = [Record(value=b"old", timestamp_ms=now - 120_000)] * 3 + [Record(value=b"new")] * 2
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=records)
+    return activity
+
+
+def low_watermark(stream) -> int:
+    return store_for(stream.cluster).watermarks(stream.uuid, "clicks")[0][0]
+
+
+def test_beat_entry_expires_through_a_real_worker(celery_worker, aged):
+    expire_messages_task.delay()
+    wait_until(lambda: low_watermark(aged) == 3)
+    assert store_for(aged.cluster).watermarks(aged.uuid, "clicks") == {0: (3, 5)}
+
+
+def test_a_redelivered_expire_task_changes_nothing_more(celery_worker, aged):
+    expire_stream_task.delay(aged.pk)
+    wait_until(lambda: low_watermark(aged) == 3)
+    expire_stream_task.delay(aged.pk)
+    expire_stream_task.delay(aged.pk)
+    time.sleep(1.0)
+    assert store_for(aged.cluster).watermarks(aged.uuid, "clicks") == {0: (3, 5)}
+
+
+def test_an_expire_task_for_a_deleted_stream_does_nothing(transactional_db):
+    assert expire_stream_task.apply(args=[987654]).get() == 0

@@ -1,0 +1,38 @@
+"""Embedded mode's stand-in for Celery beat and workers: one daemon thread runs each entry of
+the beat schedule at its interval. Tasks run eagerly (CELERY_TASK_ALWAYS_EAGER), so they go
+through the same task functions as in production, only without a broker in between."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import structlog
+from celery import Celery
+
+log = structlog.get_logger(__name__)
+
+
+def _run_due(app: Celery, due: dict[str, float]) -> None:
+    now = time.monotonic()
+    for name, entry in app.conf.beat_schedule.items():
+        if now < due.get(name, 0):
+            continue
+        due[name] = now + float(entry["schedule"])
+        try:
+            app.tasks[entry["task"]].apply()
+        except Exception:  # a failing task must not stop the schedule, as with beat
+            log.exception("embedded_task_failed", task=entry["task"])
+
+
+def start_scheduler(app: Celery, *, tick: float = 1.0) -> threading.Thread:
+    due: dict[str, float] = {}
+
+    def loop() -> None:
+        while True:
+            _run_due(app, due)
+            time.sleep(tick)
+
+    thread = threading.Thread(target=loop, name="embedded-beat", daemon=True)
+    thread.start()
+    return thread
