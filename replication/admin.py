@@ -203,15 +203,11 @@ class ReplicaLinkAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReplicaLink]:
         # One query for the agreement of every row, instead of one per row.
-        return super().get_queryset(request).annotate(
-            is_agreed=Exists(
-                Upstream.objects.filter(replica=OuterRef("replica"), source=OuterRef("source"))
-            )
-        )
+        return super().get_queryset(request).with_agreement()
 
     @admin.display(description="replicaState")
     def replica_state(self, link: ReplicaLink) -> str:
-        return link.replica_state(agreed=link.is_agreed)  # type: ignore[attr-defined]
+        return link.replica_state()
 
     pause_replication = admin.action(description="Pause replication")(
         _apply(replica_pause, "Paused")

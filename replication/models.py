@@ -209,12 +209,17 @@ class ReplicaLinkQuerySet(RestrictedQuerySet):
     # The owners of either end see the link: the source lists it, the replica approves it.
     tenant_paths = ("source__tenant", "replica__tenant")
 
-    def agreed(self) -> ReplicaLinkQuerySet:
-        """Links with the two-way agreement (DESIGN.md invariant 5)."""
+    def with_agreement(self) -> ReplicaLinkQuerySet:
+        """Annotate `is_agreed`: whether the replica declared the source as its upstream
+        (DESIGN.md invariant 5), in the list query itself rather than a query per row."""
         upstreams = Upstream.objects.filter(
             replica=models.OuterRef("replica"), source=models.OuterRef("source")
         )
-        return self.filter(models.Exists(upstreams))
+        return self.annotate(is_agreed=models.Exists(upstreams))
+
+    def agreed(self) -> ReplicaLinkQuerySet:
+        """Links with the two-way agreement: only these move data."""
+        return self.with_agreement().filter(is_agreed=True)
 
 
 class ReplicaLink(models.Model):
@@ -254,10 +259,13 @@ class ReplicaLink(models.Model):
 
     @property
     def agreed(self) -> bool:
+        annotated = getattr(self, "is_agreed", None)  # from with_agreement(), when used
+        if annotated is not None:
+            return annotated
         return Upstream.objects.filter(replica=self.replica_id, source=self.source_id).exists()
 
-    def replica_state(self, agreed: bool | None = None) -> str:
-        if not (self.agreed if agreed is None else agreed):
+    def replica_state(self) -> str:
+        if not self.agreed:
             return ReplicaState.WAITING_FOR_UPSTREAM
         return self.state
 

@@ -204,17 +204,14 @@ def replica_rows(stream: Stream) -> list[Row]:
     """`stream replica list -path <source>`: one row per replica, in idx order."""
     links = list(
         ReplicaLink.objects.filter(source=stream).select_related("replica__cluster")
-        .order_by("idx")
-    )
-    agreed = set(
-        ReplicaLink.objects.agreed().filter(source=stream).values_list("pk", flat=True)
+        .with_agreement().order_by("idx")
     )
     pending = pending_figures(links)
-    return [_replica_row(link, link.pk in agreed, pending[link.pk]) for link in links]
+    return [_replica_row(link, pending[link.pk]) for link in links]
 
 
-def _replica_row(link: ReplicaLink, agreed: bool, pending: PendingFigures) -> Row:
-    state = link.replica_state(agreed=agreed)
+def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
+    state = link.replica_state()
     replicating = state == ReplicaState.REPLICATING
     return {
         "cluster": link.replica.cluster.name,
@@ -238,7 +235,7 @@ def _replica_row(link: ReplicaLink, agreed: bool, pending: PendingFigures) -> Ro
         # setup), which MapR reports as 100.
         "copyTableCompletionPercentage": 100 if replicating else link.copy_percentage,
         "errors": [link.last_error] if link.last_error else [],
-        "waitingForUpstream": not agreed,
+        "waitingForUpstream": not link.agreed,
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django_filters import rest_framework as filters
 
@@ -11,16 +11,8 @@ from replication.models import (
     Gateway,
     ReplicaLink,
     Stream,
-    Upstream,
 )
 from replication.paths import parse_stream_path
-
-
-def with_agreement(links: QuerySet) -> QuerySet:
-    """Annotate `agreed_flag` (DESIGN.md invariant 5) in the list query itself; the
-    `ReplicaLink.agreed` property would cost one query per row."""
-    upstream = Upstream.objects.filter(replica=OuterRef("replica"), source=OuterRef("source"))
-    return links.annotate(agreed_flag=Exists(upstream))
 
 
 def gateway_status_q(status: str) -> Q:
@@ -73,7 +65,7 @@ class ReplicaLinkFilter(filters.FilterSet):
         fields = ["waiting_for_upstream", "source", "replica"]
 
     def filter_waiting(self, queryset: QuerySet, name: str, value: bool) -> QuerySet:
-        return queryset.filter(agreed_flag=not value)
+        return queryset.filter(is_agreed=not value)
 
     def filter_path(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         # Normalised as everywhere else (`mapr/sf/a` is `/mapr/sf/a`); a malformed path is a

@@ -13,9 +13,13 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -66,19 +70,33 @@ def _record(item: Any, decode: Callable[[str], bytes]) -> Record:
     )
 
 
+def _values_only(items: list[Any], decode: Callable[[str], bytes]) -> list[Record] | None:
+    """The common batch, values and nothing else, without the per-field checks of `_record`."""
+    try:
+        if all(type(item) is dict and len(item) == 1 and type(item["value"]) is str
+               for item in items):
+            return [Record(decode(item["value"])) for item in items]
+    except (KeyError, binascii.Error, ValueError):
+        pass  # let the careful path say which record is wrong
+    return None
+
+
 def parse_records(body: Any) -> tuple[list[Record], str | None]:
     if not isinstance(body, dict) or not isinstance(body.get("records"), list):
         raise serializers.ValidationError({"records": ["send {\"records\": [{\"value\": ...}]}"]})
     decode = _decoder(_choice(body.get("encoding", "utf-8"), "encoding", ENCODINGS))
+    producer = body.get("producer")
+    if producer is not None and not isinstance(producer, str):
+        raise serializers.ValidationError({"producer": ["a producer id is text"]})
+    fast = _values_only(body["records"], decode)
+    if fast is not None:
+        return fast, producer
     records = []
     for index, item in enumerate(body["records"]):
         try:
             records.append(_record(item, decode))
         except (ValueError, TypeError, AttributeError, binascii.Error) as err:
             raise serializers.ValidationError({f"records[{index}]": [str(err)]}) from err
-    producer = body.get("producer")
-    if producer is not None and not isinstance(producer, str):
-        raise serializers.ValidationError({"producer": ["a producer id is text"]})
     return records, producer
 
 
@@ -116,10 +134,29 @@ INT_PARAMS = [
 ]
 
 
+class ORJSONParser(JSONParser):
+    """Batches of thousands of records: orjson parses them about four times faster."""
+
+    def parse(self, stream: Any, media_type: str | None = None,
+              parser_context: Any = None) -> Any:
+        try:
+            return orjson.loads(stream.read())
+        except orjson.JSONDecodeError as err:
+            raise ParseError(f"JSON parse error - {err}") from err
+
+
+class ORJSONRenderer(JSONRenderer):
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: Any = None) -> bytes:
+        return b"" if data is None else orjson.dumps(data)
+
+
 class MessageViewSet(StreamChildViewSet):
     """Produce to and consume from one topic of the stream."""
 
     queryset = Topic.objects.all()
+    parser_classes = [ORJSONParser]
+    renderer_classes = [ORJSONRenderer, BrowsableAPIRenderer]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def create(self, request: Request, **kwargs: Any) -> Response:

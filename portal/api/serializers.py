@@ -238,7 +238,7 @@ class ReplicaLinkSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ChoiceField(choices=ReplicaState.choices))
     def get_replicaState(self, link: ReplicaLink) -> str:
-        return link.replica_state(agreed=getattr(link, "agreed_flag", None))
+        return link.replica_state()
 
     def get_isUptodate(self, link: ReplicaLink) -> bool:
         # TODO(engine): compare the replica's cursors with the source's end offsets. Until the

@@ -200,7 +200,7 @@ class ReplicaViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
     lookup_value_converter = "uuid"
 
     def get_queryset(self) -> QuerySet:
-        return filters.with_agreement(super().get_queryset())
+        return super().get_queryset().with_agreement()
 
     def create(self, request: Request, stream_uuid: str) -> Response:
         data = self.validated(s.ReplicaAddSerializer)
@@ -279,7 +279,7 @@ class ReplicaLinkViewSet(ListModelMixin, TenantScopedViewSet):
     filterset_class = filters.ReplicaLinkFilter
 
     def get_queryset(self) -> QuerySet:
-        return filters.with_agreement(super().get_queryset())
+        return super().get_queryset().with_agreement()
 
 
 # --- auth ---------------------------------------------------------------------------------

@@ -1,19 +1,18 @@
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Exists, OuterRef, Prefetch
+from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from replication.models import Cluster, Gateway, ReplicaLink, Stream, Upstream
+from replication.models import Cluster, Gateway, ReplicaLink, Stream
 
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     streams = Stream.objects.restrict(request.user).select_related("cluster", "tenant")
-    agreed = Upstream.objects.filter(replica=OuterRef("replica"), source=OuterRef("source"))
     links = (
         ReplicaLink.objects.restrict(request.user)
         .select_related("source", "replica")
-        .annotate(is_agreed=Exists(agreed))
+        .with_agreement()
     )
     clusters = Cluster.objects.prefetch_related(
         Prefetch("gateways", queryset=Gateway.objects.order_by("name"))
@@ -21,6 +20,6 @@ def overview(request: HttpRequest) -> HttpResponse:
     context = {
         "clusters": clusters,
         "streams": streams.annotate(num_topics=Count("topics")),
-        "links": [(link, link.replica_state(agreed=link.is_agreed)) for link in links],
+        "links": [(link, link.replica_state()) for link in links],
     }
     return render(request, "web/overview.html", context)

@@ -87,7 +87,8 @@ def test_run_production_starts_the_compose_commands():
     services = compose()["services"]
     for name in ("beat", "worker"):
         assert " ".join(services[name]["command"]) in script, name
-    assert "daphne -b" in script and "portal.asgi:application" in script
+    web = " ".join(services["web"]["command"])
+    assert "uvicorn portal.asgi:application" in web and "uvicorn portal.asgi:application" in script
     for variable in PROCESS_ENV:
         assert variable in script, variable
     assert subprocess.run(["bash", "-n", str(ROOT / "bin" / "run-production")]).returncode == 0
