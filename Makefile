@@ -14,7 +14,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod clean
+.PHONY: run test install install-test lint prod bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,3 +53,8 @@ clean:
 ## prod: the production topology as local processes on PostgreSQL and Redis (no Docker)
 prod: install
 	bin/run-production
+
+## bench: the benchmark commands whose tables are in docs/benchmarks.md (several minutes)
+bench: install
+	$(BIN)/python -m bench store --messages 500000 --runs 5
+	$(BIN)/python -m bench produce --runs 5

@@ -24,9 +24,9 @@ from replication.models import (
     Topic,
     Upstream,
 )
-from replication.paths import CLUSTER_NAME
+from replication.paths import validate_cluster_name
 from replication.services import replica_pause, replica_resume
-from replication.services.clusters import GATEWAY_ADDRESS
+from replication.services.clusters import validate_gateway_address
 
 
 class ClusterForm(forms.ModelForm):
@@ -36,13 +36,10 @@ class ClusterForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         # The same rule as cluster_create: the name is a segment of every stream path.
-        name = self.cleaned_data["name"]
-        if not CLUSTER_NAME.match(name or ""):
-            raise forms.ValidationError(
-                f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit"
-            )
-        return name
+        try:
+            return validate_cluster_name(self.cleaned_data["name"])
+        except StreamgateError as err:
+            raise forms.ValidationError(err.desc) from err
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -58,11 +55,10 @@ class GatewayForm(forms.ModelForm):
 
     def clean_address(self) -> str:
         address = self.cleaned_data["address"]
-        match = GATEWAY_ADDRESS.match(address) if address else None
-        if address and (not match or (match["port"] and not 0 < int(match["port"]) < 65536)):
-            raise forms.ValidationError(f"invalid gateway address {address!r}: write host or "
-                                        "host:port")
-        return address
+        try:
+            return address and validate_gateway_address(address, field="address")
+        except StreamgateError as err:
+            raise forms.ValidationError(err.desc) from err
 
 
 class GatewayInline(OperatorAccess, admin.TabularInline):

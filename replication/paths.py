@@ -52,6 +52,13 @@ def parse_stream_path(text: str, *, field: str = "path") -> StreamPath:
     return StreamPath(cluster, "/".join(segments))
 
 
+def validate_cluster_name(name: str, *, field: str = "name") -> str:
+    if not isinstance(name, str) or not CLUSTER_NAME.match(name):
+        raise InvalidInput(f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' "
+                           "or '-', starting with a letter or digit", field=field)
+    return name
+
+
 def validate_topic_name(name: str, *, field: str = "topic") -> str:
     if not isinstance(name, str) or not TOPIC_NAME.match(name):
         raise InvalidInput(

@@ -9,7 +9,7 @@ from django.db import transaction
 from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
-from replication.paths import CLUSTER_NAME
+from replication.paths import validate_cluster_name
 from replication.stores import store_for
 
 GATEWAY_ADDRESS = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?$")
@@ -33,9 +33,7 @@ def cluster_by_name(name: str, *, field: str = "dstcluster") -> Cluster:
 @transaction.atomic
 def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -> Cluster:
     _operator_only(actor, "create clusters")
-    if not CLUSTER_NAME.match(name or ""):
-        raise InvalidInput(f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' "
-                           "or '-', starting with a letter or digit", field="name")
+    validate_cluster_name(name)
     if Cluster.objects.filter(name=name).exists():
         raise AlreadyExists(f"cluster {name} already exists", field="name")
     cluster = Cluster.objects.create(name=name, store_url=store_url)
@@ -48,6 +46,14 @@ def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -
     return cluster
 
 
+def validate_gateway_address(address: str, *, field: str = "gateways") -> str:
+    match = GATEWAY_ADDRESS.match(address)
+    if len(address) > 255 or not match or (match["port"] and not 0 < int(match["port"]) < 65536):
+        raise InvalidInput(f"invalid gateway address {address!r}: write host or host:port",
+                           field=field)
+    return address
+
+
 def parse_gateways(text: str) -> list[str]:
     names = text.split()
     if not names:
@@ -57,10 +63,7 @@ def parse_gateways(text: str) -> list[str]:
         raise InvalidInput(f"-gateways lists {len(names)}; at most {MAX_GATEWAYS}",
                            field="gateways")
     for name in names:
-        match = GATEWAY_ADDRESS.match(name)
-        if len(name) > 255 or not match or (match["port"] and not 0 < int(match["port"]) < 65536):
-            raise InvalidInput(f"invalid gateway address {name!r}: write host or host:port",
-                               field="gateways")
+        validate_gateway_address(name)
     if len(set(names)) != len(names):
         raise InvalidInput("-gateways names a gateway twice", field="gateways")
     return names
