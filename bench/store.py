@@ -24,7 +24,8 @@ import psycopg
 from psycopg import sql
 
 from replication.engine import Record, create_database
-from replication.engine.pgstore import COPY_TYPES, PostgresStore, configure_connection
+from replication.engine.pg import PostgresStore
+from replication.engine.pg.schema import COPY_TYPES, configure_connection
 
 BATCH = 1000
 SLICE = 10  # batches per timed slice

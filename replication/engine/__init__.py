@@ -2,6 +2,7 @@
 gateways, Spark executors and tests use it alike (DESIGN.md)."""
 
 from replication.engine.store import (
+    Applied,
     Message,
     MessageStore,
     Misordered,
@@ -16,6 +17,7 @@ from replication.engine.store import (
 )
 
 __all__ = [
+    "Applied",
     "Message",
     "MessageStore",
     "Misordered",

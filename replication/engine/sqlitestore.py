@@ -14,26 +14,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from uuid import UUID
 
-from replication.engine.store import (
-    PARTITION_STATS,
-    Key,
-    Message,
-    OffsetOutOfRange,
+from replication.engine.batches import (
     OriginCache,
-    PartitionOutOfRange,
-    PartitionStats,
-    Record,
-    StoreError,
-    UnknownTopic,
     cut_to_bytes,
     expire_end,
     group_runs,
     layout_apply,
     layout_batch,
     messages_from_rows,
+    trim_runs,
+)
+from replication.engine.store import (
+    PARTITION_STATS,
+    Applied,
+    Key,
+    Message,
+    OffsetOutOfRange,
+    PartitionOutOfRange,
+    PartitionStats,
+    Record,
+    StoreError,
+    UnknownTopic,
     partition_stats_from,
     plan_partitions,
-    trim_runs,
 )
 
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
@@ -81,6 +84,12 @@ ADVANCE = (
     "UPDATE partitions SET next_offset = max(next_offset, ?), rows = rows + ?, "
     "bytes = bytes + ? WHERE id = ?"
 )
+# Status only (see MessageStore.replication_cursor): never moves back.
+LINK_CURSORS = """
+INSERT INTO replication_cursors (pid, link, next_offset) VALUES (?, ?, ?)
+ON CONFLICT (pid, link) DO UPDATE
+SET next_offset = max(replication_cursors.next_offset, excluded.next_offset)
+"""
 READ = """
 SELECT "offset", ts, key, value, headers, origin, producer,
     length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0)
@@ -222,26 +231,29 @@ class SqliteStore:
         messages: Sequence[Message],
         *,
         link: str,
-        expected: dict[Key, int] | None = None,
-    ) -> dict[Key, int]:
+        origin_low: dict[Key, int] | None = None,
+    ) -> Applied:
         runs = group_runs(messages)
         if not runs:
-            return {}
+            return Applied({})
+        # BEGIN IMMEDIATE holds the file's write lock: the ends read here stay true until the
+        # commit, whoever else applies or appends.
         with self._write() as conn:
             pids = self._apply_pids(conn, stream, runs)
-            cursors = {key: self._link_cursor(conn, pid, link) for key, pid in pids.items()}
-            todo = trim_runs(runs, cursors, expected)
+            marks = {key: self._marks(conn, pid) for key, pid in pids.items()}
+            trimmed = trim_runs(runs, marks, origin_low)
+            conn.executemany(
+                "UPDATE partitions SET low_offset = ?, next_offset = ? WHERE id = ?",
+                [(off, off, pids[key]) for key, off in trimmed.starts.items()],
+            )
             rows: list[tuple] = []
-            ends = layout_apply(todo, pids, rows.append)
-            done = {key: cursors[key] + len(run) for key, run in todo.items()}
+            ends = layout_apply(trimmed.todo, pids, rows.append)
             conn.executemany(INSERT, rows)
             conn.executemany(ADVANCE, [(*end, pid) for pid, end in ends.items()])
             conn.executemany(
-                "INSERT INTO replication_cursors (pid, link, next_offset) VALUES (?, ?, ?) "
-                "ON CONFLICT (pid, link) DO UPDATE SET next_offset = excluded.next_offset",
-                [(pids[key], link, cursor) for key, cursor in done.items()],
+                LINK_CURSORS, [(pids[key], link, run[-1].offset + 1) for key, run in runs.items()]
             )
-        return done
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()})
 
     def _apply_pids(
         self, conn: sqlite3.Connection, stream: UUID, runs: dict[Key, list[Message]]
@@ -259,15 +271,18 @@ class SqliteStore:
         return {key: ids[key] for key in runs}
 
     @staticmethod
-    def _link_cursor(conn: sqlite3.Connection, pid: int, link: str) -> int:
-        row = conn.execute(
-            "SELECT next_offset FROM replication_cursors WHERE pid = ? AND link = ?", (pid, link)
+    def _marks(conn: sqlite3.Connection, pid: int) -> tuple[int, int]:
+        return conn.execute(
+            "SELECT low_offset, next_offset FROM partitions WHERE id = ?", (pid,)
         ).fetchone()
-        return row[0] if row else 0
 
     def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
         conn = self._conn()
-        return self._link_cursor(conn, self._pid(conn, stream, topic, partition), link)
+        row = conn.execute(
+            "SELECT next_offset FROM replication_cursors WHERE pid = ? AND link = ?",
+            (self._pid(conn, stream, topic, partition), link),
+        ).fetchone()
+        return row[0] if row else 0
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -403,9 +418,18 @@ class SqliteStore:
         )
 
     def drop_stream(self, stream: UUID) -> None:
+        self._drop(stream, None)
+
+    def drop_topic(self, stream: UUID, topic: str) -> None:
+        self._drop(stream, topic)
+
+    def _drop(self, stream: UUID, topic: str | None) -> None:
+        match = "stream = ? AND (? IS NULL OR topic = ?)"
+        args = (stream.bytes, topic, topic)
         with self._write() as conn:
-            where = "pid IN (SELECT id FROM partitions WHERE stream = ?)"
+            where = f"pid IN (SELECT id FROM partitions WHERE {match})"
             for table in ("messages", "replication_cursors", "consumer_cursors"):
-                conn.execute(f"DELETE FROM {table} WHERE {where}", (stream.bytes,))
-            conn.execute("DELETE FROM partitions WHERE stream = ?", (stream.bytes,))
-        self._pids = {k: v for k, v in self._pids.items() if k[0] != stream}
+                conn.execute(f"DELETE FROM {table} WHERE {where}", args)
+            conn.execute(f"DELETE FROM partitions WHERE {match}", args)
+        self._pids = {k: v for k, v in self._pids.items()
+                      if k[0] != stream or (topic is not None and k[1] != topic)}

@@ -13,6 +13,7 @@ from replication.services.common import (
     topology_lock,
 )
 from replication.services.streams import clean_partitions
+from replication.stores import store_for
 
 
 def topic_of(stream: Stream, name: str) -> Topic:
@@ -111,6 +112,10 @@ def topic_delete(*, actor: AbstractBaseUser, stream: Stream, name: str) -> None:
     topology_lock()
     topic = topic_of(stream, name)
     _origin_only(topic, "delete")
-    # Replicas hold copies with the same name and origin; they go with the original.
+    # Replicas hold copies with the same name and origin; they go with the original, and so
+    # do their messages, once this commits: a topic created later under the name is new.
     streams, _ = component([stream.id])
-    Topic.objects.filter(stream__in=streams, name=name, origin_uuid=stream.uuid).delete()
+    copies = Topic.objects.filter(stream__in=streams, name=name, origin_uuid=stream.uuid)
+    holders = [(t.stream.cluster, t.stream.uuid) for t in copies.select_related("stream__cluster")]
+    copies.delete()
+    transaction.on_commit(lambda: [store_for(c).drop_topic(uuid, name) for c, uuid in holders])

@@ -176,3 +176,13 @@ def test_stream_and_topic_info_report_the_stores_figures(owner, activity, clicks
     partitions = reports.partition_rows(clicks)
     assert [p["maxoffset"] for p in partitions] == [-1, 2, -1]
     assert partitions[1]["minoffsetacrossconsumers"] == 1
+
+
+def test_a_topic_deleted_and_produced_again_starts_anew(owner, activity, clicks):
+    from replication.services import topic_delete
+
+    produce(owner, activity, [Record(value=b"old", partition=0)] * 2)
+    topic_delete(actor=owner, stream=activity, name="clicks")
+    assert produce(owner, activity, [Record(value=b"new")]) == [(0, 0)]
+    got = messages_consume(actor=owner, stream=activity, topic="clicks")
+    assert [m.value for m in got] == [b"new"]

@@ -1,21 +1,27 @@
 """Fixtures for the engine core: every store test runs on both implementations.
 
-These tests need no Django database: PostgreSQL gets a scratch database per test module
+These tests need no Django database: PostgreSQL gets scratch databases per test module
 (`sgstore_test_<pid>_<n>`, dropped at teardown) on the server DATABASE_URL names (or the local
-default), SQLite a file in the test's tmp_path.
+default), SQLite files in the test's tmp_path. Replication tests get a `Net`: streams spread
+over two clusters' stores, with the control plane's record of each topic's origin.
 """
 
+import contextlib
 import itertools
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from replication.engine import MessageStore, create_database, open_store
+from replication.engine import MessageStore, Record, UnknownTopic, create_database, open_store
+from replication.engine.checker import Report, check_replica
+from replication.engine.replicator import BatchSpec, plan_batches, pump
+from replication.engine.store import Key
 
 _databases = itertools.count()
 
@@ -31,9 +37,7 @@ def _with_db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for the module, dropped afterwards."""
+def _scratch_database() -> Iterator[str]:
     name = f"sgstore_test_{os.getpid()}_{next(_databases)}"
     url = _with_db(_server_url(), name)
     create_database(url)
@@ -41,6 +45,24 @@ def pg_url() -> Iterator[str]:
     with psycopg.connect(_with_db(_server_url(), "postgres"), autocommit=True) as conn:
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
         conn.execute(drop.format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for the module, dropped afterwards."""
+    yield from _scratch_database()
+
+
+@pytest.fixture(scope="module")
+def pg_url_b() -> Iterator[str]:
+    """A second database for the module: another cluster's store, for replication tests."""
+    yield from _scratch_database()
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A database of the test's own, for tests that alter the schema."""
+    yield from _scratch_database()
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -61,3 +83,119 @@ def store(store_url: str) -> Iterator[MessageStore]:
 def stream() -> uuid.UUID:
     """A stream of its own per test: PostgreSQL tests of a module share one database."""
     return uuid.uuid4()
+
+
+# --- replication: streams on several clusters' stores ------------------------------------------
+
+
+@dataclass
+class Net:
+    """Streams, each on a store of its own cluster, and the control plane's record of each
+    topic's origin stream. Produced offsets are remembered as acknowledged, for the checker."""
+
+    urls: list[str]  # the clusters' store URLs; streams are spread over them in turn
+    stores: dict[str, MessageStore] = field(default_factory=dict)  # by URL
+    streams: dict[str, tuple[str, uuid.UUID]] = field(default_factory=dict)  # name -> (url, id)
+    origins: dict[str, uuid.UUID] = field(default_factory=dict)  # topic -> origin stream
+    acked: dict[str, dict[Key, set[int]]] = field(default_factory=dict)  # topic -> offsets
+
+    def add(self, *names: str) -> None:
+        for name in names:
+            url = self.urls[len(self.streams) % len(self.urls)]
+            if url not in self.stores:
+                self.stores[url] = open_store(url)
+            self.streams[name] = (url, uuid.uuid4())
+
+    def url(self, name: str) -> str:
+        return self.streams[name][0]
+
+    def id(self, name: str) -> uuid.UUID:
+        return self.streams[name][1]
+
+    def store(self, name: str) -> MessageStore:
+        return self.stores[self.url(name)]
+
+    def produce(
+        self, name: str, topic: str, count: int, *, partitions: int = 3, size: int = 40
+    ) -> dict[Key, set[int]]:
+        """`count` keyed records with headers (a producer id among them) and timestamps."""
+        store, stream = self.store(name), self.id(name)
+        assert self.origins.setdefault(topic, stream) == stream, "one origin per topic"
+        store.ensure_topic(stream, topic, partitions)
+        first = sum(len(offsets) for offsets in self.acked.get(topic, {}).values())
+        records = [
+            Record(
+                value=os.urandom(size),
+                key=b"key-%d" % (i % 97),
+                headers=(("id", b"%s-%d" % (topic.encode(), i)), ("n", b"%d" % i)),
+                timestamp_ms=1_700_000_000_000 + i,
+            )
+            for i in range(first, first + count)
+        ]
+        acked = self.acked.setdefault(topic, {})
+        for partition, offset in store.append(stream, topic, records, origin=stream):
+            acked.setdefault((topic, partition), set()).add(offset)
+        return acked
+
+    def topics(self, name: str) -> dict[str, uuid.UUID]:
+        """The topics the stream holds, own and replicated, with their origins: all of them are
+        replicated (invariant 7)."""
+        held = {}
+        for topic, origin in self.origins.items():
+            with contextlib.suppress(UnknownTopic):
+                self.store(name).watermarks(self.id(name), topic)
+                held[topic] = origin
+        return held
+
+    def plan(self, src: str, dst: str, **kwargs) -> list[BatchSpec]:
+        args = (self.store(src), self.id(src), self.store(dst), self.id(dst), self.topics(src))
+        return plan_batches(*args, **kwargs)
+
+    def pump(self, src: str, dst: str, **kwargs) -> int:
+        args = (self.store(src), self.id(src), self.store(dst), self.id(dst), self.topics(src))
+        return pump(*args, link=f"{src}->{dst}", **kwargs)
+
+    def check(self, origin: str, replica: str, **kwargs) -> Report:
+        """Check the replica against the origin for every topic that originates there."""
+        topics = [t for t, o in self.origins.items() if o == self.id(origin)]
+        acked = {k: v for t in topics for k, v in self.acked.get(t, {}).items()}
+        kwargs.setdefault("acknowledged", acked)
+        args = (self.store(origin), self.id(origin), self.store(replica), self.id(replica))
+        return check_replica(*args, topics, **kwargs)
+
+    def assert_replica(self, origin: str, replica: str, **kwargs) -> Report:
+        report = self.check(origin, replica, **kwargs)
+        assert report.ok, report.summary()
+        return report
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+
+
+def _open_net(urls: list[str]) -> Iterator[Net]:
+    net = Net(urls)
+    yield net
+    net.close()
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def net(request: pytest.FixtureRequest, tmp_path) -> Iterator[Net]:
+    """Streams spread over two clusters' stores, on PostgreSQL and on SQLite."""
+    if request.param == "postgres":
+        urls = [request.getfixturevalue("pg_url"), request.getfixturevalue("pg_url_b")]
+    else:
+        urls = [f"sqlite:///{tmp_path / name}.sqlite3" for name in ("east", "west", "north")]
+    yield from _open_net(urls)
+
+
+@pytest.fixture
+def pg_net(pg_url: str, pg_url_b: str) -> Iterator[Net]:
+    """Streams spread over two clusters' stores on PostgreSQL."""
+    yield from _open_net([pg_url, pg_url_b])
+
+
+@pytest.fixture
+def fresh_pg_net(fresh_pg_url: str, pg_url_b: str) -> Iterator[Net]:
+    """Like pg_net, its first store on a database of the test's own."""
+    yield from _open_net([fresh_pg_url, pg_url_b])

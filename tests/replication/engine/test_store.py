@@ -47,7 +47,8 @@ def _values(store, stream, topic, partition, offset=0, limit=10_000):
 def test_engine_imports_without_django():
     code = (
         "import sys; sys.modules['django'] = None\n"
-        "import replication.engine, replication.engine.pgstore, replication.engine.sqlitestore\n"
+        "import replication.engine, replication.engine.pg, replication.engine.sqlitestore\n"
+        "import replication.engine.replicator, replication.engine.checker\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -414,8 +415,9 @@ def _origin_messages(store, stream, topic="t", partitions=1, count=10):
 def test_apply_keeps_origin_offsets_timestamps_and_origin(store, stream):
     messages = _origin_messages(store, stream)
     replica = uuid.uuid4()
-    assert store.apply(replica, messages[:4], link="sf->ny") == {("t", 0): 4}
-    assert store.apply(replica, messages[4:], link="sf->ny") == {("t", 0): 10}
+    first = store.apply(replica, messages[:4], link="sf->ny")
+    assert (first.ends, first.written, first.count) == ({("t", 0): 4}, {("t", 0): 4}, 4)
+    assert store.apply(replica, messages[4:], link="sf->ny").ends == {("t", 0): 10}
     assert store.read(replica, "t", 0, 0) == messages
     assert store.watermarks(replica, "t") == {0: (0, 10)}
     assert store.replication_cursor(replica, "sf->ny", "t", 0) == 10
@@ -425,8 +427,10 @@ def test_apply_trims_a_redelivered_overlap(store, stream):
     messages = _origin_messages(store, stream)
     replica = uuid.uuid4()
     store.apply(replica, messages[:6], link="l")
-    assert store.apply(replica, messages[:6], link="l") == {("t", 0): 6}
-    assert store.apply(replica, messages[3:8], link="l") == {("t", 0): 8}
+    again = store.apply(replica, messages[:6], link="l")
+    assert (again.ends, again.count) == ({("t", 0): 6}, 0)
+    overlap = store.apply(replica, messages[3:8], link="l")
+    assert (overlap.ends, overlap.count) == ({("t", 0): 8}, 2)
     assert store.read(replica, "t", 0, 0) == messages[:8]
 
 
@@ -450,20 +454,71 @@ def test_apply_refuses_holes_inside_a_batch(store, stream):
         store.apply(uuid.uuid4(), [messages[0], messages[2]], link="l")
 
 
-def test_apply_checks_the_expected_cursor(store, stream):
+def test_apply_checks_the_partition_end_shared_by_every_link(store, stream):
+    """Fan-in diamond: one origin partition reaches the replica by two links. The second
+    link's own progress is 0, yet the partition already holds 0..5: it must trim, not insert
+    duplicates, and a gap is a gap whichever link would open it."""
     messages = _origin_messages(store, stream)
     replica = uuid.uuid4()
-    store.apply(replica, messages[:5], link="l")
-    with pytest.raises(Misordered, match="expected the replica cursor at 3"):
-        store.apply(replica, messages[3:], link="l", expected={("t", 0): 3})
-    assert store.apply(replica, messages[5:], link="l", expected={("t", 0): 5}) == {("t", 0): 10}
+    store.apply(replica, messages[:6], link="via-b")
+    by_c = store.apply(replica, messages[:8], link="via-c")
+    assert (by_c.ends, by_c.written) == ({("t", 0): 8}, {("t", 0): 2})
+    assert store.apply(replica, messages[:8], link="via-b").count == 0
+    with pytest.raises(Misordered) as caught:
+        store.apply(replica, messages[9:], link="via-b")
+    assert (caught.value.expected, caught.value.got) == (8, 9)
+    assert store.read(replica, "t", 0, 0) == messages[:8]
 
 
-def test_apply_cursors_are_per_link(store, stream):
+def test_apply_cursors_are_per_link_and_for_status_only(store, stream):
     messages = _origin_messages(store, stream)
     replica = uuid.uuid4()
     store.apply(replica, messages[:5], link="a")
     assert store.replication_cursor(replica, "b", "t", 0) == 0
+    store.apply(replica, messages[:3], link="a")  # a late redelivery never moves it back
+    assert store.replication_cursor(replica, "a", "t", 0) == 5
+
+
+def _expired_origin(store, stream, expired=6, count=10):
+    """An origin partition whose first `expired` messages were deleted by retention."""
+    store.ensure_topic(stream, "t", 1)
+    stamps = [1] * expired + [now_ms()] * (count - expired)
+    records = [Record(b"m%d" % i, timestamp_ms=ts) for i, ts in enumerate(stamps)]
+    store.append(stream, "t", records, origin=ORIGIN)
+    store.expire(stream, before_ms=2)
+    assert store.watermarks(stream, "t") == {0: (expired, count)}
+    return store.read(stream, "t", 0, expired)
+
+
+def test_fresh_replica_starts_at_the_origins_low_watermark(store, stream):
+    messages = _expired_origin(store, stream)
+    replica = uuid.uuid4()
+    applied = store.apply(replica, messages, link="l", origin_low={("t", 0): 6})
+    assert (applied.ends, applied.count) == ({("t", 0): 10}, 4)
+    assert store.watermarks(replica, "t") == {0: (6, 10)}
+    assert store.read(replica, "t", 0, 6) == messages  # offsets kept (invariant 1)
+    with pytest.raises(OffsetOutOfRange, match=r"valid offsets are 6\.\.10"):
+        store.read(replica, "t", 0, 0)
+    assert store.sizes(replica)["logicalsize"] == sum(len(m.value) for m in messages)
+
+
+def test_origin_low_does_not_excuse_any_other_gap(store, stream):
+    messages = _expired_origin(store, stream)
+    fresh = uuid.uuid4()
+    # The batch must start exactly at the origin's low watermark...
+    with pytest.raises(Misordered):
+        store.apply(fresh, messages[1:], link="l", origin_low={("t", 0): 6})
+    # ...and only a partition that never held a message may start there.
+    lagging = uuid.uuid4()
+    store.ensure_topic(lagging, "t", 1)
+    store.append(lagging, "t", [Record(b"x", timestamp_ms=1)] * 2, origin=ORIGIN)
+    store.expire(lagging, before_ms=2)  # emptied by its own retention: low == next == 2
+    with pytest.raises(Misordered) as caught:
+        store.apply(lagging, messages, link="l", origin_low={("t", 0): 6})
+    assert (caught.value.expected, caught.value.got) == (2, 6)
+    assert store.watermarks(lagging, "t") == {0: (2, 2)}
+    with pytest.raises(UnknownTopic):  # the refused batch created nothing either
+        store.watermarks(fresh, "t")
 
 
 def test_concurrent_appliers_of_one_batch_store_it_once(store, stream):
@@ -484,7 +539,8 @@ def test_concurrent_appliers_of_one_batch_store_it_once(store, stream):
         t.start()
     for t in threads:
         t.join(30)
-    assert results[0] == results[1] == {("t", p): 300 for p in range(3)}
+    assert results[0].ends == results[1].ends == {("t", p): 300 for p in range(3)}
+    assert sorted(r.count for r in results) == [0, 900]
     for p in range(3):
         assert store.read(replica, "t", p, 0) == [m for m in messages if m.partition == p]
 
@@ -525,12 +581,32 @@ def test_drop_stream_removes_everything(store, stream):
 
 def test_partition_stats_describe_each_partition(store, stream):
     store.ensure_topic(stream, "stats", 2)
-    store.append(stream, "stats", [Record(b"abc", partition=0, timestamp_ms=1000),
-                                   Record(b"de", key=b"k", partition=0, timestamp_ms=2000)],
-                 origin=stream)
+    store.append(
+        stream,
+        "stats",
+        [
+            Record(b"abc", partition=0, timestamp_ms=1000),
+            Record(b"de", key=b"k", partition=0, timestamp_ms=2000),
+        ],
+        origin=stream,
+    )
     store.commit_cursor(stream, "g", "stats", 0, 1)
     first, second = store.partition_stats(stream, "stats")
     assert (first.partition, first.low, first.high, first.messages) == (0, 0, 2, 2)
     assert (first.bytes, first.first_ts, first.last_ts) == (6, 1000, 2000)
     assert (first.consumers, first.min_cursor) == (1, 1)
     assert (second.high, second.first_ts, second.consumers, second.min_cursor) == (0, None, 0, None)
+
+
+def test_drop_topic_removes_only_that_topics_messages(store, stream):
+    for topic in ("gone", "kept"):
+        store.ensure_topic(stream, topic, 1)
+        store.append(stream, topic, [Record(b"x")], origin=stream)
+    store.commit_cursor(stream, "g", "gone", 0, 1)
+    store.drop_topic(stream, "gone")
+    with pytest.raises(UnknownTopic):
+        store.watermarks(stream, "gone")
+    assert store.watermarks(stream, "kept") == {0: (0, 1)}
+    store.ensure_topic(stream, "gone", 1)  # a topic created later under the name starts anew
+    assert store.append(stream, "gone", [Record(b"y")], origin=stream) == [(0, 0)]
+    assert store.fetch_cursor(stream, "g", "gone", 0) is None

@@ -1,9 +1,4 @@
-"""The message store on PostgreSQL: one database per cluster, rows in and out in binary.
-
-Messages are keyed by a partition id (an int naming the partitions row) and the offset rather
-than by (stream, topic, partition, offset): the primary key index is half the size and binary
-COPY into it measured faster (docs/benchmarks.md).
-"""
+"""The message store on PostgreSQL: one database per cluster, rows in and out in binary."""
 
 from __future__ import annotations
 
@@ -13,143 +8,51 @@ from uuid import UUID
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
-from psycopg.types.string import BytesBinaryDumper
 from psycopg_pool import ConnectionPool
 
-from replication.engine.store import (
-    PARTITION_STATS,
+from replication.engine.batches import (
     Ends,
-    Key,
-    Message,
-    OffsetOutOfRange,
     OriginCache,
-    PartitionOutOfRange,
-    PartitionStats,
-    Plan,
-    Record,
-    StoreError,
-    UnknownTopic,
     cut_to_bytes,
     expire_end,
     group_runs,
     layout_apply,
     layout_batch,
     messages_from_rows,
-    partition_stats_from,
-    plan_partitions,
     trim_runs,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS partitions (
-    id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
-    stream uuid NOT NULL,
-    topic text NOT NULL,
-    partition integer NOT NULL,
-    next_offset bigint NOT NULL DEFAULT 0,
-    low_offset bigint NOT NULL DEFAULT 0,
-    rows bigint NOT NULL DEFAULT 0,
-    bytes bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (stream, topic, partition)
-);
--- No foreign key to partitions: a per-row check would cost COPY throughput, and rows of a
--- partition are only deleted with it (drop_stream).
-CREATE TABLE IF NOT EXISTS messages (
-    pid integer NOT NULL,
-    "offset" bigint NOT NULL,
-    ts bigint NOT NULL,
-    key bytea,
-    value bytea NOT NULL,
-    headers bytea,
-    origin uuid NOT NULL,
-    producer text,
-    PRIMARY KEY (pid, "offset")
-);
-CREATE TABLE IF NOT EXISTS replication_cursors (
-    pid integer NOT NULL,
-    link text NOT NULL,
-    next_offset bigint NOT NULL,
-    PRIMARY KEY (pid, link)
-);
-CREATE TABLE IF NOT EXISTS consumer_cursors (
-    pid integer NOT NULL,
-    grp text NOT NULL,
-    "offset" bigint NOT NULL,
-    PRIMARY KEY (pid, grp)
-);
-"""
-_SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
-
-COPY_IN = (
-    'COPY messages (pid, "offset", ts, key, value, headers, origin, producer) '
-    "FROM STDIN (FORMAT BINARY)"
+from replication.engine.pg.schema import (
+    ADVANCE,
+    COPY_IN,
+    COPY_TYPES,
+    EXPIRE_CUT,
+    EXPIRE_DELETE,
+    LINK_CURSORS,
+    LOCK,
+    READ,
+    RESERVE,
+    ROW_OVERHEAD,
+    SCHEMA,
+    SCHEMA_LOCK,
+    START,
+    configure_connection,
 )
-# origin goes in as its 16 raw bytes: binary bytea and binary uuid are the same bytes on the
-# wire, and psycopg's UUID dumper is Python code called per row.
-COPY_TYPES = ["int4", "int8", "int8", "bytea", "bytea", "bytea", "bytea", "text"]
-
-# Every transaction that locks partitions rows locks them in id order, so appenders and
-# appliers touching several partitions cannot deadlock.
-LOCK = "SELECT id, next_offset FROM partitions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
-# Offsets are reserved by UPDATE ... RETURNING inside the batch's transaction: the row lock
-# serialises appenders per partition, and a rollback gives the offsets back (no gap). Each row
-# also reports how many partitions the topic has, so a writer holding a stale list of them
-# starts again.
-RESERVE = """
-UPDATE partitions SET next_offset = next_offset + %(n)s, rows = rows + %(n)s, bytes = bytes + %(b)s
-WHERE id = %(id)s AND stream = %(s)s AND topic = %(t)s
-RETURNING id, next_offset - %(n)s,
-    (SELECT count(*) FROM partitions WHERE stream = %(s)s AND topic = %(t)s)
-"""
-ADVANCE = """
-UPDATE partitions p SET next_offset = greatest(p.next_offset, d.nxt),
-    rows = p.rows + d.n, bytes = p.bytes + d.b
-FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[]) AS d(id, nxt, n, b)
-WHERE p.id = d.id
-"""
-# A query rather than COPY TO: with binary results it measured faster (docs/benchmarks.md).
-# Offsets are contiguous in [low, high) (retention removes a prefix, apply refuses gaps), so
-# [offset, offset + limit) bounds the rows exactly: with only a lower bound and a LIMIT, the
-# planner (on fresh, unanalysed rows) bitmap-scanned every later row and sorted them all.
-READ = """
-SELECT "offset", ts, key, value, headers, uuid_send(origin), producer,
-    octet_length(value) + coalesce(octet_length(key), 0) + coalesce(octet_length(headers), 0)
-FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset"
-"""
-EXPIRE_CUT = """
-SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
-    SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s
-    ORDER BY "offset" LIMIT %s) c
-"""
-EXPIRE_DELETE = """
-WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s
-    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0) AS size)
-SELECT count(*), coalesce(sum(size), 0) FROM d
-"""
-# Rough on-disk bytes of a row beyond its payload (tuple header, fixed columns, line pointer,
-# index entry): weighs streams of small messages fairly when apportioning physicalsize.
-ROW_OVERHEAD = 88
-
-
-def configure_connection(conn: psycopg.Connection) -> None:
-    """COPY picks dumpers by type oid, and for bytea that finds the DB-API `Binary` dumper,
-    written in Python; registering bytes' own dumper by oid brings back the C one."""
-    conn.adapters.register_dumper(None, BytesBinaryDumper)
-
-
-def create_pg_database(url: str) -> None:
-    params = conninfo_to_dict(url)
-    name = params.get("dbname") or "postgres"
-    admin = make_conninfo(url, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            return
-        # Another process may create it meanwhile: that is what we wanted.
-        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+from replication.engine.store import (
+    PARTITION_STATS,
+    Applied,
+    Key,
+    Message,
+    OffsetOutOfRange,
+    PartitionOutOfRange,
+    PartitionStats,
+    Plan,
+    Record,
+    StoreError,
+    UnknownTopic,
+    partition_stats_from,
+    plan_partitions,
+)
 
 
 class _TopicChanged(Exception):
@@ -188,7 +91,7 @@ class PostgresStore:
         self._origins = OriginCache()
         self._rr = 0  # round-robin counter; a lost update between threads only skews balance
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             conn.execute(SCHEMA)
 
     def close(self) -> None:
@@ -333,29 +236,29 @@ class PostgresStore:
         messages: Sequence[Message],
         *,
         link: str,
-        expected: dict[Key, int] | None = None,
-    ) -> dict[Key, int]:
+        origin_low: dict[Key, int] | None = None,
+    ) -> Applied:
         runs = group_runs(messages)
         if not runs:
-            return {}
+            return Applied({})
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             pids = self._apply_pids(conn, stream, runs)
-            cur.execute(LOCK, (sorted(pids.values()),))
-            cursors = self._link_cursors(cur, link, pids)
-            todo = trim_runs(runs, cursors, expected)
-            done = {key: cursors[key] + len(run) for key, run in todo.items()}
-            if any(todo.values()):
+            # The partitions' row locks serialise every applier and appender of a partition,
+            # so the ends read here stay true until the commit.
+            rows = cur.execute(LOCK, (sorted(pids.values()),)).fetchall()
+            marks = {pid: (low, nxt) for pid, low, nxt in rows}
+            trimmed = trim_runs(runs, {key: marks[pid] for key, pid in pids.items()}, origin_low)
+            if trimmed.starts:
+                starts = trimmed.starts
+                cur.execute(START, ([pids[k] for k in starts], list(starts.values())))
+            if any(trimmed.todo.values()):
                 with cur.copy(COPY_IN) as copy:
                     copy.set_types(COPY_TYPES)
-                    ends = layout_apply(todo, pids, copy.write_row)
+                    ends = layout_apply(trimmed.todo, pids, copy.write_row)
                 self._advance(cur, ends)
-                cur.execute(
-                    "INSERT INTO replication_cursors (pid, link, next_offset) "
-                    "SELECT id, %s, nxt FROM unnest(%s::int4[], %s::int8[]) u(id, nxt) "
-                    "ON CONFLICT (pid, link) DO UPDATE SET next_offset = excluded.next_offset",
-                    (link, [pids[k] for k in done], list(done.values())),
-                )
-        return done
+            delivered = {pids[key]: run[-1].offset + 1 for key, run in runs.items()}
+            cur.execute(LINK_CURSORS, (link, list(delivered), list(delivered.values())))
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()})
 
     def _apply_pids(
         self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]
@@ -365,24 +268,15 @@ class PostgresStore:
         need: dict[str, int] = {}
         for topic, partition in runs:
             need[topic] = max(need.get(topic, 0), partition + 1)
-        self._grow(conn, stream, list(need), list(need.values()))
+        # Sorted, so two appliers creating the same partitions insert them in one order.
+        topics = sorted(need)
+        self._grow(conn, stream, topics, [need[t] for t in topics])
         rows = conn.execute(
             "SELECT topic, partition, id FROM partitions WHERE stream = %s AND topic = ANY(%s)",
             (stream, list(need)),
         ).fetchall()
         ids = {(t, p): pid for t, p, pid in rows}
         return {key: ids[key] for key in runs}
-
-    @staticmethod
-    def _link_cursors(cur: psycopg.Cursor, link: str, pids: dict[Key, int]) -> dict[Key, int]:
-        found = dict(
-            cur.execute(
-                "SELECT pid, next_offset FROM replication_cursors "
-                "WHERE link = %s AND pid = ANY(%s)",
-                (link, list(pids.values())),
-            ).fetchall()
-        )
-        return {key: found.get(pid, 0) for key, pid in pids.items()}
 
     def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
         with self._pool.connection() as conn:
@@ -526,18 +420,28 @@ class PostgresStore:
         return [tuple(r) for r in rows]
 
     def drop_stream(self, stream: UUID) -> None:
+        self._drop(stream, None)
+
+    def drop_topic(self, stream: UUID, topic: str) -> None:
+        self._drop(stream, topic)
+
+    def _drop(self, stream: UUID, topic: str | None) -> None:
         with self._pool.connection() as conn, conn.transaction():
             ids = [
                 r[0]
                 for r in conn.execute(
-                    "SELECT id FROM partitions WHERE stream = %s ORDER BY id FOR UPDATE", (stream,)
+                    "SELECT id FROM partitions WHERE stream = %s AND (%s::text IS NULL OR "
+                    "topic = %s) ORDER BY id FOR UPDATE", (stream, topic, topic)
                 ).fetchall()
             ]
-            for table in ("messages", "replication_cursors", "consumer_cursors"):
+            for table in ("messages", "replication_cursors", "consumer_cursors", "partitions"):
+                column = "id" if table == "partitions" else "pid"
                 conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE pid = ANY(%s)").format(sql.Identifier(table)),
+                    sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
+                        sql.Identifier(table), sql.Identifier(column)),
                     (ids,),
                 )
-            conn.execute("DELETE FROM partitions WHERE stream = %s", (stream,))
-        self._pids = {k: v for k, v in self._pids.items() if k[0] != stream}
-        self._topics = {k: v for k, v in self._topics.items() if k[0] != stream}
+        gone = set(ids)
+        self._pids = {k: v for k, v in self._pids.items() if v not in gone}
+        self._topics = {k: v for k, v in self._topics.items()
+                        if k[0] != stream or (topic is not None and k[1] != topic)}

@@ -1,0 +1,138 @@
+"""The PostgreSQL store's schema and statements, and the database's creation.
+
+Messages are keyed by a partition id (an int naming the partitions row) and the offset rather
+than by (stream, topic, partition, offset): the primary key index is half the size and binary
+COPY into it measured faster (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.string import BytesBinaryDumper
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS partitions (
+    id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
+    stream uuid NOT NULL,
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    next_offset bigint NOT NULL DEFAULT 0,
+    low_offset bigint NOT NULL DEFAULT 0,
+    rows bigint NOT NULL DEFAULT 0,
+    bytes bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (stream, topic, partition)
+);
+-- No foreign key to partitions: a per-row check would cost COPY throughput, and rows of a
+-- partition are only deleted with it (drop_stream).
+CREATE TABLE IF NOT EXISTS messages (
+    pid integer NOT NULL,
+    "offset" bigint NOT NULL,
+    ts bigint NOT NULL,
+    key bytea,
+    value bytea NOT NULL,
+    headers bytea,
+    origin uuid NOT NULL,
+    producer text,
+    PRIMARY KEY (pid, "offset")
+);
+CREATE TABLE IF NOT EXISTS replication_cursors (
+    pid integer NOT NULL,
+    link text NOT NULL,
+    next_offset bigint NOT NULL,
+    PRIMARY KEY (pid, link)
+);
+CREATE TABLE IF NOT EXISTS consumer_cursors (
+    pid integer NOT NULL,
+    grp text NOT NULL,
+    "offset" bigint NOT NULL,
+    PRIMARY KEY (pid, grp)
+);
+"""
+SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
+
+COPY_IN = (
+    'COPY messages (pid, "offset", ts, key, value, headers, origin, producer) '
+    "FROM STDIN (FORMAT BINARY)"
+)
+# origin goes in as its 16 raw bytes: binary bytea and binary uuid are the same bytes on the
+# wire, and psycopg's UUID dumper is Python code called per row.
+COPY_TYPES = ["int4", "int8", "int8", "bytea", "bytea", "bytea", "bytea", "text"]
+
+# Every transaction that locks partitions rows locks them in id order, so appenders and
+# appliers touching several partitions cannot deadlock.
+LOCK = (
+    "SELECT id, low_offset, next_offset FROM partitions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+)
+# A fresh replica of an origin whose oldest messages expired begins where the origin does.
+START = """
+UPDATE partitions p SET low_offset = d.off, next_offset = d.off
+FROM unnest(%s::int4[], %s::int8[]) AS d(id, off) WHERE p.id = d.id
+"""
+# Status only (see MessageStore.replication_cursor): never moves back.
+LINK_CURSORS = """
+INSERT INTO replication_cursors (pid, link, next_offset)
+SELECT id, %s, nxt FROM unnest(%s::int4[], %s::int8[]) u(id, nxt)
+ON CONFLICT (pid, link) DO UPDATE
+SET next_offset = greatest(replication_cursors.next_offset, excluded.next_offset)
+"""
+# Offsets are reserved by UPDATE ... RETURNING inside the batch's transaction: the row lock
+# serialises appenders per partition, and a rollback gives the offsets back (no gap). Each row
+# also reports how many partitions the topic has, so a writer holding a stale list of them
+# starts again.
+RESERVE = """
+UPDATE partitions SET next_offset = next_offset + %(n)s, rows = rows + %(n)s, bytes = bytes + %(b)s
+WHERE id = %(id)s AND stream = %(s)s AND topic = %(t)s
+RETURNING id, next_offset - %(n)s,
+    (SELECT count(*) FROM partitions WHERE stream = %(s)s AND topic = %(t)s)
+"""
+ADVANCE = """
+UPDATE partitions p SET next_offset = greatest(p.next_offset, d.nxt),
+    rows = p.rows + d.n, bytes = p.bytes + d.b
+FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[]) AS d(id, nxt, n, b)
+WHERE p.id = d.id
+"""
+# A query rather than COPY TO: with binary results it measured faster (docs/benchmarks.md).
+# Offsets are contiguous in [low, high) (retention removes a prefix, apply refuses gaps), so
+# [offset, offset + limit) bounds the rows exactly: with only a lower bound and a LIMIT, the
+# planner (on fresh, unanalysed rows) bitmap-scanned every later row and sorted them all.
+READ = """
+SELECT "offset", ts, key, value, headers, uuid_send(origin), producer,
+    octet_length(value) + coalesce(octet_length(key), 0) + coalesce(octet_length(headers), 0)
+FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset"
+"""
+EXPIRE_CUT = """
+SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
+    SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s
+    ORDER BY "offset" LIMIT %s) c
+"""
+EXPIRE_DELETE = """
+WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s
+    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
+        + coalesce(octet_length(headers), 0) AS size)
+SELECT count(*), coalesce(sum(size), 0) FROM d
+"""
+# Rough on-disk bytes of a row beyond its payload (tuple header, fixed columns, line pointer,
+# index entry): weighs streams of small messages fairly when apportioning physicalsize.
+ROW_OVERHEAD = 88
+
+
+def configure_connection(conn: psycopg.Connection) -> None:
+    """COPY picks dumpers by type oid, and for bytea that finds the DB-API `Binary` dumper,
+    written in Python; registering bytes' own dumper by oid brings back the C one."""
+    conn.adapters.register_dumper(None, BytesBinaryDumper)
+
+
+def create_pg_database(url: str) -> None:
+    params = conninfo_to_dict(url)
+    name = params.get("dbname") or "postgres"
+    admin = make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            return
+        # Another process may create it meanwhile: that is what we wanted.
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

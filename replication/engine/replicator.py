@@ -1,0 +1,306 @@
+"""The replication data path as pure functions over two stores (DESIGN.md, Data flow).
+
+The source side plans batches per (replica, topic, partition) from where the replica's
+partitions end; a gateway of the destination cluster copies a batch's range from the source
+and applies it to the replica in one transaction. Nothing here holds state between calls: the
+replica's partitions are the only record of progress, so any number of redeliveries, crashes or
+parallel gateways leave each replica partition a prefix of its origin (invariant 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from uuid import UUID
+
+from replication.engine.store import (
+    Key,
+    Message,
+    MessageStore,
+    Misordered,
+    OffsetOutOfRange,
+    PartitionStats,
+    StoreError,
+    UnknownTopic,
+)
+
+MAX_MESSAGES = 5000
+MAX_BYTES = 4 << 20
+
+
+class ReturnToOrigin(StoreError):
+    """A batch would carry messages back to the stream they were first produced in."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """What the source side hands a gateway: the range [start, end) of one partition."""
+
+    source: UUID
+    replica: UUID
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def key(self) -> Key:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPending:
+    """What one partition of the source still has to send: offsets [start, end)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    bytes: int  # approximate: the partition's average message size times the count
+    first_ts: int | None  # timestamps of the first and last unreplicated messages
+    last_ts: int | None
+
+    @property
+    def messages(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The backlog of one (source, replica) pair; partitions lists those with a backlog."""
+
+    messages: int
+    bytes: int
+    min_ts: int | None
+    max_ts: int | None
+    partitions: tuple[PartitionPending, ...]
+
+    @classmethod
+    def of(cls, partitions: list[PartitionPending]) -> Pending:
+        firsts = [p.first_ts for p in partitions if p.first_ts is not None]
+        lasts = [p.last_ts for p in partitions if p.last_ts is not None]
+        return cls(
+            sum(p.messages for p in partitions),
+            sum(p.bytes for p in partitions),
+            min(firsts, default=None),
+            max(lasts, default=None),
+            tuple(partitions),
+        )
+
+
+# --- source side -------------------------------------------------------------------------------
+
+
+def replica_positions(
+    replica: MessageStore, replica_stream: UUID, topics: dict[str, int]
+) -> dict[Key, int]:
+    """The next offset of each replica partition; topics maps a name to how many partitions
+    to report. 0 for partitions (and topics) the replica has not heard of."""
+    positions = {}
+    for topic, count in topics.items():
+        try:
+            marks = replica.watermarks(replica_stream, topic)
+        except UnknownTopic:
+            marks = {}
+        positions.update({(topic, p): marks.get(p, (0, 0))[1] for p in range(count)})
+    return positions
+
+
+def _backlog(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+) -> Iterator[tuple[str, PartitionStats, int]]:
+    """(topic, source partition stats, first offset to send) of each partition with a backlog.
+    Reads the source's partitions afresh, so topics and partitions added since the last plan
+    are included (invariant 7)."""
+    for topic, origin in topics.items():
+        if origin == replica_stream:
+            continue  # invariant 3: a topic never goes back to the stream it originates in
+        try:
+            stats = source.partition_stats(source_stream, topic)
+        except UnknownTopic:
+            continue  # not in the source's store yet (e.g. upstream has not sent it)
+        positions = replica_positions(replica, replica_stream, {topic: len(stats)})
+        for st in stats:
+            # Below the source's low watermark the messages are gone: a fresh replica starts
+            # there (apply's origin_low); a lagging one is refused as a gap, as it must be.
+            start = max(positions[(topic, st.partition)], st.low)
+            if start < st.high:
+                yield topic, st, start
+
+
+def _batch_size(st: PartitionStats, max_messages: int, max_bytes: int) -> int:
+    if not st.messages or not st.bytes:
+        return max_messages
+    return max(1, min(max_messages, max_bytes * st.messages // st.bytes))
+
+
+def plan_batches(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+    *,
+    max_messages: int = MAX_MESSAGES,
+    max_bytes: int = MAX_BYTES,
+) -> list[BatchSpec]:
+    """Batches from each replica partition's end to the source's high watermark, bounded by
+    message count and (from the partition's average message size) bytes. [] when caught up.
+    `topics` maps each topic of the source stream to its origin stream."""
+    specs = []
+    for topic, st, start in _backlog(source, source_stream, replica, replica_stream, topics):
+        step = _batch_size(st, max_messages, max_bytes)
+        specs += [
+            BatchSpec(source_stream, replica_stream, topic, st.partition, s, min(s + step, st.high))
+            for s in range(start, st.high, step)
+        ]
+    return specs
+
+
+def pending(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+) -> Pending:
+    """What the source still has to send to the replica."""
+    parts = []
+    for topic, st, start in _backlog(source, source_stream, replica, replica_stream, topics):
+        first_ts = (
+            st.first_ts if start == st.low else _timestamp(source, source_stream, topic, st, start)
+        )
+        nbytes = (st.high - start) * st.bytes // st.messages if st.messages else 0
+        parts.append(
+            PartitionPending(topic, st.partition, start, st.high, nbytes, first_ts, st.last_ts)
+        )
+    return Pending.of(parts)
+
+
+def _timestamp(
+    store: MessageStore, stream: UUID, topic: str, st: PartitionStats, offset: int
+) -> int | None:
+    try:
+        found = store.read(stream, topic, st.partition, offset, limit=1)
+    except OffsetOutOfRange:  # expired meanwhile
+        return None
+    return found[0].timestamp_ms if found else None
+
+
+# --- gateway side ------------------------------------------------------------------------------
+
+
+def apply_batch(
+    source: MessageStore,
+    replica: MessageStore,
+    spec: BatchSpec,
+    *,
+    link: str,
+    max_bytes: int = MAX_BYTES,
+) -> int:
+    """Copy [start, end) of the source partition to the replica in one transaction; return
+    how many messages were new. Idempotent: the replica trims what it already holds, whoever
+    brought it. A batch starting past the replica's end raises Misordered (its `expected` is
+    where the sender re-plans from)."""
+    messages, low = _read_batch(source, spec, max_bytes)
+    if not messages:
+        return 0
+    # Planning skips such topics; this catches a caller that named a topic's origin wrongly.
+    if messages[0].origin == spec.replica:
+        raise ReturnToOrigin(
+            f"{spec.topic}:{spec.partition}: its messages originate in stream {spec.replica}, "
+            "and a message is never replicated back to its origin"
+        )
+    return replica.apply(spec.replica, messages, link=link, origin_low={spec.key: low}).count
+
+
+def _read_batch(source: MessageStore, spec: BatchSpec, max_bytes: int) -> tuple[list[Message], int]:
+    """The batch's messages from the source and the source's low watermark. Messages that
+    expired since planning are skipped (the replica then refuses the gap, unless it is a fresh
+    partition starting at that low watermark)."""
+    for _ in range(3):
+        marks = source.watermarks(spec.source, spec.topic)
+        if spec.partition not in marks:
+            raise StoreError(f"{spec.topic}:{spec.partition} does not exist at the source")
+        low = marks[spec.partition][0]
+        try:
+            return _read_range(source, spec, max(spec.start, low), max_bytes), low
+        except OffsetOutOfRange:
+            continue  # retention moved the low watermark while reading: read it again
+    raise StoreError(f"{spec.topic}:{spec.partition}: retention kept overtaking the batch")
+
+
+def _read_range(source: MessageStore, spec: BatchSpec, start: int, max_bytes: int) -> list[Message]:
+    messages: list[Message] = []
+    offset = start
+    while offset < spec.end:
+        chunk = source.read(
+            spec.source,
+            spec.topic,
+            spec.partition,
+            offset,
+            limit=spec.end - offset,
+            max_bytes=max_bytes,
+        )
+        if not chunk:
+            break
+        messages += chunk
+        offset = chunk[-1].offset + 1
+    return messages
+
+
+# --- both sides in one loop --------------------------------------------------------------------
+
+
+def pump(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+    *,
+    link: str,
+    max_messages: int = MAX_MESSAGES,
+    max_bytes: int = MAX_BYTES,
+    max_rounds: int = 1000,
+) -> int:
+    """Plan and apply until caught up (or max_rounds plans, when producers outpace it); return
+    the messages applied. Raises Misordered when a round is refused and makes no progress: a
+    gap nothing can fill, such as a lagging replica whose next messages expired at the source."""
+    total = 0
+    for _ in range(max_rounds):
+        specs = plan_batches(
+            source,
+            source_stream,
+            replica,
+            replica_stream,
+            topics,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+        )
+        if not specs:
+            break
+        applied, refused = _apply_round(source, replica, specs, link, max_bytes)
+        total += applied
+        if refused is not None and not applied:
+            raise refused
+    return total
+
+
+def _apply_round(
+    source: MessageStore, replica: MessageStore, specs: list[BatchSpec], link: str, max_bytes: int
+) -> tuple[int, Misordered | None]:
+    applied, refused, skip = 0, None, set()
+    for spec in specs:
+        if spec.key in skip:
+            continue  # a partition's later batches would be refused too: re-plan it
+        try:
+            applied += apply_batch(source, replica, spec, link=link, max_bytes=max_bytes)
+        except Misordered as error:
+            refused = error
+            skip.add(spec.key)
+    return applied, refused
