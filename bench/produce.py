@@ -42,7 +42,7 @@ VALUE_BYTES = 200
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--clients", type=int, default=2, help="producer processes")
+    parser.add_argument("--clients", type=int, default=4, help="producer processes")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn",
                         help="the ASGI server, as production runs it")
