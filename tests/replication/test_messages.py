@@ -186,3 +186,11 @@ def test_a_topic_deleted_and_produced_again_starts_anew(owner, activity, clicks)
     assert produce(owner, activity, [Record(value=b"new")]) == [(0, 0)]
     got = messages_consume(actor=owner, stream=activity, topic="clicks")
     assert [m.value for m in got] == [b"new"]
+
+
+def test_a_logappendtime_topic_stamps_messages_when_stored(owner, activity):
+    topic_create(actor=owner, stream=activity, name="audit", timestamptype="logappendtime")
+    before = int(time.time() * 1000)
+    produce(owner, activity, [Record(value=b"x", timestamp_ms=7)], topic="audit")
+    [message] = messages_consume(actor=owner, stream=activity, topic="audit")
+    assert message.timestamp_ms >= before
