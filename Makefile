@@ -30,7 +30,11 @@ $(TEST_STAMP): pyproject.toml $(STAMP)
 
 install: $(STAMP)
 
-install-test: $(TEST_STAMP)
+# The browser tests (tests/e2e) drive Debian's chromium; Playwright never downloads a browser.
+/usr/bin/chromium:
+	apt-get update -qq && apt-get install -y -qq chromium
+
+install-test: $(TEST_STAMP) /usr/bin/chromium
 
 ## run: the whole product on the embedded default (SQLite, in-process broker), no services needed
 run: install

@@ -1,5 +1,7 @@
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-# Websocket consumers arrive with the browser portal; the router is in place so the
-# origin and auth wrapping is fixed from the start.
-websocket_urlpatterns: list[URLPattern] = []
+from portal.web.consumers import ReplicationConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/replication/", ReplicationConsumer.as_asgi()),
+]

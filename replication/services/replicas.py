@@ -7,6 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from replication.errors import AlreadyExists, Conflict, InvalidInput, NotFound, NotSupported
+from replication.events import publish_link_event
 from replication.models import Compression, ReplicaLink, ReplicaState, Stream
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
@@ -62,6 +63,7 @@ def replica_add(
         source=source, replica=replica, idx=idx, paused=paused, created_by=actor, **values
     )
     propagate_topics([source.id])
+    publish_link_event("replica.added", source, replica)
     return link
 
 
@@ -93,6 +95,7 @@ def _set_paused(actor: AbstractBaseUser, source: Stream, replica: Stream, paused
     link = _link(source, replica)
     link.paused = paused
     link.save(update_fields=["paused"])
+    publish_link_event("replica.paused" if paused else "replica.resumed", source, replica)
     return link
 
 
@@ -109,6 +112,7 @@ def replica_resume(*, actor: AbstractBaseUser, source: Stream, replica: Stream) 
 @transaction.atomic
 def replica_remove(*, actor: AbstractBaseUser, source: Stream, replica: Stream) -> None:
     source.require(actor, "adminperm", action="remove replicas")
+    publish_link_event("replica.removed", source, replica)
     _link(source, replica).delete()
 
 

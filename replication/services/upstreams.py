@@ -5,6 +5,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from replication.errors import AlreadyExists, InvalidInput, NotFound
+from replication.events import publish_link_event
 from replication.models import Stream, Upstream
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
 
@@ -26,6 +27,7 @@ def upstream_add(*, actor: AbstractBaseUser, replica: Stream, source: Stream) ->
     check_origins([replica.id], extra_edges=[(source.id, replica.id)])
     upstream = Upstream.objects.create(replica=replica, source=source, idx=idx, created_by=actor)
     propagate_topics([source.id])
+    publish_link_event("upstream.added", source, replica)
     return upstream
 
 
@@ -33,6 +35,7 @@ def upstream_add(*, actor: AbstractBaseUser, replica: Stream, source: Stream) ->
 def upstream_remove(*, actor: AbstractBaseUser, replica: Stream, source: Stream) -> None:
     replica.require(actor, "adminperm", action="remove an upstream")
     deleted, _ = replica.upstreams.filter(source=source).delete()
+    publish_link_event("upstream.removed", source, replica)
     if not deleted:
         raise NotFound(f"{source.path} is not an upstream of {replica.path}: see "
                        f"'streamgate stream upstream list -path {replica.path}'",

@@ -1,0 +1,209 @@
+"""Stream pages: list and create, detail, replica actions, ACE edit, message browser.
+
+Every stream is fetched through `Stream.objects.restrict(user)` (another tenant's: 404) and
+every change goes through the same service as the API, with `actor=request.user`, so the
+permission rules (ACEs) are the API's own; a refusal shows the service's `desc`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from portal.web.tenancy import current_tenant, render_page
+from replication import ace
+from replication.errors import StreamgateError
+from replication.models import PERMISSIONS, ReplicaLink, Stream
+from replication.reports import partition_rows, stream_info
+from replication.services import (
+    replica_add,
+    replica_pause,
+    replica_remove,
+    replica_resume,
+    stream_create,
+    stream_edit,
+)
+from replication.services.messages import messages_consume
+
+PAGE_SIZES = (10, 50, 100)
+
+
+def visible_stream(request: HttpRequest, pk: int) -> Stream:
+    return get_object_or_404(
+        Stream.objects.restrict(request.user).select_related("cluster", "tenant"), pk=pk
+    )
+
+
+def _aces(data: Any) -> dict[str, str]:
+    # A blank ACE field keeps the default (the creator alone, or the current value).
+    return {perm: data[perm].strip() for perm in PERMISSIONS if data.get(perm, "").strip()}
+
+
+@login_required
+def stream_list(request: HttpRequest) -> HttpResponse:
+    tenant = current_tenant(request)
+    form: dict[str, str] = {}
+    if request.method == "POST":
+        form = {key: request.POST.get(key, "") for key in ("path", *PERMISSIONS)}
+        try:
+            stream = stream_create(actor=request.user, path=form["path"].strip(),
+                                   tenant=tenant.name if tenant else None, **_aces(form))
+        except StreamgateError as err:
+            messages.error(request, err.desc)
+        else:
+            return redirect("stream-detail", stream.pk)
+    streams = Stream.objects.restrict(request.user).select_related("cluster")
+    if tenant is not None:
+        streams = streams.filter(tenant=tenant)
+    context = {"streams": streams.annotate(num_topics=Count("topics")), "form": form,
+               "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}
+    return render_page(request, "web/streams.html", context, status=400 if form else 200)
+
+
+@login_required
+@require_GET
+def ace_check(request: HttpRequest) -> HttpResponse:
+    """Live ACE validation for htmx: the parser's own position and reason, or the canonical
+    form the stream will store."""
+    field = next((p for p in PERMISSIONS if p in request.GET), PERMISSIONS[0])
+    text = request.GET.get(field, "")
+    context: dict[str, Any] = {"text": text}
+    if text.strip():
+        try:
+            context["canonical"] = str(ace.parse(text))
+        except ace.AceError as err:
+            context.update(error=err.reason, position=err.position,
+                           before=text[: err.position], at=text[err.position:])
+    return render(request, "web/_ace_check.html", context)
+
+
+def _replica_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
+    outgoing = ReplicaLink.objects.filter(source=stream).select_related("replica", "created_by")
+    incoming = ReplicaLink.objects.filter(replica=stream).select_related("source", "created_by")
+    return {
+        "stream": stream,
+        "is_admin": stream.allows(request.user, "adminperm"),
+        "replicas": [(link, link.replica_state())
+                     for link in outgoing.with_agreement().order_by("idx")],
+        "sources": [(link, link.replica_state()) for link in incoming.with_agreement()],
+        "upstreams": stream.upstreams.select_related("source").order_by("idx"),
+    }
+
+
+@login_required
+def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    stream = visible_stream(request, pk)
+    context = _replica_context(request, stream)
+    topics = list(stream.topics.all())
+    context.update(
+        info=stream_info(stream, show_aces=context["is_admin"]),
+        topics=[(topic, partition_rows(topic)) for topic in topics],
+        ace_fields=[(perm, getattr(stream, perm)) for perm in PERMISSIONS],
+    )
+    return render_page(request, "web/stream_detail.html", context)
+
+
+@login_required
+def stream_replicas(request: HttpRequest, pk: int) -> HttpResponse:
+    """The replicas/upstreams fragment, re-fetched by static/js/live.js on events."""
+    stream = visible_stream(request, pk)
+    return render(request, "web/_stream_replicas.html", _replica_context(request, stream))
+
+
+def _act(request: HttpRequest, pk: int, call: Callable[[], object], done: str) -> HttpResponse:
+    try:
+        call()
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+    else:
+        messages.success(request, done)
+    return redirect("stream-detail", pk)
+
+
+@login_required
+@require_POST
+def stream_edit_aces(request: HttpRequest, pk: int) -> HttpResponse:
+    stream = visible_stream(request, pk)
+    return _act(request, pk, lambda: stream_edit(actor=request.user, stream=stream,
+                                                 **_aces(request.POST)), "ACEs saved")
+
+
+@login_required
+@require_POST
+def replica_create(request: HttpRequest, pk: int) -> HttpResponse:
+    source = visible_stream(request, pk)
+
+    def add() -> None:
+        path = request.POST.get("replica", "").strip()
+        replica = Stream.objects.restrict(request.user).by_path(path, field="replica")
+        replica_add(actor=request.user, source=source, replica=replica,
+                    paused=request.POST.get("paused") == "on")
+
+    return _act(request, pk, add, "replica registered")
+
+
+REPLICA_ACTIONS = {"pause": replica_pause, "resume": replica_resume, "remove": replica_remove}
+
+
+@login_required
+@require_POST
+def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> HttpResponse:
+    if action not in REPLICA_ACTIONS:
+        raise Http404("no such action")
+    source = visible_stream(request, pk)
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
+                             pk=link_pk, source=source)
+    service = REPLICA_ACTIONS[action]
+    return _act(request, pk, lambda: service(actor=request.user, source=source,
+                                             replica=link.replica), f"replica {action}d")
+
+
+def _int(value: str | None, default: int, low: int = 0) -> int:
+    try:
+        return max(low, int(value or default))
+    except ValueError:
+        return default
+
+
+def _shown(data: bytes | None) -> dict[str, str] | None:
+    if data is None:
+        return None
+    try:
+        return {"text": data.decode("utf-8"), "kind": "text"}
+    except UnicodeDecodeError:
+        return {"text": base64.b64encode(data).decode("ascii"), "kind": "base64"}
+
+
+@login_required
+def stream_messages(request: HttpRequest, pk: int) -> HttpResponse:
+    stream = visible_stream(request, pk)
+    topics = list(stream.topics.values_list("name", flat=True))
+    topic = request.GET.get("topic") or (topics[0] if topics else "")
+    partition, offset = _int(request.GET.get("partition"), 0), _int(request.GET.get("offset"), 0)
+    limit = _int(request.GET.get("limit"), PAGE_SIZES[0], low=1)
+    limit = limit if limit in PAGE_SIZES else PAGE_SIZES[0]
+    rows, error = [], ""
+    if topic:
+        try:
+            found = messages_consume(actor=request.user, stream=stream, topic=topic,
+                                     partition=partition, offset=offset, limit=limit)
+        except StreamgateError as err:
+            error = err.desc
+        else:
+            rows = [{"m": m, "key": _shown(m.key), "value": _shown(m.value),
+                     "headers": [(k, _shown(v)) for k, v in m.headers]} for m in found]
+    context = {
+        "stream": stream, "topics": topics, "topic": topic, "partition": partition,
+        "offset": offset, "limit": limit, "page_sizes": PAGE_SIZES, "rows": rows,
+        "error": error, "next_offset": rows[-1]["m"].offset + 1 if rows else None,
+        "prev_offset": max(0, offset - limit) if offset else None,
+    }
+    return render_page(request, "web/messages.html", context)

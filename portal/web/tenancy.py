@@ -1,0 +1,41 @@
+"""The current tenant of a browser session: one of the user's memberships, kept in the session.
+
+Lists on the pages show the current tenant's objects; single objects are still reached through
+`restrict(user)` (the one choke point), so a link into another of the user's tenants works and
+another tenant's object stays a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from portal.accounts.models import Tenant
+
+SESSION_KEY = "streamgate_tenant"
+
+
+def user_tenants(request: HttpRequest) -> list[Tenant]:
+    # Memberships, not restrict(): staff see every tenant's rows, but switch among their own.
+    return list(Tenant.objects.filter(memberships__user=request.user).order_by("name"))
+
+
+def current_tenant(request: HttpRequest, tenants: list[Tenant] | None = None) -> Tenant | None:
+    tenants = user_tenants(request) if tenants is None else tenants
+    chosen = request.session.get(SESSION_KEY)
+    for tenant in tenants:
+        if tenant.pk == chosen:
+            return tenant
+    return tenants[0] if tenants else None
+
+
+def render_page(
+    request: HttpRequest, template: str, context: dict[str, Any] | None = None, status: int = 200
+) -> HttpResponse:
+    """render() plus what base.html needs for the tenant switcher."""
+    tenants = user_tenants(request)
+    page = {"tenants": tenants, "current_tenant": current_tenant(request, tenants)}
+    page.update(context or {})
+    return render(request, template, page, status=status)

@@ -1,0 +1,123 @@
+"""The live-updates websocket (/ws/replication/) on the real ASGI application and the real
+Redis channel layer: who may connect, and which tenant's events reach whom."""
+
+import os
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.test import Client
+
+from portal.asgi import application
+from replication.services import replica_add, replica_pause
+from tests.factories import StreamFactory
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def _private_channel_layer(settings):
+    # The real Redis layer, under a prefix of this run's own: test runs share one Redis.
+    assert django_settings.REDIS_URL, "consumer tests use the real Redis channel layer"
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"sg-test-{os.getpid()}"},
+    }}
+
+
+def socket_for(user=None, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
+    headers = [origin, (b"host", b"127.0.0.1")]
+    if user is not None:
+        client = Client()
+        client.force_login(user)
+        cookie = f"sessionid={client.cookies['sessionid'].value}"
+        headers.append((b"cookie", cookie.encode()))
+    return WebsocketCommunicator(application, "/ws/replication/", headers=headers)
+
+
+def run(scenario):
+    return async_to_sync(scenario)()
+
+
+@pytest.mark.django_db
+def test_anonymous_socket_is_refused():
+    socket = socket_for(None)
+
+    async def scenario():
+        connected, _ = await socket.connect()
+        assert not connected
+        await socket.disconnect()
+
+    run(scenario)
+
+
+def test_socket_from_another_origin_is_refused(owner):
+    socket = socket_for(owner, origin=(b"origin", b"http://evil.example"))
+
+    async def scenario():
+        connected, _ = await socket.connect()
+        assert not connected
+        await socket.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_reach_the_tenant_after_commit_and_never_another_tenant(
+    owner, outsider, activity, activity_ny
+):
+    alice, mallory = socket_for(owner), socket_for(outsider)
+
+    async def scenario():
+        assert (await alice.connect())[0] and (await mallory.connect())[0]
+        await database_sync_to_async(replica_add)(actor=owner, source=activity,
+                                                  replica=activity_ny)
+        event = await alice.receive_json_from(timeout=2)
+        assert event == {"event": "replica.added",
+                         "payload": {"source": activity.pk, "replica": activity_ny.pk}}
+        assert await mallory.receive_nothing(timeout=0.3)
+        await alice.disconnect()
+        await mallory.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_change_publishes_nothing(owner, activity, activity_ny):
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+
+    def pause_then_roll_back() -> None:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            replica_pause(actor=owner, source=activity, replica=activity_ny)
+            raise RuntimeError("roll back")
+
+    alice = socket_for(owner)
+
+    async def scenario():
+        assert (await alice.connect())[0]
+        await database_sync_to_async(pause_then_roll_back)()
+        assert await alice.receive_nothing(timeout=0.3)
+        await alice.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outsider_socket_gets_no_event_of_a_stream_it_cannot_see(outsider, owner, newyork):
+    """mallory's own tenant gets its events; acme's never reach her socket."""
+    mallorys = StreamFactory(cluster=newyork, name="ledger", created_by=outsider)
+    other = StreamFactory(cluster=newyork, name="ledger2", created_by=outsider)
+
+    mallory = socket_for(outsider)
+
+    async def scenario():
+        assert (await mallory.connect())[0]
+        await database_sync_to_async(replica_add)(actor=outsider, source=mallorys,
+                                                  replica=other)
+        assert (await mallory.receive_json_from(timeout=2))["event"] == "replica.added"
+        await mallory.disconnect()
+
+    run(scenario)
