@@ -122,11 +122,14 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="")
+# Prefix of the engine's Redis keys, Celery queues and channel-layer groups, so deployments
+# (and test runs) can share one Redis without hearing each other.
+STREAMGATE_NAMESPACE = env.str("STREAMGATE_NAMESPACE", default="")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{STREAMGATE_NAMESPACE}asgi"},
         }
     }
 else:
@@ -202,6 +205,33 @@ SPECTACULAR_SETTINGS = {
 MAX_REPLICAS_PER_STREAM = 64
 MAX_UPSTREAMS_PER_REPLICA = 64
 MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
+
+# The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
+# (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
+# for more messages to join the batch).
+REPLICATION_BATCH_MESSAGES = env.int("STREAMGATE_BATCH_MESSAGES", default=5000)
+REPLICATION_BATCH_BYTES = env.int("STREAMGATE_BATCH_BYTES", default=4 << 20)
+REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=20)
+# A gateway that has not acknowledged a batch this long is skipped for a while (suspect).
+REPLICATION_ACK_TIMEOUT = env.float("STREAMGATE_ACK_TIMEOUT", default=10.0)
+REPLICATION_SUSPECT_SECONDS = env.float("STREAMGATE_SUSPECT_SECONDS", default=30.0)
+# Links waiting for a live gateway are retried this often; every link is re-planned each sweep
+# in case a wake-up was lost (wake-ups are the fast path, the sweep the safety net).
+REPLICATION_RETRY_SECONDS = env.float("STREAMGATE_RETRY_SECONDS", default=2.0)
+REPLICATION_SWEEP_SECONDS = env.float("STREAMGATE_SWEEP_SECONDS", default=20.0)
+# `replica list` flags a link stalled when messages are pending and none applied this long.
+REPLICATION_STALL_SECONDS = env.float("STREAMGATE_STALL_SECONDS", default=60.0)
+# Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
+GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
+GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
+GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
+for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
+              "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
+              "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):
+    if globals()[_name] <= 0:
+        raise ImproperlyConfigured(f"{_name} must be positive")
+if GATEWAY_PRESENCE_TTL <= GATEWAY_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("STREAMGATE_GATEWAY_TTL must exceed STREAMGATE_GATEWAY_HEARTBEAT")
 
 LOGGING = {
     "version": 1,

@@ -69,6 +69,10 @@ class Gateway(models.Model):
     address = models.CharField(max_length=255, blank=True)
     enabled = models.BooleanField(default=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # What the gateway process applied, flushed with its heartbeat (workers/gateway.py).
+    batches_applied = models.PositiveBigIntegerField(default=0)
+    messages_applied = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
 
     objects = GatewayQuerySet.as_manager()
@@ -237,6 +241,10 @@ class ReplicaLink(models.Model):
     )
     copy_percentage = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # The gateway the last error came from ("" when the source side itself reported it).
+    last_error_gateway = models.CharField(max_length=255, blank=True)
+    # When a batch last applied, for the `stalled` flag of `replica list`.
+    last_progress = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -6,20 +6,23 @@ of queries, whatever the number of rows.
 
 Storage figures (sizes, offsets, timestamps, consumers) come from `storage_figures`, which asks
 the message store of each cluster; backlog figures from `pending_figures`, which the
-replication engine will feed (until then nothing is pending).
+replication engine computes from both ends' stores.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from replication.engine.replicator import pending
 from replication.engine.store import PartitionStats, UnknownTopic
 from replication.models import (
     PERMISSIONS,
@@ -30,6 +33,7 @@ from replication.models import (
     Stream,
     Topic,
 )
+from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
 
 Row = dict[str, Any]
@@ -106,8 +110,25 @@ def _partition_figures(stats: list[PartitionStats], count: int, physicalsize: in
 
 
 def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
-    """Per link id, the backlog not yet applied at the replica. The one source of them."""
-    return {link.pk: NOTHING_PENDING for link in links}
+    """Per link id, the backlog not yet applied at the replica, from the two clusters' stores
+    (the replica's partition ends against the source's high watermarks). The one source of
+    them. Two control-database queries, whatever the number of links."""
+    links = list(links)
+    sources = Stream.objects.select_related("cluster").in_bulk({ln.source_id for ln in links})
+    topics: dict[int, dict[str, UUID]] = {sid: {} for sid in sources}
+    for stream_id, name, origin in Topic.objects.filter(stream_id__in=sources).values_list(
+        "stream_id", "name", "origin_uuid"
+    ):
+        topics[stream_id][name] = origin
+    return {link.pk: _pending(sources[link.source_id], link, topics[link.source_id])
+            for link in links}
+
+
+def _pending(source: Stream, link: ReplicaLink, topics: dict[str, UUID]) -> PendingFigures:
+    backlog = pending(store_for(source.cluster), source.uuid, store_for(link.replica.cluster),
+                      link.replica.uuid, carried_topics(link.replica.uuid, topics))
+    return PendingFigures(minPendingTS=backlog.min_ts or 0, maxPendingTS=backlog.max_ts or 0,
+                          bytesPending=backlog.bytes, messagesPending=backlog.messages)
 
 
 def mapr_time(epoch_ms: int) -> str:
@@ -225,7 +246,7 @@ def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         "networkencryption": link.networkencryption,
         "synchronous": link.synchronous,
         "networkcompression": link.networkcompression,
-        "isUptodate": replicating and pending.messagesPending == 0,
+        "isUptodate": replicating and not link.paused and pending.messagesPending == 0,
         "minPendingTS": pending.minPendingTS,
         "maxPendingTS": pending.maxPendingTS,
         "bytesPending": pending.bytesPending,
@@ -234,9 +255,32 @@ def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         # Replicating means any initial copy is over (or none was asked for, as in a manual
         # setup), which MapR reports as 100.
         "copyTableCompletionPercentage": 100 if replicating else link.copy_percentage,
-        "errors": [link.last_error] if link.last_error else [],
+        "errors": _errors(link, pending),
         "waitingForUpstream": not link.agreed,
+        # streamgate's own: the age of the oldest unreplicated message, and whether the link
+        # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
+        "timeLag": _time_lag(pending),
+        "stalled": link_is_stalled(link, pending.messagesPending),
     }
+
+
+def _time_lag(pending: PendingFigures) -> float:
+    if not pending.messagesPending or not pending.minPendingTS:
+        return 0.0
+    return max(0.0, round(time.time() - pending.minPendingTS / 1000, 3))
+
+
+def _errors(link: ReplicaLink, pending: PendingFigures) -> list[str]:
+    """The link's last error, naming the gateway it came from, and whether it is stalled."""
+    errors = []
+    if link.last_error:
+        by = link.last_error_gateway
+        named = not by or f"gateway {by}" in link.last_error
+        errors.append(link.last_error if named else f"{link.last_error} (gateway {by})")
+    if link_is_stalled(link, pending.messagesPending):
+        errors.append(f"stalled: {pending.messagesPending} messages pending and none applied "
+                      f"for over {settings.REPLICATION_STALL_SECONDS:g}s")
+    return errors
 
 
 def upstream_rows(stream: Stream) -> list[Row]:

@@ -36,7 +36,12 @@ MESSAGING_HELP = """
       Produce one message per line of standard input (JSON records with -format json).
   consume -path <stream path> -topic <topic> [ -partition <n> ] [ -offset <o> ]
           [ -limit <n> ] [ -group <consumer group> ] [ -wait <ms> ]
-      Print messages as JSON lines; with -group, start at and commit the group's cursor."""
+      Print messages as JSON lines; with -group, start at and commit the group's cursor.
+  gateway run -cluster <destination cluster> -name <gateway>
+      Run a configured gateway of the cluster in this process (production: DATABASE_URL and
+      REDIS_URL set), applying replicated batches to the cluster's replicas.
+  replicator run
+      Run the source side of replication in this process (production)."""
 
 
 @dataclass
@@ -119,6 +124,8 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words == ["consume"]:
         messaging.consume(client, invocation.params, out)
         return EXIT_OK
+    if words in (["gateway", "run"], ["replicator", "run"]):
+        return run_server_process(words[0], invocation.params)
     envelope = client.request(" ".join(words), invocation.params)
     if "json" in invocation.flags:
         print(json.dumps(envelope, indent="\t"), file=out)
@@ -127,6 +134,21 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if rows:  # action commands return no rows and print nothing, as maprcli does
         print(table(rows, header="noheader" not in invocation.flags), file=out)
     return EXIT_OK
+
+
+def run_server_process(kind: str, params: dict[str, str]) -> int:
+    """`gateway run` and `replicator run` are the server's own processes, not REST calls:
+    exec the management command, so signals reach it directly."""
+    wanted = {"gateway": {"cluster", "name"}, "replicator": set()}[kind]
+    if set(params) != wanted:
+        needed = " ".join(f"-{name} <{name}>" for name in sorted(wanted))
+        raise UsageError(f"usage: streamgate {kind} run {needed}".rstrip())
+    argv = [sys.executable, "-m", "django", f"run{kind}"]
+    for name in sorted(params):
+        argv += [f"--{name}", params[name]]
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.execv(sys.executable, argv)
+    return EXIT_FAILED  # not reached: execv replaces this process
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,3 +36,16 @@ def start_scheduler(app: Celery, *, tick: float = 1.0) -> threading.Thread:
     thread = threading.Thread(target=loop, name="embedded-beat", daemon=True)
     thread.start()
     return thread
+
+
+def start_replication() -> None:
+    """`make run` starts the configured gateways in-process: each enabled gateway is live
+    (heartbeating) in this process, where batches apply eagerly, and the replicator runs as a
+    thread beside them."""
+    from workers.gateway import Heartbeat
+    from workers.presence import presence
+    from workers.replicator import start_replicator_thread
+
+    signals = presence()
+    Heartbeat(None, signals).start()
+    start_replicator_thread(signals)

@@ -19,6 +19,7 @@ from replication.engine.store import (
 from replication.errors import InvalidInput, NotFound
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
+from replication.services.engine import stream_wake
 from replication.services.topics import topic_autocreate, topic_of
 from replication.stores import store_for
 
@@ -85,10 +86,12 @@ def messages_produce(
     target = _producible_topic(stream, topic)
     _check_records(records, target)
     store = store_for(stream.cluster)
-    return _on_store(target, lambda: store.append(
+    offsets = _on_store(target, lambda: store.append(
         stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
         log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
     ))
+    stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
+    return offsets
 
 
 def _readable_topic(actor: AbstractBaseUser, stream: Stream, name: str, partition: int) -> Topic:

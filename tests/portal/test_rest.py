@@ -225,7 +225,7 @@ def test_replica_list_shows_mapr_fields(api, world):
         "cluster", "stream", "type", "replicaPath", "replicaState", "paused", "throttle", "idx",
         "networkencryption", "synchronous", "networkcompression", "isUptodate", "minPendingTS",
         "maxPendingTS", "bytesPending", "messagesPending", "uuid",
-        "copyTableCompletionPercentage", "errors", "waitingForUpstream",
+        "copyTableCompletionPercentage", "errors", "waitingForUpstream", "timeLag", "stalled",
     ]
     row = rows[0]
     assert (row["cluster"], row["stream"], row["replicaPath"]) == (

@@ -3,9 +3,14 @@ own so concurrent test runs never take each other's tasks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,3 +58,138 @@ def wait_until(check, timeout: float = 30.0, every: float = 0.1) -> None:  # typ
     while not check():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(every)
+
+
+# --- the replication engine as real processes --------------------------------------------------
+
+# Fast clocks, so the failure tests run in seconds rather than minutes.
+ENGINE_SETTINGS = {
+    "STREAMGATE_ACK_TIMEOUT": "3",
+    "STREAMGATE_SUSPECT_SECONDS": "30",
+    "STREAMGATE_RETRY_SECONDS": "0.5",
+    "STREAMGATE_SWEEP_SECONDS": "5",
+    "STREAMGATE_GATEWAY_HEARTBEAT": "0.5",
+    "STREAMGATE_GATEWAY_TTL": "2",
+    "STREAMGATE_LINGER_MS": "10",
+    "STREAMGATE_BATCH_MESSAGES": "200",
+}
+
+
+class Engine:
+    """The replicator and gateways of one test as subprocesses, on the test database, with
+    Redis keys and Celery queues under a namespace of the test's own."""
+
+    def __init__(self, namespace: str, logs: Path) -> None:
+        self.namespace = namespace
+        self.logs = logs
+        self.env = {**os.environ, **ENGINE_SETTINGS, "DATABASE_URL": test_database_url(),
+                    "STREAMGATE_NAMESPACE": namespace}
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def _start(self, label: str, *command: str) -> subprocess.Popen:
+        log = (self.logs / f"{label}.log").open("ab")
+        process = subprocess.Popen([sys.executable, "manage.py", *command], cwd=ROOT,
+                                   env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.processes[label] = process
+        return process
+
+    def gateway(self, cluster: str, name: str) -> subprocess.Popen:
+        return self._start(f"gw-{cluster}-{name}", "rungateway", "--cluster", cluster,
+                           "--name", name, "--loglevel", "WARNING")
+
+    def replicator(self) -> subprocess.Popen:
+        return self._start("replicator", "runreplicator")
+
+    def log(self, label: str) -> str:
+        return (self.logs / f"{label}.log").read_text(errors="replace")
+
+    def stop(self, label: str, *, kill: bool = False) -> None:
+        process = self.processes.pop(label)
+        process.kill() if kill else process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def close(self) -> None:
+        for label in list(self.processes):
+            self.stop(label)
+
+
+@pytest.fixture
+def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
+    import redis
+
+    namespace = f"sgt-{uuid.uuid4().hex[:10]}:"
+    settings.STREAMGATE_NAMESPACE = namespace
+    for name, value in ENGINE_SETTINGS.items():
+        target = {"STREAMGATE_ACK_TIMEOUT": "REPLICATION_ACK_TIMEOUT",
+                  "STREAMGATE_GATEWAY_TTL": "GATEWAY_PRESENCE_TTL"}.get(name)
+        if target:
+            setattr(settings, target, float(value))
+    engine = Engine(namespace, tmp_path)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        for pattern in (f"{namespace}*", f"_kombu.binding.{namespace}*"):
+            keys = list(client.scan_iter(pattern))
+            if keys:
+                client.delete(*keys)
+
+
+# --- a PostgreSQL server of the test's own, to restart under the engine -------------------------
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class PrivatePostgres:
+    """initdb + pg_ctl in a temporary folder, on a free port, run as the postgres user (initdb
+    refuses root)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.data = folder, folder / "data"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+
+    def _as_postgres(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=60)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def init(self) -> None:
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
+        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust",
+                          "-U", "postgres", "--no-sync")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
+                   "-c fsync=off")
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
+                          "-l", str(self.folder / "server.log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip("needs PostgreSQL 15's initdb and pg_ctl")
+    # Not under pytest's tmp_path: that is private to root, and the server runs as postgres.
+    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="sg-pg-")))
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop("immediate")
+        shutil.rmtree(server.folder, ignore_errors=True)

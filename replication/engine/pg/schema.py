@@ -133,6 +133,8 @@ def create_pg_database(url: str) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             return
-        # Another process may create it meanwhile: that is what we wanted.
-        with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+        # Another process may create it meanwhile: that is what we wanted. Two concurrent
+        # CREATE DATABASE race on pg_database's unique index, which PostgreSQL reports as a
+        # UniqueViolation rather than DuplicateDatabase.
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

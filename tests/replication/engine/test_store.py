@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import FrozenInstanceError
 
 import psycopg
@@ -32,6 +33,7 @@ from replication.engine.store import (
     headers_size,
     now_ms,
 )
+from tests.replication.engine.conftest import _server_url, _with_db
 
 ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
 BINARY = bytes(range(256)) * 3 + b"\x00\x00tail\x00"
@@ -610,3 +612,17 @@ def test_drop_topic_removes_only_that_topics_messages(store, stream):
     store.ensure_topic(stream, "gone", 1)  # a topic created later under the name starts anew
     assert store.append(stream, "gone", [Record(b"y")], origin=stream) == [(0, 0)]
     assert store.fetch_cursor(stream, "g", "gone", 0) is None
+
+
+def test_concurrent_store_creation_is_not_an_error():
+    # Two processes opening a new cluster's store at once both create its database.
+    from replication.engine.pg import create_pg_database
+
+    server = _server_url()
+    url = _with_db(server, f"sgstore_race_{os.getpid()}")
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: create_pg_database(url), range(4)))
+    finally:
+        with psycopg.connect(_with_db(server, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "sgstore_race_{os.getpid()}" WITH (FORCE)')

@@ -1,5 +1,6 @@
 """`manage.py runembedded`: the whole product in one process on the embedded default, the
-ASGI server (daphne) with the beat schedule running beside it."""
+ASGI server (daphne) with the beat schedule, the replicator and the configured gateways running
+beside it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from workers.celery import app
-from workers.embedded import start_scheduler
+from workers.embedded import start_replication, start_scheduler
 
 
 class Command(BaseCommand):
@@ -26,6 +27,7 @@ class Command(BaseCommand):
             raise CommandError("runembedded is for the embedded default (no DATABASE_URL and "
                                "no REDIS_URL); in production run the worker and beat")
         start_scheduler(app)
+        start_replication()
         CommandLineInterface().run(
             ["-b", options["host"], "-p", str(options["port"]), "portal.asgi:application"]
         )

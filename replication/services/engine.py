@@ -1,0 +1,161 @@
+"""The Django side of the replication engine: which links move data and which topics each
+carries, applying a batch for a gateway, and recording what happened on the link.
+
+The engine core (replication/engine/replicator.py) holds no state; the replica's partitions
+are the only record of progress. What is kept here (last error, last progress) is for the
+operators' eyes only, never a check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from uuid import UUID
+
+import structlog
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from replication.engine.replicator import BatchSpec, apply_batch
+from replication.models import Cluster, Gateway, ReplicaLink, Topic
+from replication.stores import store_for
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class MovingLink:
+    """A link that moves data now: agreed both ways and not paused (DESIGN.md invariant 5)."""
+
+    id: int
+    source: UUID
+    source_cluster: Cluster
+    replica: UUID
+    replica_cluster: Cluster
+    topics: dict[str, UUID]  # the source's topics (name -> origin) that go to this replica
+
+    def spec(self, topic: str, partition: int, start: int, end: int) -> BatchSpec:
+        return BatchSpec(self.source, self.replica, topic, partition, start, end)
+
+
+def links_moving(
+    *, sources: Iterable[str] | None = None, ids: Iterable[int] | None = None
+) -> list[MovingLink]:
+    """The moving links out of the given source streams (by UUID) or with the given ids;
+    every moving link when both are None. Two queries, whatever the number of links."""
+    links = ReplicaLink.objects.agreed().filter(paused=False)
+    if sources is not None or ids is not None:
+        links = links.filter(source__uuid__in=list(sources or ())) | links.filter(
+            pk__in=list(ids or ())
+        )
+    links = list(links.select_related("source__cluster", "replica__cluster").order_by("pk"))
+    topics = _topics_by_stream({link.source_id for link in links})
+    return [
+        MovingLink(link.pk, link.source.uuid, link.source.cluster, link.replica.uuid,
+                   link.replica.cluster, carried_topics(link.replica.uuid, topics[link.source_id]))
+        for link in links
+    ]
+
+
+def link_ids_moving() -> set[int]:
+    return set(ReplicaLink.objects.agreed().filter(paused=False).values_list("pk", flat=True))
+
+
+def _topics_by_stream(stream_ids: set[int]) -> dict[int, dict[str, UUID]]:
+    by_stream: dict[int, dict[str, UUID]] = {sid: {} for sid in stream_ids}
+    rows = Topic.objects.filter(stream_id__in=stream_ids).values_list(
+        "stream_id", "name", "origin_uuid"
+    )
+    for stream_id, name, origin in rows:
+        by_stream[stream_id][name] = origin
+    return by_stream
+
+
+def carried_topics(replica: UUID, topics: dict[str, UUID]) -> dict[str, UUID]:
+    """Invariant 3: a topic never travels back to the stream it originates in."""
+    return {name: origin for name, origin in topics.items() if origin != replica}
+
+
+def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int) -> int:
+    """A gateway's work: copy [start, end) of the source partition to the replica and advance
+    the replica's cursor in one transaction of the replica's store. No produceperm check:
+    gateways publish to replicas with implicit authority (DESIGN.md invariant 6). A link that
+    lost its agreement or was paused since the batch was cut applies nothing, so pause stops
+    at a batch boundary. Returns the messages newly applied (0 for a redelivered batch)."""
+    link = (ReplicaLink.objects.agreed().filter(pk=link_id, paused=False)
+            .select_related("source__cluster", "replica__cluster").first())
+    if link is None:
+        return 0
+    spec = BatchSpec(link.source.uuid, link.replica.uuid, topic, partition, start, end)
+    applied = apply_batch(store_for(link.source.cluster), store_for(link.replica.cluster), spec,
+                          link=str(link.pk), max_bytes=settings.REPLICATION_BATCH_BYTES)
+    if applied:
+        stream_wake(stream=link.replica.uuid)  # the replica's own replicas move on (chains)
+    return applied
+
+
+def link_progress(*, link_ids: Iterable[int]) -> None:
+    """Batches applied: the links are moving, so their last error no longer stands."""
+    ReplicaLink.objects.filter(pk__in=list(link_ids)).update(
+        last_progress=timezone.now(), last_error="", last_error_gateway=""
+    )
+
+
+def link_error(*, link_id: int, error: str, gateway: str = "") -> None:
+    ReplicaLink.objects.filter(pk=link_id).exclude(
+        last_error=error, last_error_gateway=gateway
+    ).update(last_error=error[:2000], last_error_gateway=gateway)
+
+
+def link_waiting(*, link_ids: Iterable[int], cluster: str) -> None:
+    """No live gateway on the destination cluster: say so where `replica list` shows it."""
+    error = f"waiting: no live gateway on cluster {cluster}"
+    ReplicaLink.objects.filter(pk__in=list(link_ids)).exclude(last_error=error).update(
+        last_error=error, last_error_gateway=""
+    )
+
+
+def gateways_configured() -> dict[str, list[str]]:
+    """Per destination cluster name, its enabled gateways' names, sorted (round-robin order)."""
+    names: dict[str, list[str]] = {}
+    rows = Gateway.objects.filter(enabled=True).order_by("cluster__name", "name")
+    for cluster, name in rows.values_list("cluster__name", "name"):
+        names.setdefault(cluster, []).append(name)
+    return names
+
+
+def gateway_flush(*, cluster: str, name: str, batches: int = 0, messages: int = 0,
+                  errors: int = 0, heartbeat: bool = True) -> None:
+    """A gateway's heartbeat in the control database, with the counters it gathered since
+    the last one (one UPDATE every few seconds rather than one per batch)."""
+    values: dict = {"batches_applied": F("batches_applied") + batches,
+                    "messages_applied": F("messages_applied") + messages,
+                    "errors": F("errors") + errors}
+    if heartbeat:
+        values["last_heartbeat"] = timezone.now()
+    Gateway.objects.filter(cluster__name=cluster, name=name).update(**values)
+
+
+def link_is_stalled(link: ReplicaLink, messages_pending: int) -> bool:
+    """Messages pending and none applied for REPLICATION_STALL_SECONDS on a moving link."""
+    if not messages_pending or link.paused or not link.agreed:
+        return False
+    since = link.last_progress or link.created
+    return timezone.now() - since > timedelta(seconds=settings.REPLICATION_STALL_SECONDS)
+
+
+def stream_wake(*, stream: UUID) -> None:
+    """New data in `stream`: wake the source side once the producing transaction commits."""
+    transaction.on_commit(lambda: _wake([str(stream)]))
+
+
+def _wake(streams: list[str]) -> None:
+    from workers.presence import presence
+
+    try:
+        presence().wake(streams)
+    except Exception as error:  # the sweep catches up; a produce must not fail
+        log.warning("wake_failed", streams=streams, error=str(error))

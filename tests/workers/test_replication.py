@@ -1,0 +1,381 @@
+"""Replication end to end through real processes: the replicator and gateways as subprocesses
+on the test database, the clusters' stores as PostgreSQL databases. Every data test ends with
+the checker: each replica partition is its origin's, no gap, no duplicate, no reordering."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+
+from replication.engine.checker import check_replica
+from replication.engine.replicator import BatchSpec
+from replication.engine.store import Key, Record
+from replication.models import ReplicaLink, Stream
+from replication.reports import replica_rows
+from replication.services import (
+    replica_add,
+    replica_pause,
+    replica_resume,
+    topic_create,
+    upstream_add,
+)
+from replication.services.messages import messages_produce
+from replication.stores import store_for
+from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
+from tests.workers.conftest import wait_until
+from workers.celery import app
+from workers.gateway import Heartbeat, tally
+from workers.presence import LocalPresence, presence
+from workers.replicator import InFlight, Replicator
+from workers.tasks import apply_batch_task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Producer:
+    """Produces numbered messages (an `id` header each) and remembers the acknowledged offsets."""
+
+    def __init__(self, owner, stream: Stream, topic: str = "clicks") -> None:
+        self.owner, self.stream, self.topic = owner, stream, topic
+        self.sent = 0
+        self.acked: dict[Key, set[int]] = {}
+
+    def __call__(self, count: int) -> None:
+        records = [Record(value=b"v%d" % i, key=b"k%d" % (i % 7),
+                          headers=(("id", b"%s-%d" % (self.stream.path.encode(), i)),))
+                   for i in range(self.sent, self.sent + count)]
+        offsets = messages_produce(actor=self.owner, stream=self.stream, topic=self.topic,
+                                   records=records)
+        for partition, offset in offsets:
+            self.acked.setdefault((self.topic, partition), set()).add(offset)
+        self.sent += count
+
+
+def check(origin: Stream, replica: Stream, topics: list[str], **kwargs):
+    return check_replica(store_for(origin.cluster), origin.uuid, store_for(replica.cluster),
+                         replica.uuid, topics, **kwargs)
+
+
+def wait_replicated(producer: Producer, replica: Stream, timeout: float = 30) -> None:
+    wait_until(lambda: check(producer.stream, replica, [producer.topic]).ok, timeout, every=0.2)
+    report = check(producer.stream, replica, [producer.topic], acknowledged=producer.acked)
+    assert report.ok, report.summary()
+
+
+def replica_count(replica: Stream, topic: str = "clicks") -> int:
+    try:
+        marks = store_for(replica.cluster).watermarks(replica.uuid, topic)
+    except Exception:  # the replica's store has not heard of the topic yet
+        return 0
+    return sum(high - low for low, high in marks.values())
+
+
+def row_of(source: Stream, replica: Stream) -> dict:
+    return next(r for r in replica_rows(source) if r["replicaPath"] == replica.path)
+
+
+@pytest.fixture
+def clicks(owner, activity, newyork):
+    for cluster in (activity.cluster, newyork):
+        store_for(cluster)  # as cluster_create does: the stores exist before any gateway runs
+    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
+
+
+@pytest.fixture
+def pair(owner, activity, activity_ny, clicks):
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    return activity, activity_ny
+
+
+@pytest.fixture
+def gateways(engine, newyork):
+    """gw1 and gw2 configured on newyork, started, and live."""
+    for name in ("gw1", "gw2"):
+        GatewayFactory(cluster=newyork, name=name)
+        engine.gateway("newyork", name)
+    wait_until(lambda: len(presence().live([("newyork", "gw1"), ("newyork", "gw2")])) == 2,
+               timeout=30)
+    return engine
+
+
+def test_primary_secondary_end_to_end(gateways, owner, pair):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    for _ in range(5):
+        produce(400)
+    wait_replicated(produce, replica)
+    row = row_of(source, replica)
+    assert (row["isUptodate"], row["messagesPending"], row["errors"]) == (True, 0, [])
+    assert ReplicaLink.objects.get().last_progress is not None
+
+
+def test_new_data_wakes_the_replicator_promptly(gateways, owner, pair):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    produce(1)
+    wait_replicated(produce, replica)
+    started = time.monotonic()
+    produce(10)
+    wait_replicated(produce, replica)
+    assert time.monotonic() - started < 2.0  # well under the 5 s sweep of these tests
+
+
+def test_no_data_moves_without_the_upstream_nor_while_paused(gateways, owner, activity,
+                                                             activity_ny, clicks):
+    gateways.replicator()
+    replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
+    produce = Producer(owner, activity)
+    produce(100)
+    time.sleep(1.5)
+    assert replica_count(activity_ny) == 0
+    row = row_of(activity, activity_ny)
+    assert row["waitingForUpstream"] and row["messagesPending"] == 100
+    assert not row["isUptodate"]
+    upstream_add(actor=owner, replica=activity_ny, source=activity)  # agreed, but paused
+    produce(100)
+    time.sleep(1.5)
+    assert replica_count(activity_ny) == 0
+    replica_resume(actor=owner, source=activity, replica=activity_ny)
+    wait_replicated(produce, activity_ny)
+    replica_pause(actor=owner, source=activity, replica=activity_ny)
+    produce(100)
+    time.sleep(1.5)
+    assert replica_count(activity_ny) == 200
+    assert row_of(activity, activity_ny)["messagesPending"] == 100
+    replica_resume(actor=owner, source=activity, replica=activity_ny)  # from the cursor on
+    wait_replicated(produce, activity_ny)
+
+
+def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    done = threading.Event()
+
+    def keep_producing() -> None:
+        for _ in range(30):
+            produce(200)
+            time.sleep(0.02)
+        done.set()
+
+    thread = threading.Thread(target=keep_producing)
+    thread.start()
+    wait_until(lambda: replica_count(replica) > 0, timeout=30, every=0.05)
+    gateways.stop("gw-newyork-gw1", kill=True)  # SIGKILL while batches are being applied
+    thread.join(timeout=60)
+    assert done.is_set()
+    wait_replicated(produce, replica, timeout=45)
+    assert produce.sent == 6000
+
+
+def test_all_gateways_down_then_one_comes_back(gateways, owner, pair, settings):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    produce(100)
+    wait_replicated(produce, replica)
+    for name in ("gw1", "gw2"):
+        gateways.processes[f"gw-newyork-{name}"].send_signal(signal.SIGKILL)
+    produce(300)
+
+    def waiting() -> bool:
+        return "waiting: no live gateway on cluster newyork" in row_of(source, replica)["errors"]
+
+    wait_until(waiting, timeout=20, every=0.2)
+    settings.REPLICATION_STALL_SECONDS = 1
+    wait_until(lambda: any(e.startswith("stalled: ") for e in row_of(source, replica)["errors"]),
+               timeout=10, every=0.2)
+    stuck = row_of(source, replica)
+    assert stuck["messagesPending"] > 0 and stuck["stalled"] is True
+    assert stuck["timeLag"] > 0 and not stuck["isUptodate"]
+    gateways.stop("gw-newyork-gw1")
+    gateways.gateway("newyork", "gw1")  # a new incarnation: trusted again at once
+    wait_replicated(produce, replica)
+    wait_until(lambda: row_of(source, replica)["errors"] == [], timeout=10)
+    caught_up = row_of(source, replica)
+    assert (caught_up["stalled"], caught_up["timeLag"], caught_up["isUptodate"]) == (False, 0, True)
+
+
+def test_an_apply_error_shows_in_replica_list_with_its_gateway(engine, owner, newyork, pair):
+    source, replica = pair
+    link = ReplicaLink.objects.get()
+    Producer(owner, source)(10)
+    replicator = Replicator(presence())
+    key = (link.pk, "clicks", 7)
+    replicator.tickets["t1"] = key
+    replicator.inflight[key] = InFlight(link_spec(link, 7), ("newyork", "gw2"), "", 1e12)
+    # A partition the source does not have: the gateway refuses the batch and says why.
+    assert apply_batch_task(link.pk, "clicks", 7, 0, 10, gateway="newyork/gw2", ticket="t1") == 0
+    replicator._on_acks(wait_acks(1))
+    assert row_of(source, replica)["errors"] == [
+        "StoreError: clicks:7 does not exist at the source (gateway gw2)"]
+    assert link.pk in replicator.retry and not replicator.inflight  # retried later, not spun
+    assert tally.take(("newyork", "gw2"))["errors"] == 1
+
+
+def link_spec(link: ReplicaLink, partition: int) -> BatchSpec:
+    return BatchSpec(link.source.uuid, link.replica.uuid, "clicks", partition, 0, 10)
+
+
+def test_a_redelivered_batch_applies_once(owner, pair):
+    source, replica = pair
+    link = ReplicaLink.objects.get()
+    produce = Producer(owner, source)
+    produce(90)
+    ends = {p: high for p, (_low, high) in
+            store_for(source.cluster).watermarks(source.uuid, "clicks").items()}
+    for partition, end in ends.items():
+        assert apply_batch_task(link.pk, "clicks", partition, 0, end) == end
+        assert apply_batch_task(link.pk, "clicks", partition, 0, end) == 0  # redelivered
+        assert apply_batch_task(link.pk, "clicks", partition, 5, end) == 0  # overlapping
+    report = check(source, replica, ["clicks"], acknowledged=produce.acked)
+    assert report.ok, report.summary()
+
+
+def test_two_gateways_racing_on_one_batch_apply_it_once(gateways, owner, pair):
+    source, replica = pair
+    link = ReplicaLink.objects.get()
+    produce = Producer(owner, source)
+    produce(1500)
+    ends = store_for(source.cluster).watermarks(source.uuid, "clicks")
+    applied = []
+    for start in range(0, max(high for _low, high in ends.values()), 100):
+        # Round by round, the same batch of every partition to both gateways at once.
+        tickets = set()
+        for partition, (_low, high) in ends.items():
+            for name in ("gw1", "gw2") if start < high else ():
+                tickets.add(ticket := uuid.uuid4().hex)
+                apply_batch_task.apply_async(
+                    args=(link.pk, "clicks", partition, start, min(start + 100, high)),
+                    kwargs={"gateway": f"newyork/{name}", "ticket": ticket},
+                    queue=f"{gateways.namespace}gw.newyork.{name}")
+        acks = wait_acks(len(tickets))
+        assert {a["ticket"] for a in acks} == tickets
+        assert not [a["error"] for a in acks if a.get("error")]
+        applied += [a["applied"] for a in acks]
+    assert sum(applied) == 1500  # each message applied by one of the two, never both
+    report = check(source, replica, ["clicks"], acknowledged=produce.acked)
+    assert report.ok, report.summary()
+
+
+def wait_acks(count: int, timeout: float = 20) -> list[dict]:
+    acks: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while len(acks) < count and time.monotonic() < deadline:
+        acks += presence().wait(0.5).acks
+    return acks
+
+
+def test_intracluster_replication(engine, owner, sanfrancisco, activity, clicks):
+    activity2 = StreamFactory(cluster=sanfrancisco, name="activity2", created_by=owner)
+    replica_add(actor=owner, source=activity, replica=activity2)
+    upstream_add(actor=owner, replica=activity2, source=activity)
+    GatewayFactory(cluster=sanfrancisco, name="gw1")
+    engine.gateway("sanfrancisco", "gw1")
+    engine.replicator()
+    produce = Producer(owner, activity)
+    produce(500)
+    wait_replicated(produce, activity2)
+
+
+def test_a_chain_forwards_replicated_messages(gateways, owner, newyork, pair):
+    """sanfrancisco/activity -> newyork/activity -> newyork/archive: the middle stream's own
+    replica moves on as soon as a gateway applies to it (the gateway wakes the source side)."""
+    source, middle = pair
+    archive = StreamFactory(cluster=newyork, name="archive", created_by=owner)
+    replica_add(actor=owner, source=middle, replica=archive)
+    upstream_add(actor=owner, replica=archive, source=middle)
+    gateways.replicator()
+    produce = Producer(owner, source)
+    for _ in range(3):
+        produce(300)
+    wait_replicated(produce, middle)
+    wait_until(lambda: check(source, archive, ["clicks"]).ok, timeout=30, every=0.2)
+    report = check(source, archive, ["clicks"], acknowledged=produce.acked)
+    assert report.ok, report.summary()
+
+
+def test_multi_master_pair_keeps_each_message_once_in_both(gateways, owner, sanfrancisco,
+                                                           activity, activity_ny):
+    GatewayFactory(cluster=sanfrancisco, name="gw1")
+    gateways.gateway("sanfrancisco", "gw1")
+    for source, replica in ((activity, activity_ny), (activity_ny, activity)):
+        replica_add(actor=owner, source=source, replica=replica)
+        upstream_add(actor=owner, replica=replica, source=source)
+    gateways.replicator()
+    west, east = Producer(owner, activity, "west"), Producer(owner, activity_ny, "east")
+    for _ in range(3):
+        west(200)
+        east(150)
+    wait_replicated(west, activity_ny)
+    wait_replicated(east, activity)
+    time.sleep(1.0)  # time enough for anything sent back to show
+    # Nothing came back: each stream holds its own topic's messages once, as produced.
+    assert replica_count(activity, "west") == 600 and replica_count(activity_ny, "east") == 450
+    ways = ((activity, activity_ny, "west"), (activity_ny, activity, "east"))
+    for origin, replica, topic in ways:
+        report = check(origin, replica, [topic])
+        assert report.ok and report.checked == replica_count(origin, topic), report.summary()
+
+
+def test_embedded_mode_replicates_in_process(owner, newyork, pair, settings):
+    """`make run`: no Redis, the configured gateways live in the process, batches apply
+    eagerly in the replicator's thread (here, the test's)."""
+    source, replica = pair
+    settings.REDIS_URL = ""
+    app.conf.task_always_eager = True
+    try:
+        GatewayFactory(cluster=newyork, name="gw1")
+        signals = presence()
+        assert isinstance(signals, LocalPresence)
+        Heartbeat(None, signals).beat(database=True)
+        replicator = Replicator(signals)
+        produce = Producer(owner, source)
+        produce(700)
+        deadline = time.monotonic() + 20
+        while not check(source, replica, ["clicks"]).ok and time.monotonic() < deadline:
+            replicator.step()
+    finally:
+        app.conf.task_always_eager = False
+    report = check(source, replica, ["clicks"], acknowledged=produce.acked)
+    assert report.ok, report.summary()
+    assert row_of(source, replica)["isUptodate"]
+
+
+def test_a_restarted_replica_database_loses_and_duplicates_nothing(engine, owner, activity,
+                                                                   clicks, private_postgres):
+    tokyo = ClusterFactory(name="tokyo", store_url=private_postgres.url("tokyo_store"))
+    store_for(tokyo)
+    replica = StreamFactory(cluster=tokyo, name="activity", created_by=owner)
+    replica_add(actor=owner, source=activity, replica=replica)
+    upstream_add(actor=owner, replica=replica, source=activity)
+    GatewayFactory(cluster=tokyo, name="gw1")
+    engine.gateway("tokyo", "gw1")
+    engine.replicator()
+    produce = Producer(owner, activity)
+    thread = threading.Thread(target=lambda: [produce(200) or time.sleep(0.05)
+                                              for _ in range(20)])
+    thread.start()
+    wait_until(lambda: replica_count(replica) > 0, timeout=30, every=0.05)
+    assert replica_count(replica) < 4000  # mid-stream
+    private_postgres.stop("immediate")  # a crash: connections cut mid-transaction
+    time.sleep(1.0)
+    private_postgres.start()
+    thread.join(timeout=60)
+
+    def caught_up() -> bool:
+        try:
+            return check(activity, replica, ["clicks"]).ok
+        except Exception:  # this process's pooled connections die with the server, once
+            return False
+
+    wait_until(caught_up, timeout=45, every=0.3)
+    report = check(activity, replica, ["clicks"], acknowledged=produce.acked)
+    assert report.ok and produce.sent == 4000, report.summary()
