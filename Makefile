@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+DEMO ?= 1
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
@@ -41,8 +42,9 @@ run: install
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	$(BIN)/python manage.py ensureoperator
+	$(if $(filter 1,$(DEMO)),$(BIN)/python manage.py demoscene)
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
-	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT)
+	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) $(if $(filter 1,$(DEMO)),--demo)
 
 ## test: every test, against real PostgreSQL and Redis
 test: install-test

@@ -238,4 +238,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # One line per applied batch would drown the console; failures still log.
+    "loggers": {"celery.app.trace": {"level": "WARNING"}},
 }

@@ -26,6 +26,8 @@ def _run_due(app: Celery, due: dict[str, float]) -> None:
 
 
 def start_scheduler(app: Celery, *, tick: float = 1.0) -> threading.Thread:
+    # Task modules are found lazily; the first tick must not run before they are registered.
+    app.loader.import_default_modules()
     due: dict[str, float] = {}
 
     def loop() -> None:

@@ -42,3 +42,22 @@ def test_a_redelivered_expire_task_changes_nothing_more(celery_worker, aged):
 
 def test_an_expire_task_for_a_deleted_stream_does_nothing(transactional_db):
     assert expire_stream_task.apply(args=[987654]).get() == 0
+
+
+def test_the_embedded_schedule_finds_its_tasks_on_the_first_tick():
+    # In a fresh process, as runembedded starts: nothing has imported the task modules yet.
+    import subprocess
+    import sys
+
+    check = (
+        "import django; django.setup()\n"
+        "from workers.celery import app\n"
+        "from workers.embedded import start_scheduler\n"
+        "start_scheduler(app, tick=3600)\n"
+        "print('workers.tasks.expire_messages_task' in app.tasks)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          env={**env, "DJANGO_SETTINGS_MODULE": "portal.settings"}, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "True", done.stderr[-2000:]
