@@ -15,7 +15,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench clean
+.PHONY: run test install install-test lint prod bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,3 +64,7 @@ prod: install
 bench: install
 	$(BIN)/python -m bench store --messages 500000 --runs 5
 	$(BIN)/python -m bench produce --runs 5
+
+## screenshots: docs/screenshots/*.png from the demo scene (Debian's chromium)
+screenshots: install-test
+	$(BIN)/python docs/screenshots.py

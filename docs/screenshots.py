@@ -1,0 +1,108 @@
+"""Screenshots of the portal for docs/screenshots/, taken from the demo scene `make run` sets
+up: `make screenshots` (Debian's chromium through Playwright; nothing is downloaded).
+
+It starts the embedded portal on a scratch data directory and a free port, registers a second
+replica so the approvals page has a request to show, waits for the demo's messages to reach the
+replica, and captures the overview, the stream page and the approvals page."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "screenshots"
+PASSWORD = "screenshots-only-password"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def manage(env: dict, *args: str) -> str:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def prepare(env: dict) -> None:
+    for command in (("migrate", "--no-input", "-v0"), ("collectstatic", "--no-input", "-v0"),
+                    ("ensureoperator",), ("demoscene",)):
+        manage(env, *command)
+    # A pending request for the approvals page: newyork/audit asks for sanfrancisco/activity.
+    manage(env, "shell", "-c", (
+        "from django.contrib.auth.models import User\n"
+        "from replication.models import Stream\n"
+        "from replication.services import replica_add, stream_create\n"
+        "admin = User.objects.get(username='admin')\n"
+        "src = Stream.objects.get(path='/mapr/sanfrancisco/activity')\n"
+        "dst = stream_create(actor=admin, path='/mapr/newyork/audit')\n"
+        "replica_add(actor=admin, source=src, replica=dst)\n"))
+
+
+def serve(env: dict, port: int) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, "manage.py", "runembedded", "--port", str(port),
+                               "--demo"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            requests.get(f"http://127.0.0.1:{port}/login/", timeout=1)
+            return server
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    server.kill()
+    raise RuntimeError("the portal did not start")
+
+
+def capture(base: str) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{base}/login/")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_load_state()
+        time.sleep(3)  # let the trickle producer's messages reach the replica
+        shots = {"overview": "/", "approvals": "/approvals/"}
+        for name, path in shots.items():
+            page.goto(base + path)
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(OUT / f"{name}.png"), full_page=True)
+        page.goto(f"{base}/streams/")
+        page.get_by_role("link", name="/mapr/sanfrancisco/activity", exact=True).first.click()
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(OUT / "stream.png"), full_page=True)
+        browser.close()
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as data:
+        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        env.update(STREAMGATE_DATA_DIR=data, STREAMGATE_ADMIN_PASSWORD=PASSWORD)
+        prepare(env)
+        port = free_port()
+        server = serve(env, port)
+        try:
+            capture(f"http://127.0.0.1:{port}")
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    print(f"screenshots in {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
