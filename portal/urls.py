@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from portal import health
+
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
     path("rest/", include("portal.rest.urls")),

@@ -1,0 +1,85 @@
+"""Health for load balancers and orchestrators: /healthz says the process is up, /readyz that
+it can do its work (control database, every cluster's message store, Redis, and a live gateway
+on every cluster that replicas are replicated to). Open without login, as probes are; they show
+check names and failures, never tenant data."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+
+from replication.models import Cluster, Gateway, ReplicaLink
+from replication.stores import store_for
+from workers.presence import presence
+
+NOBODY = uuid.UUID(int=0)  # a stream no one has: asking its sizes costs a query, finds nothing
+
+
+@never_cache
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks = {name: _run(check) for name, check in CHECKS.items()}
+    ready = all(result["ok"] for result in checks.values())
+    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks},
+                        status=200 if ready else 503)
+
+
+def _run(check: Callable[[], str]) -> dict[str, Any]:
+    try:
+        return {"ok": True, "detail": check()}
+    except Exception as error:  # a probe reports every failure rather than raising
+        return {"ok": False, "detail": f"{type(error).__name__}: {error}"[:300]}
+
+
+def _database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return connection.vendor
+
+
+def _stores() -> str:
+    clusters = list(Cluster.objects.all())
+    failed = []
+    for cluster in clusters:
+        try:
+            store_for(cluster).sizes(NOBODY)
+        except Exception as error:
+            failed.append(f"{cluster.name} ({type(error).__name__})")
+    if failed:
+        raise RuntimeError("message store unreachable: " + ", ".join(failed))
+    return f"{len(clusters)} cluster stores reachable"
+
+
+def _redis() -> str:
+    if not settings.REDIS_URL:
+        return "embedded mode: no Redis"
+    presence().client.ping()  # type: ignore[attr-defined]
+    return "reachable"
+
+
+def _gateways() -> str:
+    """Each destination cluster of a link that moves data needs one live gateway."""
+    targets = set(ReplicaLink.objects.agreed().filter(paused=False)
+                  .values_list("replica__cluster__name", flat=True))
+    configured = list(Gateway.objects.filter(enabled=True, cluster__name__in=targets)
+                      .values_list("cluster__name", "name"))
+    live = {cluster for cluster, _ in presence().live(configured)}
+    missing = sorted(targets - live)
+    if missing:
+        raise RuntimeError("no live gateway on cluster " + ", ".join(missing))
+    return f"{len(targets)} destination clusters with a live gateway"
+
+
+CHECKS: dict[str, Callable[[], str]] = {
+    "database": _database, "stores": _stores, "redis": _redis, "gateways": _gateways,
+}
