@@ -259,12 +259,12 @@ def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         "waitingForUpstream": not link.agreed,
         # streamgate's own: the age of the oldest unreplicated message, and whether the link
         # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
-        "timeLag": _time_lag(pending),
+        "timeLag": time_lag(pending),
         "stalled": link_is_stalled(link, pending.messagesPending),
     }
 
 
-def _time_lag(pending: PendingFigures) -> float:
+def time_lag(pending: PendingFigures) -> float:
     if not pending.messagesPending or not pending.minPendingTS:
         return 0.0
     return max(0.0, round(time.time() - pending.minPendingTS / 1000, 3))

@@ -1,0 +1,119 @@
+"""Prometheus metrics at /metrics, for operators (staff; a knox token works for the scraper).
+
+Everything is read at scrape time from the control database and the cluster stores, so every
+web worker answers the same and nothing is lost on restart. Offsets never restart, so the sum
+of a topic's high watermarks at its origin is an honest produced-messages counter (and at a
+replica, a replicated-messages counter); Prometheus's rate() turns them into throughput.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from django.http import HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from replication import reports
+from replication.engine.store import UnknownTopic
+from replication.models import Gateway, ReplicaLink, Topic
+from replication.services.engine import link_is_stalled
+from replication.stores import store_for
+
+LINK = ["source", "replica"]
+
+
+def replica_metrics() -> Iterator[Metric]:
+    links = list(ReplicaLink.objects.select_related("source__cluster", "replica__cluster")
+                 .with_agreement())
+    pending = reports.pending_figures(links)
+    families = {
+        "messages": GaugeMetricFamily("streamgate_replica_lag_messages",
+                                      "Messages not yet applied at the replica", labels=LINK),
+        "bytes": GaugeMetricFamily("streamgate_replica_lag_bytes",
+                                   "Bytes not yet applied at the replica", labels=LINK),
+        "seconds": GaugeMetricFamily("streamgate_replica_lag_seconds",
+                                     "Age of the oldest unreplicated message", labels=LINK),
+        "stalled": GaugeMetricFamily("streamgate_replica_stalled",
+                                     "1 when messages are pending and none applied lately",
+                                     labels=LINK),
+        "synchronous": GaugeMetricFamily("streamgate_replica_synchronous",
+                                         "1 when the replica is synchronous", labels=LINK),
+    }
+    for link in links:
+        figures, labels = pending[link.pk], [link.source.path, link.replica.path]
+        families["messages"].add_metric(labels, figures.messagesPending)
+        families["bytes"].add_metric(labels, figures.bytesPending)
+        families["seconds"].add_metric(labels, reports.time_lag(figures))
+        families["stalled"].add_metric(
+            labels, int(link_is_stalled(link, figures.messagesPending)))
+        families["synchronous"].add_metric(labels, int(link.synchronous))
+    yield from families.values()
+
+
+def gateway_metrics() -> Iterator[Metric]:
+    labels = ["cluster", "gateway"]
+    counters = {name: CounterMetricFamily(f"streamgate_gateway_{name}", help_, labels=labels)
+                for name, help_ in (("batches", "Batches applied"),
+                                    ("messages", "Messages applied"),
+                                    ("errors", "Batches that failed"))}
+    age = GaugeMetricFamily("streamgate_gateway_heartbeat_age_seconds",
+                            "Seconds since the gateway's last heartbeat", labels=labels)
+    up = GaugeMetricFamily("streamgate_gateway_up", "1 when the gateway is UP", labels=labels)
+    now = timezone.now()
+    for gateway in Gateway.objects.select_related("cluster"):
+        key = [gateway.cluster.name, gateway.name]
+        counters["batches"].add_metric(key, gateway.batches_applied)
+        counters["messages"].add_metric(key, gateway.messages_applied)
+        counters["errors"].add_metric(key, gateway.errors)
+        if gateway.last_heartbeat is not None:
+            age.add_metric(key, (now - gateway.last_heartbeat).total_seconds())
+        up.add_metric(key, int(gateway.status == Gateway.Status.UP))
+    yield from (*counters.values(), age, up)
+
+
+def message_metrics() -> Iterator[Metric]:
+    labels = ["stream", "topic"]
+    produced = CounterMetricFamily("streamgate_messages_produced",
+                                   "Messages produced to the topic at its origin", labels=labels)
+    replicated = CounterMetricFamily("streamgate_messages_replicated",
+                                     "Messages of the topic applied at this replica",
+                                     labels=labels)
+    for topic in Topic.objects.select_related("stream__cluster"):
+        try:
+            marks = store_for(topic.stream.cluster).watermarks(topic.stream.uuid, topic.name)
+        except UnknownTopic:  # nothing written yet
+            marks = {}
+        family = produced if topic.is_origin else replicated
+        family.add_metric([topic.stream.path, topic.name], sum(h for _, h in marks.values()))
+    yield from (produced, replicated)
+
+
+class Collector:
+    def collect(self) -> Iterator[Metric]:
+        started = time.monotonic()
+        yield from replica_metrics()
+        yield from gateway_metrics()
+        yield from message_metrics()
+        yield GaugeMetricFamily("streamgate_scrape_seconds", "Time this scrape took",
+                                value=time.monotonic() - started)
+
+
+class MetricsView(APIView):
+    """Stream paths of every tenant show here: operators only."""
+
+    permission_classes = [IsAdminUser]
+    authentication_classes = [*APIView.authentication_classes, BasicAuthentication,
+                              SessionAuthentication]
+    schema = None  # Prometheus text, not part of the API's OpenAPI document
+
+    def get(self, request: Request) -> HttpResponse:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector())
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
