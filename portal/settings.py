@@ -148,6 +148,17 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 SPARK_MASTER_URL = env.str("SPARK_MASTER_URL", default="")
 
+# Shared by every web worker: sign-in failure counts and API throttles must add up across them.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTHENTICATION_BACKENDS = ["portal.accounts.throttle.ThrottledModelBackend"]
+LOGIN_FAILURE_LIMIT = env.int("STREAMGATE_LOGIN_FAILURE_LIMIT", default=10)
+LOGIN_FAILURE_WINDOW = env.int("STREAMGATE_LOGIN_FAILURE_WINDOW", default=300)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -182,6 +193,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    # Per user; the produce endpoint takes up to 10,000 records a request.
+    "DEFAULT_THROTTLE_RATES": {"produce": env.str("STREAMGATE_PRODUCE_RATE", default="200/second")},
 }
 REST_KNOX = {"TOKEN_TTL": None, "AUTO_REFRESH": False}
 
@@ -219,6 +232,10 @@ REPLICATION_SUSPECT_SECONDS = env.float("STREAMGATE_SUSPECT_SECONDS", default=30
 # in case a wake-up was lost (wake-ups are the fast path, the sweep the safety net).
 REPLICATION_RETRY_SECONDS = env.float("STREAMGATE_RETRY_SECONDS", default=2.0)
 REPLICATION_SWEEP_SECONDS = env.float("STREAMGATE_SWEEP_SECONDS", default=20.0)
+# `-throttle true` on a replica link: at most these rates per link, with a one-second burst.
+REPLICATION_THROTTLE_MESSAGES_PER_S = env.int("STREAMGATE_THROTTLE_MESSAGES_PER_S",
+                                              default=10_000)
+REPLICATION_THROTTLE_BYTES_PER_S = env.int("STREAMGATE_THROTTLE_BYTES_PER_S", default=8 << 20)
 # `replica list` flags a link stalled when messages are pending and none applied this long.
 REPLICATION_STALL_SECONDS = env.float("STREAMGATE_STALL_SECONDS", default=60.0)
 # Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
@@ -227,6 +244,7 @@ GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
 for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
               "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
+              "REPLICATION_THROTTLE_MESSAGES_PER_S", "REPLICATION_THROTTLE_BYTES_PER_S",
               "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):
     if globals()[_name] <= 0:
         raise ImproperlyConfigured(f"{_name} must be positive")

@@ -9,10 +9,11 @@ late by a gateway presumed dead, changes nothing (invariant 2). At most one batc
 (link, topic, partition) is in flight, so batches of a partition reach the gateways in order;
 across partitions any number run in parallel.
 
-What wakes it: produce (a wake-up per stream after commit), a gateway's acknowledgement (the
-partition's next batch) and its apply (a wake-up for the replica stream, whose own replicas must
-move on), a retry timer for links waiting for a gateway or newly moving (resumed, agreed), and a
-slow sweep over every moving link in case a wake-up was lost. Idle, it blocks in one BLPOP and
+What wakes it: produce and cursor commits (a wake-up per stream after commit), a gateway's
+acknowledgement (the partition's next batch) and its apply (a wake-up for the replica stream,
+whose own replicas must move on), the services that start a link moving (resume, replica and
+upstream add, edit), a retry timer for links waiting for a gateway or newly moving, and a slow
+sweep over every moving link in case a wake-up was lost. Idle, it blocks in one BLPOP and
 reads the moving links' ids once a retry interval.
 """
 
@@ -28,7 +29,8 @@ import structlog
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connections
 
-from replication.engine.replicator import BatchSpec, plan_batches
+from replication.engine.replicator import BatchSpec, plan_batches, sync_cursors
+from replication.engine.store import CursorKey
 from replication.services.engine import (
     MovingLink,
     gateways_configured,
@@ -40,6 +42,7 @@ from replication.services.engine import (
 )
 from replication.stores import store_for
 from workers.presence import GatewayId, Presence, gateway_queue
+from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)
 Key = tuple[int, str, int]  # (link id, topic, partition)
@@ -70,11 +73,16 @@ class Replicator:
     dirty_links: set[int] = field(default_factory=set)
     retry: set[int] = field(default_factory=set)  # links to re-plan at next_retry
     progressed: set[int] = field(default_factory=set)
+    # Per link, each consumer cursor as last copied to the replica (see sync_cursors).
+    cursors: dict[int, dict[CursorKey, int]] = field(default_factory=dict)
+    owed: set[int] = field(default_factory=set)  # links with cursors clamped to the replica end
+    throttles: dict[int, Throttle] = field(default_factory=dict)  # per throttled link
+    throttled: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
     linger_until: float | None = None
     next_sweep: float = 0.0  # the first step sweeps: wake-ups may have been lost while down
     next_retry: float = 0.0
-    # Links resumed or newly agreed start moving within a retry interval, not a sweep: one
-    # query of the moving links' ids finds them (pause, resume and upstream add send no wake-up).
+    # Resume, replica add, upstream add and replica edit wake the source stream; in case that
+    # wake-up is lost, one query of the moving links' ids a retry interval finds new ones.
     moving: set[int] = field(default_factory=set)
     next_watch: float = 0.0
     next_progress_write: float = 0.0
@@ -123,6 +131,7 @@ class Replicator:
             due.append(self.linger_until)
         if self.progressed:
             due.append(self.next_progress_write)
+        due += self.throttled.values()
         due += [flight.deadline for flight in self.inflight.values()]
         return min(max(min(due) - now, 0.0), settings.REPLICATION_SWEEP_SECONDS)
 
@@ -175,10 +184,14 @@ class Replicator:
             self.dirty_links |= self.retry
             self.retry = set()
             self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
+        self._refilled(now)
         if now >= self.next_watch:
             moving = link_ids_moving()
             self.dirty_links |= moving - self.moving
             self.moving = moving
+            self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
+            self.owed &= moving
+            self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
             self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
         if not (sweep or lingered or self.dirty_links):
             return
@@ -192,9 +205,12 @@ class Replicator:
             self.dirty_streams, self.linger_until = set(), None
         self.dirty_links = set()
         for link in links:
-            self._pump(link, now)
+            # Cursors change only with a wake-up of the source stream (a commit), or wait for
+            # data (owed); a pump on a gateway's acknowledgement alone skips reading them.
+            cursors = sweep or str(link.source) in streams or link.id in self.owed
+            self._pump(link, now, cursors=cursors or link.id not in self.cursors)
 
-    def _pump(self, link: MovingLink, now: float) -> None:
+    def _pump(self, link: MovingLink, now: float, *, cursors: bool = True) -> None:
         try:
             specs = plan_batches(
                 store_for(link.source_cluster), link.source, store_for(link.replica_cluster),
@@ -206,6 +222,10 @@ class Replicator:
             link_error(link_id=link.id, error=f"cannot plan batches: {error}")
             self.retry.add(link.id)
             return
+        if cursors:
+            self._sync_cursors(link)
+        if not link.throttle:
+            self.throttles.pop(link.id, None)  # unthrottled since: starts full if set again
         for spec in _first_per_partition(specs):
             key = (link.id, spec.topic, spec.partition)
             if key in self.inflight:
@@ -215,7 +235,43 @@ class Replicator:
                 link_waiting(link_ids=[link.id], cluster=link.replica_cluster.name)
                 self.retry.add(link.id)
                 return
-            self._dispatch(link, key, spec, chosen, now)
+            granted = self._throttle(link, spec, now) if link.throttle else spec
+            if granted is not None:  # else a timer brings the link back, other links go on
+                self._dispatch(link, key, granted, chosen, now)
+
+    def _throttle(self, link: MovingLink, spec: BatchSpec, now: float) -> BatchSpec | None:
+        throttle = self.throttles.get(link.id)
+        if throttle is None:
+            throttle = self.throttles[link.id] = Throttle.full(
+                now, messages_per_s=settings.REPLICATION_THROTTLE_MESSAGES_PER_S,
+                bytes_per_s=settings.REPLICATION_THROTTLE_BYTES_PER_S)
+        granted = throttle.grant(spec, now)
+        if granted is None:
+            at = now + throttle.wait(spec)
+            self.throttled[link.id] = min(self.throttled.get(link.id, at), at)
+        return granted
+
+    def _refilled(self, now: float) -> None:
+        """Throttled links whose buckets refilled enough are planned again."""
+        ready = {link_id for link_id, at in self.throttled.items() if at <= now}
+        if ready:
+            self.dirty_links |= ready
+            self.throttled = {i: at for i, at in self.throttled.items() if i not in ready}
+
+    def _sync_cursors(self, link: MovingLink) -> None:
+        # Here rather than in a gateway: cursors change without new data (a consumer commits
+        # after the replica caught up), and only the source side hears of that (a wake-up).
+        synced = self.cursors.setdefault(link.id, {})
+        try:
+            owed = sync_cursors(store_for(link.source_cluster), link.source,
+                                store_for(link.replica_cluster), link.replica, link.topics, synced)
+        except Exception as error:  # retried on the next pump; data keeps moving meanwhile
+            log.warning("cursor_sync_failed", link=link.id, error=str(error))
+            owed = 1
+        if owed:
+            self.owed.add(link.id)
+        else:
+            self.owed.discard(link.id)
 
     def _choose(self, cluster: str, now: float) -> tuple[GatewayId, str] | None:
         """The next live gateway of the cluster, round-robin; None when all are down."""

@@ -22,6 +22,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 
 from portal.api.viewsets import StreamChildViewSet
 from replication.engine.store import Message, Record
@@ -156,7 +157,12 @@ class MessageViewSet(StreamChildViewSet):
 
     queryset = Topic.objects.all()
     parser_classes = [ORJSONParser]
+    throttle_scope = "produce"
     renderer_classes = [ORJSONRenderer, BrowsableAPIRenderer]
+
+    def get_throttles(self) -> list:
+        # Only producing is rate-limited; consumers long-poll and would trip it for nothing.
+        return [ScopedRateThrottle()] if self.action == "create" else []
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def create(self, request: Request, **kwargs: Any) -> Response:

@@ -1,9 +1,13 @@
+from typing import Any
+
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from portal.accounts.throttle import login_blocked
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
 
@@ -64,3 +68,12 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
         raise Http404("no such tenant among yours")
     request.session[SESSION_KEY] = tenant.pk
     return redirect("overview")
+
+
+class SignInView(auth_views.LoginView):
+    """Django's sign-in page, saying so when the sign-in rate limit refuses the user."""
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        blocked = login_blocked(form.data.get("username"))
+        return self.render_to_response(self.get_context_data(form=form, blocked=blocked),
+                                       status=429 if blocked else 200)

@@ -10,10 +10,11 @@ parallel gateways leave each replica partition a prefix of its origin (invariant
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from replication.engine.store import (
+    CursorKey,
     Key,
     Message,
     MessageStore,
@@ -42,6 +43,8 @@ class BatchSpec:
     partition: int
     start: int
     end: int
+    # Approximate bytes (the partition's average message size times the count), for throttles.
+    size: int = field(default=0, compare=False)
 
     @property
     def key(self) -> Key:
@@ -154,10 +157,11 @@ def plan_batches(
     specs = []
     for topic, st, start in _backlog(source, source_stream, replica, replica_stream, topics):
         step = _batch_size(st, max_messages, max_bytes)
-        specs += [
-            BatchSpec(source_stream, replica_stream, topic, st.partition, s, min(s + step, st.high))
-            for s in range(start, st.high, step)
-        ]
+        average = st.bytes // st.messages if st.messages else 0
+        for s in range(start, st.high, step):
+            end = min(s + step, st.high)
+            specs.append(BatchSpec(source_stream, replica_stream, topic, st.partition, s, end,
+                                   size=(end - s) * average))
     return specs
 
 
@@ -189,6 +193,37 @@ def _timestamp(
     except OffsetOutOfRange:  # expired meanwhile
         return None
     return found[0].timestamp_ms if found else None
+
+
+def sync_cursors(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+    synced: dict[CursorKey, int],
+) -> int:
+    """Copy the source's committed consumer cursors of the carried topics to the replica, so a
+    consumer group failing over continues at the same offsets (invariant 1). `synced` holds,
+    per cursor, the offset last copied in full; only cursors that differ are written, and one
+    clamped to the replica's end stays out of it, so later calls advance it as data arrives.
+    Returns how many cursors are still owed to the replica (clamped, or the replica lacks the
+    partition yet)."""
+    changed = [
+        (group, topic, partition, offset)
+        for group, topic, partition, offset in source.cursors(source_stream)
+        if topic in topics and synced.get((group, topic, partition)) != offset
+    ]
+    if not changed:
+        return 0
+    stored = replica.merge_cursors(replica_stream, changed)
+    owed = 0
+    for group, topic, partition, offset in changed:
+        if stored.get((group, topic, partition), -1) >= offset:
+            synced[(group, topic, partition)] = offset
+        else:
+            owed += 1
+    return owed
 
 
 # --- gateway side ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from replication.engine.batches import (
 from replication.engine.store import (
     PARTITION_STATS,
     Applied,
+    CursorKey,
     Key,
     Message,
     OffsetOutOfRange,
@@ -89,6 +90,13 @@ LINK_CURSORS = """
 INSERT INTO replication_cursors (pid, link, next_offset) VALUES (?, ?, ?)
 ON CONFLICT (pid, link) DO UPDATE
 SET next_offset = max(replication_cursors.next_offset, excluded.next_offset)
+"""
+# See the PostgreSQL store's MERGE_CURSORS: clamped to the partition's end, never back.
+MERGE_CURSORS = """
+INSERT INTO consumer_cursors (pid, grp, "offset")
+SELECT id, ?2, min(?5, next_offset) FROM partitions WHERE stream = ?1 AND topic = ?3
+    AND partition = ?4
+ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset")
 """
 READ = """
 SELECT "offset", ts, key, value, headers, origin, producer,
@@ -416,6 +424,21 @@ class SqliteStore:
             )
             .fetchall()
         )
+
+    def merge_cursors(
+        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+    ) -> dict[CursorKey, int]:
+        if not cursors:
+            return {}
+        with self._write() as conn:
+            conn.executemany(MERGE_CURSORS, [(stream.bytes, *cursor) for cursor in cursors])
+            rows = conn.execute(
+                'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
+                "JOIN partitions p ON p.id = c.pid WHERE p.stream = ?",
+                (stream.bytes,),
+            ).fetchall()
+        wanted = {(g, t, p) for g, t, p, _ in cursors}
+        return {(g, t, p): o for g, t, p, o in rows if (g, t, p) in wanted}
 
     def drop_stream(self, stream: UUID) -> None:
         self._drop(stream, None)

@@ -18,6 +18,7 @@ from typing import Protocol
 from uuid import UUID
 
 Key = tuple[str, int]  # (topic, partition)
+CursorKey = tuple[str, str, int]  # (group, topic, partition)
 
 
 @dataclass(slots=True)
@@ -235,6 +236,14 @@ class MessageStore(Protocol):
 
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
         """Every consumer cursor of the stream as (group, topic, partition, offset)."""
+
+    def merge_cursors(
+        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+    ) -> dict[CursorKey, int]:
+        """Replication of committed cursors, in one transaction: each (group, topic, partition,
+        offset) is clamped to the partition's next offset (a replica's cursor past what it holds
+        would skip messages on failover) and never moves a cursor back. Partitions the stream
+        does not have are skipped. Returns each merged cursor's stored offset."""
 
     def drop_stream(self, stream: UUID) -> None: ...
     def drop_topic(self, stream: UUID, topic: str) -> None: ...

@@ -36,6 +36,7 @@ class MovingLink:
     replica: UUID
     replica_cluster: Cluster
     topics: dict[str, UUID]  # the source's topics (name -> origin) that go to this replica
+    throttle: bool = False  # `-throttle true`: the replicator limits its rate
 
     def spec(self, topic: str, partition: int, start: int, end: int) -> BatchSpec:
         return BatchSpec(self.source, self.replica, topic, partition, start, end)
@@ -55,7 +56,8 @@ def links_moving(
     topics = _topics_by_stream({link.source_id for link in links})
     return [
         MovingLink(link.pk, link.source.uuid, link.source.cluster, link.replica.uuid,
-                   link.replica.cluster, carried_topics(link.replica.uuid, topics[link.source_id]))
+                   link.replica.cluster, carried_topics(link.replica.uuid, topics[link.source_id]),
+                   link.throttle)
         for link in links
     ]
 

@@ -142,6 +142,7 @@ def cursor_commit(
         raise InvalidInput(f"offset {offset} is out of range for {target} partition "
                            f"{partition}: commit 0 to {high}", field="offset")
     store.commit_cursor(stream.uuid, group, target.name, partition, offset)
+    stream_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
 
 
 def cursor_list(

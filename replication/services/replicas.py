@@ -11,6 +11,7 @@ from replication.events import publish_link_event
 from replication.models import Compression, ReplicaLink, ReplicaState, Stream
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
+from replication.services.engine import stream_wake
 from replication.services.streams import stream_create
 from replication.services.upstreams import upstream_add
 
@@ -29,6 +30,11 @@ def _clean_options(options: dict[str, Any]) -> dict[str, Any]:
     unknown = set(options) - set(LINK_OPTIONS)
     if unknown:
         raise TypeError(f"unexpected replica options: {sorted(unknown)}")
+    if options.get("synchronous"):
+        raise NotSupported(
+            "-synchronous true is not supported: streamgate replicates asynchronously, so a "
+            "producer is acknowledged once the source stream stores its messages, not once the "
+            "replicas do; leave -synchronous false", field="synchronous")
     compression = options.get("networkcompression")
     if compression is not None and compression not in Compression.values:
         raise InvalidInput(f"-networkcompression {compression!r} is not one of "
@@ -64,6 +70,8 @@ def replica_add(
     )
     propagate_topics([source.id])
     publish_link_event("replica.added", source, replica)
+    if not paused:
+        stream_wake(stream=source.uuid)  # moves at once if the upstream is already agreed
     return link
 
 
@@ -86,6 +94,7 @@ def replica_edit(
     for key, value in values.items():
         setattr(link, key, value)
     link.save()
+    stream_wake(stream=source.uuid)  # the replicator re-plans the link with its new options
     return link
 
 
@@ -106,7 +115,9 @@ def replica_pause(*, actor: AbstractBaseUser, source: Stream, replica: Stream) -
 
 @transaction.atomic
 def replica_resume(*, actor: AbstractBaseUser, source: Stream, replica: Stream) -> ReplicaLink:
-    return _set_paused(actor, source, replica, False, "resume replicas")
+    link = _set_paused(actor, source, replica, False, "resume replicas")
+    stream_wake(stream=source.uuid)  # data moves now, not at the replicator's next check
+    return link
 
 
 @transaction.atomic

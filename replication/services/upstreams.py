@@ -8,6 +8,7 @@ from replication.errors import AlreadyExists, InvalidInput, NotFound
 from replication.events import publish_link_event
 from replication.models import Stream, Upstream
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
+from replication.services.engine import stream_wake
 
 
 @transaction.atomic
@@ -28,6 +29,7 @@ def upstream_add(*, actor: AbstractBaseUser, replica: Stream, source: Stream) ->
     upstream = Upstream.objects.create(replica=replica, source=source, idx=idx, created_by=actor)
     propagate_topics([source.id])
     publish_link_event("upstream.added", source, replica)
+    stream_wake(stream=source.uuid)  # the agreement is complete: data moves now if not paused
     return upstream
 
 

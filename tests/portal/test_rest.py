@@ -260,10 +260,10 @@ def test_replica_add_edit_pause_resume_remove(api, world):
     client = api(world.users["alice"])
     args = {"path": world.activity.path, "replica": world.spare.path}
     ok(call(client, "stream/replica/add", **args, paused="yes", throttle="TRUE",
-            networkcompression="zlib", synchronous="1", networkencryption="true"))
+            networkcompression="zlib", synchronous="0", networkencryption="true"))
     link = ReplicaLink.objects.get(replica=world.spare)
     assert (link.paused, link.throttle, link.synchronous, link.networkencryption) == (
-        True, True, True, True)
+        True, True, False, True)
     assert link.networkcompression == "zlib" and link.idx == 2
     ok(call(client, "stream/replica/edit", **args, throttle="no", networkcompression="off"))
     ok(call(client, "stream/replica/resume", **args))
@@ -393,6 +393,9 @@ BAD_INPUTS = [
     ("newreplica", "alice", "stream/replica/edit",
      {"path": SF, "replica": NY, "newreplica": "/mapr/newyork/renamed"}, 501,
      "-newreplica follows a renamed replica"),
+    ("synchronous", "alice", "stream/replica/edit",
+     {"path": SF, "replica": NY, "synchronous": "true"}, 501,
+     "-synchronous true is not supported: streamgate replicates asynchronously"),
     ("unknown-upstream", "alice", "stream/upstream/remove", {"path": NY, "upstream": SPARE},
      404, "/mapr/newyork/spare is not an upstream of /mapr/newyork/activity"),
     ("duplicate-upstream", "alice", "stream/upstream/add", {"path": NY, "upstream": SF}, 409,

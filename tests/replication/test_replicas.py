@@ -102,6 +102,40 @@ def test_edit_changes_options_and_refuses_newreplica(owner, link, activity, acti
                      networkcompression="brotli")
 
 
+def test_changes_that_start_or_change_a_link_wake_the_source_after_commit(
+    owner, activity, activity_ny, monkeypatch, django_capture_on_commit_callbacks,
+):
+    woken: list[str] = []
+    monkeypatch.setattr("replication.services.engine._wake", woken.extend)
+    source, replica = activity, activity_ny
+    steps = [
+        lambda: replica_add(actor=owner, source=source, replica=replica),
+        lambda: upstream_add(actor=owner, replica=replica, source=source),
+        lambda: replica_edit(actor=owner, source=source, replica=replica, throttle=True),
+        lambda: replica_pause(actor=owner, source=source, replica=replica),  # no wake needed
+        lambda: replica_resume(actor=owner, source=source, replica=replica),
+    ]
+    for step, wakes in zip(steps, (1, 1, 1, 0, 1), strict=True):
+        with django_capture_on_commit_callbacks(execute=True):
+            step()
+        assert woken == [str(source.uuid)] * wakes
+        woken.clear()
+    with django_capture_on_commit_callbacks(execute=True):  # paused: nothing to move yet
+        replica_add(actor=owner, source=replica, replica=source, paused=True)
+    assert woken == []
+
+
+def test_synchronous_replication_is_refused_with_the_reason(owner, link, activity,
+                                                           activity_ny):
+    with pytest.raises(NotSupported, match="replicates asynchronously"):
+        replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=True)
+    with pytest.raises(NotSupported, match="leave -synchronous false"):
+        replica_add(actor=owner, source=activity_ny, replica=activity, synchronous=True)
+    replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=False)
+    link.refresh_from_db()
+    assert link.synchronous is False
+
+
 def test_networkcompression_defaults_to_the_streams_compression(link, activity):
     assert link.networkcompression == activity.compression
 

@@ -23,7 +23,12 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
-from replication.services.messages import messages_produce
+from replication.services.messages import (
+    cursor_commit,
+    cursor_list,
+    messages_consume,
+    messages_produce,
+)
 from replication.stores import store_for
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
@@ -151,6 +156,129 @@ def test_no_data_moves_without_the_upstream_nor_while_paused(gateways, owner, ac
     assert row_of(activity, activity_ny)["messagesPending"] == 100
     replica_resume(actor=owner, source=activity, replica=activity_ny)  # from the cursor on
     wait_replicated(produce, activity_ny)
+
+
+def start_replicator_without_timers(engine) -> None:
+    """Retry and sweep timers far away: only a wake-up can start a link in time."""
+    engine.env.update(STREAMGATE_RETRY_SECONDS="60", STREAMGATE_SWEEP_SECONDS="60")
+    engine.replicator()
+    wait_until(lambda: "replicator running" in engine.log("replicator"), timeout=30)
+    time.sleep(0.5)  # past its first step, whose sweep would find every moving link
+
+
+def replicated_within(produce: Producer, replica: Stream) -> float:
+    started = time.monotonic()
+    wait_replicated(produce, replica, timeout=10)
+    return time.monotonic() - started
+
+
+def test_upstream_add_and_resume_wake_the_replicator(gateways, owner, activity, activity_ny,
+                                                     clicks):
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    start_replicator_without_timers(gateways)
+    produce = Producer(owner, activity)
+    produce(100)
+    time.sleep(0.5)
+    assert replica_count(activity_ny) == 0  # no upstream yet: no agreement
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    assert replicated_within(produce, activity_ny) < 1.5
+    replica_pause(actor=owner, source=activity, replica=activity_ny)
+    produce(100)
+    time.sleep(0.5)
+    assert replica_count(activity_ny) == 100
+    replica_resume(actor=owner, source=activity, replica=activity_ny)
+    assert replicated_within(produce, activity_ny) < 1.5
+
+
+def cursors_of(owner, stream: Stream, group: str = "g") -> dict[int, int]:
+    return {c["partition"]: c["offset"]
+            for c in cursor_list(actor=owner, stream=stream, topic="clicks", group=group)}
+
+
+def highs(stream: Stream) -> dict[int, int]:
+    marks = store_for(stream.cluster).watermarks(stream.uuid, "clicks")
+    return {p: high for p, (_low, high) in marks.items()}
+
+
+def commit_all(owner, stream: Stream, offsets: dict[int, int]) -> None:
+    for partition, offset in offsets.items():
+        cursor_commit(actor=owner, stream=stream, group="g", topic="clicks",
+                      partition=partition, offset=offset)
+
+
+def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(gateways, owner, pair):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    produce(300)
+    wait_replicated(produce, replica)
+    mid = {p: high // 2 for p, high in highs(source).items()}
+    commit_all(owner, source, mid)
+    wait_until(lambda: cursors_of(owner, replica) == mid, timeout=5)
+    for name in ("gw1", "gw2"):
+        gateways.stop(f"gw-newyork-{name}")  # data stops moving; cursors still do
+    produce(300)
+    ends = highs(source)
+    commit_all(owner, source, ends)
+    old_ends = highs(replica)
+    wait_until(lambda: cursors_of(owner, replica) == old_ends, timeout=5)  # clamped
+    time.sleep(0.5)
+    assert cursors_of(owner, replica) == old_ends
+    gateways.gateway("newyork", "gw1")
+    wait_replicated(produce, replica)
+    wait_until(lambda: cursors_of(owner, replica) == ends, timeout=10)  # caught up with data
+
+
+def consume_ids(owner, stream: Stream, partition: int, start: int, end: int) -> list[bytes]:
+    ids: list[bytes] = []
+    while start < end:
+        batch = messages_consume(actor=owner, stream=stream, topic="clicks",
+                                 partition=partition, offset=start, limit=end - start)
+        ids += [dict(m.headers)["id"] for m in batch]
+        start = batch[-1].offset + 1
+    return ids
+
+
+def test_a_consumer_group_fails_over_to_the_replica_at_its_committed_offsets(gateways, owner,
+                                                                              pair):
+    source, replica = pair
+    gateways.replicator()
+    produce = Producer(owner, source)
+    produce(600)
+    seen: list[bytes] = []
+    halves = {p: high // 2 for p, high in highs(source).items()}
+    for partition, half in halves.items():  # the consumer reads half, then commits
+        seen += consume_ids(owner, source, partition, 0, half)
+    commit_all(owner, source, halves)
+    wait_replicated(produce, replica)
+    wait_until(lambda: cursors_of(owner, replica) == halves, timeout=5)
+    for partition, high in highs(replica).items():  # the source is gone: fail over
+        seen += consume_ids(owner, replica, partition, cursors_of(owner, replica)[partition],
+                            high)
+    expected = {b"%s-%d" % (source.path.encode(), i) for i in range(600)}
+    assert len(seen) == 600 and set(seen) == expected  # each message exactly once
+
+
+def test_a_throttled_link_keeps_to_its_rate_and_delays_no_other(gateways, owner, newyork,
+                                                                 activity, activity_ny, clicks):
+    archive = StreamFactory(cluster=newyork, name="archive", created_by=owner)
+    replica_add(actor=owner, source=activity, replica=activity_ny, throttle=True)
+    replica_add(actor=owner, source=activity, replica=archive)
+    for replica in (activity_ny, archive):
+        upstream_add(actor=owner, replica=replica, source=activity)
+    gateways.env["STREAMGATE_THROTTLE_MESSAGES_PER_S"] = "500"
+    gateways.replicator()
+    wait_until(lambda: "replicator running" in gateways.log("replicator"), timeout=30)
+    produce = Producer(owner, activity)
+    started = time.monotonic()
+    produce(3000)
+    wait_replicated(produce, archive, timeout=10)
+    throttled = replica_count(activity_ny)
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0  # the unthrottled replica caught up at once
+    assert throttled <= 500 * (1 + elapsed)  # a one-second burst, then 500 messages a second
+    wait_replicated(produce, activity_ny, timeout=20)
+    assert time.monotonic() - started >= 3000 / 500 - 1 - 0.5  # minus the burst, and slack
 
 
 def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):

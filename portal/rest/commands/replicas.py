@@ -16,8 +16,10 @@ LINK = ("throttle", "synchronous", "networkcompression", "networkencryption")
 SOURCE = StreamPath("path", "the source stream", required=True)
 REPLICA = StreamPath("replica", "the replica stream", required=True)
 LINK_OPTIONS = (
-    Bool("throttle", "throttle replication under load (default false)"),
-    Bool("synchronous", "acknowledge producers only once replicated (default false)"),
+    Bool("throttle", "limit this replica's replication rate (settings "
+         "STREAMGATE_THROTTLE_MESSAGES_PER_S and _BYTES_PER_S; default false)"),
+    Bool("synchronous", "not supported: replication is asynchronous, true is refused "
+         "(default false)"),
     Choice("networkcompression", "on-wire compression (default: the stream's compression)",
            choices=tuple(Compression.values)),
     Bool("networkencryption", "encrypt on the wire (default false)"),

@@ -79,6 +79,22 @@ SELECT id, %s, nxt FROM unnest(%s::int4[], %s::int8[]) u(id, nxt)
 ON CONFLICT (pid, link) DO UPDATE
 SET next_offset = greatest(replication_cursors.next_offset, excluded.next_offset)
 """
+# Replicated consumer cursors: clamped to what the replica holds (a cursor past its end would
+# skip messages after a failover), never moved back; in (pid, grp) order, so two merges
+# cannot deadlock. Returns each merged cursor as stored.
+MERGE_CURSORS = """
+WITH merged AS (
+    INSERT INTO consumer_cursors (pid, grp, "offset")
+    SELECT p.id, c.grp, least(c.off, p.next_offset)
+    FROM unnest(%s::text[], %s::text[], %s::int4[], %s::int8[]) AS c(grp, topic, part, off)
+    JOIN partitions p ON p.stream = %s AND p.topic = c.topic AND p.partition = c.part
+    ORDER BY p.id, c.grp
+    ON CONFLICT (pid, grp) DO UPDATE
+    SET "offset" = greatest(consumer_cursors."offset", excluded."offset")
+    RETURNING pid, grp, "offset"
+)
+SELECT m.grp, p.topic, p.partition, m."offset" FROM merged m JOIN partitions p ON p.id = m.pid
+"""
 # Offsets are reserved by UPDATE ... RETURNING inside the batch's transaction: the row lock
 # serialises appenders per partition, and a rollback gives the offsets back (no gap). Each row
 # also reports how many partitions the topic has, so a writer holding a stale list of them

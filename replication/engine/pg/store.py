@@ -30,6 +30,7 @@ from replication.engine.pg.schema import (
     EXPIRE_DELETE,
     LINK_CURSORS,
     LOCK,
+    MERGE_CURSORS,
     READ,
     RESERVE,
     ROW_OVERHEAD,
@@ -41,6 +42,7 @@ from replication.engine.pg.schema import (
 from replication.engine.store import (
     PARTITION_STATS,
     Applied,
+    CursorKey,
     Key,
     Message,
     OffsetOutOfRange,
@@ -418,6 +420,16 @@ class PostgresStore:
                 (stream,),
             ).fetchall()
         return [tuple(r) for r in rows]
+
+    def merge_cursors(
+        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+    ) -> dict[CursorKey, int]:
+        if not cursors:
+            return {}
+        groups, topics, parts, offsets = map(list, zip(*cursors, strict=True))
+        with self._pool.connection() as conn:
+            rows = conn.execute(MERGE_CURSORS, (groups, topics, parts, offsets, stream)).fetchall()
+        return {(g, t, p): o for g, t, p, o in rows}
 
     def drop_stream(self, stream: UUID) -> None:
         self._drop(stream, None)

@@ -23,6 +23,7 @@ from replication.engine.replicator import (
     pending,
     plan_batches,
     replica_positions,
+    sync_cursors,
 )
 from replication.engine.store import now_ms
 
@@ -377,3 +378,28 @@ def test_batches_are_bounded_by_count_and_bytes(net):
     for spec in by_bytes:
         apply_batch(net.store("A"), net.store("B"), spec, link="l")
     net.assert_replica("A", "B")
+
+
+# --- consumer cursors --------------------------------------------------------------------------
+
+
+def test_cursor_sync_writes_only_changed_cursors_and_retries_clamped_ones(net):
+    net.add("A", "B")
+    net.produce("A", "clicks", 30, partitions=1)
+    source, replica = net.store("A"), net.store("B")
+    a, b, synced = net.id("A"), net.id("B"), {}
+
+    def sync() -> int:
+        return sync_cursors(source, a, replica, b, net.topics("A"), synced)
+
+    source.commit_cursor(a, "g", "clicks", 0, 20)
+    assert sync() == 1  # the replica has no such partition yet: owed
+    net.pump("A", "B")
+    assert sync() == 0 and replica.fetch_cursor(b, "g", "clicks", 0) == 20
+    replica.commit_cursor(b, "g", "clicks", 0, 10)  # behind what was copied: left alone
+    assert sync() == 0 and replica.fetch_cursor(b, "g", "clicks", 0) == 10
+    net.produce("A", "clicks", 30, partitions=1)
+    source.commit_cursor(a, "g", "clicks", 0, 50)
+    assert sync() == 1 and replica.fetch_cursor(b, "g", "clicks", 0) == 30  # clamped, owed
+    net.pump("A", "B")
+    assert sync() == 0 and replica.fetch_cursor(b, "g", "clicks", 0) == 50

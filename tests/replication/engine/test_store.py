@@ -395,6 +395,22 @@ def test_consumer_cursors_persist_across_reopen(store, store_url, stream):
         store.commit_cursor(stream, "g1", "nope", 0, 1)
 
 
+def test_merged_cursors_are_clamped_to_the_end_and_never_move_back(store, stream):
+    store.ensure_topic(stream, "t", 2)
+    store.append(stream, "t", [Record(b"x", partition=0)] * 10, origin=stream)
+    store.commit_cursor(stream, "g2", "t", 0, 8)
+    merged = store.merge_cursors(stream, [
+        ("g1", "t", 0, 4), ("g1", "t", 1, 6), ("g2", "t", 0, 5), ("g3", "t", 0, 25),
+        ("g1", "gone", 0, 3)])
+    # Past the end -> the end; behind an existing cursor -> kept; unknown topic -> skipped.
+    assert merged == {("g1", "t", 0): 4, ("g1", "t", 1): 0, ("g2", "t", 0): 8,
+                      ("g3", "t", 0): 10}
+    store.append(stream, "t", [Record(b"y", partition=0)] * 20, origin=stream)
+    assert store.merge_cursors(stream, [("g3", "t", 0, 25)]) == {("g3", "t", 0): 25}
+    assert store.fetch_cursor(stream, "g3", "t", 0) == 25
+    assert store.merge_cursors(stream, []) == {}
+
+
 # --- replication apply -------------------------------------------------------------------------
 
 

@@ -1,0 +1,82 @@
+"""`-throttle true` on a replica link: token buckets the replicator takes from as it cuts the
+link's batches (REPLICATION_THROTTLE_MESSAGES_PER_S and _BYTES_PER_S).
+
+Each bucket holds one second's worth (the burst) and refills continuously. A batch is cut down
+to what the buckets hold; when they hold less than a worthwhile batch (a tenth of a second's
+worth, or the whole backlog of the partition if smaller) the link waits for a refill instead of
+sending dribbles. Waiting is a timer in the replicator, never a sleep, so a throttled link
+never delays another link's batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from replication.engine.replicator import BatchSpec
+
+QUANTUM_SECONDS = 0.1  # the smallest batch worth sending: this long's worth of the rate
+
+
+@dataclass
+class TokenBucket:
+    rate: float  # tokens a second
+    tokens: float
+    stamp: float  # when tokens was last brought up to date
+
+    @property
+    def capacity(self) -> float:
+        return self.rate  # a one-second burst
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait(self, amount: float) -> float:
+        """Seconds until the bucket holds `amount` (at most its capacity)."""
+        return max(0.0, (min(amount, self.capacity) - self.tokens) / self.rate)
+
+
+@dataclass
+class Throttle:
+    """One throttled link's limits."""
+
+    messages: TokenBucket
+    bytes: TokenBucket
+
+    @classmethod
+    def full(cls, now: float, *, messages_per_s: float, bytes_per_s: float) -> Throttle:
+        return cls(TokenBucket(messages_per_s, messages_per_s, now),
+                   TokenBucket(bytes_per_s, bytes_per_s, now))
+
+    def grant(self, spec: BatchSpec, now: float) -> BatchSpec | None:
+        """The batch cut to what the buckets allow, its tokens taken; None to wait (`wait`)."""
+        self.messages.refill(now)
+        self.bytes.refill(now)
+        count, size = spec.end - spec.start, _per_message(spec)
+        allowed = min(count, int(self.messages.tokens), int(self.bytes.tokens // size))
+        if allowed < self._quantum(count, size):
+            if not self._full():
+                return None
+            allowed = 1  # a message bigger than a second's bytes still goes, alone
+        self.messages.tokens -= allowed
+        self.bytes.tokens -= allowed * size
+        return replace(spec, end=spec.start + allowed, size=allowed * size)
+
+    def wait(self, spec: BatchSpec) -> float:
+        """Seconds until `grant` would let a batch of `spec` go."""
+        count, size = spec.end - spec.start, _per_message(spec)
+        quantum = self._quantum(count, size)
+        return max(self.messages.wait(quantum), self.bytes.wait(quantum * size), 0.001)
+
+    def _quantum(self, count: int, size: int) -> int:
+        by_bytes = int(self.bytes.rate * QUANTUM_SECONDS // size)
+        return max(1, min(count, int(self.messages.rate * QUANTUM_SECONDS), by_bytes))
+
+    def _full(self) -> bool:
+        return (self.messages.tokens >= self.messages.capacity
+                and self.bytes.tokens >= self.bytes.capacity)
+
+
+def _per_message(spec: BatchSpec) -> int:
+    """Average bytes per message (the plan's estimate), at least 1."""
+    return max(1, spec.size // max(1, spec.end - spec.start))
