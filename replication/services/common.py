@@ -6,7 +6,7 @@ from django.db import connection
 from django.db.models import Q
 
 from replication.errors import Conflict
-from replication.models import ReplicaLink, Stream, Topic, Upstream
+from replication.models import ReplicaLink, Stream, Topic
 from replication.topology import origin_conflicts
 
 # Any constant works: it names the one advisory lock that serialises topology changes, so two
@@ -120,7 +120,3 @@ def next_idx(used: Iterable[int], limit: int, what: str) -> int:
         if idx not in taken:
             return idx
     raise Conflict(f"{what}: the limit of {limit} is reached; remove one first")
-
-
-def upstream_exists(*, source: Stream, replica: Stream) -> bool:
-    return Upstream.objects.filter(source=source, replica=replica).exists()
