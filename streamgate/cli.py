@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from streamgate import messaging
+from streamgate import jobs, messaging
 from streamgate.client import Client, CommandError, Row, ServerUnreachable, data_of
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -124,6 +124,9 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words == ["consume"]:
         messaging.consume(client, invocation.params, out)
         return EXIT_OK
+    if words in (["copystream"], ["diffstreams"]):
+        return jobs.follow(client, words[0], invocation.params, out,
+                           as_json="json" in invocation.flags)
     if words in (["gateway", "run"], ["replicator", "run"]):
         return run_server_process(words[0], invocation.params)
     envelope = client.request(" ".join(words), invocation.params)

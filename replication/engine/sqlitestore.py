@@ -440,6 +440,25 @@ class SqliteStore:
         wanted = {(g, t, p) for g, t, p, _ in cursors}
         return {(g, t, p): o for g, t, p, o in rows if (g, t, p) in wanted}
 
+    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
+        with self._write() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            nxt = self._marks(conn, pid)[1]
+            if offset >= nxt:
+                return 0
+            count, size = conn.execute(EXPIRE_SIZE, (pid, offset, nxt)).fetchone()
+            conn.execute('DELETE FROM messages WHERE pid = ? AND "offset" >= ?', (pid, offset))
+            conn.execute(
+                "UPDATE partitions SET next_offset = ?, low_offset = min(low_offset, ?), "
+                "rows = rows - ?, bytes = bytes - ? WHERE id = ?",
+                (offset, offset, count, size, pid),
+            )
+            conn.execute("UPDATE replication_cursors SET next_offset = ? "
+                         "WHERE pid = ? AND next_offset > ?", (offset, pid, offset))
+            conn.execute('UPDATE consumer_cursors SET "offset" = ? WHERE pid = ? AND "offset" > ?',
+                         (offset, pid, offset))
+        return count
+
     def drop_stream(self, stream: UUID) -> None:
         self._drop(stream, None)
 

@@ -245,6 +245,11 @@ class MessageStore(Protocol):
         would skip messages on failover) and never moves a cursor back. Partitions the stream
         does not have are skipped. Returns each merged cursor's stored offset."""
 
+    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
+        """diffstreams' repair: delete the partition's messages from `offset` on and move its
+        next offset back there (replication and consumer cursors with it), in one
+        transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
+
     def drop_stream(self, stream: UUID) -> None: ...
     def drop_topic(self, stream: UUID, topic: str) -> None: ...
 

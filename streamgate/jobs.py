@@ -1,0 +1,74 @@
+"""`streamgate copystream` and `streamgate diffstreams`: start the job, then follow it to its
+end like MapR's own tools do, with a progress line on a terminal."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TextIO
+
+from streamgate.client import Client, Row
+
+POLL = 0.5  # seconds between looks at the job
+ENDED = ("SUCCEEDED", "FAILED")
+
+
+def follow(client: Client, command: str, params: dict[str, str], out: TextIO, *,
+           as_json: bool) -> int:
+    """0 when the job succeeded (and, for diffstreams, the streams are equal or were
+    repaired), 1 otherwise."""
+    (job,) = client.call(command, params)
+    live = out.isatty() and not as_json
+    while job["state"] not in ENDED:
+        if live:
+            print(f"\r{progress_line(job)}", end="", file=out, flush=True)
+        time.sleep(POLL)
+        (job,) = client.call("job info", {"id": job["id"]})
+    if live:
+        print(f"\r{progress_line(job)}", file=out)
+    if as_json:
+        print(json.dumps(client.request("job info", {"id": job["id"]}), indent="\t"), file=out)
+    else:
+        print(summary(job), file=out)
+    return 0 if job["state"] == "SUCCEEDED" and not unrepaired(job) else 1
+
+
+def progress_line(job: Row) -> str:
+    return (f"{job['kind']} job {job['id']}: {job['state']} {job['percent']}% "
+            f"({job['messagesDone']:,} of {job['messagesTotal']:,} messages, "
+            f"{size(job['bytesDone'])} of {size(job['bytesTotal'])})")
+
+
+def size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def unrepaired(job: Row) -> bool:
+    result = job.get("result") or {}
+    return bool(result.get("differing")) and not result.get("equalAfterRepair")
+
+
+def summary(job: Row) -> str:
+    if job["state"] == "FAILED":
+        return f"{job['kind']} job {job['id']} failed: {job['error']}"
+    result = job.get("result") or {}
+    if job["kind"] != "diffstreams":
+        return (f"copied {result.get('messages', 0):,} messages "
+                f"({size(result.get('bytes', 0))}) from {job['src']} to {job['dst']}")
+    lines = [f"compared {result.get('compared', 0):,} messages of {job['src']} and "
+             f"{job['dst']}: " + ("equal" if result.get("equal") else
+                                  f"{result.get('differing')} partitions differ")]
+    for part in result.get("partitions", []):
+        if part["firstDifference"] is not None:
+            lines.append(f"  {part['topic']}:{part['partition']} first differs at offset "
+                         f"{part['firstDifference']} (source {part['source']}, destination "
+                         f"{part['destination']})")
+    for fixed in result.get("repaired", []):
+        lines.append(f"  repaired {fixed['topic']}:{fixed['partition']}: recopied "
+                     f"{fixed['messages']:,} messages from offset {fixed['from']}")
+    return "\n".join(lines)

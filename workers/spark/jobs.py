@@ -1,0 +1,228 @@
+"""The jobs' drivers: plan ranges from the stores' watermarks, run them as Spark tasks, report
+progress while they run. No Django here (DESIGN.md); the Celery side (workers/jobs.py) turns
+a Job record into a spec and the progress calls into updates of that record."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from uuid import UUID
+
+from pyspark.sql import SparkSession
+
+from replication.engine.store import MessageStore, UnknownTopic
+from workers.spark.ranges import Range, Side, Work, copy_ranges, diff_ranges, stores
+
+# (messages done, messages total, bytes done, bytes total)
+Progress = Callable[[int, int, int, int], None]
+DIFF_SPLIT = 250_000  # offsets per diff task: many tasks keep every executor busy
+TICK = 1.0  # seconds between progress reports
+
+
+@dataclass(frozen=True)
+class Spec:
+    src: Side
+    dst: Side
+    topics: dict[str, int]  # the source's topics to handle -> partitions
+    link: str = ""
+    threads: int | None = None  # copystream -numthreads: at most this many tasks at once
+    repair: bool = False  # diffstreams -repair
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Both streams' stores, open for the length of one job."""
+
+    src: MessageStore
+    src_stream: UUID
+    dst: MessageStore
+    dst_stream: UUID
+
+    def marks(self, side: str, topic: str) -> dict[int, tuple[int, int]]:
+        store, stream = (self.src, self.src_stream) if side == "src" else (self.dst,
+                                                                           self.dst_stream)
+        try:
+            return store.watermarks(stream, topic)
+        except UnknownTopic:
+            return {}
+
+    def average_size(self, topics: dict[str, int]) -> float:
+        """Bytes per message at the source, to turn a count of messages into bytes."""
+        messages = size = 0
+        for topic in topics:
+            try:
+                stats = self.src.partition_stats(self.src_stream, topic)
+            except UnknownTopic:
+                continue
+            messages += sum(s.messages for s in stats)
+            size += sum(s.bytes for s in stats)
+        return size / messages if messages else 0.0
+
+
+@contextmanager
+def _pair(spec: Spec) -> Iterator[_Pair]:
+    with stores(spec.src.url, spec.dst.url) as (src, dst):
+        yield _Pair(src, UUID(spec.src.stream), dst, UUID(spec.dst.stream))
+
+
+def _run(spark: SparkSession, ranges: list[Range], slices: int, task: Callable) -> list:
+    if not ranges:
+        return []
+    return spark.sparkContext.parallelize(ranges, slices).mapPartitions(task).collect()
+
+
+# --- copystream ------------------------------------------------------------------------------
+
+
+def plan_copy(pair: _Pair, topics: dict[str, int]) -> list[Range]:
+    """One range per partition: from where the destination ends (or the source begins) to the
+    source's end now. Messages produced after this are the replication engine's to move."""
+    ranges = []
+    for topic, partitions in sorted(topics.items()):
+        pair.dst.ensure_topic(pair.dst_stream, topic, partitions)
+        theirs = pair.marks("dst", topic)
+        for partition, (low, high) in sorted(pair.marks("src", topic).items()):
+            start = max(low, theirs.get(partition, (0, 0))[1])
+            if high > start:
+                ranges.append(Range(topic, partition, start, high, origin_low=low))
+    return ranges
+
+
+def copystream(spark: SparkSession, spec: Spec, progress: Progress | None = None) -> dict:
+    with _pair(spec) as pair:
+        ranges = plan_copy(pair, spec.topics)
+        total = sum(r.size for r in ranges)
+        work = Work(spec.src, spec.dst, link=spec.link)
+        slices = max(1, min(spec.threads or len(ranges), len(ranges)))
+        average = pair.average_size(spec.topics)
+        with _Reporter(progress, lambda: _copied(pair, ranges), total, average):
+            rows = _run(spark, ranges, slices, lambda part: copy_ranges(work, part))
+    messages, size = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    if progress:
+        progress(total, total, size, size)
+    return {"messages": messages, "bytes": size, "partitions": len(ranges), "planned": total}
+
+
+def _copied(pair: _Pair, ranges: list[Range]) -> int:
+    done = 0
+    for topic in {r.topic for r in ranges}:
+        marks = pair.marks("dst", topic)
+        for r in (r for r in ranges if r.topic == topic):
+            done += min(r.end, max(r.start, marks.get(r.partition, (0, 0))[1])) - r.start
+    return done
+
+
+# --- diffstreams -----------------------------------------------------------------------------
+
+
+def diffstreams(spark: SparkSession, spec: Spec, progress: Progress | None = None) -> dict:
+    with _pair(spec) as pair:
+        partitions, ranges = _plan_diff(pair, spec.topics)
+        average = pair.average_size(spec.topics)
+    total = sum(r.size for r in ranges)
+    work = Work(spec.src, spec.dst)
+    group = f"diff-{uuid.uuid4().hex}"
+    spark.sparkContext.setJobGroup(group, "diffstreams")
+    with _Reporter(progress, _tasks_done(spark, group, ranges), total, average):
+        rows = _run(spark, ranges, len(ranges), lambda part: diff_ranges(work, part))
+    for topic, partition, offset in rows:
+        entry = partitions[(topic, partition)]
+        first = entry["firstDifference"]
+        if offset is not None and (first is None or offset < first):
+            entry["firstDifference"] = offset
+    differing = [p for p in partitions.values() if p["firstDifference"] is not None]
+    result = {"compared": total, "equal": not differing, "differing": len(differing),
+              "partitions": list(partitions.values())}
+    if spec.repair and differing:
+        result["repaired"] = _repair(spark, spec, differing)
+        # The proof: a second comparison, without repair.
+        result["equalAfterRepair"] = diffstreams(spark, replace(spec, repair=False))["equal"]
+    if progress:
+        progress(total, total, int(total * average), int(total * average))
+    return result
+
+
+def _plan_diff(pair: _Pair, topics: dict[str, int]) -> tuple[dict, list[Range]]:
+    partitions, ranges = {}, []
+    for topic, count in sorted(topics.items()):
+        ours, theirs = pair.marks("src", topic), pair.marks("dst", topic)
+        for p in range(count):
+            (slo, shi), (dlo, dhi) = ours.get(p, (0, 0)), theirs.get(p, (0, 0))
+            lo, hi = max(slo, dlo), min(shi, dhi)
+            partitions[(topic, p)] = {
+                "topic": topic, "partition": p, "source": [slo, shi],
+                "destination": [dlo, dhi] if p in theirs else None,
+                "compared": max(0, hi - lo),
+                # A longer side differs where the shorter one ends; a missing partition
+                # from the source's first message.
+                "firstDifference": (slo if p not in theirs else None if shi == dhi
+                                    else max(lo, hi)),
+            }
+            ranges += [Range(topic, p, a, min(hi, a + DIFF_SPLIT))
+                       for a in range(lo, hi, DIFF_SPLIT)]
+    return partitions, ranges
+
+
+def _repair(spark: SparkSession, spec: Spec, differing: list[dict]) -> list[dict]:
+    """Recopy each differing partition from its first difference: cut the destination back
+    there, then copy the source's rest with the copy's own (idempotent) tasks."""
+    with _pair(spec) as pair:
+        for p in differing:
+            pair.dst.ensure_topic(pair.dst_stream, p["topic"], p["partition"] + 1)
+            pair.dst.truncate(pair.dst_stream, p["topic"], p["partition"], p["firstDifference"])
+    ranges = [Range(p["topic"], p["partition"], p["firstDifference"], p["source"][1],
+                    origin_low=p["source"][0]) for p in differing]
+    work = Work(spec.src, spec.dst)
+    rows = _run(spark, ranges, len(ranges), lambda part: copy_ranges(work, part))
+    return [{"topic": t, "partition": p, "from": r.start, "messages": n}
+            for (t, p, n, _), r in zip(rows, ranges, strict=True)]
+
+
+def _tasks_done(spark: SparkSession, group: str, ranges: list[Range]) -> Callable[[], int]:
+    """Messages compared so far, from Spark's count of finished tasks (one range each)."""
+    tracker = spark.sparkContext.statusTracker()
+    average = sum(r.size for r in ranges) / max(1, len(ranges))
+
+    def done() -> int:
+        finished = 0
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info else ():
+                stage_info = tracker.getStageInfo(stage)
+                finished += stage_info.numCompletedTasks if stage_info else 0
+        return int(finished * average)
+
+    return done
+
+
+class _Reporter:
+    """Calls `progress` every TICK seconds from a thread while the Spark action runs."""
+
+    def __init__(self, progress: Progress | None, done: Callable[[], int], total: int,
+                 average: float) -> None:
+        self.progress, self.done, self.total, self.average = progress, done, total, average
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="job-progress")
+
+    def __enter__(self) -> _Reporter:
+        if self.progress:
+            self.progress(0, self.total, 0, int(self.total * self.average))
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(TICK):
+            try:
+                done = min(self.total, self.done())
+            except Exception:  # a progress figure must never fail the job
+                continue
+            self.progress(done, self.total, int(done * self.average),
+                          int(self.total * self.average))

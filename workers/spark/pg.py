@@ -1,0 +1,101 @@
+"""The PostgreSQL fast paths of the bulk jobs: a binary COPY pipe from the source store's rows
+into the destination's, and range checksums computed by the servers. Python only relays
+COPY's bytes; no message becomes a Python object.
+
+A copied chunk follows the replica's apply rule (DESIGN.md invariant 2): under the destination
+partition's row lock, its next offset decides. A chunk starting past it is refused, an overlap
+is skipped, so a retried Spark task, a re-run job, or gateways applying the same offsets
+meanwhile leave the partition exactly equal to the source, never doubled.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from replication.engine.pg.schema import COPY_IN, LINK_CURSORS, configure_connection
+from replication.engine.store import Misordered, StoreError
+
+PID = "SELECT id FROM partitions WHERE stream = %s AND topic = %s AND partition = %s"
+LOCK_ONE = "SELECT low_offset, next_offset FROM partitions WHERE id = %s FOR UPDATE"
+START = "UPDATE partitions SET low_offset = %s, next_offset = %s WHERE id = %s"
+# The destination's pid goes out as a constant column, so the rows arrive ready for COPY IN.
+COPY_OUT = """COPY (SELECT %s::int4, "offset", ts, key, value, headers, origin, producer
+    FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset")
+    TO STDOUT (FORMAT BINARY)"""
+SIZE = """octet_length(value) + coalesce(octet_length(key), 0)
+    + coalesce(octet_length(headers), 0)"""
+COPIED = f"""SELECT count(*), coalesce(sum({SIZE}), 0) FROM messages
+    WHERE pid = %s AND "offset" >= %s AND "offset" < %s"""
+ADVANCE_ONE = """UPDATE partitions SET next_offset = %s, rows = rows + %s, bytes = bytes + %s
+    WHERE id = %s"""
+# Per bucket of `width` offsets: how many rows and the XOR of each row's 64-bit hash. Every
+# column is hashed, offset included, so equal checksums mean equal rows at equal offsets.
+ROW_HASH = 'hash_record_extended(ROW("offset", ts, key, value, headers, origin, producer), 0)'
+BUCKETS = f"""SELECT ("offset" - %(lo)s) / %(width)s, count(*), bit_xor({ROW_HASH})
+    FROM messages WHERE pid = %(pid)s AND "offset" >= %(lo)s AND "offset" < %(hi)s
+    GROUP BY 1 ORDER BY 1"""
+ROW_HASHES = f"""SELECT "offset", {ROW_HASH} FROM messages
+    WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset" """
+
+def connect(url: str) -> psycopg.Connection:
+    conn = psycopg.connect(url, autocommit=True)
+    configure_connection(conn)
+    return conn
+
+
+def partition_id(conn: psycopg.Connection, stream: str, topic: str, partition: int) -> int:
+    row = conn.execute(PID, (stream, topic, partition)).fetchone()
+    if row is None:
+        raise StoreError(f"{topic}:{partition} does not exist in stream {stream}")
+    return row[0]
+
+
+def copy_chunk(
+    src: psycopg.Connection, dst: psycopg.Connection, pids: tuple[int, int], lo: int, hi: int,
+    *, key: tuple[str, int], origin_low: int, link: str = "",
+) -> tuple[int, int]:
+    """Copy source offsets [lo, hi) into the destination partition in one destination
+    transaction; returns (messages, bytes) newly written."""
+    src_pid, dst_pid = pids
+    with dst.transaction():
+        low, nxt = dst.execute(LOCK_ONE, (dst_pid,)).fetchone()
+        if low == nxt == 0 and 0 < lo == origin_low:
+            # The source's first messages expired: a partition that never held one begins
+            # where the source does (the same rule as a gateway's apply).
+            dst.execute(START, (lo, lo, dst_pid))
+            nxt = lo
+        if lo > nxt:
+            raise Misordered(key, nxt, lo)
+        start = max(lo, nxt)
+        if start >= hi:
+            return 0, 0
+        _pipe(src, dst, COPY_OUT, (dst_pid, src_pid, start, hi))
+        count, size = dst.execute(COPIED, (dst_pid, start, hi)).fetchone()
+        if count != hi - start:  # the source expired part of the range while it was read
+            raise StoreError(
+                f"the source had {count} of offsets {start}..{hi - 1}: its retention removed "
+                "messages during the copy; run the job again"
+            )
+        dst.execute(ADVANCE_ONE, (hi, count, size, dst_pid))
+        if link:
+            dst.execute(LINK_CURSORS, (link, [dst_pid], [hi]))
+    return count, size
+
+
+def _pipe(src: psycopg.Connection, dst: psycopg.Connection, query: str, params: tuple) -> None:
+    with (src.cursor() as out, dst.cursor() as into,
+          out.copy(query, params) as reader, into.copy(COPY_IN) as writer):
+        for data in reader:
+            writer.write(data)
+
+
+def buckets(
+    conn: psycopg.Connection, pid: int, lo: int, hi: int, width: int
+) -> dict[int, tuple[int, int]]:
+    """bucket number -> (rows, checksum) over offsets [lo, hi)."""
+    rows = conn.execute(BUCKETS, {"pid": pid, "lo": lo, "hi": hi, "width": width}).fetchall()
+    return {b: (n, h) for b, n, h in rows}
+
+
+def row_hashes(conn: psycopg.Connection, pid: int, lo: int, hi: int) -> dict[int, int]:
+    return dict(conn.execute(ROW_HASHES, (pid, lo, hi)).fetchall())

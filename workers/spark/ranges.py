@@ -1,0 +1,227 @@
+"""What a job's Spark tasks carry and do. Plain Python (no Django, no Spark): the driver plans
+ranges, each executor runs `copy_ranges` or `diff_ranges` over its share.
+
+Both stores PostgreSQL: binary COPY and server-side checksums (workers/spark/pg.py).
+Otherwise (the embedded default's SQLite stores) the same work goes through the
+MessageStore interface, with checksums computed here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from uuid import UUID
+
+import psycopg
+
+from replication.engine.store import (
+    Message,
+    MessageStore,
+    StoreError,
+    encode_headers,
+    open_store,
+)
+from workers.spark import pg
+
+CHUNK = 100_000  # offsets per destination transaction
+BUCKET = 1_000  # offsets per checksum bucket
+READ_BATCH = 5_000  # messages per read on the generic path
+
+
+@dataclass(frozen=True)
+class Side:
+    url: str  # the cluster's store URL
+    stream: str  # the stream's UUID
+
+    @property
+    def fast(self) -> bool:
+        return self.url.startswith(("postgresql://", "postgres://"))
+
+
+@dataclass(frozen=True)
+class Range:
+    """Offsets [start, end) of one partition. `origin_low` is the source's low watermark
+    when planned: a destination partition that never held a message may begin there."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    origin_low: int = 0
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass(frozen=True)
+class Work:
+    src: Side
+    dst: Side
+    link: str = ""  # the replica link's id a copy serves (its status cursor moves)
+    chunk: int = CHUNK
+    bucket: int = BUCKET
+
+
+@contextmanager
+def stores(*urls: str) -> Iterator[list[MessageStore]]:
+    """The stores, opened for one task or one job and closed after it: executors and drivers
+    live long, and a connection kept per store they ever saw would pile up."""
+    opened: list[MessageStore] = []
+    try:
+        opened += [open_store(url) for url in urls]
+        yield opened
+    finally:
+        for store in opened:
+            store.close()
+
+
+Buckets = dict[int, tuple[int, int]]  # bucket number -> (rows, XOR of the rows' hashes)
+
+
+class _Fast:
+    """Both ends on PostgreSQL: one connection each, for one task."""
+
+    def __init__(self, work: Work, src: psycopg.Connection, dst: psycopg.Connection) -> None:
+        self.work, self.conns, self.sides = work, (src, dst), (work.src, work.dst)
+
+    def _pid(self, end: int, r: Range) -> int:
+        return pg.partition_id(self.conns[end], self.sides[end].stream, r.topic, r.partition)
+
+    def copy(self, r: Range, lo: int, hi: int) -> tuple[int, int]:
+        return pg.copy_chunk(*self.conns, (self._pid(0, r), self._pid(1, r)), lo, hi,
+                             key=(r.topic, r.partition), origin_low=r.origin_low,
+                             link=self.work.link)
+
+    def buckets(self, end: int, r: Range) -> Buckets:
+        return pg.buckets(self.conns[end], self._pid(end, r), r.start, r.end, self.work.bucket)
+
+    def rows(self, end: int, r: Range, lo: int, hi: int) -> dict[int, int]:
+        return pg.row_hashes(self.conns[end], self._pid(end, r), lo, hi)
+
+
+class _Generic:
+    """Any store, through the MessageStore interface."""
+
+    def __init__(self, work: Work, src: MessageStore, dst: MessageStore) -> None:
+        self.work, self.stores = work, (src, dst)
+        self.streams = (UUID(work.src.stream), UUID(work.dst.stream))
+        self._hashes: dict[tuple[int, Range], dict[int, int]] = {}
+
+    def copy(self, r: Range, lo: int, hi: int) -> tuple[int, int]:
+        (src, dst), key = self.stores, (r.topic, r.partition)
+        offset = max(lo, dst.watermarks(self.streams[1], r.topic)[r.partition][1])
+        count = size = 0
+        while offset < hi:
+            batch = _read(src, self.streams[0], r, offset, hi)
+            if not batch or batch[0].offset != offset:
+                raise StoreError(f"{r.topic}:{r.partition}: the source no longer holds offset "
+                                 f"{offset} (retention removed it); run the job again")
+            applied = dst.apply(self.streams[1], batch, link=self.work.link or "copystream",
+                                origin_low={key: r.origin_low})
+            count += applied.count
+            size += sum(map(_size, batch[len(batch) - applied.count:]))
+            offset = batch[-1].offset + 1
+        return count, size
+
+    def _all(self, end: int, r: Range) -> dict[int, int]:
+        if (end, r) not in self._hashes:
+            self._hashes = {(end, r): _hashes(self.stores[end], self.streams[end], r),
+                            **{k: v for k, v in self._hashes.items() if k[1] == r}}
+        return self._hashes[(end, r)]
+
+    def buckets(self, end: int, r: Range) -> Buckets:
+        out: Buckets = {}
+        for offset, h in self._all(end, r).items():
+            n, x = out.get((offset - r.start) // self.work.bucket, (0, 0))
+            out[(offset - r.start) // self.work.bucket] = (n + 1, x ^ h)
+        return out
+
+    def rows(self, end: int, r: Range, lo: int, hi: int) -> dict[int, int]:
+        return {o: h for o, h in self._all(end, r).items() if lo <= o < hi}
+
+
+@contextmanager
+def _ends(work: Work) -> Iterator[_Fast | _Generic]:
+    if work.src.fast and work.dst.fast:
+        with pg.connect(work.src.url) as src, pg.connect(work.dst.url) as dst:
+            yield _Fast(work, src, dst)
+    else:
+        with stores(work.src.url, work.dst.url) as (src, dst):
+            yield _Generic(work, src, dst)
+
+
+# --- copy ------------------------------------------------------------------------------------
+
+
+def copy_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int, int, int]]:
+    """An executor's share of a copy: (topic, partition, messages, bytes) per range, each
+    range moved in chunks of `work.chunk` offsets, one destination transaction each."""
+    with _ends(work) as ends:
+        for r in ranges:
+            count = size = 0
+            for lo in range(r.start, r.end, work.chunk):
+                n, b = ends.copy(r, lo, min(r.end, lo + work.chunk))
+                count, size = count + n, size + b
+            yield r.topic, r.partition, count, size
+
+
+def _read(src: MessageStore, stream: UUID, r: Range, offset: int, hi: int) -> list[Message]:
+    limit = min(READ_BATCH, hi - offset)
+    return src.read(stream, r.topic, r.partition, offset, limit=limit, max_bytes=64 << 20)
+
+
+def _size(m: Message) -> int:
+    return len(m.value) + (len(m.key) if m.key else 0) + len(encode_headers(m.headers) or b"")
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+
+def diff_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int, int | None]]:
+    """(topic, partition, first differing offset or None) per range, comparing both sides'
+    checksums bucket by bucket, then row by row inside the first differing bucket."""
+    with _ends(work) as ends:
+        for r in ranges:
+            yield r.topic, r.partition, _first_difference(ends, r)
+
+
+def _first_difference(ends: _Fast | _Generic, r: Range) -> int | None:
+    ours, theirs = ends.buckets(0, r), ends.buckets(1, r)
+    differing = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
+    if not differing:
+        return None
+    lo = r.start + differing[0] * ends.work.bucket
+    hi = min(r.end, lo + ends.work.bucket)
+    left, right = ends.rows(0, r, lo, hi), ends.rows(1, r, lo, hi)
+    return next((o for o in range(lo, hi) if left.get(o) != right.get(o)), lo)
+
+
+def _hashes(store: MessageStore, stream: UUID, r: Range) -> dict[int, int]:
+    out, offset = {}, r.start
+    while offset < r.end:
+        try:
+            batch = _read(store, stream, r, offset, r.end)
+        except StoreError:  # below the side's low or past its high: nothing held there
+            batch = []
+        if not batch:
+            break
+        out.update((m.offset, _hash(m)) for m in batch)
+        offset = batch[-1].offset + 1
+    return out
+
+
+_TS = struct.Struct(">qq")
+
+
+def _hash(m: Message) -> int:
+    """Every field, length-prefixed (None apart from empty), into 64 bits."""
+    h = hashlib.blake2b(_TS.pack(m.offset, m.timestamp_ms), digest_size=8)
+    for part in (m.key, m.value, encode_headers(m.headers), m.origin.bytes,
+                 (m.producer or "").encode()):
+        h.update(struct.pack(">i", -1 if part is None else len(part)))
+        h.update(part or b"")
+    return int.from_bytes(h.digest(), "big", signed=True)
