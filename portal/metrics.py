@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from django.db.models import Count
 from django.http import HttpResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -20,11 +21,14 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from operations.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
+from operations.models import Alarm, AlarmKind
 from replication import reports
 from replication.engine.store import UnknownTopic
-from replication.models import Gateway, ReplicaLink, Topic
+from replication.models import Gateway, ReplicaLink, Stream, SyncMode, Topic
 from replication.services.engine import link_is_stalled
 from replication.stores import store_for
+from workers.models import Job
 
 LINK = ["source", "replica"]
 
@@ -45,6 +49,10 @@ def replica_metrics() -> Iterator[Metric]:
                                      labels=LINK),
         "synchronous": GaugeMetricFamily("streamgate_replica_synchronous",
                                          "1 when the replica is synchronous", labels=LINK),
+        "sync_now": GaugeMetricFamily("streamgate_replica_mode_sync",
+                                      "1 when the replica replicates synchronously now (0 for "
+                                      "asynchronous, including a synchronous one that fell "
+                                      "back)", labels=LINK),
     }
     for link in links:
         figures, labels = pending[link.pk], [link.source.path, link.replica.path]
@@ -54,6 +62,7 @@ def replica_metrics() -> Iterator[Metric]:
         families["stalled"].add_metric(
             labels, int(link_is_stalled(link, figures.messagesPending)))
         families["synchronous"].add_metric(labels, int(link.synchronous))
+        families["sync_now"].add_metric(labels, int(link.mode == SyncMode.SYNC))
     yield from families.values()
 
 
@@ -95,12 +104,57 @@ def message_metrics() -> Iterator[Metric]:
     yield from (produced, replicated)
 
 
+def traffic_metrics() -> Iterator[Metric]:
+    """What producers and consumers moved through the portal, per stream (operations/counters.py:
+    totals in the shared cache, so every web worker reports all of it)."""
+    streams = dict(Stream.objects.values_list("uuid", "path"))
+    for direction, verb in ((PRODUCED, "produced to"), (CONSUMED, "consumed from")):
+        totals = traffic_totals(direction, streams)
+        families = [CounterMetricFamily(f"streamgate_{direction}_{figure}",
+                                        f"{figure.capitalize()} {verb} the stream through the "
+                                        "portal (API, CLI, pages)", labels=["stream"])
+                    for figure in FIGURES]
+        for uuid, path in streams.items():
+            for family, value in zip(families, totals[uuid], strict=True):
+                family.add_metric([path], value)
+        yield from families
+
+
+def alarm_metrics() -> Iterator[Metric]:
+    family = GaugeMetricFamily("streamgate_alarms_open", "Alarms raised now, by alarm name",
+                               labels=["alarm"])
+    counts = dict(Alarm.objects.open().order_by().values_list("kind").annotate(n=Count("pk")))
+    for kind in AlarmKind.values:
+        family.add_metric([kind], counts.get(kind, 0))
+    yield family
+
+
+def job_metrics() -> Iterator[Metric]:
+    """Progress of the queued and running bulk jobs (copystream, diffstreams, catch-up)."""
+    labels = ["job", "kind", "state", "source", "destination"]
+    families = {name: GaugeMetricFamily(f"streamgate_job_{name}", help_, labels=labels)
+                for name, help_ in (("percent", "Completion of an active job, 0-100"),
+                                    ("messages_done", "Messages an active job has processed"),
+                                    ("messages_total", "Messages an active job has to process"),
+                                    ("bytes_done", "Bytes an active job has processed"),
+                                    ("bytes_total", "Bytes an active job has to process"))}
+    for job in Job.objects.active().order_by("pk"):
+        key = [str(job.pk), job.kind, job.state, job.source_path, job.destination_path]
+        families["percent"].add_metric(key, job.percent)
+        for name in ("messages_done", "messages_total", "bytes_done", "bytes_total"):
+            families[name].add_metric(key, getattr(job, name))
+    yield from families.values()
+
+
 class Collector:
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         yield from replica_metrics()
         yield from gateway_metrics()
         yield from message_metrics()
+        yield from traffic_metrics()
+        yield from alarm_metrics()
+        yield from job_metrics()
         yield GaugeMetricFamily("streamgate_scrape_seconds", "Time this scrape took",
                                 value=time.monotonic() - started)
 

@@ -47,3 +47,63 @@ def test_metrics_are_for_operators_only(client, owner, outsider):
     assert client.get("/metrics").status_code in (401, 403)
     client.force_login(owner)
     assert client.get("/metrics").status_code == 403
+
+
+# --- produce and consume rates, alarms, jobs (operations) --------------------------------------
+
+
+def scrape(client, operator) -> dict[tuple[str, tuple], float]:  # type: ignore[no-untyped-def]
+    client.force_login(operator)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    return samples(response.content.decode())
+
+
+@pytest.mark.django_db
+def test_produce_and_consume_through_the_api_count_messages_and_bytes(api, client, owner,
+                                                                      operator, activity):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    base = f"/api/v1/streams/{activity.uuid}/topics/clicks/messages/"
+    body = {"records": [{"value": "hello"}, {"value": "world!"}]}
+    assert api(owner).post(base, body, format="json").status_code == 201
+    assert len(api(owner).get(base, {"encoding": "utf-8"}).json()["messages"]) == 2
+    assert len(api(owner).get(base, {"offset": 1}).json()["messages"]) == 1
+    got = scrape(client, operator)
+    stream = (("stream", activity.path),)
+    assert got[("streamgate_produced_messages_total", stream)] == 2
+    assert got[("streamgate_produced_bytes_total", stream)] == 11
+    assert got[("streamgate_consumed_messages_total", stream)] == 3
+    assert got[("streamgate_consumed_bytes_total", stream)] == 17
+
+
+@pytest.mark.django_db
+def test_alarms_open_by_kind(client, operator, owner, activity, activity_ny):
+    from operations.alarms import alarms_evaluate
+    from operations.models import AlarmKind
+
+    replica_add(actor=owner, source=activity, replica=activity_ny)  # waits for its upstream
+    alarms_evaluate()
+    got = scrape(client, operator)
+    assert got[("streamgate_alarms_open", (("alarm", AlarmKind.WAITING_FOR_UPSTREAM.value),))] == 1
+    assert got[("streamgate_alarms_open", (("alarm", AlarmKind.STALLED.value),))] == 0
+
+
+@pytest.mark.django_db
+def test_job_progress_of_active_jobs_only(client, operator, owner, activity, activity_ny):
+    from workers.models import Job
+
+    running = Job.objects.create(kind=Job.Kind.COPYSTREAM, state=Job.State.RUNNING,
+                                 tenant=activity.tenant, source_path=activity.path,
+                                 destination_path=activity_ny.path, messages_total=200,
+                                 messages_done=50, bytes_total=2000, bytes_done=500)
+    Job.objects.create(kind=Job.Kind.DIFFSTREAMS, state=Job.State.SUCCEEDED,
+                       tenant=activity.tenant, source_path=activity.path,
+                       destination_path=activity_ny.path)
+    got = scrape(client, operator)
+    job = (("destination", activity_ny.path), ("job", str(running.pk)), ("kind", "copystream"),
+           ("source", activity.path), ("state", "RUNNING"))
+    assert got[("streamgate_job_percent", job)] == 25
+    assert got[("streamgate_job_messages_done", job)] == 50
+    assert got[("streamgate_job_bytes_total", job)] == 2000
+    assert [key for key in got if key[0] == "streamgate_job_percent"] == [
+        ("streamgate_job_percent", job)]

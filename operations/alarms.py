@@ -1,0 +1,254 @@
+"""Alarms in MapR's spirit: the engine raises them while a condition holds and clears them when
+it no longer does; people only read them.
+
+`alarms_evaluate` (every ~10 s, operations/tasks.py) derives the conditions from the models and
+the stores and reconciles the open alarms with them, idempotently: one open alarm per (kind,
+object), raising what is new, clearing what went away. Retention losses are events rather than
+states: `retention_check` raises them from `stream_expire`, and they clear once no loss was seen
+for ALARM_RETENTION_HOLD_SECONDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import structlog
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from operations.models import Alarm, AlarmKind
+from replication import reports
+from replication.engine.replicator import PartitionPending, pending
+from replication.engine.store import MessageStore, OffsetOutOfRange
+from replication.events import publish_after_commit
+from replication.models import Gateway, ReplicaLink, Stream, SyncMode
+from replication.services.engine import carried_topics, link_is_stalled
+from replication.stores import store_for
+
+log = structlog.get_logger(__name__)
+
+# The kinds `alarms_evaluate` owns: an open one whose condition is gone is cleared.
+EVALUATED = frozenset(AlarmKind) - {AlarmKind.RETENTION_UNREPLICATED}
+# The replicator's own words when a destination cluster has no live gateway
+# (replication/services/engine.py link_waiting): reported as the cluster's alarm instead.
+WAITING_PREFIX = "waiting: no live gateway"
+COUNT_LIMIT = 10_000  # messages read to count a retention loss; beyond it, "at least"
+
+
+@dataclass(frozen=True)
+class Condition:
+    kind: str
+    key: str
+    entity: str
+    description: str
+    link_id: int | None = None
+    cluster_id: int | None = None
+    tenant_ids: frozenset[int] = field(default_factory=frozenset)
+
+
+def alarms_evaluate(*, now: datetime | None = None) -> dict[str, int]:
+    """Raise the alarms whose condition holds and clear those whose condition went away."""
+    now = now or timezone.now()
+    found, unknown = _conditions()
+    raised = sum(alarm_raise(condition=c, now=now) for c in found.values())
+    cleared = 0
+    for alarm in Alarm.objects.open().filter(kind__in=EVALUATED):
+        # An object whose figures could not be read keeps its alarms as they are.
+        if (alarm.kind, alarm.key) not in found and alarm.key not in unknown:
+            cleared += alarm_clear(alarm=alarm, now=now)
+    hold = now - timedelta(seconds=settings.ALARM_RETENTION_HOLD_SECONDS)
+    for alarm in Alarm.objects.open().filter(kind=AlarmKind.RETENTION_UNREPLICATED,
+                                             last_seen__lt=hold):
+        cleared += alarm_clear(alarm=alarm, now=now)
+    return {"raised": raised, "cleared": cleared, "open": Alarm.objects.open().count()}
+
+
+def _conditions() -> tuple[dict[tuple[str, str], Condition], set[str]]:
+    links = list(ReplicaLink.objects.with_agreement()
+                 .select_related("source__cluster", "replica__cluster"))
+    found: dict[tuple[str, str], Condition] = {}
+    unknown: set[str] = set()
+    for condition in [*_link_conditions(links, unknown), *_cluster_conditions(links)]:
+        found[(condition.kind, condition.key)] = condition
+    return found, unknown
+
+
+def _is_moving(link: ReplicaLink) -> bool:
+    return link.agreed and not link.paused
+
+
+def link_condition(link: ReplicaLink, kind: str, description: str) -> Condition:
+    return Condition(kind, f"link:{link.pk}", f"{link.source.path} -> {link.replica.path}",
+                     description, link_id=link.pk,
+                     tenant_ids=frozenset({link.source.tenant_id, link.replica.tenant_id}))
+
+
+def _link_conditions(links: list[ReplicaLink], unknown: set[str]) -> Iterator[Condition]:
+    for link in links:
+        if not link.agreed:
+            yield link_condition(link, AlarmKind.WAITING_FOR_UPSTREAM, (
+                f"{link.replica.path} has not accepted {link.source.path} as its upstream, so "
+                "nothing replicates: its owner approves with 'streamgate stream upstream add "
+                f"-path {link.replica.path} -upstream {link.source.path}'"))
+            continue
+        if link.paused:
+            continue
+        if link.last_error and not link.last_error.startswith(WAITING_PREFIX):
+            by = f" (gateway {link.last_error_gateway})" if link.last_error_gateway else ""
+            yield link_condition(link, AlarmKind.REPLICATION_ERROR, f"{link.last_error}{by}")
+        if link.synchronous and link.mode == SyncMode.ASYNC:
+            since = f" since {link.mode_since:%Y-%m-%d %H:%M:%S} UTC" if link.mode_since else ""
+            yield link_condition(link, AlarmKind.ASYNC_FALLBACK, (
+                f"synchronous replica {link.replica.path} replicates asynchronously{since}: "
+                f"{link.mode_reason or 'no reason recorded'}"))
+        yield from _stall_condition(link, unknown)
+
+
+def _stall_condition(link: ReplicaLink, unknown: set[str]) -> Iterator[Condition]:
+    try:
+        figures = reports.pending_figures([link])[link.pk]
+    except Exception as error:  # a store that is down must not stop the other alarms
+        log.warning("alarm_figures_unavailable", link=link.pk, error=str(error))
+        unknown.add(f"link:{link.pk}")
+        return
+    if link_is_stalled(link, figures.messagesPending):
+        yield link_condition(link, AlarmKind.STALLED, (
+            f"{figures.messagesPending} messages pending and none applied for over "
+            f"{settings.REPLICATION_STALL_SECONDS:g}s"))
+
+
+def _cluster_conditions(links: list[ReplicaLink]) -> Iterator[Condition]:
+    """Destination clusters of moving links with no live gateway: replication to them stops."""
+    clusters = {link.replica.cluster.pk: link.replica.cluster for link in links
+                if _is_moving(link)}
+    live = set(Gateway.objects.live().filter(cluster__in=clusters)
+               .values_list("cluster_id", flat=True))
+    configured: dict[int, int] = {}
+    for cluster_id in Gateway.objects.filter(cluster__in=clusters).values_list("cluster_id",
+                                                                               flat=True):
+        configured[cluster_id] = configured.get(cluster_id, 0) + 1
+    for cluster in clusters.values():
+        if cluster.pk in live:
+            continue
+        count = configured.get(cluster.pk, 0)
+        state = (f"all {count} configured gateways are down" if count else
+                 "no gateway is configured: an operator adds them with 'streamgate cluster "
+                 f"gateway set -dstcluster {cluster.name} -gateways <names>'")
+        yield Condition(AlarmKind.GATEWAYS_DOWN, f"cluster:{cluster.pk}", cluster.name,
+                        f"no live gateway on cluster {cluster.name}, so nothing replicates to "
+                        f"its replicas: {state}", cluster_id=cluster.pk,
+                        tenant_ids=_cluster_tenants(cluster.pk))
+
+
+def _cluster_tenants(cluster_id: int) -> frozenset[int]:
+    return frozenset(Stream.objects.filter(cluster_id=cluster_id)
+                     .values_list("tenant_id", flat=True).distinct())
+
+
+# --- raising and clearing -----------------------------------------------------------------------
+
+
+def alarm_raise(*, condition: Condition, now: datetime | None = None) -> bool:
+    """Open the alarm unless it is open already (then refresh it). True when newly raised."""
+    now = now or timezone.now()
+    opened = Alarm.objects.open().filter(kind=condition.kind, key=condition.key)
+    if opened.update(last_seen=now, description=condition.description):
+        return False
+    try:
+        with transaction.atomic():
+            alarm = Alarm.objects.create(
+                kind=condition.kind, key=condition.key, entity=condition.entity[:2100],
+                link_id=condition.link_id, cluster_id=condition.cluster_id,
+                description=condition.description, raised=now, last_seen=now,
+            )
+    except IntegrityError:
+        return False  # another evaluator raised it a moment ago
+    log.info("alarm_raised", alarm=alarm.kind, entity=alarm.entity, id=alarm.pk)
+    _publish("alarm.raised", alarm, condition.tenant_ids)
+    return True
+
+
+def alarm_clear(*, alarm: Alarm, now: datetime | None = None) -> int:
+    now = now or timezone.now()
+    if not Alarm.objects.filter(pk=alarm.pk, cleared__isnull=True).update(cleared=now):
+        return 0
+    log.info("alarm_cleared", alarm=alarm.kind, entity=alarm.entity, id=alarm.pk)
+    _publish("alarm.cleared", alarm, _tenants_of(alarm))
+    return 1
+
+
+def _tenants_of(alarm: Alarm) -> frozenset[int]:
+    if alarm.cluster_id is not None:
+        return _cluster_tenants(alarm.cluster_id)
+    ends = Stream.objects.filter(source_links__pk=alarm.link_id) | Stream.objects.filter(
+        replica_links__pk=alarm.link_id)
+    return frozenset(ends.values_list("tenant_id", flat=True))
+
+
+def _publish(event: str, alarm: Alarm, tenant_ids: Iterable[int]) -> None:
+    payload = {"id": alarm.pk, "kind": alarm.kind, "entity": alarm.entity,
+               "description": alarm.description}
+    publish_after_commit(tenant_ids=tenant_ids, event=event, payload=payload)
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+def retention_check(*, stream: Stream, before_ms: int) -> int:
+    """Before retention deletes the messages of `stream` older than `before_ms`: raise an alarm
+    on each agreed replica link (paused ones too: their replica waits for those messages) whose
+    replica has not received some of them. Returns how many such messages were found.
+
+    Checked just before the delete, not in the same transaction: a batch applied in between
+    makes the count an over-estimate, never an under-estimate."""
+    try:
+        return sum(_link_loss(link, stream, before_ms) for link in
+                   ReplicaLink.objects.agreed().filter(source=stream)
+                   .select_related("source", "replica__cluster"))
+    except Exception as error:  # retention must run even when the check cannot
+        log.warning("retention_check_failed", stream=stream.path, error=str(error))
+        return 0
+
+
+def _link_loss(link: ReplicaLink, stream: Stream, before_ms: int) -> int:
+    topics = carried_topics(link.replica.uuid, dict(
+        stream.topics.values_list("name", "origin_uuid")))
+    source = store_for(stream.cluster)
+    backlog = pending(source, stream.uuid, store_for(link.replica.cluster), link.replica.uuid,
+                      topics)
+    losses = [(part, _older(source, stream.uuid, part, before_ms))
+              for part in backlog.partitions
+              if part.first_ts is not None and part.first_ts < before_ms]
+    losses = [(part, count) for part, count in losses if count]
+    if not losses:
+        return 0
+    total = sum(count for _, count in losses)
+    where = ", ".join(f"{p.topic} partition {p.partition} offsets {p.start}-{p.start + n - 1}"
+                      for p, n in losses[:5])
+    more = f" and {len(losses) - 5} more partitions" if len(losses) > 5 else ""
+    alarm_raise(condition=link_condition(link, AlarmKind.RETENTION_UNREPLICATED, (
+        f"retention (ttl {stream.ttl}s) deleted {total} messages of {stream.path} that "
+        f"{link.replica.path} had not received: {where}{more}")))
+    log.warning("retention_unreplicated", stream=stream.path, replica=link.replica.path,
+                messages=total)
+    return total
+
+
+def _older(store: MessageStore, stream: UUID, part: PartitionPending, before_ms: int) -> int:
+    """Unreplicated messages at the head of the partition that the cut deletes (expire deletes
+    a prefix of each partition: the messages before the first one at or after the cut)."""
+    try:
+        messages = store.read(stream, part.topic, part.partition, part.start,
+                              limit=min(COUNT_LIMIT, part.messages), max_bytes=64 << 20)
+    except OffsetOutOfRange:
+        return 0
+    count = 0
+    for message in messages:
+        if message.timestamp_ms >= before_ms:
+            break
+        count += 1
+    return count

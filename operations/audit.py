@@ -1,0 +1,223 @@
+"""The audit trail: one mechanism for every control-plane change, whichever path made it.
+
+Who and through which interface live in a context variable, set per request by
+`AuditContextMiddleware` (the interface from the URL prefix) and per Celery task by the task
+signals (system). Model signals on the control-plane models write the records: pre_save keeps
+the row as stored, post_save and post_delete write what changed. Services, admin and pages
+therefore need no audit calls; a change made with QuerySet.update() or bulk_create() bypasses
+signals, which is why the engine's runtime fields (heartbeats, progress, errors) are not
+audited and why control-plane writes use save() and delete().
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.db.models.signals import post_delete, post_save, pre_save
+from django.http import HttpRequest, HttpResponse
+
+from operations.models import AuditAction, AuditEvent, Interface
+from portal.accounts.models import Membership, Tenant
+from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    interface: str
+    # The request whose user is the actor. Read at write time, not at the start of the
+    # request: DRF authenticates tokens inside the view, after the middleware ran.
+    request: HttpRequest | None = None
+
+
+SYSTEM = AuditContext(Interface.SYSTEM)
+_current: contextvars.ContextVar[AuditContext] = contextvars.ContextVar("audit", default=SYSTEM)
+
+PREFIXES = (("/api/", Interface.API), ("/rest/", Interface.REST), ("/admin/", Interface.ADMIN))
+
+# Fields the engine keeps up to date as it runs: state, not configuration.
+RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
+    Stream: frozenset({"created", "modified"}),
+    ReplicaLink: frozenset({"created", "state", "copy_percentage", "last_error",
+                            "last_error_gateway", "last_progress", "mode", "mode_since",
+                            "mode_reason"}),
+    Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
+                        "messages_applied", "errors"}),
+}
+AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Cluster, Gateway, Stream, Topic,
+                                           ReplicaLink, Upstream)
+
+
+def interface_of(path: str) -> str:
+    return next((kind for prefix, kind in PREFIXES if path.startswith(prefix)), Interface.WEB)
+
+
+@contextmanager
+def audit_context(interface: str, request: HttpRequest | None = None) -> Iterator[None]:
+    token = _current.set(AuditContext(interface, request))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def enter_system() -> contextvars.Token[AuditContext]:
+    """Changes from here on are the system's (a Celery task), until `leave`."""
+    return _current.set(SYSTEM)
+
+
+def leave(token: contextvars.Token[AuditContext]) -> None:
+    _current.reset(token)
+
+
+class AuditContextMiddleware:
+    """Record who changes what through this request, and through which interface."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        with audit_context(interface_of(request.path_info), request):
+            return self.get_response(request)
+
+
+def save_each(queryset: models.QuerySet, **values: Any) -> int:
+    """QuerySet.update() for control-plane rows: one save per changed row, so each change is
+    audited (update() sends no signals). For admin bulk actions, never for hot paths."""
+    changed = 0
+    for row in queryset.exclude(**values):
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.save(update_fields=list(values))
+        changed += 1
+    return changed
+
+
+# --- what a record says -----------------------------------------------------------------------
+
+
+def audited_fields(model: type[models.Model]) -> list[models.Field]:
+    skip = RUNTIME_FIELDS.get(model, frozenset({"created"}))
+    return [f for f in model._meta.concrete_fields if f.name not in skip and not f.primary_key]
+
+
+def values_of(instance: models.Model) -> dict[str, Any]:
+    return {f.attname: f.value_from_object(instance) for f in audited_fields(type(instance))}
+
+
+def _tenants(instance: models.Model) -> tuple[int | None, int | None]:
+    if isinstance(instance, Tenant):
+        return instance.pk, None
+    if isinstance(instance, Stream | Membership):
+        return instance.tenant_id, None
+    if isinstance(instance, Topic):
+        return _stream_tenant(instance.stream_id), None
+    if isinstance(instance, ReplicaLink | Upstream):
+        # The source side first: its owner registered the link.
+        source, replica = _stream_tenant(instance.source_id), _stream_tenant(instance.replica_id)
+        return source, replica if replica != source else None
+    return None, None  # clusters and gateways: infrastructure, operators only
+
+
+def _stream_tenant(stream_id: int) -> int | None:
+    return Stream.objects.filter(pk=stream_id).values_list("tenant_id", flat=True).first()
+
+
+def _describe(instance: models.Model) -> str:
+    if isinstance(instance, ReplicaLink | Upstream):
+        paths = dict(Stream.objects.filter(pk__in=[instance.source_id, instance.replica_id])
+                     .values_list("pk", "path"))
+        source = paths.get(instance.source_id, f"stream {instance.source_id}")
+        replica = paths.get(instance.replica_id, f"stream {instance.replica_id}")
+        return f"{source} -> {replica}"
+    if isinstance(instance, Topic):
+        path = Stream.objects.filter(pk=instance.stream_id).values_list("path", flat=True)
+        return f"{path.first() or instance.stream_id}:{instance.name}"
+    if isinstance(instance, Gateway):
+        cluster = Cluster.objects.filter(pk=instance.cluster_id).values_list("name", flat=True)
+        return f"{instance.name}@{cluster.first() or instance.cluster_id}"
+    if isinstance(instance, Membership):
+        user = get_user_model().objects.filter(pk=instance.user_id).first()
+        tenant = Tenant.objects.filter(pk=instance.tenant_id).first()
+        return f"{user or instance.user_id} in {tenant or instance.tenant_id} ({instance.role})"
+    return str(instance)
+
+
+def _action(instance: models.Model, created: bool, changed: dict[str, Any]) -> str:
+    if isinstance(instance, ReplicaLink) and set(changed) == {"paused"}:
+        return AuditAction.PAUSE if instance.paused else AuditAction.RESUME
+    if created and isinstance(instance, Upstream) and ReplicaLink.objects.filter(
+        source=instance.source_id, replica=instance.replica_id
+    ).exists():
+        return AuditAction.APPROVE  # completes a registered link's two-way agreement
+    return AuditAction.CREATE if created else AuditAction.EDIT
+
+
+def record(instance: models.Model, action: str, before: dict[str, Any] | None,
+           after: dict[str, Any] | None) -> AuditEvent:
+    context = _current.get()
+    user = getattr(context.request, "user", None)
+    actor = user if user is not None and user.is_authenticated else None
+    tenant, peer = _tenants(instance)
+    tenant_name = (instance.name if isinstance(instance, Tenant) else
+                   Tenant.objects.filter(pk=tenant).values_list("name", flat=True).first())
+    return AuditEvent.objects.create(
+        actor=actor, actor_name=actor.get_username() if actor else "",
+        interface=context.interface, request_id=_request_id(), tenant_id=tenant,
+        peer_tenant_id=peer, tenant_name=tenant_name or "",
+        object_type=instance._meta.model_name, object_id=str(instance.pk),
+        object_repr=_describe(instance)[:2100], action=action, before=before, after=after,
+    )
+
+
+def _request_id() -> str:
+    return str(structlog.contextvars.get_contextvars().get("request_id", ""))[:64]
+
+
+# --- the signal handlers ----------------------------------------------------------------------
+
+
+def _before_save(sender: type[models.Model], instance: models.Model, raw: bool = False,
+                 **kwargs: Any) -> None:
+    if raw or instance.pk is None or instance._state.adding:
+        instance._audit_before = None  # type: ignore[attr-defined]
+        return
+    names = [f.attname for f in audited_fields(sender)]
+    instance._audit_before = (  # type: ignore[attr-defined]
+        sender._default_manager.filter(pk=instance.pk).values(*names).first()
+    )
+
+
+def _after_save(sender: type[models.Model], instance: models.Model, created: bool,
+                raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    after = values_of(instance)
+    stored = getattr(instance, "_audit_before", None)
+    if created or stored is None:
+        record(instance, _action(instance, True, after), None, after)
+        return
+    changed = {name for name, value in after.items() if stored.get(name) != value}
+    if changed:
+        diff = {name: after[name] for name in sorted(changed)}
+        record(instance, _action(instance, False, diff),
+               {name: stored[name] for name in sorted(changed)}, diff)
+
+
+def _after_delete(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
+    record(instance, AuditAction.DELETE, values_of(instance), None)
+
+
+def connect_signals() -> None:
+    for model in AUDITED:
+        uid = f"operations.audit.{model._meta.label_lower}"
+        pre_save.connect(_before_save, sender=model, dispatch_uid=f"{uid}.pre")
+        post_save.connect(_after_save, sender=model, dispatch_uid=f"{uid}.post")
+        post_delete.connect(_after_delete, sender=model, dispatch_uid=f"{uid}.delete")
+

@@ -1,0 +1,61 @@
+"""Produce and consume counters for /metrics, kept in the shared cache (Redis in production) so
+every web worker adds to the same totals and a scrape of any of them sees all traffic.
+
+One INCRBY per figure per request, never per message; a cache outage costs the figures, never
+the produce or consume."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from uuid import UUID
+
+import structlog
+from django.core.cache import cache
+
+from replication.engine.store import Message, Record
+
+log = structlog.get_logger(__name__)
+
+PRODUCED, CONSUMED = "produced", "consumed"
+FIGURES = ("messages", "bytes")
+
+
+def _key(direction: str, figure: str, stream: UUID) -> str:
+    return f"metrics:{direction}:{figure}:{stream}"
+
+
+def count_traffic(*, direction: str, stream: UUID, messages: int, nbytes: int) -> None:
+    if not messages:
+        return
+    try:
+        for figure, amount in zip(FIGURES, (messages, nbytes), strict=True):
+            key = _key(direction, figure, stream)
+            try:
+                cache.incr(key, amount)
+            except ValueError:  # first count of this stream: create the key, then add
+                cache.add(key, 0, timeout=None)
+                cache.incr(key, amount)
+    except Exception as error:
+        log.warning("traffic_count_failed", direction=direction, error=str(error))
+
+
+def traffic_totals(direction: str, streams: Iterable[UUID]) -> dict[UUID, tuple[int, int]]:
+    """(messages, bytes) counted per stream since the cache began."""
+    streams = list(streams)
+    keys = {_key(direction, figure, s): (s, figure) for s in streams for figure in FIGURES}
+    found = cache.get_many(list(keys))
+    totals: dict[UUID, dict[str, int]] = {s: {"messages": 0, "bytes": 0} for s in streams}
+    for key, value in found.items():
+        stream, figure = keys[key]
+        totals[stream][figure] = int(value)
+    return {s: (t["messages"], t["bytes"]) for s, t in totals.items()}
+
+
+def count_produced(*, stream: UUID, records: Sequence[Record]) -> None:
+    nbytes = sum(len(r.value) + len(r.key or b"") for r in records)
+    count_traffic(direction=PRODUCED, stream=stream, messages=len(records), nbytes=nbytes)
+
+
+def count_consumed(*, stream: UUID, messages: Sequence[Message]) -> None:
+    nbytes = sum(len(m.value) + len(m.key or b"") for m in messages)
+    count_traffic(direction=CONSUMED, stream=stream, messages=len(messages), nbytes=nbytes)

@@ -1,0 +1,136 @@
+"""Alarms (conditions the engine raises and clears) and audit events (who changed what)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.accounts.models import Tenant
+from portal.accounts.scoping import RestrictedQuerySet
+from replication.models import Cluster, ReplicaLink
+
+
+class AlarmKind(models.TextChoices):
+    # MapR's naming (CLUSTER_ALARM_..., VOLUME_ALARM_...), for streamgate's conditions.
+    REPLICATION_ERROR = "STREAM_ALARM_REPLICATION_ERROR", "Replication error on a replica link"
+    ASYNC_FALLBACK = ("STREAM_ALARM_REPLICA_ASYNC_FALLBACK",
+                      "Synchronous replica fell back to asynchronous")
+    STALLED = "STREAM_ALARM_REPLICA_STALLED", "Replica link stalled"
+    GATEWAYS_DOWN = "CLUSTER_ALARM_GATEWAYS_DOWN", "All gateways of a destination cluster down"
+    WAITING_FOR_UPSTREAM = ("STREAM_ALARM_REPLICA_WAITING_FOR_UPSTREAM",
+                            "Replica waiting for upstream approval")
+    RETENTION_UNREPLICATED = ("STREAM_ALARM_RETENTION_UNREPLICATED",
+                              "Retention deleted unreplicated messages")
+
+
+CLUSTER_KINDS = frozenset({AlarmKind.GATEWAYS_DOWN})
+
+
+class AlarmQuerySet(RestrictedQuerySet):
+    # A link's alarm is seen by the tenants of both ends (as the link itself is); a cluster's
+    # by the tenants with streams on that cluster.
+    tenant_paths = ("link__source__tenant", "link__replica__tenant", "cluster__streams__tenant")
+
+    def open(self) -> AlarmQuerySet:
+        return self.filter(cleared__isnull=True)
+
+
+class Alarm(models.Model):
+    kind = models.CharField(max_length=64, choices=AlarmKind.choices)
+    # The object the alarm is about, as "link:<id>" or "cluster:<id>": one open alarm per
+    # (kind, key), whatever the number of evaluators racing.
+    key = models.CharField(max_length=64)
+    # What maprcli's `alarm list` shows as the entity: "<source> -> <replica>" or the cluster.
+    entity = models.CharField(max_length=2100)
+    # No database constraint: an evaluator may raise an alarm on a link deleted a moment ago;
+    # the next evaluation clears it (the row keeps its entity text).
+    link = models.ForeignKey(ReplicaLink, null=True, blank=True, on_delete=models.SET_NULL,
+                             db_constraint=False, related_name="+")
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL,
+                                db_constraint=False, related_name="+")
+    description = models.TextField()
+    raised = models.DateTimeField(default=timezone.now)
+    # When the condition was last seen true (retention losses are events: they stay raised a
+    # while after the last one).
+    last_seen = models.DateTimeField(default=timezone.now)
+    cleared = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    objects = AlarmQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-raised", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key"], condition=Q(cleared__isnull=True),
+                                    name="one_open_alarm_per_object"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.entity}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.cleared is None
+
+    @property
+    def alarm_type(self) -> str:
+        return "CLUSTER" if self.kind in CLUSTER_KINDS else "STREAM"
+
+
+class Interface(models.TextChoices):
+    API = "api", "API (/api/v1)"
+    REST = "rest", "maprcli REST or the streamgate CLI (/rest)"
+    WEB = "web", "Browser portal"
+    ADMIN = "admin", "Admin site"
+    SYSTEM = "system", "System (engine, tasks, commands)"
+
+
+class AuditAction(models.TextChoices):
+    CREATE = "create"
+    EDIT = "edit"
+    DELETE = "delete"
+    PAUSE = "pause"
+    RESUME = "resume"
+    APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
+
+
+class AuditEventQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant", "peer_tenant")
+
+
+class AuditEvent(models.Model):
+    """One control-plane change. Foreign keys carry no database constraint and names are kept
+    as text: the record outlives the users, tenants and objects it names."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    actor_name = models.CharField(max_length=150, blank=True)
+    interface = models.CharField(max_length=8, choices=Interface.choices)
+    request_id = models.CharField(max_length=64, blank=True)
+    # The owning tenant, and for links and upstreams the other end's (both see the change).
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.DO_NOTHING,
+                               db_constraint=False, related_name="+")
+    peer_tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                    db_constraint=False, related_name="+")
+    tenant_name = models.CharField(max_length=63, blank=True)
+    object_type = models.CharField(max_length=32)  # the model: "stream", "replicalink", ...
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=2100)  # a path, "<source> -> <replica>", ...
+    action = models.CharField(max_length=8, choices=AuditAction.choices)
+    # The changed fields only (all of them on create and delete), as JSON.
+    before = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    after = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        who = self.actor_name or "system"
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {who} {self.action} {self.object_type} " \
+               f"{self.object_repr}"
