@@ -1,0 +1,48 @@
+"""Gateways going up and down, told to the pages ("gateway.status" events).
+
+Whoever watches presence (each gateway's heartbeat, workers/gateway.py) calls
+`gateways_announce` with the gateways live now; the change from the status last announced is
+claimed with a conditional UPDATE, so of several watchers exactly one announces it.
+"""
+
+from __future__ import annotations
+
+import structlog
+from django.db.models import Q
+
+from replication.events import publish_after_commit
+from replication.models import Gateway, Stream
+
+log = structlog.get_logger(__name__)
+GatewayId = tuple[str, str]
+
+
+def gateways_announce(*, live: set[GatewayId]) -> int:
+    """Announce each gateway whose liveness changed since its last announcement. A gateway
+    never seen up is not announced down. Returns how many were announced."""
+    announced = 0
+    for gateway in Gateway.objects.select_related("cluster"):
+        up = gateway.enabled and (gateway.cluster.name, gateway.name) in live
+        status = Gateway.Status.UP if up else Gateway.Status.DOWN
+        if gateway.announced_status == status or (
+                not up and gateway.announced_status != Gateway.Status.UP):
+            continue
+        claimed = Gateway.objects.filter(
+            pk=gateway.pk, announced_status=gateway.announced_status
+        ).update(announced_status=status)
+        if claimed:
+            gateway_status_publish(gateway=gateway, status=status)
+            announced += 1
+    return announced
+
+
+def gateway_status_publish(*, gateway: Gateway, status: str) -> None:
+    """To every tenant with streams on the gateway's cluster or replicas into it: the page
+    re-fetches what it shows, so the payload carries ids only."""
+    tenants = set(Stream.objects.filter(
+        Q(cluster_id=gateway.cluster_id) | Q(replica_links__replica__cluster_id=gateway.cluster_id)
+    ).order_by().values_list("tenant_id", flat=True).distinct())
+    log.info("gateway_status", cluster=gateway.cluster.name, gateway=gateway.name, status=status)
+    if tenants:
+        publish_after_commit(tenant_ids=tenants, event="gateway.status",
+                             payload={"cluster": gateway.cluster_id, "gateway": gateway.pk})
