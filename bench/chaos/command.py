@@ -1,0 +1,227 @@
+"""`python -m bench.chaos`: the soak on servers and processes of its own (see the package)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class PrivatePostgres:
+    """initdb + pg_ctl in a temporary folder on a free port, as the postgres user (initdb
+    refuses root); default settings, fsync on."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="sgchaos-pg-"))
+        self.data = self.folder / "data"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+
+    def _run(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def init(self) -> None:
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
+        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
+                   "-c max_connections=200")
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
+                  "-l", str(self.folder / "server.log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def remove(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Processes:
+    """The engine's processes and a Celery worker, logging into a folder (Engine above)."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env, self.logs = env, logs
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def _start(self, label: str, *command: str) -> subprocess.Popen:
+        with (self.logs / f"{label}.log").open("ab") as log:
+            process = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=self.env,
+                                       stdout=log, stderr=subprocess.STDOUT)
+        self.processes[label] = process
+        return process
+
+    def gateway(self, cluster: str, name: str) -> subprocess.Popen:
+        return self._start(f"gw-{cluster}-{name}", "manage.py", "rungateway", "--cluster",
+                           cluster, "--name", name, "--loglevel", "WARNING")
+
+    def replicator(self) -> subprocess.Popen:
+        return self._start("replicator", "manage.py", "runreplicator")
+
+    def celery_worker(self) -> subprocess.Popen:
+        return self._start("celery", "-m", "celery", "-A", "workers.celery", "worker", "-Q",
+                           self.env["CELERY_QUEUE"], "--pool", "solo", "--without-heartbeat",
+                           "--without-gossip", "--without-mingle", "--loglevel", "WARNING")
+
+    def stop(self, label: str, *, kill: bool = False) -> None:
+        process = self.processes.pop(label)
+        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def close(self) -> None:
+        for label in list(self.processes):
+            self.stop(label)
+
+
+def command_env(url: str, name: str) -> dict[str, str]:
+    parts = urlsplit(url)
+    tag = uuid.uuid4().hex[:10]
+    return {
+        **os.environ, **ENGINE_SETTINGS,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DATABASE_URL": urlunsplit(parts._replace(scheme="postgres", path=f"/{name}")),
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "STREAMGATE_DATA_DIR": str(ROOT / "var" / "chaos"),
+        "STREAMGATE_NAMESPACE": f"sgchaos-{tag}:",
+        "CELERY_QUEUE": f"sgchaos-{tag}",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def drop_databases(url: str, prefix: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    admin = urlunsplit(urlsplit(url)._replace(scheme="postgresql", path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for (name,) in conn.execute("SELECT datname FROM pg_database WHERE "
+                                    "starts_with(datname, %s)", [prefix]).fetchall():
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def forget_unacked(client: Any, prefix: str) -> None:
+    """Kombu keeps the tasks a killed worker had taken in one `unacked` hash shared by every
+    queue, and any worker on this Redis later puts them back on their queue: drop the ones for
+    our queues, or they would recreate our keys after we removed them."""
+    import json
+
+    for tag, raw in client.hscan_iter("unacked"):
+        with contextlib.suppress(ValueError, TypeError):
+            if str(json.loads(raw)[2]).startswith(prefix):
+                client.hdel("unacked", tag)
+                client.zrem("unacked_index", tag)
+
+
+def forget_redis(env: dict[str, str]) -> None:
+    import redis
+
+    client = redis.Redis.from_url(env["REDIS_URL"])
+    forget_unacked(client, env["STREAMGATE_NAMESPACE"])
+    for pattern in (f"{env['STREAMGATE_NAMESPACE']}*",
+                    f"_kombu.binding*{env['STREAMGATE_NAMESPACE']}*",
+                    f"_kombu.binding*{env['CELERY_QUEUE']}*", f"{env['CELERY_QUEUE']}*"):
+        keys = list(client.scan_iter(pattern))
+        if keys:
+            client.delete(*keys)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long faults run")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--interval", type=float, default=0.05,
+                        help="seconds between a producer's calls (2 producers, 100 records each)")
+    parser.add_argument("--converge-timeout", type=float, default=300.0)
+    parser.add_argument("--no-spark", action="store_true", help="no Spark catch-ups")
+    parser.add_argument("--url", default="",
+                        help="a PostgreSQL server for the control database (default: the "
+                             "private one that holds sanfrancisco's and tokyo's stores)")
+
+
+def main(args: argparse.Namespace) -> int:
+    import psycopg
+    from psycopg import sql
+
+    name = f"sgchaos_{os.getpid()}"
+    logs = Path(tempfile.mkdtemp(prefix="sgchaos-logs-"))
+    store, others = PrivatePostgres(), PrivatePostgres()
+    env: dict[str, str] = {}
+    engine = Processes(env, logs)
+    result: Result | None = None
+    try:
+        for server in (store, others):
+            server.init()
+            server.start()
+        # The control database on the second private server too, unless --url names one.
+        url = args.url or others.url("postgres")
+        env |= command_env(url, name)
+        admin = urlunsplit(urlsplit(url)._replace(scheme="postgresql", path="/postgres"))
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT,
+                       env=env, check=True)
+        os.environ.update(env)
+        import django
+
+        django.setup()
+        engine.celery_worker()
+        options = Options(seconds=args.seconds, interval=args.interval,
+                          converge_timeout=args.converge_timeout, spark=not args.no_spark)
+        if args.seed is not None:
+            options.seed = args.seed
+        result = run_soak(engine, store, options, others)
+    finally:
+        engine.close()
+        with contextlib.suppress(Exception):
+            from replication.stores import close_stores
+
+            close_stores()
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        if args.url and env:
+            drop_databases(args.url, name)
+        store.remove()
+        others.remove()
+        if env:
+            forget_redis(env)
+        if result is None or not result.ok:
+            print(f"logs kept in {logs}")
+        else:
+            shutil.rmtree(logs, ignore_errors=True)
+    print()
+    print(result.table())
+    for example in result.examples[:20]:
+        print(f"  {example}")
+    return 0 if result.ok else 1
