@@ -3,7 +3,8 @@ up: `make screenshots` (Debian's chromium through Playwright; nothing is downloa
 
 It starts the embedded portal on a scratch data directory and a free port, registers a second
 replica so the approvals page has a request to show, waits for the demo's messages to reach the
-replica, and captures the overview, the stream page and the approvals page."""
+replica, and captures the overview, the stream page with its lag chart, the approvals page,
+the set-up wizard (a manual step and autosetup's live copy) and the jobs page."""
 
 from __future__ import annotations
 
@@ -83,8 +84,47 @@ def capture(base: str) -> None:
         page.goto(f"{base}/streams/")
         page.get_by_role("link", name="/mapr/sanfrancisco/activity", exact=True).first.click()
         page.wait_for_load_state("networkidle")
+        # The recorder samples every 5 s: wait for a few points on the chart.
+        page.wait_for_function("() => { const s = document.querySelector("
+                               "'.lag-chart svg.messages'); return s && +s.dataset.points >= 4; }",
+                               timeout=60_000)
         page.screenshot(path=str(OUT / "stream.png"), full_page=True)
+        wizard(page, base)
+        jobs(page, base)
         browser.close()
+
+
+def wizard(page, base: str) -> None:  # type: ignore[no-untyped-def]
+    """The manual set-up at its third step (the replica list check), then autosetup's copy."""
+    page.goto(f"{base}/setup/manual/")
+    page.fill("#step-form input[name=source]", "/mapr/sanfrancisco/activity")
+    page.fill("#step-form input[name=replica]", "/mapr/newyork/activity-manual")
+    page.click("#step-form button[type=submit]")
+    page.click("#step-form button[type=submit]")  # step 2: register the replica, paused
+    page.wait_for_selector("#replica-list")
+    page.screenshot(path=str(OUT / "wizard.png"), full_page=True)
+    page.goto(f"{base}/setup/auto/")
+    page.fill("#autosetup-form input[name=source]", "/mapr/sanfrancisco/activity")
+    page.fill("#autosetup-form input[name=replica]", "/mapr/newyork/activity-auto")
+    page.click("#autosetup-form button[type=submit]")
+    page.wait_for_selector("#autosetup-status .job-progress")
+    page.wait_for_selector("#replicating", timeout=180_000)
+    page.screenshot(path=str(OUT / "autosetup.png"), full_page=True)
+
+
+def jobs(page, base: str) -> None:  # type: ignore[no-untyped-def]
+    """A diffstreams run next to autosetup's copy, then its result per partition."""
+    page.goto(f"{base}/jobs/")
+    page.select_option("#start-job select[name=kind]", "diffstreams")
+    page.fill("#start-job input[name=source]", "/mapr/sanfrancisco/activity")
+    page.fill("#start-job input[name=destination]", "/mapr/newyork/activity")
+    page.click("#start-job button[type=submit]")
+    page.wait_for_selector('#job-card [data-field="state"]:text-matches("SUCCEEDED|FAILED")',
+                           timeout=180_000)
+    page.screenshot(path=str(OUT / "job.png"), full_page=True)
+    page.goto(f"{base}/jobs/")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(OUT / "jobs.png"), full_page=True)
 
 
 def main() -> int:

@@ -11,16 +11,20 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.web.health import links_health
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import StreamgateError
+from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
 from replication.models import PERMISSIONS, ReplicaLink, Stream
 from replication.reports import partition_rows, stream_info
 from replication.services import (
@@ -86,16 +90,41 @@ def ace_check(request: HttpRequest) -> HttpResponse:
 
 
 def _replica_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
-    outgoing = ReplicaLink.objects.filter(source=stream).select_related("replica", "created_by")
-    incoming = ReplicaLink.objects.filter(replica=stream).select_related("source", "created_by")
+    outgoing = list(ReplicaLink.objects.filter(source=stream).select_related("replica",
+                    "created_by").with_agreement().order_by("idx"))
+    incoming = list(ReplicaLink.objects.filter(replica=stream).select_related("source")
+                    .with_agreement())
+    health = links_health([*outgoing, *incoming])
+    # Each row's pause/resume/remove URL, built from one reverse() rather than three per row
+    # (64 rows); the layout is urls.py's streams/<pk>/replicas/<link_pk>/<action>/.
+    prefix = reverse("stream-replicas", args=[stream.pk])
+    for link in outgoing:
+        link.actions_url = f"{prefix}{link.pk}/"  # type: ignore[attr-defined]
     return {
         "stream": stream,
         "is_admin": stream.allows(request.user, "adminperm"),
-        "replicas": [(link, link.replica_state())
-                     for link in outgoing.with_agreement().order_by("idx")],
-        "sources": [(link, link.replica_state()) for link in incoming.with_agreement()],
+        "replicas": [(link, link.replica_state(), *health[link.pk]) for link in outgoing],
+        "sources": [(link, link.replica_state(), *health[link.pk]) for link in incoming],
         "upstreams": stream.upstreams.select_related("source").order_by("idx"),
     }
+
+
+@login_required
+@require_GET
+def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
+    """The lag chart's history: per replica of this stream, the recorder's samples
+    `[t_ms, messages_pending, bytes_pending, time_lag_ms, stalled]`, oldest first."""
+    stream = visible_stream(request, pk)
+    links = list(ReplicaLink.objects.filter(source=stream).select_related("replica")
+                 .order_by("idx"))
+    history = lag_history(link.pk for link in links)
+    # orjson: an hour of samples of 64 replicas is some 46,000 points.
+    return HttpResponse(orjson.dumps({
+        "stream": stream.pk, "sample_seconds": SAMPLE_SECONDS, "keep_seconds": KEEP_SECONDS,
+        "fields": ["t", "messages_pending", "bytes_pending", "time_lag_ms", "stalled"],
+        "links": [{"link": link.pk, "replica": link.replica.path, "points": history[link.pk]}
+                  for link in links],
+    }), content_type="application/json")
 
 
 @login_required

@@ -19,7 +19,12 @@ SESSION_KEY = "streamgate_tenant"
 
 def user_tenants(request: HttpRequest) -> list[Tenant]:
     # Memberships, not restrict(): staff see every tenant's rows, but switch among their own.
-    return list(Tenant.objects.filter(memberships__user=request.user).order_by("name"))
+    # Kept on the request: a page asks several times (lists, counts, the switcher).
+    cached = getattr(request, "_streamgate_tenants", None)
+    if cached is None:
+        cached = list(Tenant.objects.filter(memberships__user=request.user).order_by("name"))
+        request._streamgate_tenants = cached  # type: ignore[attr-defined]
+    return cached
 
 
 def current_tenant(request: HttpRequest, tenants: list[Tenant] | None = None) -> Tenant | None:

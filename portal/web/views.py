@@ -1,62 +1,117 @@
+from collections import Counter
 from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Prefetch, Q
+from django.core.paginator import Paginator
+from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.accounts.throttle import login_blocked
+from portal.web.health import Health, links_health, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
+from replication.lag_history import gateway_rates
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
 
+STREAMS_PER_PAGE = 50
+LINKS_SHOWN = 50
 
-def _links(request: HttpRequest) -> list[tuple[ReplicaLink, str]]:
+
+def _links(request: HttpRequest) -> list[ReplicaLink]:
     links = ReplicaLink.objects.restrict(request.user)
     tenant = current_tenant(request)
     if tenant is not None:
         links = links.filter(Q(source__tenant=tenant) | Q(replica__tenant=tenant))
-    links = links.select_related("source", "replica").with_agreement()
-    return [(link, link.replica_state()) for link in links]
+    return list(links.select_related("source", "replica").with_agreement())
 
 
-def _alarms(links: list[tuple[ReplicaLink, str]]) -> list[str]:
+def _alarms(links: list[ReplicaLink], gateways: list[Gateway]) -> list[str]:
     """What needs a person: gateways that stopped heartbeating, replica links with an error."""
     alarms = [f"gateway {gw} is down: no heartbeat since {gw.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC"
-              for gw in Gateway.objects.select_related("cluster")
-              if gw.status == Gateway.Status.DOWN]
-    alarms += [f"{link}: {link.last_error}" for link, _state in links if link.last_error]
+              for gw in gateways if gw.status == Gateway.Status.DOWN]
+    alarms += [f"{link}: {link.last_error}" for link in links if link.last_error]
     return alarms
 
 
-def _live_context(request: HttpRequest) -> dict[str, object]:
-    links = _links(request)
-    return {"links": links, "alarms": _alarms(links)}
+def _gateways() -> list[Gateway]:
+    gateways = list(Gateway.objects.select_related("cluster"))
+    rates = gateway_rates(gw.pk for gw in gateways)
+    for gw in gateways:
+        gw.rate = rates.get(gw.pk)  # type: ignore[attr-defined]
+    return gateways
+
+
+def _live_context(request: HttpRequest) -> dict[str, Any]:
+    links, gateways = _links(request), _gateways()
+    health = links_health(links)
+    # The worst first, and only so many: a stream's own page lists all its replicas.
+    rows = sorted(((link, link.replica_state(), *health[link.pk]) for link in links),
+                  key=lambda row: (-row[2].rank, row[0].source.path, row[0].replica.path))
+    return {
+        "links": rows[:LINKS_SHOWN], "links_hidden": max(0, len(rows) - LINKS_SHOWN),
+        "alarms": _alarms(links, gateways),
+        "gateways": gateways,
+        "stream_health": streams_health(links, health),
+    }
+
+
+def _visible_streams(request: HttpRequest) -> QuerySet[Stream]:
+    streams = Stream.objects.restrict(request.user)
+    tenant = current_tenant(request)
+    return streams.filter(tenant=tenant) if tenant is not None else streams
+
+
+def _stream_page(request: HttpRequest, stream_health: dict[int, Health]) -> dict[str, Any]:
+    """The streams table: those that need attention first (worst health), then by path, a
+    page at a time, and a count per health for the whole list. Rows are plain values: a
+    tenant may hold thousands of streams, and model instances would cost more than the page."""
+    rows = list(_visible_streams(request).values("pk", "path", "ttl", "cluster_id",
+                                                 "tenant__name")
+                .annotate(num_topics=Count("topics")).order_by())
+    summary: Counter[str] = Counter()
+    for row in rows:
+        row["health"] = stream_health.get(row["pk"])
+        summary[row["health"].label if row["health"] else "not replicated"] += 1
+    rows.sort(key=lambda r: (-(r["health"].rank if r["health"] else -1), r["path"]))
+    page = Paginator(rows, STREAMS_PER_PAGE).get_page(request.GET.get("page"))
+    return {"stream_rows": page, "stream_count": len(rows),
+            "health_summary": sorted(summary.items(), key=lambda kv: -kv[1]),
+            "streams_per_cluster": Counter(row["cluster_id"] for row in rows)}
+
+
+def _overview_context(request: HttpRequest) -> dict[str, Any]:
+    live = _live_context(request)
+    streams = _stream_page(request, live["stream_health"])
+    # Clusters are shared infrastructure, but the stream counts are of visible streams only.
+    clusters = list(Cluster.objects.all())
+    by_cluster: dict[int, list[Gateway]] = {}
+    for gw in live["gateways"]:
+        by_cluster.setdefault(gw.cluster_id, []).append(gw)
+    for cluster in clusters:
+        cluster.num_streams = streams["streams_per_cluster"][cluster.pk]  # type: ignore[attr-defined]
+        cluster.gateway_list = sorted(by_cluster.get(cluster.pk, []),  # type: ignore[attr-defined]
+                                      key=lambda gw: gw.name)
+    return {"clusters": clusters, **streams, **live}
 
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    streams = Stream.objects.restrict(request.user).select_related("cluster", "tenant")
-    tenant = current_tenant(request)
-    if tenant is not None:
-        streams = streams.filter(tenant=tenant)
-    # Clusters are shared infrastructure, but the stream counts are of visible streams only.
-    clusters = Cluster.objects.prefetch_related(
-        Prefetch("gateways", queryset=Gateway.objects.order_by("name"))
-    ).annotate(num_streams=Count("streams", filter=Q(streams__in=streams.values("pk"))))
-    context = {
-        "clusters": clusters,
-        "streams": streams.annotate(num_topics=Count("topics")),
-        **_live_context(request),
-    }
-    return render_page(request, "web/overview.html", context)
+    return render_page(request, "web/overview.html", _overview_context(request))
 
 
 @login_required
 def overview_links(request: HttpRequest) -> HttpResponse:
     """The overview's replication table alone, re-fetched by static/js/live.js on events."""
     return render(request, "web/_overview_links.html", _live_context(request))
+
+
+@login_required
+def overview_live(request: HttpRequest) -> HttpResponse:
+    """Gateways and stream health, re-fetched by static/js/live.js (at most every few seconds
+    on lag events)."""
+    return render(request, "web/_overview_live.html", _overview_context(request))
 
 
 @login_required

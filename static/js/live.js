@@ -1,12 +1,20 @@
-// Live updates: one websocket per page to /ws/replication/. An event only says "something in
-// one of your tenants changed"; the page then re-fetches its live fragments (elements with
-// data-live-url) through the ordinary, tenant-restricted views and swaps them in with htmx.
+// Live updates: one websocket per page to /ws/replication/.
+// - Most events only say "something in one of your tenants changed": the page re-fetches its
+//   live fragments (elements with data-live-url) through the ordinary, tenant-restricted views
+//   and swaps them in with htmx.
+// - "replica.lag" (every few seconds per link) and "job.progress" carry figures: they update
+//   the cells and bars on the page in place, so a busy engine costs no request per event;
+//   fragments marked data-live-lag (gateway throughput, health) re-fetch at most every 10 s.
+// Every event is also re-dispatched on document as "streamgate:event" (the lag chart listens).
 // After a dropped socket it reconnects with backoff and re-fetches, so missed events heal.
 (function () {
   "use strict";
   var delay = 500;
   var MAX_DELAY = 10000;
+  var LAG_REFRESH_MS = 10000;
   var pending = null;
+  var lagPending = null;
+  var SETTLED = { "in sync": "up", "pending": "pending", "stalled": "down", "not sampled yet": "unknown" };
 
   function setStatus(state) {
     var dot = document.getElementById("live-status");
@@ -14,16 +22,65 @@
     document.body.dataset.live = state;
   }
 
+  function swap(el) {
+    if (el.id) { htmx.ajax("GET", el.dataset.liveUrl, { target: "#" + el.id, swap: "outerHTML" }); }
+  }
+
   function refresh() {
     // Coalesce bursts (approve = upstream added + topics propagated) into one fetch.
     if (pending) { return; }
     pending = setTimeout(function () {
       pending = null;
-      document.querySelectorAll("[data-live-url]").forEach(function (el) {
-        if (!el.id) { return; }
-        htmx.ajax("GET", el.dataset.liveUrl, { target: "#" + el.id, swap: "outerHTML" });
-      });
+      document.querySelectorAll("[data-live-url]").forEach(swap);
     }, 50);
+  }
+
+  function refreshLagFragments() {
+    if (lagPending || !document.querySelector("[data-live-url][data-live-lag]")) { return; }
+    lagPending = setTimeout(function () {
+      lagPending = null;
+      document.querySelectorAll("[data-live-url][data-live-lag]").forEach(swap);
+    }, LAG_REFRESH_MS);
+  }
+
+  function setField(row, name, text) {
+    var cell = row.querySelector('[data-field="' + name + '"]');
+    if (cell) { cell.textContent = text; }
+  }
+
+  function applyLag(p) {
+    document.querySelectorAll('[data-lag-link="' + p.link + '"]').forEach(function (row) {
+      setField(row, "messages_pending", String(p.messagesPending));
+      setField(row, "bytes_pending", String(p.bytesPending));
+      setField(row, "time_lag_ms", Math.round(p.timeLagMs) + " ms");
+      var pill = row.querySelector(".health");
+      // Waiting and broken come from the link itself, not from the figures: leave them.
+      if (pill && SETTLED[pill.textContent] !== undefined) {
+        var label = p.stalled ? "stalled" : (p.messagesPending ? "pending" : "in sync");
+        pill.textContent = label;
+        pill.className = "pill health " + SETTLED[label];
+      }
+    });
+    refreshLagFragments();
+  }
+
+  function applyJob(p) {
+    var changed = false;
+    document.querySelectorAll('[data-job="' + p.job + '"]').forEach(function (el) {
+      var bar = el.querySelector("progress");
+      if (bar && p.percent !== undefined) { bar.value = p.percent; }
+      setField(el, "percent", p.percent + "%");
+      var state = el.querySelector('[data-field="state"]');
+      if (state && p.state && state.textContent !== p.state) { changed = true; }
+    });
+    if (changed) { refresh(); }  // started/finished times, result, the wizard's next step
+  }
+
+  function onEvent(message) {
+    document.dispatchEvent(new CustomEvent("streamgate:event", { detail: message }));
+    if (message.event === "replica.lag") { applyLag(message.payload); }
+    else if (message.event === "job.progress") { applyJob(message.payload); }
+    else { refresh(); }
   }
 
   function connect(isReconnect) {
@@ -33,9 +90,16 @@
     socket.onopen = function () {
       delay = 500;
       setStatus("open");
-      if (isReconnect) { refresh(); }
+      if (isReconnect) {
+        refresh();
+        document.dispatchEvent(new CustomEvent("streamgate:reconnected"));
+      }
     };
-    socket.onmessage = function () { refresh(); };
+    socket.onmessage = function (e) {
+      var message;
+      try { message = JSON.parse(e.data); } catch (err) { refresh(); return; }
+      onEvent(message);
+    };
     socket.onclose = function () {
       setStatus("closed");
       setTimeout(function () { connect(true); }, delay);

@@ -76,3 +76,86 @@ def portal_url(transactional_db, _e2e_settings) -> Iterator[str]:  # type: ignor
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+# --- the replication engine beside the portal ---------------------------------------------------
+
+from tests.workers.conftest import engine  # noqa: E402,F401  (a fixture, used by name)
+
+
+def off_loop(call, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """Run a service in a thread of its own: in the test thread Playwright's loop runs, so a
+    service publishing its events after commit could not (async_to_sync refuses there)."""
+    from django.db import connection
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call(*args, **kwargs)
+        except BaseException as error:  # re-raised in the test thread
+            box["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class Recorder:
+    """The lag recorder's beat entry, on a fast clock in a thread of the test process (the
+    embedded scheduler runs the same function every 5 s)."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        self.every = every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="lag-recorder")
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        from workers.tasks import record_lag_task
+
+        try:
+            while not self.stop.wait(self.every):
+                record_lag_task.apply()
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def live_engine(engine, settings):  # type: ignore[no-untyped-def]  # noqa: F811
+    """The replicator and a gateway of newyork as processes, the page's channel layer the one
+    they publish to, and the lag recorder sampling every half second."""
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"{engine.namespace}asgi"},
+    }}
+    settings.CACHES = {"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": settings.REDIS_URL, "KEY_PREFIX": f"{engine.namespace}cache"}}
+    recorder = Recorder()
+    recorder.thread.start()
+    yield engine
+    recorder.stop.set()
+    recorder.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_server_connections(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """The server's and helpers' threads keep database connections of their own, which would
+    stop pytest-django from dropping the test database at the end: end them first (only this
+    run's: the database name carries the run's pid)."""
+    yield
+    import psycopg
+    from django.db import connection
+
+    params = connection.settings_dict
+    admin = f"postgresql://{params['USER']}@{params['HOST'] or '127.0.0.1'}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = %s AND pid <> pg_backend_pid()", [params["NAME"]])

@@ -121,3 +121,37 @@ def test_outsider_socket_gets_no_event_of_a_stream_it_cannot_see(outsider, owner
         await mallory.disconnect()
 
     run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lag_samples_reach_both_ends_tenants_and_never_another(owner, outsider, activity,
+                                                               activity_ny, settings):
+    """The recorder publishes `replica.lag` (the replicator's event shape) for paused links,
+    whose backlog the replicator does not watch."""
+    from replication.engine.store import Record
+    from replication.lag_history import lag_record
+    from replication.services import upstream_add
+    from replication.services.messages import messages_produce
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": "lag-events"}}
+    link = replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=[Record(b"abc") for _ in range(4)])
+    alice, mallory = socket_for(owner), socket_for(outsider)
+
+    async def scenario():
+        assert (await alice.connect())[0] and (await mallory.connect())[0]
+        await database_sync_to_async(lag_record)(now_ms=123)
+        event = await alice.receive_json_from(timeout=2)
+        assert event == {"event": "replica.lag", "payload": {
+            "link": link.pk, "source": activity.pk, "replica": activity_ny.pk, "t": 123,
+            "messagesPending": 4, "bytesPending": 12, "timeLagMs": event["payload"][
+                "timeLagMs"], "stalled": False}}
+        assert event["payload"]["timeLagMs"] >= 0
+        assert await mallory.receive_nothing(timeout=0.3)
+        await alice.disconnect()
+        await mallory.disconnect()
+
+    run(scenario)

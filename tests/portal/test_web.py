@@ -1,4 +1,5 @@
-"""The browser portal's pages: tenant switcher, streams, replica actions, messages, approvals.
+"""The browser portal's pages: tenant switcher, streams, replica actions, messages, approvals,
+lag history and charts, the overview's gateways and health, the set-up wizard and the jobs page.
 Every page goes through restrict(user), so the outsider (another tenant) gets 404 everywhere."""
 
 import re
@@ -9,9 +10,10 @@ from django.test import Client
 from django.utils import timezone
 
 from portal.accounts.models import Role
+from replication import lag_history
 from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream, Upstream
-from replication.services import replica_add, topic_create
+from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from tests.factories import (
     GatewayFactory,
@@ -38,6 +40,28 @@ def mirror(carol, newyork):
 def pending(owner, activity, mirror):
     """alice registered carol's mirror as a replica of her activity: it waits for carol."""
     return replica_add(actor=owner, source=activity, replica=mirror)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(settings, request):
+    # The lag history lives in Django's cache, keyed by link id: test runs sharing one Redis
+    # would read each other's rings, so each test gets a cache of its own (locmem, as the
+    # embedded mode uses).
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": request.node.nodeid}}
+
+
+@pytest.fixture
+def agreed(owner, activity, activity_ny):
+    """activity -> activity_ny with both halves of the agreement: it replicates."""
+    link = replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    return link
+
+
+def produce(user, stream, count: int, topic: str = "clicks") -> None:
+    messages_produce(actor=user, stream=stream, topic=topic,
+                     records=[Record(f"m{i}".encode()) for i in range(count)])
 
 
 def signed_in(user, csrf: bool = False) -> Client:
@@ -341,3 +365,403 @@ def test_overview_raises_alarms_for_down_gateways_and_failing_links(owner, pendi
     page = signed_in(owner).get("/").content.decode()
     assert "gateway gw1@sanfrancisco is down" in page
     assert "gateway gw9 refused the batch" in page
+
+
+# -- lag history and the stream page's chart -----------------------------------------------
+
+def test_recorder_samples_each_agreed_links_backlog(owner, agreed, activity, pending):
+    produce(owner, activity, 5)  # no engine runs here: the 5 messages stay pending
+    assert lag_history.lag_record(now_ms=1_000) == 1  # the pending (unagreed) link is not
+    assert lag_history.lag_record(now_ms=6_000) == 1
+    points = lag_history.lag_history([agreed.pk, pending.pk])
+    assert [p[:3] for p in points[agreed.pk]] == [[1_000, 5, 10], [6_000, 5, 10]]
+    assert points[agreed.pk][-1][3] >= 0 and points[pending.pk] == []
+    assert lag_history.lag_latest([agreed.pk, pending.pk]) == {agreed.pk: points[agreed.pk][-1]}
+
+
+def test_recorder_keeps_a_capped_ring(owner, agreed, monkeypatch):
+    monkeypatch.setattr(lag_history, "MAX_POINTS", 3)
+    for t in range(1, 6):
+        lag_history.lag_record(now_ms=t * 1000)
+    assert [p[0] for p in lag_history.lag_history([agreed.pk])[agreed.pk]] == [3000, 4000, 5000]
+
+
+def test_paused_links_are_sampled_so_the_backlog_shows(owner, agreed, activity, activity_ny):
+    signed_in(owner).post(f"/streams/{activity.pk}/replicas/{agreed.pk}/pause/")
+    produce(owner, activity, 3)
+    lag_history.lag_record()
+    assert lag_history.lag_latest([agreed.pk])[agreed.pk][1] == 3
+
+
+def test_record_lag_task_runs_from_the_beat_schedule(owner, agreed, activity):
+    from workers.celery import app
+
+    entry = next(e for e in app.conf.beat_schedule.values()
+                 if e["task"] == "workers.tasks.record_lag_task")
+    assert float(entry["schedule"]) <= 10
+    app.loader.import_default_modules()
+    produce(owner, activity, 2)
+    assert app.tasks[entry["task"]].apply().get() == 1
+    assert lag_history.lag_latest([agreed.pk])[agreed.pk][1] == 2
+
+
+def test_stream_lag_json_serves_the_history_per_replica(owner, agreed, activity):
+    produce(owner, activity, 4)
+    lag_history.lag_record(now_ms=42_000)
+    data = signed_in(owner).get(f"/streams/{activity.pk}/lag/").json()
+    assert data["fields"] == ["t", "messages_pending", "bytes_pending", "time_lag_ms", "stalled"]
+    (link,) = data["links"]
+    assert link["link"] == agreed.pk and link["replica"] == "/mapr/newyork/activity"
+    assert link["points"][0][:2] == [42_000, 4]
+
+
+def test_stream_page_shows_the_last_sampled_lag_and_the_chart(owner, agreed, activity):
+    produce(owner, activity, 7)
+    lag_history.lag_record()
+    page = signed_in(owner).get(f"/streams/{activity.pk}/").content.decode()
+    row = re.search(rf'data-lag-link="{agreed.pk}".*?</tr>', page, re.S).group(0)
+    assert '<td data-field="messages_pending">7</td>' in row
+    assert "pending" in row  # the health pill
+    assert 'id="lag-charts"' in page and f'data-lag-url="/streams/{activity.pk}/lag/"' in page
+    assert "/static/js/lagchart.js" in page
+    from django.urls import reverse  # the row's buttons post to the action views
+
+    for action in ("pause", "remove"):
+        url = reverse("replica-action", args=[activity.pk, agreed.pk, action])
+        assert f'formaction="{url}"' in row
+    fragment = signed_in(owner).get(f"/streams/{activity.pk}/replicas/").content.decode()
+    assert fragment.count('name="csrfmiddlewaretoken"') == 1  # one form for all the buttons
+
+
+def test_stream_page_query_count_does_not_grow_with_replicas(owner, activity, newyork):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = signed_in(owner)
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(f"/streams/{activity.pk}/").status_code == 200
+        return len(ctx.captured_queries)
+
+    for i in range(2):
+        replica_add(actor=owner, source=activity, replica=StreamFactory(
+            cluster=newyork, name=f"r{i}", created_by=owner))
+    few = count()
+    for i in range(2, 12):
+        replica_add(actor=owner, source=activity, replica=StreamFactory(
+            cluster=newyork, name=f"r{i}", created_by=owner))
+    assert count() == few
+
+
+# -- overview: gateways and health at a glance ---------------------------------------------
+
+def test_overview_shows_gateway_status_heartbeat_and_throughput(owner, newyork):
+    gw = GatewayFactory(cluster=newyork, name="gw1", last_heartbeat=timezone.now(),
+                        messages_applied=100)
+    GatewayFactory(cluster=newyork, name="gw2",
+                   last_heartbeat=timezone.now() - timedelta(minutes=3))
+    lag_history.gateways_record(now=1_000.0)
+    type(gw).objects.filter(pk=gw.pk).update(messages_applied=600)
+    lag_history.gateways_record(now=1_010.0)
+    page = signed_in(owner).get("/").content.decode()
+    gw1 = re.search(r'data-gateway="gw1@newyork".*?</tr>', page, re.S).group(0)
+    gw2 = re.search(r'data-gateway="gw2@newyork".*?</tr>', page, re.S).group(0)
+    assert ">UP<" in gw1 and "50.0 msg/s" in gw1 and "ago" in gw1
+    assert ">DOWN<" in gw2 and "3\xa0minutes ago" in gw2
+
+
+def _health_of(page: str, path: str) -> str:
+    row = re.search(rf'data-stream="{re.escape(path)}".*?</tr>', page, re.S).group(0)
+    return re.search(r'class="pill health[^"]*">([^<]+)<', row).group(1)
+
+
+def test_overview_shows_replication_health_per_stream(owner, carol, agreed, activity,
+                                                      activity_ny, newyork, settings):
+    broken_src = StreamFactory(cluster=newyork, name="b1", created_by=owner)
+    broken_dst = StreamFactory(cluster=newyork, name="b2", created_by=owner)
+    broken = replica_add(actor=owner, source=broken_src, replica=broken_dst)
+    upstream_add(actor=owner, replica=broken_dst, source=broken_src)
+    ReplicaLink.objects.filter(pk=broken.pk).update(last_error="gateway gw1 refused")
+    waiting_src = StreamFactory(cluster=newyork, name="w1", created_by=owner)
+    replica_add(actor=owner, source=waiting_src,
+                replica=StreamFactory(cluster=newyork, name="w2", created_by=carol))
+    alone = StreamFactory(cluster=newyork, name="alone", created_by=owner)
+    client = signed_in(owner)
+    lag_history.lag_record()
+    page = client.get("/").content.decode()
+    assert _health_of(page, activity.path) == "in sync"
+    assert _health_of(page, broken_src.path) == "broken"
+    assert _health_of(page, waiting_src.path) == "waiting for upstream approval"
+    assert "not replicated" in re.search(rf'data-stream="{alone.path}".*?</tr>', page,
+                                         re.S).group(0)
+    produce(owner, activity, 3)
+    lag_history.lag_record()
+    assert _health_of(client.get("/").content.decode(), activity.path) == "pending"
+    settings.REPLICATION_STALL_SECONDS = 0  # pending and no progress since: stalled
+    ReplicaLink.objects.filter(pk=agreed.pk).update(
+        last_progress=timezone.now() - timedelta(seconds=5))
+    lag_history.lag_record()
+    assert _health_of(client.get("/").content.decode(), activity.path) == "stalled"
+    assert _health_of(client.get("/overview/live/").content.decode(), activity.path) == "stalled"
+
+
+def test_overview_query_count_does_not_grow_with_streams_or_links(owner, newyork, agreed):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = signed_in(owner)
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get("/").status_code == 200
+        return len(ctx.captured_queries)
+
+    few = count()
+    for i in range(10):
+        source = StreamFactory(cluster=newyork, name=f"s{i}", created_by=owner)
+        replica_add(actor=owner, source=source, replica=StreamFactory(
+            cluster=newyork, name=f"d{i}", created_by=owner))
+        GatewayFactory(cluster=newyork, name=f"gw{i}")
+    lag_history.lag_record()
+    assert count() == few
+
+
+def test_overview_lists_streams_that_need_attention_first_a_page_at_a_time(
+        owner, agreed, activity, newyork, monkeypatch):
+    from portal.web import views
+
+    monkeypatch.setattr(views, "STREAMS_PER_PAGE", 2)
+    for name in ("a1", "a2", "a3"):
+        StreamFactory(cluster=newyork, name=name, created_by=owner)
+    produce(owner, activity, 3)
+    lag_history.lag_record()
+    client = signed_in(owner)
+    page = client.get("/").content.decode()
+    # both ends of the pending link first (by path), though "a..." sorts before them
+    assert re.findall(r'data-stream="([^"]+)"', page) == ["/mapr/newyork/activity",
+                                                           activity.path]
+    assert "5 streams" in page and "<strong>3</strong> not replicated" in page
+    assert "<strong>2</strong> pending" in page and "page 1 of 3" in page
+    page = client.get("/", {"page": 2}).content.decode()
+    assert re.findall(r'data-stream="([^"]+)"', page) == ["/mapr/newyork/a1", "/mapr/newyork/a2"]
+    assert 'data-live-url="/overview/live/?page=2"' in page
+
+
+def test_overview_leaves_a_slot_for_the_alarms_section(owner):
+    from django.template.loader import get_template
+
+    source = get_template("web/overview.html").template.source
+    assert '{% include "web/_alarms.html" %}' in source
+    assert signed_in(owner).get("/").status_code == 200
+
+
+# -- set-up wizard -------------------------------------------------------------------------
+
+def step_url(source, replica, number: int) -> str:
+    return f"/setup/manual/{source.pk}/{replica.pk}/{number}/"
+
+
+def test_setup_index_offers_manual_and_autosetup(owner):
+    page = signed_in(owner).get("/setup/").content.decode()
+    assert 'href="/setup/manual/"' in page and 'href="/setup/auto/"' in page
+
+
+def test_manual_wizard_walks_the_seed_steps_to_a_replicating_pair(owner, activity, newyork):
+    activity.ttl = 3600
+    activity.save()
+    client = signed_in(owner)
+    page = client.get("/setup/manual/").content.decode()
+    assert "What this step does" in page and "-copymetafrom" in page
+    response = client.post("/setup/manual/", {"source": activity.path,
+                                              "replica": "/mapr/newyork/activity"})
+    replica = Stream.objects.get(path="/mapr/newyork/activity")
+    assert replica.ttl == 3600  # the source's metadata
+    assert response.url == step_url(activity, replica, 2)
+
+    page = client.get(step_url(activity, replica, 2)).content.decode()
+    assert "replica add -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity " \
+           "-paused true" in page
+    assert client.post(step_url(activity, replica, 2)).url == step_url(activity, replica, 3)
+    link = ReplicaLink.objects.get(source=activity, replica=replica)
+    assert link.paused
+
+    page = client.get(step_url(activity, replica, 3)).content.decode()
+    assert "is registered as a replica" in page and "REPLICA_STATE_WAITING_FOR_UPSTREAM" in page
+    assert client.post(step_url(activity, replica, 4)).url == step_url(activity, replica, 5)
+    assert Upstream.objects.filter(source=activity, replica=replica).exists()
+    page = client.get(step_url(activity, replica, 5)).content.decode()
+    assert "is an upstream of" in page
+
+    page = client.get(step_url(activity, replica, 6)).content.decode()
+    assert "copystream" in page and 'name="skip"' in page
+    assert client.post(step_url(activity, replica, 6), {"skip": "1"}).url == step_url(
+        activity, replica, 7)
+    assert client.post(step_url(activity, replica, 7)).url == step_url(activity, replica, 8)
+    link.refresh_from_db()
+    assert not link.paused
+    page = client.get(step_url(activity, replica, 8)).content.decode()
+    assert "REPLICA_STATE_REPLICATING" in page and "Done" in page
+
+
+def test_manual_wizard_copy_step_starts_a_copystream_job(owner, activity, activity_ny):
+    from workers.models import Job
+
+    replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    client = signed_in(owner)
+    response = client.post(step_url(activity, activity_ny, 6), {"copy": "1"})
+    job = Job.objects.get()
+    assert (job.kind, job.source_path, job.destination_path) == (
+        "copystream", activity.path, activity_ny.path)
+    assert response.url == f"{step_url(activity, activity_ny, 6)}?job={job.pk}"
+    page = client.get(response.url).content.decode()
+    assert f'data-job="{job.pk}"' in page and "QUEUED" in page
+    fragment = client.get(response.url + "&fragment=1").content.decode()
+    assert fragment.startswith('<div id="copy-job"')
+
+
+def test_manual_wizard_shows_the_services_refusal(member, owner, activity, activity_ny):
+    client = signed_in(member)
+    response = client.post("/setup/manual/", {"source": activity.path,
+                                              "replica": "/mapr/newyork/copy"})
+    assert response.status_code == 400
+    assert any("may not copy metadata" in m for m in messages_of(response))
+    response = client.post(step_url(activity, activity_ny, 2))
+    assert any("may not add a replica" in m for m in messages_of(response))
+    assert not ReplicaLink.objects.exists()
+
+
+def test_autosetup_creates_the_pair_and_follows_the_copy(owner, activity, newyork):
+    from workers.models import Job
+
+    client = signed_in(owner)
+    assert "autosetup" in client.get("/setup/auto/").content.decode()
+    response = client.post("/setup/auto/", {"source": activity.path,
+                                            "replica": "/mapr/newyork/activity"})
+    assert response.status_code == 302, messages_of(response)
+    link = ReplicaLink.objects.get(source=activity, replica__path="/mapr/newyork/activity")
+    assert response.url == f"/setup/auto/{link.pk}/"
+    job = Job.objects.get(link=link)
+    page = client.get(response.url).content.decode()
+    assert f'data-job="{job.pk}"' in page and "REPLICA_STATE_COPY_IN_PROGRESS" in page
+    assert b"autosetup-status" in client.get(f"/setup/auto/{link.pk}/status/").content
+
+
+def test_autosetup_multimaster_links_both_ways(owner, activity, newyork):
+    signed_in(owner).post("/setup/auto/", {"source": activity.path,
+                                           "replica": "/mapr/newyork/activity",
+                                           "multimaster": "on"})
+    assert ReplicaLink.objects.filter(source__path="/mapr/newyork/activity",
+                                      replica=activity).exists()
+
+
+def test_autosetup_refusal_shows_the_reason_and_creates_nothing(member, activity, newyork):
+    response = signed_in(member).post("/setup/auto/", {"source": activity.path,
+                                                       "replica": "/mapr/newyork/activity"})
+    assert response.status_code == 400
+    assert any("may not set up replicas" in m for m in messages_of(response))
+    assert not Stream.objects.filter(path="/mapr/newyork/activity").exists()
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+def make_job(stream, **values):
+    from workers.models import Job
+
+    return Job.objects.create(**{
+        "kind": "copystream", "tenant": stream.tenant, "source": stream,
+        "source_path": stream.path, "destination_path": "/mapr/newyork/copy", **values})
+
+
+def test_jobs_page_lists_the_tenants_jobs_with_progress(owner, activity):
+    make_job(activity, state="RUNNING", messages_total=200, messages_done=50,
+             bytes_total=2048, bytes_done=512, started=timezone.now())
+    make_job(activity, kind="diffstreams", state="FAILED", error="the source went away")
+    page = signed_in(owner).get("/jobs/").content.decode()
+    assert 'value="25"' in page and "50 / 200 messages" in page and "RUNNING" in page
+    assert "the source went away" in page and "diffstreams" in page
+    assert 'id="start-job"' in page
+
+
+def test_job_detail_shows_the_first_differing_offset_per_partition(owner, activity):
+    job = make_job(activity, kind="diffstreams", state="SUCCEEDED", result={
+        "compared": 20, "equal": False, "differing": 1, "partitions": [
+            {"topic": "clicks", "partition": 0, "compared": 10, "firstDifference": None},
+            {"topic": "clicks", "partition": 1, "compared": 10, "firstDifference": 7}]})
+    page = signed_in(owner).get(f"/jobs/{job.pk}/").content.decode()
+    table = re.search(r'id="job-partitions".*?</table>', page, re.S).group(0)
+    assert "firstDifference" in table
+    assert re.search(r"<td>clicks</td><td>1</td><td>7</td><td>10</td>", table)
+    assert "100%" in page
+
+
+def test_start_copystream_and_diffstreams_with_repair_from_the_form(owner, activity,
+                                                                     activity_ny):
+    from workers.models import Job
+
+    client = signed_in(owner)
+    response = client.post("/jobs/start/", {"kind": "copystream", "source": activity.path,
+                                            "destination": activity_ny.path})
+    job = Job.objects.get(kind="copystream")
+    assert response.url == f"/jobs/{job.pk}/" and job.requested_by == owner
+    client.post("/jobs/start/", {"kind": "diffstreams", "source": activity.path,
+                                 "destination": activity_ny.path, "repair": "on"})
+    assert Job.objects.get(kind="diffstreams").options == {"repair": True}
+
+
+def test_member_without_permission_cannot_start_a_job(member, activity, activity_ny):
+    from workers.models import Job
+
+    response = signed_in(member).post("/jobs/start/", {
+        "kind": "copystream", "source": activity.path, "destination": activity_ny.path})
+    assert any("may not" in m for m in messages_of(response))
+    assert not Job.objects.exists()
+
+
+# -- tenant isolation and CSRF of the new pages --------------------------------------------
+
+def _new_object_urls(source, replica, link, job) -> tuple[list[str], list[str]]:
+    gets = [f"/streams/{source.pk}/lag/", *(step_url(source, replica, n) for n in range(2, 9)),
+            f"{step_url(source, replica, 6)}?job={job.pk}", f"/setup/auto/{link.pk}/",
+            f"/setup/auto/{link.pk}/status/", f"/jobs/{job.pk}/", f"/jobs/{job.pk}/status/"]
+    posts = [step_url(source, replica, n) for n in (2, 4, 6, 7)]
+    return gets, posts
+
+
+def test_outsider_gets_404_on_every_new_object_url(outsider, owner, agreed, activity,
+                                                   activity_ny):
+    job = make_job(activity, state="RUNNING")
+    client = signed_in(outsider)
+    gets, posts = _new_object_urls(activity, activity_ny, agreed, job)
+    for url in gets:
+        assert client.get(url).status_code == 404, url
+    for url in posts:
+        assert client.post(url, {"copy": "1"}).status_code == 404, url
+    page = client.get("/jobs/").content.decode()
+    assert activity.path not in page and "No jobs yet" in page
+    assert not ReplicaLink.objects.filter(paused=True).exists()
+
+
+def test_every_new_form_enforces_csrf(owner, agreed, activity, activity_ny):
+    job = make_job(activity)
+    client = signed_in(owner, csrf=True)
+    _gets, posts = _new_object_urls(activity, activity_ny, agreed, job)
+    for url in [*posts, "/setup/manual/", "/setup/auto/", "/jobs/start/"]:
+        assert client.post(url, {}).status_code == 403, url
+
+
+def test_new_pages_require_sign_in(client, owner, agreed, activity, activity_ny):
+    job = make_job(activity)
+    gets, posts = _new_object_urls(activity, activity_ny, agreed, job)
+    for url in [*gets, "/setup/", "/setup/manual/", "/setup/auto/", "/jobs/", "/jobs/table/",
+                "/overview/live/"]:
+        assert client.get(url).status_code == 302, url
+    for url in [*posts, "/jobs/start/"]:
+        assert client.post(url).status_code == 302, url
+
+
+def test_job_detail_shows_a_copy_result_of_counts(owner, activity):
+    job = make_job(activity, state="SUCCEEDED", result={"messages": 500, "partitions": 2})
+    page = signed_in(owner).get(f"/jobs/{job.pk}/status/").content.decode()
+    assert "<th>messages</th><td><code>500</code>" in page and "job-partitions" not in page

@@ -1,0 +1,70 @@
+"""Replication health at a glance, from what the lag recorder last sampled (no store reads,
+so the overview costs the same whatever the backlog): per link, then per stream as the worst
+of the links it is a source or a replica of."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from replication.lag_history import Point, lag_latest
+from replication.models import ReplicaLink, ReplicaState
+
+
+@dataclass(frozen=True)
+class Health:
+    label: str
+    css: str
+    rank: int  # higher is worse
+
+
+IN_SYNC = Health("in sync", "up", 0)
+UNKNOWN = Health("not sampled yet", "unknown", 1)
+PENDING = Health("pending", "pending", 2)
+WAITING = Health("waiting for upstream approval", "waiting", 3)
+STALLED = Health("stalled", "down", 4)
+BROKEN = Health("broken", "down", 5)
+COPYING = (ReplicaState.COPY_SCHEDULE, ReplicaState.COPY_IN_PROGRESS,
+           ReplicaState.COPY_IN_RECOVER, ReplicaState.CREATE_SCHEDULE)
+
+
+def link_health(link: ReplicaLink, point: Point | None) -> Health:
+    if not link.agreed:
+        return WAITING
+    if link.last_error or link.state == ReplicaState.UNEXPECTED:
+        return BROKEN
+    if link.state in COPYING:
+        return PENDING
+    if point is None:
+        return UNKNOWN
+    if point[4]:
+        return STALLED
+    return PENDING if point[1] else IN_SYNC
+
+
+def state_css(state: str) -> str:
+    if state == ReplicaState.WAITING_FOR_UPSTREAM:
+        return "waiting"
+    return "up" if state == ReplicaState.REPLICATING else "unknown"
+
+
+def links_health(links: Iterable[ReplicaLink]) -> dict[int, tuple[Health, Point | None]]:
+    """Per link: its health and last sample. Also sets `state_css` on each link, so table
+    rows render without a template include per row."""
+    links = list(links)
+    latest = lag_latest(link.pk for link in links)
+    for link in links:
+        link.state_css = state_css(link.replica_state())  # type: ignore[attr-defined]
+    return {link.pk: (link_health(link, latest.get(link.pk)), latest.get(link.pk))
+            for link in links}
+
+
+def streams_health(links: Iterable[ReplicaLink],
+                   health: dict[int, tuple[Health, Point | None]]) -> dict[int, Health]:
+    worst: dict[int, Health] = {}
+    for link in links:
+        found = health[link.pk][0]
+        for stream_id in (link.source_id, link.replica_id):
+            if stream_id not in worst or found.rank > worst[stream_id].rank:
+                worst[stream_id] = found
+    return worst

@@ -1,0 +1,220 @@
+"""The set-up wizard.
+
+Manual primary-secondary: the seed's seven steps (docs 004), one screen each, every screen
+saying what the step does and the CLI command it stands for, and calling the same service as
+that command. The screens after the first are addressed by the two streams' ids, each fetched
+through `restrict(user)`, so another tenant's streams are a 404 and the state lives in the
+database, not in the session: a user can leave and come back to any step.
+
+Autosetup: `replica_autosetup` (primary-secondary or multi-master, synchronous or not), then a
+screen that follows the link and its copy job live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from portal.web.jobs import visible_jobs
+from portal.web.streams import visible_stream
+from portal.web.tenancy import current_tenant, render_page
+from replication.errors import StreamgateError
+from replication.models import ReplicaLink, Stream, Upstream
+from replication.reports import replica_rows, upstream_rows
+from replication.services import (
+    replica_add,
+    replica_autosetup,
+    replica_resume,
+    stream_create,
+    upstream_add,
+)
+from replication.services.jobs import copystream_start
+from workers.models import Job
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    title: str
+    does: str
+    cli: str
+
+
+STEPS = (
+    Step(1, "Create the replica",
+         "Creates the replica stream with the source's metadata and ACEs (-copymetafrom), so "
+         "both ends have the same partitions defaults, time-to-live and permissions.",
+         "streamgate stream create -path {replica} -copymetafrom {source}"),
+    Step(2, "Register the replica, paused",
+         "Registers the replica at the source: the source owner's half of the two-way "
+         "agreement. -paused true keeps data from moving until the copy is done and you resume.",
+         "streamgate stream replica add -path {source} -replica {replica} -paused true"),
+    Step(3, "Check the replica list",
+         "Lists the source's replicas, so you can verify you registered the right stream. "
+         "Until the next step it waits for its upstream.",
+         "streamgate stream replica list -path {source}"),
+    Step(4, "Declare the upstream",
+         "Authorizes replication at the replica: the replica owner's half of the agreement. "
+         "Without it no stream can push data into the replica.",
+         "streamgate stream upstream add -path {replica} -upstream {source}"),
+    Step(5, "Check the upstream list",
+         "Lists the sources the replica accepts, so you can verify the upstream.",
+         "streamgate stream upstream list -path {replica}"),
+    Step(6, "Copy the messages",
+         "Loads the replica with the source's existing messages as a Spark copystream job. "
+         "Optional here: once resumed, replication carries the whole backlog itself, only "
+         "message by message rather than in bulk.",
+         "streamgate copystream -src {source} -dst {replica}"),
+    Step(7, "Resume replication",
+         "Starts replication: from now on every message produced to the source arrives at "
+         "the replica, keeping its topic, partition and offset.",
+         "streamgate stream replica resume -path {source} -replica {replica}"),
+)
+DONE = len(STEPS) + 1
+
+
+@login_required
+def setup_index(request: HttpRequest) -> HttpResponse:
+    return render_page(request, "web/setup.html", {"steps": STEPS})
+
+
+def _tenant_name(request: HttpRequest) -> str | None:
+    tenant = current_tenant(request)
+    return tenant.name if tenant is not None else None
+
+
+@login_required
+def manual_start(request: HttpRequest) -> HttpResponse:
+    """Step 1: `stream create -copymetafrom`."""
+    form = {k: request.POST.get(k, "").strip() for k in ("source", "replica")}
+    if request.method == "POST":
+        try:
+            source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
+            replica = stream_create(actor=request.user, path=form["replica"],
+                                    copymetafrom=source.path, tenant=_tenant_name(request))
+        except StreamgateError as err:
+            messages.error(request, err.desc)
+        else:
+            messages.success(request, f"{replica.path} created with the metadata of "
+                                      f"{source.path}")
+            return redirect("setup-manual-step", source.pk, replica.pk, 2)
+    context = {"step": STEPS[0], "steps": STEPS, "number": 1, "form": form,
+               "cli": STEPS[0].cli.format(source=form["source"] or "<source>",
+                                          replica=form["replica"] or "<replica>")}
+    return render_page(request, "web/setup_manual.html", context,
+                       status=400 if request.method == "POST" else 200)
+
+
+def _link(source: Stream, replica: Stream) -> ReplicaLink | None:
+    return (ReplicaLink.objects.filter(source=source, replica=replica).with_agreement()
+            .select_related("source", "replica").first())
+
+
+def _copy(request: HttpRequest, source: Stream, replica: Stream) -> Job:
+    return copystream_start(actor=request.user, source_path=source.path,
+                            destination_path=replica.path)
+
+
+ACTIONS: dict[int, Callable[[HttpRequest, Stream, Stream], Any]] = {
+    2: lambda r, s, d: replica_add(actor=r.user, source=s, replica=d, paused=True),
+    4: lambda r, s, d: upstream_add(actor=r.user, replica=d, source=s),
+    6: _copy,
+    7: lambda r, s, d: replica_resume(actor=r.user, source=s, replica=d),
+}
+
+
+def _act(request: HttpRequest, number: int, source: Stream, replica: Stream) -> HttpResponse:
+    here = redirect("setup-manual-step", source.pk, replica.pk, number)
+    if number == 6 and request.POST.get("skip"):
+        return redirect("setup-manual-step", source.pk, replica.pk, 7)
+    try:
+        done = ACTIONS[number](request, source, replica)
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+        return here
+    if isinstance(done, Job):  # the copy runs on: this screen shows its progress
+        return redirect(f"{here.url}?job={done.pk}")
+    messages.success(request, f"step {number} done: {STEPS[number - 1].title.lower()}")
+    return redirect("setup-manual-step", source.pk, replica.pk, number + 1)
+
+
+def _screen(request: HttpRequest, number: int, source: Stream, replica: Stream) -> dict[str, Any]:
+    link = _link(source, replica)
+    context: dict[str, Any] = {"link": link, "state": link.replica_state() if link else None}
+    if number in (3, DONE):
+        context["replica_rows"] = replica_rows(source)
+    if number == 5:
+        context["upstream_rows"] = upstream_rows(replica)
+    if number == 6:
+        job_id = request.GET.get("job", "")
+        context["job"] = (get_object_or_404(visible_jobs(request), pk=job_id)
+                          if job_id.isdigit() else None)
+    context["done"] = done = {1: True, 2: link is not None, 4: Upstream.objects.filter(
+        source=source, replica=replica).exists(), 7: link is not None and not link.paused}
+    context["step_done"] = done.get(number, False)
+    return context
+
+
+@login_required
+def manual_step(request: HttpRequest, source_pk: int, replica_pk: int, number: int
+                ) -> HttpResponse:
+    if not 2 <= number <= DONE:
+        raise Http404("no such step")
+    source, replica = visible_stream(request, source_pk), visible_stream(request, replica_pk)
+    if request.method == "POST":
+        if number not in ACTIONS:
+            raise Http404("this step only shows")
+        return _act(request, number, source, replica)
+    step = STEPS[number - 1] if number < DONE else None
+    context = {"steps": STEPS, "number": number, "step": step, "source": source,
+               "replica": replica, "is_done": number == DONE,
+               "cli": step.cli.format(source=source.path, replica=replica.path) if step else "",
+               **_screen(request, number, source, replica)}
+    if number == 6 and request.GET.get("fragment") and context["job"]:
+        return render(request, "web/_setup_copy_job.html", context)  # live.js re-fetches it
+    return render_page(request, "web/setup_manual.html", context)
+
+
+@login_required
+def auto_start(request: HttpRequest) -> HttpResponse:
+    form = {k: request.POST.get(k, "").strip() for k in ("source", "replica")}
+    flags = {k: request.POST.get(k) == "on" for k in ("multimaster", "synchronous")}
+    if request.method == "POST":
+        try:
+            source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
+            link = replica_autosetup(actor=request.user, source=source, replica=form["replica"],
+                                     multimaster=flags["multimaster"],
+                                     tenant=_tenant_name(request),
+                                     synchronous=flags["synchronous"])
+        except StreamgateError as err:
+            messages.error(request, err.desc)
+        else:
+            messages.success(request, f"autosetup of {link.replica.path} started")
+            return redirect("setup-auto-progress", link.pk)
+    return render_page(request, "web/setup_auto.html", {"form": form, "flags": flags},
+                       status=400 if request.method == "POST" else 200)
+
+
+def _auto_context(request: HttpRequest, pk: int) -> dict[str, Any]:
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).with_agreement()
+                             .select_related("source", "replica"), pk=pk)
+    return {"link": link, "state": link.replica_state(),
+            "job": visible_jobs(request).filter(link=link).order_by("-created", "-pk").first(),
+            "reverse": ReplicaLink.objects.filter(source=link.replica, replica=link.source)
+            .exists()}
+
+
+@login_required
+def auto_progress(request: HttpRequest, pk: int) -> HttpResponse:
+    return render_page(request, "web/setup_auto_progress.html", _auto_context(request, pk))
+
+
+@login_required
+def auto_status(request: HttpRequest, pk: int) -> HttpResponse:
+    return render(request, "web/_setup_auto_status.html", _auto_context(request, pk))

@@ -1,0 +1,134 @@
+"""Lag over time: every few seconds the recorder (`workers.tasks.record_lag_task`, a beat
+entry) samples each agreed replica link's backlog and keeps the samples in Django's cache as a
+capped ring per link (Redis in production, locmem in embedded mode), about an hour of them.
+It also samples the gateways' applied-message counters, so pages can show throughput as the
+difference between two samples.
+
+The figures are `replication.reports.pending_figures` / `time_lag`, the ones `replica list`
+shows. Paused links are sampled too: a backlog growing while paused is what an owner wants to
+see before resuming.
+
+A sample is a list `[t_ms, messages_pending, bytes_pending, time_lag_ms, stalled]`, compact
+because a ring of 720 of them is read and written whole. The cache is one writer's (the
+beat entry runs one at a time), so read-modify-write of a ring needs no lock; a lost sample
+after a crash only leaves a gap in a chart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+
+from replication.events import publish_after_commit
+from replication.models import Gateway, ReplicaLink
+from replication.reports import pending_figures, time_lag
+from replication.services.engine import link_is_stalled
+
+SAMPLE_SECONDS = 5.0
+KEEP_SECONDS = 3600
+MAX_POINTS = int(KEEP_SECONDS / SAMPLE_SECONDS)
+LAG_EVENT = "replica.lag"
+
+Point = list[int]
+
+
+def _ring_key(link_id: int) -> str:
+    return f"lag:ring:{link_id}"
+
+
+def _last_key(link_id: int) -> str:
+    return f"lag:last:{link_id}"
+
+
+def _gateway_key(gateway_id: int) -> str:
+    return f"gw:rate:{gateway_id}"
+
+
+def lag_payload(link: ReplicaLink, point: Point) -> dict[str, Any]:
+    """The `replica.lag` event's payload: the replicator's shape
+    (replication.services.engine.link_lag_publish), plus the sample's time `t`."""
+    t_ms, messages, nbytes, lag_ms, stalled = point
+    return {"link": link.pk, "source": link.source_id, "replica": link.replica_id,
+            "messagesPending": messages, "bytesPending": nbytes, "timeLagMs": lag_ms,
+            "stalled": bool(stalled), "t": t_ms}
+
+
+def _publishes(link: ReplicaLink) -> bool:
+    # The replicator publishes replica.lag for the links it moves, as their backlog changes;
+    # a paused link it leaves alone, so its growing backlog reaches the pages from here.
+    return link.paused or getattr(settings, "STREAMGATE_LAG_EVENTS_FROM_RECORDER", False)
+
+
+def lag_record(*, now_ms: int | None = None) -> int:
+    """Sample every agreed link once; returns the number of links sampled."""
+    links = list(ReplicaLink.objects.agreed().select_related(
+        "source", "replica__cluster"))
+    if not links:
+        return 0
+    now_ms = now_ms or int(time.time() * 1000)
+    figures = pending_figures(links)
+    points: dict[int, Point] = {}
+    for link in links:
+        pending = figures[link.pk]
+        points[link.pk] = [now_ms, pending.messagesPending, pending.bytesPending,
+                           int(time_lag(pending) * 1000),
+                           int(link_is_stalled(link, pending.messagesPending))]
+    _append(points)
+    for link in links:
+        if _publishes(link):
+            publish_after_commit(tenant_ids={link.source.tenant_id, link.replica.tenant_id},
+                                 event=LAG_EVENT, payload=lag_payload(link, points[link.pk]))
+    return len(links)
+
+
+def _append(points: dict[int, Point]) -> None:
+    rings = cache.get_many([_ring_key(pk) for pk in points])
+    updated: dict[str, Any] = {}
+    for pk, point in points.items():
+        ring = rings.get(_ring_key(pk)) or []
+        ring.append(point)
+        updated[_ring_key(pk)] = ring[-MAX_POINTS:]
+        updated[_last_key(pk)] = point
+    cache.set_many(updated, timeout=KEEP_SECONDS * 2)
+
+
+def lag_history(link_ids: Iterable[int]) -> dict[int, list[Point]]:
+    """Per link id, its samples, oldest first (an empty list when none yet)."""
+    ids = list(link_ids)
+    rings = cache.get_many([_ring_key(pk) for pk in ids])
+    return {pk: rings.get(_ring_key(pk)) or [] for pk in ids}
+
+
+def lag_latest(link_ids: Iterable[int]) -> dict[int, Point]:
+    """Per link id, its last sample; links never sampled are absent. One cache round trip."""
+    ids = list(link_ids)
+    found = cache.get_many([_last_key(pk) for pk in ids])
+    return {pk: found[_last_key(pk)] for pk in ids if _last_key(pk) in found}
+
+
+def gateways_record(*, now: float | None = None) -> None:
+    """Sample the gateways' applied-message counters; the rate is the difference with the
+    previous sample over the time between them (messages applied per second)."""
+    now = now or time.time()
+    rows = list(Gateway.objects.values_list("pk", "messages_applied"))
+    previous = cache.get_many([_gateway_key(pk) for pk, _ in rows])
+    samples = {}
+    for pk, applied in rows:
+        before = previous.get(_gateway_key(pk))
+        rate = None
+        if before and now > before["t"] and applied >= before["messages"]:
+            rate = (applied - before["messages"]) / (now - before["t"])
+        samples[_gateway_key(pk)] = {"t": now, "messages": applied, "rate": rate}
+    cache.set_many(samples, timeout=KEEP_SECONDS)
+
+
+def gateway_rates(gateway_ids: Iterable[int]) -> dict[int, float]:
+    """Per gateway id, messages applied per second between the last two samples."""
+    ids = list(gateway_ids)
+    found = cache.get_many([_gateway_key(pk) for pk in ids])
+    return {pk: found[_gateway_key(pk)]["rate"] for pk in ids
+            if found.get(_gateway_key(pk), {}).get("rate") is not None}
