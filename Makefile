@@ -8,6 +8,7 @@ DEMO ?= 1
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 
 # Tests always run against the real services (DESIGN.md); these are the local defaults.
 TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/streamgate} \
@@ -15,7 +16,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench screenshots clean
+.PHONY: run test install install-test lint prod bench chaos screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,10 +61,18 @@ clean:
 prod: install
 	bin/run-production
 
-## bench: the benchmark commands whose tables are in docs/benchmarks.md (several minutes)
-bench: install
-	$(BIN)/python -m bench store --messages 500000 --runs 5
-	$(BIN)/python -m bench produce --runs 5
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+## bench: the peer benchmark of docs/benchmarks.md, one run (about 10 minutes; BENCH_ARGS=...)
+bench: $(BENCH_STAMP)
+	command -v nats-server >/dev/null || (apt-get update -qq && apt-get install -y -qq nats-server)
+	$(BIN)/python -m bench.peers $(BENCH_ARGS)
+
+## chaos: the chaos soak, a bounded run of faults then the checker (CHAOS_ARGS="--seconds 300")
+chaos: install
+	$(TEST_ENV) $(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 ## screenshots: docs/screenshots/*.png from the demo scene (Debian's chromium)
 screenshots: install-test

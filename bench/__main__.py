@@ -1,10 +1,10 @@
-"""`python -m bench store|produce|replication ...`: the project's benchmark commands (see
-docs/benchmarks.md)."""
+"""`python -m bench store|produce|replication|sync|spark|pages|sockets ...`: the project's
+benchmark commands (see docs/benchmarks.md)."""
 
 import argparse
 import sys
 
-from bench import produce, replication, store
+from bench import pages, produce, replication, sockets, spark, store, sync
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,9 +14,18 @@ def main(argv: list[str] | None = None) -> int:
     produce.add_arguments(sub.add_parser("produce", help="produce and consume through the API"))
     replication.add_arguments(sub.add_parser(
         "replication", help="replication catch-up, steady-state lag and idle cost"))
+    sync.add_arguments(sub.add_parser(
+        "sync", help="produce latency with a synchronous replica beside an asynchronous one"))
+    spark.add_arguments(sub.add_parser(
+        "spark", help="copystream and diffstreams next to a raw binary COPY pipe"))
+    pages.add_arguments(sub.add_parser(
+        "pages", help="server time of the overview and stream pages with 1,000 streams"))
+    sockets.add_arguments(sub.add_parser(
+        "sockets", help="lag updates reaching 200 dashboard websockets while the engine runs"))
     args = parser.parse_args(argv)
-    return {"store": store.main, "produce": produce.main,
-            "replication": replication.main}[args.bench](args)
+    return {"store": store.main, "produce": produce.main, "replication": replication.main,
+            "sync": sync.main, "spark": spark.main, "pages": pages.main,
+            "sockets": sockets.main}[args.bench](args)
 
 
 if __name__ == "__main__":

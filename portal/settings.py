@@ -12,6 +12,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.logging import configure_structlog, logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -80,15 +82,20 @@ INSTALLED_APPS = [
     "portal.accounts",
     "replication",
     "workers",
+    "operations",
 ]
 
 MIDDLEWARE = [
+    # First, so every later log line of the request carries its id (portal/logging.py).
+    "portal.logging.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Who changes what, and through which interface (operations/audit.py).
+    "operations.audit.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -230,6 +237,8 @@ MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
 REPLICATION_BATCH_MESSAGES = env.int("STREAMGATE_BATCH_MESSAGES", default=5000)
 REPLICATION_BATCH_BYTES = env.int("STREAMGATE_BATCH_BYTES", default=4 << 20)
 REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=20)
+# Batches of one (replica, topic, partition) in flight at once, consecutive, to one gateway.
+REPLICATION_WINDOW = env.int("STREAMGATE_WINDOW", default=4)
 # A gateway that has not acknowledged a batch this long is skipped for a while (suspect).
 REPLICATION_ACK_TIMEOUT = env.float("STREAMGATE_ACK_TIMEOUT", default=10.0)
 REPLICATION_SUSPECT_SECONDS = env.float("STREAMGATE_SUSPECT_SECONDS", default=30.0)
@@ -243,11 +252,20 @@ REPLICATION_THROTTLE_MESSAGES_PER_S = env.int("STREAMGATE_THROTTLE_MESSAGES_PER_
 REPLICATION_THROTTLE_BYTES_PER_S = env.int("STREAMGATE_THROTTLE_BYTES_PER_S", default=8 << 20)
 # `replica list` flags a link stalled when messages are pending and none applied this long.
 REPLICATION_STALL_SECONDS = env.float("STREAMGATE_STALL_SECONDS", default=60.0)
+# A replica link further behind than this on a partition is caught up by a Spark job rather
+# than by gateway batches (0 turns the hand-off off); a job whose record stops moving this
+# long lost its worker and is run again.
+REPLICATION_CATCHUP_THRESHOLD = env.int("STREAMGATE_CATCHUP_THRESHOLD", default=500_000)
+JOB_STALE_SECONDS = env.float("STREAMGATE_JOB_STALE_SECONDS", default=300.0)
+if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
+    raise ImproperlyConfigured("STREAMGATE_CATCHUP_THRESHOLD must be 0 or more and "
+                               "STREAMGATE_JOB_STALE_SECONDS positive")
 # Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
 for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
+              "REPLICATION_WINDOW",
               "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
               "REPLICATION_THROTTLE_MESSAGES_PER_S", "REPLICATION_THROTTLE_BYTES_PER_S",
               "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):
@@ -255,12 +273,30 @@ for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICAT
         raise ImproperlyConfigured(f"{_name} must be positive")
 if GATEWAY_PRESENCE_TTL <= GATEWAY_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_GATEWAY_TTL must exceed STREAMGATE_GATEWAY_HEARTBEAT")
+# `-synchronous true`: a produce waits at most SYNC_TIMEOUT_MS for the synchronous replicas,
+# re-reading their ends every SYNC_RECHECK_MS between "applied" notifications; a replica that
+# misses the timeout, or applies slower than SYNC_LATENCY_MS, drops to asynchronous by itself.
+REPLICATION_SYNC_TIMEOUT_MS = env.int("STREAMGATE_SYNC_TIMEOUT_MS", default=2000)
+REPLICATION_SYNC_LATENCY_MS = env.int("STREAMGATE_SYNC_LATENCY_MS", default=1000)
+REPLICATION_SYNC_RECHECK_MS = env.int("STREAMGATE_SYNC_RECHECK_MS", default=50)
+for _name in ("REPLICATION_SYNC_TIMEOUT_MS", "REPLICATION_SYNC_LATENCY_MS",
+              "REPLICATION_SYNC_RECHECK_MS"):
+    if globals()[_name] <= 0:
+        raise ImproperlyConfigured(f"{_name} must be positive")
+if REPLICATION_SYNC_LATENCY_MS > REPLICATION_SYNC_TIMEOUT_MS:
+    raise ImproperlyConfigured("STREAMGATE_SYNC_LATENCY_MS must not exceed "
+                               "STREAMGATE_SYNC_TIMEOUT_MS")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    # One line per applied batch would drown the console; failures still log.
-    "loggers": {"celery.app.trace": {"level": "WARNING"}},
-}
+# Alarms (operations/alarms.py): evaluated this often by beat; a retention loss stays raised this
+# long after the last one seen.
+ALARM_EVALUATE_SECONDS = env.float("STREAMGATE_ALARM_EVALUATE_SECONDS", default=10.0)
+ALARM_RETENTION_HOLD_SECONDS = env.float("STREAMGATE_ALARM_RETENTION_HOLD", default=86400.0)
+if ALARM_EVALUATE_SECONDS <= 0 or ALARM_RETENTION_HOLD_SECONDS <= 0:
+    raise ImproperlyConfigured("STREAMGATE_ALARM_EVALUATE_SECONDS and "
+                               "STREAMGATE_ALARM_RETENTION_HOLD must be positive")
+
+# JSON lines with request and task ids (portal/logging.py) in production; readable lines on a
+# developer's console (DEBUG, or the embedded mode of `make run`).
+LOG_JSON = _bool("STREAMGATE_LOG_JSON", not (DEBUG or EMBEDDED))
+LOGGING = logging_config(json=LOG_JSON, level=env.str("LOG_LEVEL", default="INFO"))
+configure_structlog()

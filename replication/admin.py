@@ -13,12 +13,14 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from operations.audit import save_each
 from portal.accounts.admin import OperatorAccess, ReadOnlyAccess
 from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     Cluster,
     Gateway,
+    ModeSwitch,
     ReplicaLink,
     Stream,
     Topic,
@@ -114,22 +116,24 @@ class GatewayStatusFilter(admin.SimpleListFilter):
 @admin.register(Gateway)
 class GatewayAdmin(OperatorAccess, admin.ModelAdmin):
     form = GatewayForm
-    list_display = ("cluster", "name", "address", "enabled", "status", "last_heartbeat")
+    list_display = ("cluster", "name", "address", "enabled", "status", "last_heartbeat",
+                    "batches_applied", "messages_applied", "errors")
     list_filter = ("cluster", "enabled", GatewayStatusFilter)
     list_select_related = ("cluster",)
     search_fields = ("name", "address", "cluster__name")
-    readonly_fields = ("status", "last_heartbeat", "created")
+    readonly_fields = ("status", "last_heartbeat", "batches_applied", "messages_applied",
+                       "errors", "created")
     actions = ("enable_gateways", "disable_gateways")
 
     @admin.action(description="Enable selected gateways")
     def enable_gateways(self, request: HttpRequest, queryset: QuerySet[Gateway]) -> None:
-        count = queryset.update(enabled=True)
+        count = save_each(queryset, enabled=True)  # audited, unlike update()
         self.message_user(request, f"Enabled {count} gateway(s).", messages.SUCCESS)
 
     @admin.action(description="Disable selected gateways")
     def disable_gateways(self, request: HttpRequest, queryset: QuerySet[Gateway]) -> None:
         # A disabled gateway leaves the round-robin at once (GatewayQuerySet.live).
-        count = queryset.update(enabled=False)
+        count = save_each(queryset, enabled=False)  # audited, unlike update()
         self.message_user(request, f"Disabled {count} gateway(s).", messages.SUCCESS)
 
 
@@ -188,14 +192,36 @@ def _apply(
     return action
 
 
+class ModeSwitchInline(ReadOnlyAccess, admin.TabularInline):
+    """The link's switches between synchronous and asynchronous mode, latest first."""
+
+    model = ModeSwitch
+    fields = ("at", "from_mode", "to_mode", "reason")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    ordering = ("-at", "-pk")
+
+
+@admin.register(ModeSwitch)
+class ModeSwitchAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("at", "link", "from_mode", "to_mode", "reason")
+    list_filter = ("to_mode", "link__replica__cluster", "link__source__tenant")
+    list_select_related = ("link__source", "link__replica")
+    search_fields = ("link__source__path", "link__replica__path", "reason")
+    date_hierarchy = "at"
+
+
 @admin.register(ReplicaLink)
 class ReplicaLinkAdmin(ReadOnlyAccess, admin.ModelAdmin):
     list_display = ("source", "replica", "idx", "replica_state", "paused", "copy_percentage",
-                    "last_error")
-    list_filter = ("paused", "state", "source__cluster", "replica__cluster", "source__tenant")
+                    "synchronous", "mode", "mode_since", "last_error")
+    list_filter = ("paused", "state", "synchronous", "mode", "source__cluster",
+                   "replica__cluster", "source__tenant")
     list_select_related = ("source", "replica")
     search_fields = ("source__path", "replica__path")
     actions = ("pause_replication", "resume_replication")
+    inlines = (ModeSwitchInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReplicaLink]:
         # One query for the agreement of every row, instead of one per row.

@@ -69,6 +69,9 @@ class Gateway(models.Model):
     address = models.CharField(max_length=255, blank=True)
     enabled = models.BooleanField(default=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # The status last announced to the pages ("gateway.status" events), so that of several
+    # processes watching presence exactly one announces each change (workers/gateway.py).
+    announced_status = models.CharField(max_length=16, blank=True)
     # What the gateway process applied, flushed with its heartbeat (workers/gateway.py).
     batches_applied = models.PositiveBigIntegerField(default=0)
     messages_applied = models.PositiveBigIntegerField(default=0)
@@ -209,6 +212,13 @@ class ReplicaState(models.TextChoices):
     WAITING_FOR_UPSTREAM = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
 
 
+class SyncMode(models.TextChoices):
+    """The mode a link replicates in now; only a `-synchronous true` link is ever in SYNC."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
 class ReplicaLinkQuerySet(RestrictedQuerySet):
     # The owners of either end see the link: the source lists it, the replica approves it.
     tenant_paths = ("source__tenant", "replica__tenant")
@@ -224,6 +234,11 @@ class ReplicaLinkQuerySet(RestrictedQuerySet):
     def agreed(self) -> ReplicaLinkQuerySet:
         """Links with the two-way agreement: only these move data."""
         return self.with_agreement().filter(is_agreed=True)
+
+    def moving(self) -> ReplicaLinkQuerySet:
+        """Agreed, not paused, and not handed to a Spark copy (autosetup's copy step or a
+        large-backlog catch-up): the links the gateways serve now."""
+        return self.agreed().filter(paused=False).exclude(state=ReplicaState.COPY_IN_PROGRESS)
 
 
 class ReplicaLink(models.Model):
@@ -245,6 +260,11 @@ class ReplicaLink(models.Model):
     last_error_gateway = models.CharField(max_length=255, blank=True)
     # When a batch last applied, for the `stalled` flag of `replica list`.
     last_progress = models.DateTimeField(null=True, blank=True)
+    # `synchronous` is what the owner asked for; `mode` what the link does now: a synchronous
+    # link falls back to async by itself and returns when it can (replication/services/sync.py).
+    mode = models.CharField(max_length=8, choices=SyncMode.choices, default=SyncMode.ASYNC)
+    mode_since = models.DateTimeField(null=True, blank=True)
+    mode_reason = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -305,3 +325,20 @@ class Upstream(models.Model):
 
     def __str__(self) -> str:
         return f"{self.replica.path} <- {self.source.path}"
+
+
+class ModeSwitch(models.Model):
+    """A replica link switching between synchronous and asynchronous mode: never silent."""
+
+    link = models.ForeignKey(ReplicaLink, on_delete=models.CASCADE, related_name="mode_switches")
+    from_mode = models.CharField(max_length=8, choices=SyncMode.choices)
+    to_mode = models.CharField(max_length=8, choices=SyncMode.choices)
+    reason = models.CharField(max_length=255)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        verbose_name_plural = "mode switches"
+
+    def __str__(self) -> str:
+        return f"{self.link}: {self.from_mode} -> {self.to_mode}"

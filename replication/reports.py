@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.conf import settings
@@ -31,10 +31,14 @@ from replication.models import (
     ReplicaLink,
     ReplicaState,
     Stream,
+    SyncMode,
     Topic,
 )
 from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
+
+if TYPE_CHECKING:
+    from workers.models import Job
 
 Row = dict[str, Any]
 
@@ -228,10 +232,10 @@ def replica_rows(stream: Stream) -> list[Row]:
         .with_agreement().order_by("idx")
     )
     pending = pending_figures(links)
-    return [_replica_row(link, pending[link.pk]) for link in links]
+    return [replica_row(link, pending[link.pk]) for link in links]
 
 
-def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
+def replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
     state = link.replica_state()
     replicating = state == ReplicaState.REPLICATING
     return {
@@ -261,7 +265,16 @@ def _replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
         "timeLag": time_lag(pending),
         "stalled": link_is_stalled(link, pending.messagesPending),
+        # `synchronous` above is what the owner asked for; the mode is what the link does now
+        # (a synchronous link drops to async by itself and returns), since when and why.
+        **mode_fields(link),
     }
+
+
+def mode_fields(link: ReplicaLink) -> Row:
+    """A link never synchronous has always been async: no since, no reason."""
+    return {"mode": SyncMode(link.mode).value, "modeSince": epoch_ms(link.mode_since),
+            "modeReason": link.mode_reason}
 
 
 def time_lag(pending: PendingFigures) -> float:
@@ -308,18 +321,47 @@ def gateway_config_rows(clusters: QuerySet[Cluster]) -> list[Row]:
 
 
 def gateway_rows(cluster: Cluster) -> list[Row]:
-    """`cluster gateway get -dstcluster`: one row per configured gateway."""
+    """`cluster gateway get -dstcluster`: one row per configured gateway, with its status from
+    presence (what the replicator decides by) and the counters its heartbeats flushed."""
+    gateways = list(cluster.gateways.order_by("name"))
+    live = _live_gateways(cluster, gateways)
+    now = timezone.now()
     return [
         {
             "cluster": cluster.name,
             "gateway": gateway.name,
             "address": gateway.address,
             "enabled": gateway.enabled,
-            "status": str(gateway.status),
+            "status": _gateway_status(gateway, gateway.name in live),
             "lastHeartbeat": epoch_ms(gateway.last_heartbeat),
+            "heartbeatAge": None if gateway.last_heartbeat is None
+            else round((now - gateway.last_heartbeat).total_seconds(), 3),
+            "batchesApplied": gateway.batches_applied,
+            "messagesApplied": gateway.messages_applied,
+            "errors": gateway.errors,
         }
-        for gateway in cluster.gateways.order_by("name")
+        for gateway in gateways
     ]
+
+
+def _live_gateways(cluster: Cluster, gateways: list[Gateway]) -> set[str]:
+    from workers.presence import presence
+
+    try:
+        live = presence().live([(cluster.name, g.name) for g in gateways])
+    except Exception:  # Redis unreachable: fall back on the database's heartbeats
+        return {g.name for g in gateways if g.status == Gateway.Status.UP}
+    return {name for _, name in live}
+
+
+def _gateway_status(gateway: Gateway, live: bool) -> str:
+    if not gateway.enabled:
+        return Gateway.Status.DISABLED.value
+    if live:
+        return Gateway.Status.UP.value
+    if gateway.last_heartbeat is None:
+        return Gateway.Status.UNKNOWN.value
+    return Gateway.Status.DOWN.value
 
 
 def resolve_row(cluster: Cluster) -> Row:
@@ -349,3 +391,20 @@ def _count_by_cluster(queryset: QuerySet) -> dict[int, int]:
     # order_by() drops the models' default ordering, which would split the GROUP BY.
     counts = queryset.order_by().values("cluster").annotate(n=Count("pk", distinct=True))
     return {row["cluster"]: row["n"] for row in counts}
+
+
+def job_row(job: Job, *, detail: bool = False) -> Row:
+    """A bulk job as `job list` shows it; `job info` adds the result (copied figures, or the
+    per-partition comparison of diffstreams)."""
+    row: Row = {
+        "id": job.pk, "kind": job.kind, "state": job.state,
+        "src": job.source_path, "dst": job.destination_path, "percent": job.percent,
+        "messagesDone": job.messages_done, "messagesTotal": job.messages_total,
+        "bytesDone": job.bytes_done, "bytesTotal": job.bytes_total,
+        "requestedBy": job.requested_by.get_username() if job.requested_by else "engine",
+        "created": epoch_ms(job.created), "started": epoch_ms(job.started),
+        "finished": epoch_ms(job.finished), "error": job.error,
+    }
+    if detail:
+        row["options"], row["result"] = job.options, job.result
+    return row

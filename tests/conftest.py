@@ -111,3 +111,14 @@ def _api(user):
 def api():
     """api(user) -> an authenticated DRF test client (None for anonymous)."""
     return _api
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole run (its JVM takes seconds to start); jobs that
+    run in this process (workers/jobs.py in local mode) get the same one."""
+    from workers.spark import spark_session
+
+    session = spark_session()
+    yield session
+    session.stop()

@@ -4,9 +4,13 @@ Configuration comes from Django settings under the CELERY_ prefix (CELERY_BROKER
 the broker follows the mode: Redis in production, in-process in embedded mode.
 """
 
+import logging
 import os
+from logging.config import dictConfig
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
+from celery.signals import setup_logging, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -18,6 +22,54 @@ app.conf.beat_scheduler = "django_celery_beat.schedulers:DatabaseScheduler"
 app.conf.beat_schedule = {
     # Retention (ttl): frequent small passes keep each delete batch short.
     "expire-messages": {"task": "workers.tasks.expire_messages_task", "schedule": 60.0},
+    # Bulk jobs whose worker died are run again (idempotent) once their record stops moving.
+    "resume-jobs": {"task": "workers.tasks.resume_jobs_task", "schedule": 60.0},
+    # Lag over time for the portal's charts; a run that waited past the next one is dropped.
+    "record-lag": {"task": "workers.tasks.record_lag_task", "schedule": 5.0,
+                   "options": {"expires": 5.0}},
+    # Alarms raised and cleared from the engine's state (operations/alarms.py); idempotent.
+    "evaluate-alarms": {"task": "operations.tasks.evaluate_alarms_task", "schedule": 10.0,
+                        "options": {"expires": 10.0}},
 }
 # tasks.py of every installed Django app (workers is one).
 app.autodiscover_tasks()
+
+
+# --- logs and audit context of every task ----------------------------------------------------
+
+_task_context: dict[str, tuple[Any, Any]] = {}
+
+
+@setup_logging.connect
+def _django_logging(loglevel: int | str | None = None, **kwargs: Any) -> None:
+    """Workers log through Django's LOGGING (JSON lines in production), not Celery's own
+    handlers, at the level given on the command line (--loglevel)."""
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+
+
+@task_prerun.connect
+def _bind_task(task_id: str, task: Task, **kwargs: Any) -> None:
+    """Every log line of the task carries its id; its changes are audited as the system's."""
+    import structlog
+
+    from operations.audit import enter_system
+
+    tokens = structlog.contextvars.bind_contextvars(task_id=task_id, task=task.name)
+    _task_context[task_id] = (tokens, enter_system())
+
+
+@task_postrun.connect
+def _unbind_task(task_id: str, **kwargs: Any) -> None:
+    import structlog
+
+    from operations.audit import leave
+
+    # Reset rather than clear: an eager task inside a request keeps the request's context.
+    found = _task_context.pop(task_id, None)
+    if found is not None:
+        structlog.contextvars.reset_contextvars(**found[0])
+        leave(found[1])

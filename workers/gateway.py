@@ -21,6 +21,8 @@ from django.db import connection
 
 from replication.models import Gateway
 from replication.services.engine import gateway_flush, gateways_configured
+from replication.services.gateway_status import gateways_announce
+from replication.services.sync import links_sync_drop, links_sync_restore
 from workers.presence import GatewayId, Presence, gateway_queue, presence
 
 log = structlog.get_logger(__name__)
@@ -75,9 +77,31 @@ def gateway_check(cluster: str, name: str) -> Gateway:
     return gateway
 
 
+def gateways_watch(signals: Presence, serving: set[str]) -> None:
+    """What follows from which gateways are live now: "gateway.status" events for the ones
+    that came up or went down, synchronous links dropping to async where no gateway is left
+    and, on the clusters in `serving` (the caller's, so live), returning to sync once caught
+    up. Any process watching presence may call it; each change happens once."""
+    configured = [(c, n) for c, names in gateways_configured().items() for n in names]
+    live = set(signals.live(configured))
+    gateways_announce(live=live)
+    clusters = {cluster for cluster, _ in live}
+    links_sync_drop(live_clusters=clusters)
+    links_sync_restore(clusters=serving & clusters)
+
+
+def presence_watch(signals: Presence, serving: set[str] | None = None) -> None:
+    """gateways_watch, for loops that must go on whatever it meets (a database restarting)."""
+    try:
+        gateways_watch(signals, serving or set())
+    except Exception as error:  # a beat or a plan must not fail for what only reports follow
+        log.warning("gateway_watch_failed", error=str(error))
+
+
 class Heartbeat:
     """Refreshes the presence key of each gateway every GATEWAY_HEARTBEAT_SECONDS, and the
-    database row (with the tallied counters) every few seconds."""
+    database row (with the tallied counters) every few seconds; after each beat, watches
+    presence (gateways_watch)."""
 
     def __init__(self, gateways: list[GatewayId] | None, signals: Presence | None = None) -> None:
         self.fixed = gateways  # None: every configured gateway (embedded mode)
@@ -102,6 +126,10 @@ class Heartbeat:
             self.presence.beat(gateway, settings.GATEWAY_PRESENCE_TTL, self.incarnation)
         if database:
             self.flush(gateways, heartbeat=True)
+        self.watch(gateways)
+
+    def watch(self, gateways: list[GatewayId], *, serving: bool = True) -> None:
+        presence_watch(self.presence, {c for c, _ in gateways} if serving else None)
 
     def flush(self, gateways: list[GatewayId], *, heartbeat: bool) -> None:
         for cluster, name in gateways:
@@ -127,6 +155,7 @@ class Heartbeat:
         for gateway in self.gateways():
             self.presence.forget(gateway)
         self.flush(self.gateways(), heartbeat=False)
+        self.watch(self.gateways(), serving=False)  # announces this one down at once
 
 
 def run_gateway(cluster: str, name: str, *, loglevel: str = "INFO") -> None:

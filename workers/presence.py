@@ -8,6 +8,10 @@ In production they live in Redis (DESIGN.md: Redis for gateway presence):
 - a wake-up adds a stream to the `sg:dirty` set and pushes a one-slot `sg:signal` list;
 - a gateway acknowledges a batch by pushing its result on the sender's `sg:acks:<inbox>`, so
   two replicators (say, while one is being replaced) never take each other's acknowledgements.
+- a gateway that applied a batch publishes the link's id on `sg:applied:<link>`, so producers
+  waiting for synchronous replicas (replication/services/sync.py) re-read the replica's ends
+  at once rather than polling. Each process listens with one pattern subscription
+  (`AppliedListener`), whatever the number of producers waiting in it.
 The replicator blocks on both lists with one BLPOP, so an idle deployment costs one blocked
 connection, and a burst of produces costs one signal. Sets and lists rather than pub/sub: a
 wake-up sent while the replicator restarts is still there when it comes back (or expires,
@@ -20,6 +24,7 @@ the replicator thread and the in-process gateways live.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -28,8 +33,10 @@ from functools import cache
 from typing import Any, Protocol
 
 import redis
+import structlog
 from django.conf import settings
 
+log = structlog.get_logger(__name__)
 GatewayId = tuple[str, str]  # (cluster name, gateway name)
 SIGNAL_TTL = 300  # seconds; a replicator that is down that long re-plans everything anyway
 
@@ -56,6 +63,83 @@ class Presence(Protocol):
     def ack(self, result: dict[str, Any], inbox: str = "") -> None: ...
 
     def wait(self, timeout: float, inbox: str = "") -> Signals: ...
+
+    def applied(self, links: Iterable[int]) -> None:
+        """Batches of these links were applied: wake the producers waiting for them."""
+        ...
+
+    def applied_board(self) -> AppliedBoard:
+        """Where this process learns of applied batches, ready to be watched."""
+        ...
+
+
+class AppliedBoard:
+    """A counter per link, bumped for each "applied" notification this process hears.
+
+    A waiter takes a snapshot before it reads the replica's ends and sleeps until a counter
+    moves past it, so a batch applied between the read and the sleep is never missed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._counts: dict[str, int] = {}
+        self._generation = 0  # bumped on a listener reconnect: anything may have been missed
+
+    def bump(self, links: Iterable[str]) -> None:
+        with self._cond:
+            for link in links:
+                self._counts[link] = self._counts.get(link, 0) + 1
+            self._cond.notify_all()
+
+    def bump_all(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def snapshot(self, links: Iterable[str]) -> tuple[int, ...]:
+        with self._cond:
+            return (self._generation, *(self._counts.get(link, 0) for link in links))
+
+    def wait(self, links: list[str], seen: tuple[int, ...], timeout: float) -> bool:
+        """Until a link's counter moves past `seen` (True) or `timeout` seconds pass."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._moved(links, seen), timeout)
+
+    def _moved(self, links: list[str], seen: tuple[int, ...]) -> bool:
+        return (self._generation, *(self._counts.get(link, 0) for link in links)) != seen
+
+
+class AppliedListener:
+    """One thread per process holding a pattern subscription to the "applied" channels and
+    bumping the board; it reconnects by itself (waiters fall back on their re-checks meanwhile).
+    """
+
+    def __init__(self, client: redis.Redis, pattern: str) -> None:
+        self.client, self.pattern = client, pattern
+        self.board = AppliedBoard()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="applied-listener", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        prefix = len(self.pattern) - 1  # the channel name up to the "*"
+        while True:
+            try:
+                with self.client.pubsub() as pubsub:
+                    pubsub.psubscribe(self.pattern)
+                    for message in pubsub.listen():
+                        if message["type"] == "psubscribe":
+                            self.ready.set()
+                        elif message["type"] == "pmessage":
+                            self.board.bump([message["channel"].decode()[prefix:]])
+            except Exception as error:  # Redis restarting: subscribe again
+                self.ready.clear()
+                self.board.bump_all()
+                log.warning("applied_listener_failed", error=str(error))
+                time.sleep(0.5)
+
+
+_listeners: dict[tuple[int, str], AppliedListener] = {}
+_listeners_lock = threading.Lock()
 
 
 def namespace() -> str:
@@ -110,6 +194,24 @@ class RedisPresence:
         pipe.rpush(key, json.dumps(result)).expire(key, SIGNAL_TTL)
         pipe.execute()
 
+    def applied(self, links: Iterable[int]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for link in links:
+            pipe.publish(f"{self.prefix}sg:applied:{link}", 1)
+        pipe.execute()
+
+    def applied_board(self) -> AppliedBoard:
+        pattern = f"{self.prefix}sg:applied:*"
+        key = (os.getpid(), pattern)  # a forked child needs a listener thread of its own
+        with _listeners_lock:
+            listener = _listeners.get(key)
+            if listener is None:
+                listener = _listeners[key] = AppliedListener(self.client, pattern)
+        # Subscribed before the first read of the replica's ends, or a notification could
+        # fall between the two; if Redis is slow to answer, the waiter's re-checks cover it.
+        listener.ready.wait(1.0)
+        return listener.board
+
     def wait(self, timeout: float, inbox: str = "") -> Signals:
         signals, acks = Signals(), self._inbox(inbox)
         popped = self.client.blpop([acks, self.signal], timeout=max(timeout, 0.01))
@@ -131,6 +233,7 @@ class LocalPresence:
         self._expiry: dict[GatewayId, tuple[float, str]] = {}
         self._acks: dict[str, list[dict[str, Any]]] = {}
         self._dirty: set[str] = set()
+        self._board = AppliedBoard()
 
     def beat(self, gateway: GatewayId, ttl: float, incarnation: str = "") -> None:
         with self._cond:
@@ -163,6 +266,12 @@ class LocalPresence:
             signals = Signals(self._acks.pop(inbox, []), self._dirty)
             self._dirty = set()
             return signals
+
+    def applied(self, links: Iterable[int]) -> None:
+        self._board.bump(str(link) for link in links)
+
+    def applied_board(self) -> AppliedBoard:
+        return self._board
 
 
 _local = LocalPresence()

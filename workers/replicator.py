@@ -5,16 +5,22 @@ live gateway of the destination cluster, round-robin.
 Why it is safe whatever happens: the loop keeps no progress of its own. Each plan starts
 from the replica partitions' ends, a gateway's apply trims what the replica already holds and
 refuses a batch that would leave a gap, so a batch sent twice, to two gateways, or applied
-late by a gateway presumed dead, changes nothing (invariant 2). At most one batch per
-(link, topic, partition) is in flight, so batches of a partition reach the gateways in order;
-across partitions any number run in parallel.
+late by a gateway presumed dead, changes nothing (invariant 2). Up to REPLICATION_WINDOW
+batches of a (link, topic, partition) are in flight, consecutive and all to one gateway, whose
+queue hands them out in order; one that still arrives before its predecessor is applied waits
+a moment at the gateway, then is refused, and the replicator forgets the partition's flights
+and re-plans from the replica's end. A partial batch (the tail of a backlog) goes only when
+nothing of its partition is in flight, so under steady load batches grow while the previous
+one travels instead of multiplying. Across partitions any number run in parallel.
 
 What wakes it: produce and cursor commits (a wake-up per stream after commit), a gateway's
 acknowledgement (the partition's next batch) and its apply (a wake-up for the replica stream,
-whose own replicas must move on), the services that start a link moving (resume, replica and
-upstream add, edit), a retry timer for links waiting for a gateway or newly moving, and a slow
-sweep over every moving link in case a wake-up was lost. Idle, it blocks in one BLPOP and
-reads the moving links' ids once a retry interval.
+whose own replicas must move on), a change to a stream's links (resume, pause, replica and
+upstream add, edit, a new topic: a marked wake-up, replication.services.engine.LINKS_CHANGED),
+a retry timer for links waiting for a gateway or newly moving, and a slow sweep over every
+moving link in case a wake-up was lost. Links are cached between wake-ups (workers/
+linkcache.py); progress events for the browser come from what the plans read (workers/
+lagevents.py). Idle, it blocks in one BLPOP.
 """
 
 from __future__ import annotations
@@ -29,23 +35,28 @@ import structlog
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connections
 
-from replication.engine.replicator import BatchSpec, plan_batches, sync_cursors
+from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
 from replication.services.engine import (
+    LINKS_CHANGED,
     MovingLink,
     gateways_configured,
+    link_catchup_request,
     link_error,
     link_ids_moving,
     link_progress,
     link_waiting,
-    links_moving,
 )
 from replication.stores import store_for
+from workers.gateway import presence_watch
+from workers.lagevents import LagEvents
+from workers.linkcache import LinkCache
 from workers.presence import GatewayId, Presence, gateway_queue
 from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)
 Key = tuple[int, str, int]  # (link id, topic, partition)
+Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
 GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways
 
@@ -56,6 +67,7 @@ class InFlight:
     gateway: GatewayId
     incarnation: str
     deadline: float
+    ticket: str = ""
 
 
 @dataclass
@@ -63,7 +75,8 @@ class Replicator:
     presence: Presence
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
-    inflight: dict[Key, InFlight] = field(default_factory=dict)
+    # Per partition, its batches in flight in offset order, all sent to one gateway.
+    inflight: dict[Key, list[InFlight]] = field(default_factory=dict)
     tickets: dict[str, Key] = field(default_factory=dict)
     # Gateways that missed an acknowledgement -> (skipped until, their incarnation then).
     suspect: dict[GatewayId, tuple[float, str]] = field(default_factory=dict)
@@ -86,10 +99,13 @@ class Replicator:
     moving: set[int] = field(default_factory=set)
     next_watch: float = 0.0
     next_progress_write: float = 0.0
+    cache: LinkCache = field(default_factory=LinkCache)
+    lag_events: LagEvents = field(default_factory=LagEvents)
+    handed_off: set[int] = field(default_factory=set)  # links a catch-up job is copying
     _gateways: dict[str, list[str]] = field(default_factory=dict)
     _gateways_read: float = float("-inf")
     # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
-    _live: dict[str, list[tuple[GatewayId, str]]] = field(default_factory=dict)
+    _live: dict[str, list[Chosen]] = field(default_factory=dict)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -109,21 +125,29 @@ class Replicator:
         signals = self.presence.wait(self._timeout(), self.inbox)
         now = self.clock()
         self._live = {}
-        self._on_acks(signals.acks)
+        self._on_acks(signals.acks, now)
         if signals.streams:
-            self.dirty_streams |= signals.streams
-            if self.linger_until is None:  # let a burst of produces gather into one batch
-                self.linger_until = now + settings.REPLICATION_LINGER_MS / 1000
+            self._on_wake(signals.streams, now)
         self._expire(now)
         self._plan(now)
         self._write_progress(now)
+
+    def _on_wake(self, streams: set[str], now: float) -> None:
+        marked = {s.removeprefix(LINKS_CHANGED) for s in streams if s.startswith(LINKS_CHANGED)}
+        self.cache.changed |= marked
+        self.dirty_streams |= {s.removeprefix(LINKS_CHANGED) for s in streams}
+        if self.linger_until is None:
+            # With batches in flight, a burst of produces gathers into the next batch while
+            # they travel; with none, the first message goes at once (lag).
+            linger = settings.REPLICATION_LINGER_MS / 1000 if self.inflight else 0.0
+            self.linger_until = now + linger
 
     # --- timing ------------------------------------------------------------------------------
 
     def _timeout(self) -> float:
         now = self.clock()
         due = [self.next_sweep, self.next_watch]
-        if self.retry:
+        if self.retry or self.handed_off:
             due.append(self.next_retry)
         if self.dirty_links:
             due.append(now)
@@ -131,24 +155,31 @@ class Replicator:
             due.append(self.linger_until)
         if self.progressed:
             due.append(self.next_progress_write)
+        if (lag_round := self.lag_events.due()) is not None:
+            due.append(lag_round)
         due += self.throttled.values()
-        due += [flight.deadline for flight in self.inflight.values()]
+        due += [f.deadline for flights in self.inflight.values() for f in flights]
         return min(max(min(due) - now, 0.0), settings.REPLICATION_SWEEP_SECONDS)
 
     # --- acknowledgements and timeouts ------------------------------------------------------
 
-    def _on_acks(self, acks: list[dict]) -> None:
+    def _on_acks(self, acks: list[dict], now: float) -> None:
         for ack in acks:
             key = self.tickets.pop(ack.get("ticket", ""), None)
             if key is None:
                 continue  # a batch already re-sent elsewhere: its apply was a no-op or harmless
-            self.inflight.pop(key, None)
             link_id = key[0]
             if not ack.get("error"):
+                self._land(key, ack["ticket"], now)
                 self.failures.pop(key, None)
                 self.progressed.add(link_id)
+                self.lag_events.moved(link_id, now)
                 self.dirty_links.add(link_id)  # the partition's next batch, if any
                 continue
+            # The later batches of the partition start past what this one would have brought:
+            # they will be refused too. Forget them all and re-plan from the replica's end
+            # (any of them still applied meanwhile is trimmed from the resent ones).
+            self._abandon(key)
             self.failures[key] = failures = self.failures.get(key, 0) + 1
             if ack.get("misordered") and failures < MAX_FAILURES:
                 self.dirty_links.add(link_id)  # the replica moved meanwhile: re-plan from it
@@ -156,88 +187,172 @@ class Replicator:
             link_error(link_id=link_id, error=ack["error"], gateway=ack.get("gateway", ""))
             self.retry.add(link_id)  # back off rather than spin on a batch that keeps failing
 
+    def _land(self, key: Key, ticket: str, now: float | None = None) -> None:
+        flights = [f for f in self.inflight.get(key, ()) if f.ticket != ticket]
+        if not flights:
+            self.inflight.pop(key, None)
+            return
+        self.inflight[key] = flights
+        if now is not None:
+            # The rest queued behind it at the same gateway: their time starts now, so a
+            # window of batches on a slow (not dead) gateway is not taken for a timeout.
+            for flight in flights:
+                flight.deadline = max(flight.deadline, now + settings.REPLICATION_ACK_TIMEOUT)
+
+    def _abandon(self, key: Key) -> None:
+        for flight in self.inflight.pop(key, ()):
+            self.tickets.pop(flight.ticket, None)
+
     def _expire(self, now: float) -> None:
-        for key, flight in list(self.inflight.items()):
-            if flight.deadline > now:
+        for key, flights in list(self.inflight.items()):
+            late = next((f for f in flights if f.deadline <= now), None)
+            if late is None:
                 continue
-            del self.inflight[key]
-            self.tickets = {t: k for t, k in self.tickets.items() if k != key}
+            self._abandon(key)
             # No acknowledgement in time: the gateway counts as down for a while, and the
-            # batch goes to another (if the first applies it late, the trim makes that a no-op).
-            self.suspect[flight.gateway] = (now + settings.REPLICATION_SUSPECT_SECONDS,
-                                            flight.incarnation)
-            cluster, name = flight.gateway
+            # batches go to another (if the first applies them late, the trim makes that a no-op).
+            self.suspect[late.gateway] = (now + settings.REPLICATION_SUSPECT_SECONDS,
+                                          late.incarnation)
+            cluster, name = late.gateway
             log.warning("gateway_timeout", cluster=cluster, gateway=name, link=key[0])
             link_error(link_id=key[0], gateway=name, error=(
                 f"gateway {name} on cluster {cluster} did not acknowledge batch "
-                f"{flight.spec.topic}:{flight.spec.partition} [{flight.spec.start}, "
-                f"{flight.spec.end}) within {settings.REPLICATION_ACK_TIMEOUT:g}s: sent to "
+                f"{late.spec.topic}:{late.spec.partition} [{late.spec.start}, "
+                f"{late.spec.end}) within {settings.REPLICATION_ACK_TIMEOUT:g}s: sent to "
                 "another gateway"))
             self.dirty_links.add(key[0])
+
+    def _watch(self, now: float) -> None:
+        moving = link_ids_moving()
+        self.dirty_links |= moving - self.moving
+        self.cache.keep(moving)
+        self.moving = moving
+        self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
+        self.owed &= moving
+        self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
+        self.lag_events.keep(moving)
+        # Gateways that died with no other gateway left to notice: announce them down and drop
+        # their synchronous links to async now, not at the next produce or gateway start.
+        presence_watch(self.presence)
+        self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
 
     # --- planning and dispatch ---------------------------------------------------------------
 
     def _plan(self, now: float) -> None:
         sweep = now >= self.next_sweep
         lingered = self.linger_until is not None and now >= self.linger_until
-        if self.retry and now >= self.next_retry:
-            self.dirty_links |= self.retry
-            self.retry = set()
+        if (self.retry or self.handed_off) and now >= self.next_retry:
+            self.dirty_links |= self.retry | self.handed_off
+            self.retry, self.handed_off = set(), set()
             self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
         self._refilled(now)
         if now >= self.next_watch:
-            moving = link_ids_moving()
-            self.dirty_links |= moving - self.moving
-            self.moving = moving
-            self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
-            self.owed &= moving
-            self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
-            self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
+            self._watch(now)
         if not (sweep or lingered or self.dirty_links):
             return
         streams = self.dirty_streams if lingered else set()
         if sweep:
-            links = links_moving()
+            self.cache.reload(now)
             self.next_sweep = now + settings.REPLICATION_SWEEP_SECONDS
         else:
-            links = links_moving(sources=streams, ids=self.dirty_links)
+            self.cache.refresh(streams, self.dirty_links, now)
         if lingered or sweep:
             self.dirty_streams, self.linger_until = set(), None
-        self.dirty_links = set()
-        for link in links:
+        for link in self._due(streams, sweep):
             # Cursors change only with a wake-up of the source stream (a commit), or wait for
             # data (owed); a pump on a gateway's acknowledgement alone skips reading them.
             cursors = sweep or str(link.source) in streams or link.id in self.owed
             self._pump(link, now, cursors=cursors or link.id not in self.cursors)
 
+    def _due(self, streams: set[str], sweep: bool) -> list[MovingLink]:
+        """The cached links to plan now; a link handed to a catch-up job waits for the retry
+        tick or a wake-up of its source stream."""
+        links = self.cache.links
+        ids = set(links) if sweep else self.dirty_links | self.cache.of_sources(streams)
+        self.dirty_links = set()
+        due = [links[i] for i in sorted(ids) if i in links]
+        return [link for link in due
+                if link.id not in self.handed_off or sweep or str(link.source) in streams]
+
     def _pump(self, link: MovingLink, now: float, *, cursors: bool = True) -> None:
         try:
-            specs = plan_batches(
-                store_for(link.source_cluster), link.source, store_for(link.replica_cluster),
-                link.replica, link.topics, max_messages=settings.REPLICATION_BATCH_MESSAGES,
-                max_bytes=settings.REPLICATION_BATCH_BYTES,
-            )
+            lagging = backlog(store_for(link.source_cluster), link.source,
+                              store_for(link.replica_cluster), link.replica, link.topics)
         except Exception as error:  # a store that is down: say so on the link, retry later
             log.warning("plan_failed", link=link.id, error=str(error))
             link_error(link_id=link.id, error=f"cannot plan batches: {error}")
             self.retry.add(link.id)
             return
+        self.lag_events.note(link, lagging, now)
         if cursors:
             self._sync_cursors(link)
+        self.handed_off.discard(link.id)
+        if lagging and self._hand_off(link, lagging, now):
+            return
         if not link.throttle:
             self.throttles.pop(link.id, None)  # unthrottled since: starts full if set again
-        for spec in _first_per_partition(specs):
-            key = (link.id, spec.topic, spec.partition)
-            if key in self.inflight:
-                continue  # one batch per partition in flight keeps the partition in order
+        queues = [self._window(link, lag) for lag in lagging]
+        # Round by round across partitions, so a gateway's queue interleaves them and a batch
+        # waiting at the gateway for its predecessor never holds up another partition's.
+        while queues := [q for q in queues if q]:
+            for queue in queues:
+                sent = self._send(link, queue.pop(0), now)
+                if sent is None:
+                    return  # no gateway is live: the link waits for the retry timer
+                if not sent:
+                    queue.clear()
+
+    def _hand_off(self, link: MovingLink, lagging: list[Backlog], now: float) -> bool:
+        """A backlog past REPLICATION_CATCHUP_THRESHOLD on some partition goes to the bulk
+        catch-up job when it takes it (replication.services.jobs)."""
+        threshold = getattr(settings, "REPLICATION_CATCHUP_THRESHOLD", 0)
+        if not threshold or max(lag.messages for lag in lagging) <= threshold:
+            return False
+        try:
+            taken = link_catchup_request(link_id=link.id)
+        except Exception as error:  # the job cannot be asked: copy the usual way meanwhile
+            log.warning("catchup_request_failed", link=link.id, error=str(error))
+            return False
+        if taken:
+            self.handed_off.add(link.id)
+            if self.next_retry <= now:  # asked again at the next tick, not at once
+                self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
+        return taken
+
+    def _window(self, link: MovingLink, lag: Backlog) -> list[BatchSpec]:
+        """The partition's next batches, as many as its window of flights has room for. A
+        partial batch only when nothing of the partition is in flight: it grows meanwhile."""
+        flights = self.inflight.get((link.id, lag.topic, lag.stats.partition), [])
+        room = settings.REPLICATION_WINDOW - len(flights)
+        if room <= 0:
+            return []
+        after = {lag.key: flights[-1].spec.end} if flights else None
+        limits = (settings.REPLICATION_BATCH_MESSAGES, settings.REPLICATION_BATCH_BYTES)
+        full = lag.step(*limits)
+        specs = cut_batches(link.source, link.replica, [lag], after=after,
+                            max_messages=limits[0], max_bytes=limits[1])[:room]
+        if specs and specs[-1].end - specs[-1].start < full and (flights or len(specs) > 1):
+            specs.pop()
+        return specs
+
+    def _send(self, link: MovingLink, spec: BatchSpec, now: float) -> bool | None:
+        """Dispatch one batch; False when the partition must wait (its flights' gateway went
+        away, or the throttle), None when no gateway of the destination is live."""
+        key = (link.id, spec.topic, spec.partition)
+        flights = self.inflight.get(key)
+        if flights:
+            chosen = self._sticky(flights[0], now)
+        else:
             chosen = self._choose(link.replica_cluster.name, now)
             if chosen is None:
                 link_waiting(link_ids=[link.id], cluster=link.replica_cluster.name)
                 self.retry.add(link.id)
-                return
-            granted = self._throttle(link, spec, now) if link.throttle else spec
-            if granted is not None:  # else a timer brings the link back, other links go on
-                self._dispatch(link, key, granted, chosen, now)
+                return None
+        granted = self._throttle(link, spec, now) if link.throttle else spec
+        if chosen is None or granted is None:
+            return False  # the flights settle first, or a timer brings the link back
+        self._dispatch(link, key, granted, chosen, now)
+        return granted == spec  # cut by the throttle: the rest waits for tokens
 
     def _throttle(self, link: MovingLink, spec: BatchSpec, now: float) -> BatchSpec | None:
         throttle = self.throttles.get(link.id)
@@ -273,8 +388,7 @@ class Replicator:
         else:
             self.owed.discard(link.id)
 
-    def _choose(self, cluster: str, now: float) -> tuple[GatewayId, str] | None:
-        """The next live gateway of the cluster, round-robin; None when all are down."""
+    def _live_gateways(self, cluster: str, now: float) -> list[Chosen]:
         if now - self._gateways_read > GATEWAYS_REFRESH:
             self._gateways, self._gateways_read = gateways_configured(), now
         if cluster not in self._live:
@@ -282,20 +396,30 @@ class Replicator:
             live = self.presence.live(gateways)
             self._live[cluster] = [(g, live[g]) for g in gateways
                                    if g in live and not self._suspected(g, live[g], now)]
-        live = self._live[cluster]
+        return self._live[cluster]
+
+    def _choose(self, cluster: str, now: float) -> Chosen | None:
+        """The next live gateway of the cluster, round-robin; None when all are down."""
+        live = self._live_gateways(cluster, now)
         if not live:
             return None
         turn = self.rr.get(cluster, 0)
         self.rr[cluster] = turn + 1
         return live[turn % len(live)]
 
+    def _sticky(self, flight: InFlight, now: float) -> Chosen | None:
+        """The gateway a partition's flights went to, while it is live: its queue keeps the
+        partition's batches in order. None once it is down or suspected."""
+        chosen = (flight.gateway, flight.incarnation)
+        return chosen if chosen in self._live_gateways(flight.gateway[0], now) else None
+
     def _suspected(self, gateway: GatewayId, incarnation: str, now: float) -> bool:
         until, then = self.suspect.get(gateway, (0.0, ""))
         # A restarted gateway (a new incarnation) is trusted again at once.
         return until > now and then == incarnation
 
-    def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec,
-                  chosen: tuple[GatewayId, str], now: float) -> None:
+    def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec, chosen: Chosen,
+                  now: float) -> None:
         from workers.tasks import apply_batch_task
 
         ticket = uuid.uuid4().hex
@@ -303,7 +427,8 @@ class Replicator:
         # Registered before sending: in embedded mode the task runs (and acknowledges) inside
         # apply_async.
         gateway, incarnation = chosen
-        self.inflight[key] = InFlight(spec, gateway, incarnation, now + timeout)
+        flights = self.inflight.setdefault(key, [])
+        flights.append(InFlight(spec, gateway, incarnation, now + timeout, ticket))
         self.tickets[ticket] = key
         try:
             apply_batch_task.apply_async(
@@ -314,24 +439,21 @@ class Replicator:
                 expires=timeout * 3,
             )
         except Exception as error:  # the broker is down: nothing was sent
-            self.inflight.pop(key, None)
+            self._land(key, ticket)
             self.tickets.pop(ticket, None)
             link_error(link_id=link.id, error=f"cannot send a batch: {error}")
             self.retry.add(link.id)
 
+    # --- progress ---------------------------------------------------------------------------
+
     def _write_progress(self, now: float) -> None:
-        # At most one write a second for every link that moved, not one per batch.
+        # At most one write a second for every link that moved, not one per batch; the same
+        # for the lag events, on a clock of their own.
         if self.progressed and now >= self.next_progress_write:
             link_progress(link_ids=self.progressed)
             self.progressed = set()
             self.next_progress_write = now + 1.0
-
-
-def _first_per_partition(specs: list[BatchSpec]) -> list[BatchSpec]:
-    firsts: dict[tuple[str, int], BatchSpec] = {}
-    for spec in specs:
-        firsts.setdefault(spec.key, spec)
-    return list(firsts.values())
+        self.lag_events.publish(now)
 
 
 def start_replicator_thread(presence: Presence) -> tuple[threading.Thread, threading.Event]:

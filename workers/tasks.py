@@ -6,13 +6,19 @@ import structlog
 from celery import shared_task
 
 from replication.engine.store import Misordered
+from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
 from replication.services.engine import batch_apply
 from replication.services.messages import stream_expire
+from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
-from workers.presence import presence
+from workers.presence import Presence, presence
 
 log = structlog.get_logger(__name__)
+
+
+class WireRefused(Exception):
+    """The link asks for what the connections to its stores no longer give (wire.py)."""
 
 
 @shared_task(name="workers.tasks.expire_stream_task", acks_late=True)
@@ -45,6 +51,9 @@ def apply_batch_task(
     the partition's lock). Acknowledges to the replicator with what happened."""
     result: dict = {"ticket": ticket, "gateway": gateway.partition("/")[2], "link": link_id}
     try:
+        refusal = link_wire_refusal(link_id=link_id)
+        if refusal:  # -networkencryption true, and a store now allows plaintext
+            raise WireRefused(refusal)
         applied = batch_apply(link_id=link_id, topic=topic, partition=partition, start=start,
                               end=end)
     except Misordered as error:  # the replica is not where the plan thought: re-plan
@@ -57,6 +66,48 @@ def apply_batch_task(
     if gateway:
         tally.add(parse_gateway(gateway), batches=1, messages=applied,
                   errors=int("error" in result and "misordered" not in result))
+    signals = presence()
+    if applied:
+        _announce_applied(signals, link_id)
     if ticket:
-        presence().ack(result, reply_to)
+        signals.ack(result, reply_to)
     return applied
+
+
+def _announce_applied(signals: Presence, link_id: int) -> None:
+    # Producers waiting for a synchronous replica re-read its ends now (replication/services/
+    # sync.py); they re-check on a timer too, so a lost notification only slows them.
+    try:
+        signals.applied([link_id])
+    except Exception as error:
+        log.warning("applied_notify_failed", link=link_id, error=str(error))
+
+
+@shared_task(name="workers.tasks.record_lag_task", ignore_result=True)
+def record_lag_task() -> int:
+    """Beat's entry: one sample of every agreed link's lag and of the gateways' counters, for
+    the portal's charts and throughput (replication/lag_history.py). A missed run only leaves
+    a gap in a chart."""
+    gateways_record()
+    return lag_record()
+
+
+@shared_task(name="workers.tasks.run_job_task", acks_late=True, ignore_result=True)
+def run_job_task(job_id: int) -> str:
+    """Runs a copystream, diffstreams or catch-up job; a redelivery (its worker died) runs it
+    again, which leaves the destination exactly as one run would."""
+    from workers.jobs import job_run
+
+    return job_run(job_id=job_id)
+
+
+@shared_task(name="workers.tasks.resume_jobs_task")
+def resume_jobs_task() -> int:
+    """Beat's safety net: an active job whose record stopped moving lost its worker."""
+    from replication.services.jobs import jobs_stale
+    from workers.jobs import job_enqueue
+
+    stale = jobs_stale()
+    for job_id in stale:
+        job_enqueue(job_id)
+    return len(stale)

@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.accounts.models import Membership, Tenant
-from replication import ace
+from replication import ace, reports
 from replication.models import (
     PERMISSIONS,
     Cluster,
@@ -219,34 +218,57 @@ class TopicCreateSerializer(TopicEditSerializer):
 
 
 class ReplicaLinkSerializer(serializers.ModelSerializer):
-    """One row of `stream replica list`, with MapR's field names."""
+    """One row of `stream replica list`, with MapR's field names and the same live figures
+    (backlog, lag, stalled, copy progress, sync mode) as /rest and the command line."""
 
     sourcePath = serializers.CharField(source="source.path", read_only=True)
     replicaPath = serializers.CharField(source="replica.path", read_only=True)
     uuid = serializers.UUIDField(source="replica.uuid", read_only=True,
                                  help_text="the replica stream's uuid")
-    replicaState = serializers.SerializerMethodField()
-    isUptodate = serializers.SerializerMethodField()
-    errors = serializers.SerializerMethodField()
+    replicaState = serializers.ChoiceField(source="live.replicaState", read_only=True,
+                                           choices=ReplicaState.choices)
+    isUptodate = serializers.BooleanField(source="live.isUptodate", read_only=True)
+    messagesPending = serializers.IntegerField(source="live.messagesPending", read_only=True)
+    bytesPending = serializers.IntegerField(source="live.bytesPending", read_only=True)
+    minPendingTS = serializers.IntegerField(source="live.minPendingTS", read_only=True,
+                                            allow_null=True)
+    maxPendingTS = serializers.IntegerField(source="live.maxPendingTS", read_only=True,
+                                            allow_null=True)
+    timeLag = serializers.FloatField(source="live.timeLag", read_only=True,
+                                     help_text="seconds: the oldest unreplicated message's age")
+    stalled = serializers.BooleanField(source="live.stalled", read_only=True)
+    copyTableCompletionPercentage = serializers.IntegerField(
+        source="live.copyTableCompletionPercentage", read_only=True)
+    mode = serializers.CharField(source="live.mode", read_only=True,
+                                 help_text="sync or async: what the link does now")
+    modeSince = serializers.IntegerField(source="live.modeSince", read_only=True,
+                                         allow_null=True)
+    modeReason = serializers.CharField(source="live.modeReason", read_only=True)
+    errors = serializers.ListField(source="live.errors", child=serializers.CharField(),
+                                   read_only=True)
 
     class Meta:
         model = ReplicaLink
         fields = ["sourcePath", "replicaPath", "replicaState", "paused", "throttle", "idx",
                   "networkencryption", "synchronous", "networkcompression", "isUptodate",
-                  "uuid", "errors"]
+                  "messagesPending", "bytesPending", "minPendingTS", "maxPendingTS",
+                  "timeLag", "stalled", "copyTableCompletionPercentage", "mode", "modeSince",
+                  "modeReason", "uuid", "errors"]
         read_only_fields = fields
 
-    @extend_schema_field(serializers.ChoiceField(choices=ReplicaState.choices))
-    def get_replicaState(self, link: ReplicaLink) -> str:
-        return link.replica_state()
+    def to_representation(self, link: ReplicaLink) -> dict[str, Any]:
+        link.live = self._live(link)
+        return super().to_representation(link)
 
-    def get_isUptodate(self, link: ReplicaLink) -> bool:
-        # TODO(engine): compare the replica's cursors with the source's end offsets. Until the
-        # engine reports lag, "up to date" means replicating and not paused.
-        return self.get_replicaState(link) == ReplicaState.REPLICATING and not link.paused
-
-    def get_errors(self, link: ReplicaLink) -> list[str]:
-        return [link.last_error] if link.last_error else []
+    def _live(self, link: ReplicaLink) -> dict[str, Any]:
+        """reports.replica_row for the whole page at once: the stores are asked once per
+        page, not once per link."""
+        rows = self.context.setdefault("replica_rows", {})
+        if link.pk not in rows:
+            page = getattr(self.parent, "instance", None) or [link]
+            pending = reports.pending_figures(page)
+            rows.update({ln.pk: reports.replica_row(ln, pending[ln.pk]) for ln in page})
+        return rows[link.pk]
 
 
 class ReplicaOptionsSerializer(StrictSerializer):

@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import messages, views
+from portal.api import jobs, messages, operations, views
 
 app_name = "api"
 
@@ -26,6 +26,9 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/messages", message
                 basename="stream-topic-messages")
 router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages.CursorViewSet,
                 basename="stream-topic-cursors")
+router.register("alarms", operations.AlarmViewSet, basename="alarm")
+router.register("audit", operations.AuditEventViewSet, basename="audit")
+router.register("jobs", jobs.JobViewSet, basename="job")
 
 urlpatterns = [
     *router.urls,

@@ -192,7 +192,7 @@ class ReplicaViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
     Adding one is the source owner's half of the two-way agreement; it replicates once the
     replica's owner adds the source as an upstream."""
 
-    queryset = ReplicaLink.objects.select_related("source", "replica")
+    queryset = ReplicaLink.objects.select_related("source", "replica__cluster")
     serializer_class = s.ReplicaLinkSerializer
     parent_field = "source"
     lookup_field = "replica__uuid"
@@ -274,7 +274,7 @@ class ReplicaLinkViewSet(ListModelMixin, TenantScopedViewSet):
     """Every replica link you can see from either end. `?waiting_for_upstream=true` is the
     approvals inbox: links that wait for a replica owner to add the source as upstream."""
 
-    queryset = ReplicaLink.objects.select_related("source", "replica")
+    queryset = ReplicaLink.objects.select_related("source", "replica__cluster")
     serializer_class = s.ReplicaLinkSerializer
     filterset_class = filters.ReplicaLinkFilter
 

@@ -141,6 +141,79 @@ def _batch_size(st: PartitionStats, max_messages: int, max_bytes: int) -> int:
     return max(1, min(max_messages, max_bytes * st.messages // st.bytes))
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """One source partition with a backlog for a replica: send [start, stats.high)."""
+
+    topic: str
+    stats: PartitionStats
+    start: int
+
+    @property
+    def key(self) -> Key:
+        return (self.topic, self.stats.partition)
+
+    @property
+    def messages(self) -> int:
+        return self.stats.high - self.start
+
+    @property
+    def bytes(self) -> int:  # approximate: the partition's average message size times the count
+        st = self.stats
+        return self.messages * st.bytes // st.messages if st.messages else 0
+
+    def step(self, max_messages: int, max_bytes: int) -> int:
+        """Messages in a full batch of this partition."""
+        return _batch_size(self.stats, max_messages, max_bytes)
+
+
+def oldest_timestamp(source: MessageStore, source_stream: UUID,
+                     lagging: list[Backlog]) -> int | None:
+    """The timestamp of the oldest message the replica still lacks (one row read per lagging
+    partition, none for a partition whose backlog starts at its first retained message)."""
+    stamps = [lag.stats.first_ts if lag.start == lag.stats.low
+              else _timestamp(source, source_stream, lag.topic, lag.stats, lag.start)
+              for lag in lagging]
+    return min((t for t in stamps if t is not None), default=None)
+
+
+def backlog(
+    source: MessageStore,
+    source_stream: UUID,
+    replica: MessageStore,
+    replica_stream: UUID,
+    topics: dict[str, UUID],
+) -> list[Backlog]:
+    """Each partition the replica lags on, from its end to the source's high watermark."""
+    found = _backlog(source, source_stream, replica, replica_stream, topics)
+    return [Backlog(topic, st, start) for topic, st, start in found]
+
+
+def cut_batches(
+    source_stream: UUID,
+    replica_stream: UUID,
+    lagging: list[Backlog],
+    *,
+    max_messages: int = MAX_MESSAGES,
+    max_bytes: int = MAX_BYTES,
+    after: dict[Key, int] | None = None,
+) -> list[BatchSpec]:
+    """Batches over the backlog, bounded by message count and (from the partition's average
+    message size) bytes. `after` moves a partition's first batch past ranges already in
+    flight."""
+    specs = []
+    for lag in lagging:
+        st = lag.stats
+        step = _batch_size(st, max_messages, max_bytes)
+        average = st.bytes // st.messages if st.messages else 0
+        start = max(lag.start, (after or {}).get(lag.key, 0))
+        for s in range(start, st.high, step):
+            end = min(s + step, st.high)
+            specs.append(BatchSpec(source_stream, replica_stream, lag.topic, st.partition, s, end,
+                                   size=(end - s) * average))
+    return specs
+
+
 def plan_batches(
     source: MessageStore,
     source_stream: UUID,
@@ -151,18 +224,11 @@ def plan_batches(
     max_messages: int = MAX_MESSAGES,
     max_bytes: int = MAX_BYTES,
 ) -> list[BatchSpec]:
-    """Batches from each replica partition's end to the source's high watermark, bounded by
-    message count and (from the partition's average message size) bytes. [] when caught up.
-    `topics` maps each topic of the source stream to its origin stream."""
-    specs = []
-    for topic, st, start in _backlog(source, source_stream, replica, replica_stream, topics):
-        step = _batch_size(st, max_messages, max_bytes)
-        average = st.bytes // st.messages if st.messages else 0
-        for s in range(start, st.high, step):
-            end = min(s + step, st.high)
-            specs.append(BatchSpec(source_stream, replica_stream, topic, st.partition, s, end,
-                                   size=(end - s) * average))
-    return specs
+    """Batches from each replica partition's end to the source's high watermark. [] when
+    caught up. `topics` maps each topic of the source stream to its origin stream."""
+    lagging = backlog(source, source_stream, replica, replica_stream, topics)
+    return cut_batches(source_stream, replica_stream, lagging, max_messages=max_messages,
+                       max_bytes=max_bytes)
 
 
 def pending(
@@ -241,6 +307,15 @@ def apply_batch(
     how many messages were new. Idempotent: the replica trims what it already holds, whoever
     brought it. A batch starting past the replica's end raises Misordered (its `expected` is
     where the sender re-plans from)."""
+    # Between two stores that can pipe rows to each other (PostgreSQL to PostgreSQL), the
+    # rows go from the source's COPY TO into the replica's COPY FROM, never becoming Python
+    # objects (DESIGN.md: no per-row Python loops on bulk paths); same lock and trim rule.
+    pipe = getattr(replica, "apply_from", None)
+    if pipe is not None:
+        applied = pipe(source, spec.source, spec.replica, spec.topic, spec.partition, spec.start,
+                       spec.end, link=link)
+        if applied is not None:
+            return applied.count
     messages, low = _read_batch(source, spec, max_bytes)
     if not messages:
         return 0

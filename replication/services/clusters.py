@@ -78,9 +78,11 @@ def cluster_gateway_set(*, actor: AbstractBaseUser, dstcluster: str, gateways: s
     names = parse_gateways(gateways)
     cluster.gateways.exclude(name__in=names).delete()
     kept = set(cluster.gateways.values_list("name", flat=True))
-    Gateway.objects.bulk_create(
-        Gateway(cluster=cluster, name=name, address=name) for name in names if name not in kept
-    )
+    # One create per gateway (at most MAX_GATEWAYS), not bulk_create: the audit trail
+    # (operations/audit.py) records each through the model signals.
+    for name in names:
+        if name not in kept:
+            Gateway.objects.create(cluster=cluster, name=name, address=name)
     return cluster
 
 

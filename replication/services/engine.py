@@ -8,6 +8,7 @@ operators' eyes only, never a check.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,10 +18,14 @@ import structlog
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from replication.engine.replicator import BatchSpec, apply_batch
-from replication.models import Cluster, Gateway, ReplicaLink, Topic
+from replication.engine.store import Misordered
+from replication.events import publish_after_commit
+from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)
@@ -37,6 +42,10 @@ class MovingLink:
     replica_cluster: Cluster
     topics: dict[str, UUID]  # the source's topics (name -> origin) that go to this replica
     throttle: bool = False  # `-throttle true`: the replicator limits its rate
+    # Stream ids and their tenants, for the events the replicator publishes about the link.
+    source_id: int = 0
+    replica_id: int = 0
+    tenants: frozenset[int] = frozenset()
 
     def spec(self, topic: str, partition: int, start: int, end: int) -> BatchSpec:
         return BatchSpec(self.source, self.replica, topic, partition, start, end)
@@ -47,7 +56,7 @@ def links_moving(
 ) -> list[MovingLink]:
     """The moving links out of the given source streams (by UUID) or with the given ids;
     every moving link when both are None. Two queries, whatever the number of links."""
-    links = ReplicaLink.objects.agreed().filter(paused=False)
+    links = ReplicaLink.objects.moving()
     if sources is not None or ids is not None:
         links = links.filter(source__uuid__in=list(sources or ())) | links.filter(
             pk__in=list(ids or ())
@@ -57,13 +66,14 @@ def links_moving(
     return [
         MovingLink(link.pk, link.source.uuid, link.source.cluster, link.replica.uuid,
                    link.replica.cluster, carried_topics(link.replica.uuid, topics[link.source_id]),
-                   link.throttle)
+                   link.throttle, link.source_id, link.replica_id,
+                   frozenset({link.source.tenant_id, link.replica.tenant_id}))
         for link in links
     ]
 
 
 def link_ids_moving() -> set[int]:
-    return set(ReplicaLink.objects.agreed().filter(paused=False).values_list("pk", flat=True))
+    return set(ReplicaLink.objects.moving().values_list("pk", flat=True))
 
 
 def _topics_by_stream(stream_ids: set[int]) -> dict[int, dict[str, UUID]]:
@@ -81,19 +91,33 @@ def carried_topics(replica: UUID, topics: dict[str, UUID]) -> dict[str, UUID]:
     return {name: origin for name, origin in topics.items() if origin != replica}
 
 
+# Waits before a batch that arrived ahead of its partition's previous one is refused: with
+# several batches of a partition in flight, the previous one is usually being applied by
+# another thread at that moment, and waiting a few ms beats a refusal and a resend.
+MISORDER_WAITS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+
+
 def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int) -> int:
     """A gateway's work: copy [start, end) of the source partition to the replica and advance
     the replica's cursor in one transaction of the replica's store. No produceperm check:
     gateways publish to replicas with implicit authority (DESIGN.md invariant 6). A link that
     lost its agreement or was paused since the batch was cut applies nothing, so pause stops
     at a batch boundary. Returns the messages newly applied (0 for a redelivered batch)."""
-    link = (ReplicaLink.objects.agreed().filter(pk=link_id, paused=False)
+    link = (ReplicaLink.objects.moving().filter(pk=link_id)
             .select_related("source__cluster", "replica__cluster").first())
     if link is None:
         return 0
     spec = BatchSpec(link.source.uuid, link.replica.uuid, topic, partition, start, end)
-    applied = apply_batch(store_for(link.source.cluster), store_for(link.replica.cluster), spec,
-                          link=str(link.pk), max_bytes=settings.REPLICATION_BATCH_BYTES)
+    source, replica = store_for(link.source.cluster), store_for(link.replica.cluster)
+    for wait in (*MISORDER_WAITS, None):
+        try:
+            applied = apply_batch(source, replica, spec, link=str(link.pk),
+                                  max_bytes=settings.REPLICATION_BATCH_BYTES)
+            break
+        except Misordered:
+            if wait is None:
+                raise  # the previous batch is lost, not late: the replicator re-plans
+            time.sleep(wait)
     if applied:
         stream_wake(stream=link.replica.uuid)  # the replica's own replicas move on (chains)
     return applied
@@ -147,6 +171,57 @@ def link_is_stalled(link: ReplicaLink, messages_pending: int) -> bool:
         return False
     since = link.last_progress or link.created
     return timezone.now() - since > timedelta(seconds=settings.REPLICATION_STALL_SECONDS)
+
+
+def link_lag_publish(*, link: MovingLink, messages: int, nbytes: int, lag_ms: int,
+                     stalled: bool) -> None:
+    """Replica progress for the browser ("replica.lag"), to the tenants of both ends. The
+    replicator runs outside any transaction, so this is sent at once."""
+    publish_after_commit(tenant_ids=link.tenants, event="replica.lag", payload={
+        "link": link.id, "source": link.source_id, "replica": link.replica_id,
+        "messagesPending": messages, "bytesPending": nbytes, "timeLagMs": lag_ms,
+        "stalled": stalled})
+
+
+def link_catchup_request(*, link_id: int) -> bool:
+    """Hands a link with a large backlog to the bulk catch-up job: True when a job runs or was
+    just submitted for it (the replicator then leaves the link alone for a while)."""
+    try:
+        from replication.services.jobs import catchup_request
+    except ImportError:  # the catch-up job is not built yet: the replicator copies as usual
+        return False
+    return bool(catchup_request(link_id=link_id))
+
+
+# --- wake-ups ----------------------------------------------------------------------------------
+
+# A wake-up of a source stream whose links changed carries this prefix, so the replicator
+# re-reads the stream's links at once rather than trusting its cache (a produce's wake-up only
+# says there is new data).
+LINKS_CHANGED = "links:"
+
+
+@receiver([post_save, post_delete], sender=ReplicaLink)
+@receiver([post_save, post_delete], sender=Upstream)
+def _link_changed(sender: type, instance: ReplicaLink | Upstream, **kwargs: object) -> None:
+    # Signals rather than a call in each service: every path that adds, pauses, resumes,
+    # edits or removes a link or an upstream saves or deletes one of these rows.
+    _links_changed(instance.source_id)
+
+
+@receiver(post_save, sender=Topic)
+def _topic_changed(sender: type, instance: Topic, created: bool, **kwargs: object) -> None:
+    if created:
+        _links_changed(instance.stream_id)  # the stream's links carry one more topic
+
+
+def _links_changed(stream_id: int) -> None:
+    def wake() -> None:
+        found = Stream.objects.filter(pk=stream_id).values_list("uuid", flat=True).first()
+        if found is not None:  # else deleted: the replicator's watch drops its links
+            _wake([f"{LINKS_CHANGED}{found}"])
+
+    transaction.on_commit(wake)
 
 
 def stream_wake(*, stream: UUID) -> None:

@@ -9,6 +9,8 @@ from typing import TypeVar
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
+from operations.alarms import retention_check
+from operations.counters import count_consumed, count_produced
 from replication.engine.store import (
     Message,
     OffsetOutOfRange,
@@ -20,6 +22,7 @@ from replication.errors import InvalidInput, NotFound
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
+from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
 from replication.stores import store_for
 
@@ -81,7 +84,8 @@ def messages_produce(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, records: Sequence[Record],
     producer: str | None = None,
 ) -> list[tuple[int, int]]:
-    """Append a batch in one transaction; (partition, offset) per record, in order."""
+    """Append a batch in one transaction; (partition, offset) per record, in order. Returns
+    once the stream's synchronous replicas hold the batch too (replication/services/sync.py)."""
     stream.require(actor, "produceperm", action="produce")
     target = _producible_topic(stream, topic)
     _check_records(records, target)
@@ -91,6 +95,8 @@ def messages_produce(
         log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
     ))
     stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
+    replicas_await(stream=stream, topic=target.name, offsets=offsets)
+    count_produced(stream=stream.uuid, records=records)  # /metrics (operations/counters.py)
     return offsets
 
 
@@ -126,6 +132,7 @@ def messages_consume(
             raise InvalidInput(f"offset {offset} is out of range for {target} partition "
                                f"{partition}: {err}", field="offset") from err
         if messages or time.monotonic() >= deadline:
+            count_consumed(stream=stream.uuid, messages=messages)
             return messages
         time.sleep(0.02)
 
@@ -171,6 +178,8 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
         return 0  # ttl 0 keeps messages forever (MapR's rule)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     store, deleted = store_for(stream.cluster), 0
+    # Alarm on replicas that have not received what is about to go (operations/alarms.py).
+    retention_check(stream=stream, before_ms=now_ms - stream.ttl * 1000)
     while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
         deleted += count
     return deleted

@@ -8,12 +8,15 @@ from django.db import transaction
 
 from replication.errors import AlreadyExists, Conflict, InvalidInput, NotFound, NotSupported
 from replication.events import publish_link_event
-from replication.models import Compression, ReplicaLink, ReplicaState, Stream
+from replication.models import Compression, ReplicaLink, Stream
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
 from replication.services.engine import stream_wake
+from replication.services.jobs import autosetup_copy
 from replication.services.streams import stream_create
+from replication.services.sync import link_sync_configured
 from replication.services.upstreams import upstream_add
+from replication.services.wire import check_wire_options
 
 LINK_OPTIONS = ("throttle", "synchronous", "networkcompression", "networkencryption")
 
@@ -26,20 +29,20 @@ def _link(source: Stream, replica: Stream) -> ReplicaLink:
     return link
 
 
-def _clean_options(options: dict[str, Any]) -> dict[str, Any]:
+def _clean_options(options: dict[str, Any], *, source: Stream,
+                   replica: Stream) -> dict[str, Any]:
+    """The given link options, each one the link can honour (DESIGN.md invariant 8);
+    `-synchronous` is honoured by replication/services/sync.py."""
     unknown = set(options) - set(LINK_OPTIONS)
     if unknown:
         raise TypeError(f"unexpected replica options: {sorted(unknown)}")
-    if options.get("synchronous"):
-        raise NotSupported(
-            "-synchronous true is not supported: streamgate replicates asynchronously, so a "
-            "producer is acknowledged once the source stream stores its messages, not once the "
-            "replicas do; leave -synchronous false", field="synchronous")
     compression = options.get("networkcompression")
     if compression is not None and compression not in Compression.values:
         raise InvalidInput(f"-networkcompression {compression!r} is not one of "
                            f"{', '.join(Compression.values)}", field="networkcompression")
-    return {k: v for k, v in options.items() if v is not None}
+    values = {k: v for k, v in options.items() if v is not None}
+    check_wire_options(values, source=source, replica=replica)
+    return values
 
 
 @transaction.atomic
@@ -51,7 +54,7 @@ def replica_add(
     source.require(actor, "adminperm", action="add a replica")
     if source.pk == replica.pk:
         raise InvalidInput(f"{source.path} cannot be a replica of itself", field="replica")
-    values = _clean_options(options)
+    values = _clean_options(options, source=source, replica=replica)
     topology_lock()
     Stream.objects.select_for_update().get(pk=source.pk)
     if ReplicaLink.objects.filter(source=source, replica=replica).exists():
@@ -64,10 +67,12 @@ def replica_add(
         raise Conflict(f"{replica.path} already receives from "
                        f"{settings.MAX_UPSTREAMS_PER_REPLICA} sources, the limit")
     check_origins([source.id, replica.id], extra_edges=[(source.id, replica.id)])
-    values.setdefault("networkcompression", source.compression)
+    # Not the stream's compression, as MapR defaults to: the wire here never compresses.
+    values.setdefault("networkcompression", Compression.OFF)
     link = ReplicaLink.objects.create(
         source=source, replica=replica, idx=idx, paused=paused, created_by=actor, **values
     )
+    link_sync_configured(link=link)
     propagate_topics([source.id])
     publish_link_event("replica.added", source, replica)
     if not paused:
@@ -87,13 +92,14 @@ def replica_edit(
             "-newreplica follows a renamed replica, and streamgate streams are never renamed: "
             "remove this replica and add the other stream instead", field="newreplica"
         )
-    values = _clean_options(options)
+    values = _clean_options(options, source=source, replica=replica)
     if not values:
         raise InvalidInput("nothing to change: give -throttle, -synchronous, "
                            "-networkcompression or -networkencryption")
     for key, value in values.items():
         setattr(link, key, value)
-    link.save()
+    link.save(update_fields=list(values))  # not `mode`, which producers and gateways switch
+    link_sync_configured(link=link)
     stream_wake(stream=source.uuid)  # the replicator re-plans the link with its new options
     return link
 
@@ -142,21 +148,12 @@ def replica_autosetup(
     created = stream_create(actor=actor, path=path, tenant=tenant, copymetafrom=source.path)
     link = replica_add(actor=actor, source=source, replica=created, paused=True, **options)
     upstream_add(actor=actor, replica=created, source=source)
-    copy_stream_for_setup(source=source, replica=created)
     if multimaster:
         replica_add(actor=actor, source=created, replica=source, **options)
         upstream_add(actor=actor, replica=source, source=created)
     link.paused = False
-    link.state = ReplicaState.REPLICATING
-    link.save(update_fields=["paused", "state"])
+    link.save(update_fields=["paused"])
+    # Step 4, the copy, runs as a Spark job once this commits; the link replicates when the
+    # job ends (replica list shows COPY_IN_PROGRESS and its percentage meanwhile).
+    autosetup_copy(actor=actor, link=link)
     return link
-
-
-def copy_stream_for_setup(*, source: Stream, replica: Stream) -> None:
-    """Autosetup step 4. The bulk copy runs as a Spark job, which is not built yet."""
-    raise NotSupported(
-        "autosetup's copy step (copying the source's messages into the replica) needs the "
-        "copystream job, which this version does not have yet; set the replica up by hand "
-        "instead: stream create -copymetafrom, replica add -paused true, upstream add, "
-        "replica resume"
-    )

@@ -18,6 +18,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from operations.alarms import alarms_evaluate
+from operations.models import Alarm, AuditEvent
 from portal.accounts.models import Membership, Role, Tenant
 from portal.api.viewsets import TenantScopedViewSet
 from replication import services
@@ -30,7 +32,9 @@ from replication.models import (
     Topic,
     Upstream,
 )
+from replication.services.jobs import diffstreams_start
 from tests.factories import GatewayFactory, MembershipFactory, StreamFactory, UserFactory
+from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -69,9 +73,14 @@ def world(owner, member, outsider, operator, activity, activity_ny, pair) -> dic
     services.replica_add(actor=owner, source=activity_ny, replica=activity)
     services.upstream_add(actor=owner, replica=activity, source=activity_ny)
     GatewayFactory(cluster=activity_ny.cluster, name="gw1")
+    alarms_evaluate()  # no live gateway where the replicas are: acme sees the alarms
+    acme = owner.memberships.get().tenant
     return {"owner": owner, "member": member, "outsider": outsider, "operator": operator,
-            "activity": activity, "activity_ny": activity_ny,
-            "acme": owner.memberships.get().tenant}
+            "activity": activity, "activity_ny": activity_ny, "acme": acme,
+            "alarm": Alarm.objects.restrict(owner).open().first(),
+            "event": AuditEvent.objects.filter(tenant=acme).first(),
+            "job": diffstreams_start(actor=owner, source_path=activity.path,
+                                     destination_path=activity_ny.path)}
 
 
 # --- the URL conf: every route is scoped ---------------------------------------------------
@@ -105,7 +114,8 @@ def api_routes() -> Iterator[tuple[str, URLPattern, list[str]]]:
 def _route_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     # One acme object per URL keyword; with the multi-master pair each nested uuid hits a row.
     values = {"stream_uuid": world["activity"].uuid, "uuid": world["activity_ny"].uuid,
-              "name": TOPIC, "pk": world["acme"].pk}
+              "name": TOPIC, "pk": world["acme"].pk, "alarm_id": world["alarm"].pk,
+              "event_id": world["event"].pk, "job_id": world["job"].pk}
     names = list(pattern.pattern.converters)
     missing = [n for n in names if n not in values]
     assert not missing, f"{pattern.name}: add a value for {missing} to _route_kwargs"
@@ -120,7 +130,8 @@ def _detail_routes() -> list[tuple[str, URLPattern, list[str]]]:
 def test_the_route_enumeration_finds_every_resource():
     names = {name for name, _, _ in api_routes()}
     assert {"stream-detail", "stream-topic-detail", "stream-replica-pause",
-            "stream-upstream-detail", "tenant-detail", "replica-list"} <= names
+            "stream-upstream-detail", "tenant-detail", "replica-list", "alarm-detail",
+            "audit-detail", "job-detail"} <= names
 
 
 def test_every_detail_route_answers_404_to_an_outsider(api, world):
@@ -548,8 +559,10 @@ def test_replica_list_uses_maprs_field_names(api, owner, activity, activity_ny, 
         "sourcePath": activity.path, "replicaPath": activity_ny.path,
         "replicaState": "REPLICA_STATE_REPLICATING", "paused": False, "throttle": False,
         "idx": 1, "networkencryption": False, "synchronous": False,
-        "networkcompression": "lz4", "isUptodate": True, "uuid": str(activity_ny.uuid),
-        "errors": []}]
+        "networkcompression": "off", "isUptodate": True, "messagesPending": 0,
+        "bytesPending": 0, "minPendingTS": 0, "maxPendingTS": 0, "timeLag": 0.0,
+        "stalled": False, "copyTableCompletionPercentage": 100, "mode": "async",
+        "modeSince": None, "modeReason": "", "uuid": str(activity_ny.uuid), "errors": []}]
 
 
 def test_pause_and_resume_a_replica(api, owner, activity, activity_ny, pair):
@@ -595,16 +608,15 @@ def test_member_without_adminperm_may_not_change_replicas(api, owner, member, ac
     assert snapshot() == before
 
 
-def test_autosetup_is_refused_until_copystream_exists_and_creates_nothing(api, owner,
-                                                                          activity, newyork):
-    before = snapshot()
+def test_autosetup_answers_with_the_link_copying_and_its_job(api, owner, activity, newyork):
     response = api(owner).post(url("stream-replica-autosetup", stream_uuid=activity.uuid),
                                {"replica": "/mapr/newyork/activity", "multimaster": True},
                                format="json")
-    assert response.status_code == 501
-    assert response.json()["code"] == "not_supported"
-    assert "copystream" in response.json()["detail"]
-    assert snapshot() == before
+    assert response.status_code == 201, response.json()
+    assert response.json()["replicaState"] == ReplicaState.COPY_IN_PROGRESS
+    job = Job.objects.get()
+    assert (job.kind, job.destination_path) == ("copystream", "/mapr/newyork/activity")
+    assert api(owner).get(f"/api/v1/jobs/{job.pk}/").json()["state"] == "QUEUED"
 
 
 def test_replicas_inbox_lists_links_waiting_for_upstream(api, owner, activity, activity_ny,

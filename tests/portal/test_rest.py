@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
@@ -17,6 +18,7 @@ from rest_framework.test import APIClient
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, Stream, Topic, Upstream
 from tests.factories import GatewayFactory, StreamFactory, TopicFactory
+from workers.presence import presence
 
 PASSWORD = "correct horse battery staple"  # tests.factories.UserFactory's
 TIMEOFDAY = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT[+-]\d{4} (AM|PM)$")
@@ -226,6 +228,7 @@ def test_replica_list_shows_mapr_fields(api, world):
         "networkencryption", "synchronous", "networkcompression", "isUptodate", "minPendingTS",
         "maxPendingTS", "bytesPending", "messagesPending", "uuid",
         "copyTableCompletionPercentage", "errors", "waitingForUpstream", "timeLag", "stalled",
+        "mode", "modeSince", "modeReason",
     ]
     row = rows[0]
     assert (row["cluster"], row["stream"], row["replicaPath"]) == (
@@ -233,7 +236,8 @@ def test_replica_list_shows_mapr_fields(api, world):
     assert (row["type"], row["replicaState"], row["paused"]) == (
         "MapRStream", ReplicaState.REPLICATING, True)
     assert (row["idx"], row["uuid"], row["errors"]) == (1, str(world.ny.uuid), [])
-    assert row["waitingForUpstream"] is False and row["networkcompression"] == "lz4"
+    assert row["waitingForUpstream"] is False and row["networkcompression"] == "off"
+    assert (row["synchronous"], row["mode"], row["modeSince"]) == (False, "async", None)
 
 
 def test_replica_list_reports_waiting_for_upstream_and_errors(api, world):
@@ -260,15 +264,15 @@ def test_replica_add_edit_pause_resume_remove(api, world):
     client = api(world.users["alice"])
     args = {"path": world.activity.path, "replica": world.spare.path}
     ok(call(client, "stream/replica/add", **args, paused="yes", throttle="TRUE",
-            networkcompression="zlib", synchronous="0", networkencryption="true"))
+            networkcompression="off", synchronous="1", networkencryption="false"))
     link = ReplicaLink.objects.get(replica=world.spare)
     assert (link.paused, link.throttle, link.synchronous, link.networkencryption) == (
-        True, True, False, True)
-    assert link.networkcompression == "zlib" and link.idx == 2
-    ok(call(client, "stream/replica/edit", **args, throttle="no", networkcompression="off"))
+        True, True, True, False)
+    assert link.networkcompression == "off" and link.idx == 2
+    ok(call(client, "stream/replica/edit", **args, throttle="no", synchronous="no"))
     ok(call(client, "stream/replica/resume", **args))
     link.refresh_from_db()
-    assert (link.throttle, link.networkcompression, link.paused) == (False, "off", False)
+    assert (link.throttle, link.synchronous, link.paused) == (False, False, False)
     ok(call(client, "stream/replica/pause", **args))
     assert ReplicaLink.objects.get(replica=world.spare).paused is True
     ok(call(client, "stream/replica/remove", **args))
@@ -302,17 +306,25 @@ def test_cluster_create_and_list(api, world, tmp_path):
     assert mallory["newyork"]["streams"] == 0
 
 
-def test_cluster_gateway_set_get_list_resolve_delete(api, world):
+def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):
     ops = api(world.users["ops"])
     ok(call(ops, "cluster/gateway/set", "post", dstcluster="newyork", gateways="gw1 gw2:7660"))
-    Gateway.objects.filter(name="gw1").update(last_heartbeat=timezone.now())
+    Gateway.objects.filter(name="gw1").update(last_heartbeat=timezone.now(), batches_applied=3,
+                                               messages_applied=300, errors=1)
+    settings.STREAMGATE_NAMESPACE = f"sgt-{uuid.uuid4().hex[:10]}:"  # presence of our own
+    presence().beat(("newyork", "gw1"), 30.0)
     client = api(world.users["alice"])
     assert ok(call(client, "cluster/gateway/list")) == [
         {"cluster": "newyork", "gatewayConfig": "gw1 gw2:7660"}]
     rows = ok(call(client, "cluster/gateway/get", dstcluster="newyork"))
+    presence().forget(("newyork", "gw1"))
     assert [(r["gateway"], r["status"]) for r in rows] == [("gw1", "UP"), ("gw2:7660", "UNKNOWN")]
     assert list(rows[0]) == ["cluster", "gateway", "address", "enabled", "status",
-                             "lastHeartbeat"]
+                             "lastHeartbeat", "heartbeatAge", "batchesApplied",
+                             "messagesApplied", "errors"]
+    assert (rows[0]["batchesApplied"], rows[0]["messagesApplied"], rows[0]["errors"]) == (
+        3, 300, 1)
+    assert 0 <= rows[0]["heartbeatAge"] < 60 and rows[1]["heartbeatAge"] is None
     assert ok(call(client, "cluster/gateway/resolve", dstcluster="newyork")) == [
         {"cluster": "newyork", "gateways": "gw1"}]
     ok(call(ops, "cluster/gateway/delete", "post", dstcluster="newyork"))
@@ -393,15 +405,20 @@ BAD_INPUTS = [
     ("newreplica", "alice", "stream/replica/edit",
      {"path": SF, "replica": NY, "newreplica": "/mapr/newyork/renamed"}, 501,
      "-newreplica follows a renamed replica"),
-    ("synchronous", "alice", "stream/replica/edit",
-     {"path": SF, "replica": NY, "synchronous": "true"}, 501,
-     "-synchronous true is not supported: streamgate replicates asynchronously"),
+    ("networkcompression", "alice", "stream/replica/edit",
+     {"path": SF, "replica": NY, "networkcompression": "lz4"}, 501,
+     "-networkcompression lz4 is not supported: gateways read the source cluster's message "
+     "store over a PostgreSQL connection, and PostgreSQL's protocol does not compress"),
+    ("networkencryption", "alice", "stream/replica/add",
+     {"path": SF, "replica": SPARE, "networkencryption": "true"}, 501,
+     "-networkencryption true needs TLS on every connection the messages cross, and the "
+     "message store of cluster newyork and sanfrancisco does not require it"),
     ("unknown-upstream", "alice", "stream/upstream/remove", {"path": NY, "upstream": SPARE},
      404, "/mapr/newyork/spare is not an upstream of /mapr/newyork/activity"),
     ("duplicate-upstream", "alice", "stream/upstream/add", {"path": NY, "upstream": SF}, 409,
      "is already an upstream of"),
-    ("autosetup-copy-step", "alice", "stream/replica/autosetup",
-     {"path": SF, "replica": "/mapr/newyork/auto"}, 501, "autosetup's copy step"),
+    ("autosetup-existing-replica", "alice", "stream/replica/autosetup",
+     {"path": SF, "replica": NY}, 409, "autosetup creates the replica itself"),
     ("ischangelog", "alice", "stream/create",
      {"path": "/mapr/sanfrancisco/x", "ischangelog": "true"}, 501,
      "-ischangelog true: change-data-capture (changelog) streams are not supported"),
@@ -481,7 +498,7 @@ def test_65th_replica_is_refused(api, owner, activity, newyork):
         StreamFactory.build(cluster=newyork, name=f"r{n}", created_by=owner) for n in range(64)
     )
     ReplicaLink.objects.bulk_create(
-        ReplicaLink(source=activity, replica=replica, idx=n + 1, networkcompression="lz4")
+        ReplicaLink(source=activity, replica=replica, idx=n + 1, networkcompression="off")
         for n, replica in enumerate(replicas)
     )
     extra = StreamFactory(cluster=newyork, name="extra", created_by=owner)

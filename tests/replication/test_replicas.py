@@ -10,7 +10,7 @@ from replication.errors import (
     NotSupported,
     PermissionDenied,
 )
-from replication.models import ReplicaLink, ReplicaState, Stream, Topic, Upstream
+from replication.models import ReplicaLink, ReplicaState, Stream, SyncMode, Topic, Upstream
 from replication.services import (
     replica_add,
     replica_autosetup,
@@ -23,6 +23,7 @@ from replication.services import (
     upstream_remove,
 )
 from tests.factories import ClusterFactory, StreamFactory
+from workers.models import Job
 
 
 @pytest.fixture
@@ -93,8 +94,8 @@ def test_pause_and_resume_toggle_the_link(owner, link, activity, activity_ny):
 
 def test_edit_changes_options_and_refuses_newreplica(owner, link, activity, activity_ny):
     edited = replica_edit(actor=owner, source=activity, replica=activity_ny, throttle=True,
-                          networkcompression="zlib")
-    assert (edited.throttle, edited.networkcompression) == (True, "zlib")
+                          networkcompression="off")
+    assert (edited.throttle, edited.networkcompression) == (True, "off")
     with pytest.raises(NotSupported, match="newreplica"):
         replica_edit(actor=owner, source=activity, replica=activity_ny, newreplica="/mapr/x/y")
     with pytest.raises(InvalidInput, match="networkcompression"):
@@ -118,26 +119,57 @@ def test_changes_that_start_or_change_a_link_wake_the_source_after_commit(
     for step, wakes in zip(steps, (1, 1, 1, 0, 1), strict=True):
         with django_capture_on_commit_callbacks(execute=True):
             step()
-        assert woken == [str(source.uuid)] * wakes
+        # Link changes also send a marked wake-up (`links:<uuid>`) that refreshes the
+        # replicator's link cache; the plain one is what starts data moving.
+        assert [w for w in woken if not w.startswith("links:")] == [str(source.uuid)] * wakes
         woken.clear()
     with django_capture_on_commit_callbacks(execute=True):  # paused: nothing to move yet
         replica_add(actor=owner, source=replica, replica=source, paused=True)
-    assert woken == []
+    assert [w for w in woken if not w.startswith("links:")] == []
 
 
-def test_synchronous_replication_is_refused_with_the_reason(owner, link, activity,
-                                                           activity_ny):
-    with pytest.raises(NotSupported, match="replicates asynchronously"):
-        replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=True)
-    with pytest.raises(NotSupported, match="leave -synchronous false"):
-        replica_add(actor=owner, source=activity_ny, replica=activity, synchronous=True)
-    replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=False)
-    link.refresh_from_db()
-    assert link.synchronous is False
+def test_a_synchronous_replica_is_accepted_and_starts_asynchronous(owner, link, activity,
+                                                                   activity_ny):
+    # Paused and without its upstream, producers cannot wait for it: async until it qualifies
+    # (tests/replication/test_sync.py follows it to sync and back).
+    edited = replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=True)
+    assert (edited.synchronous, edited.mode) == (True, SyncMode.ASYNC)
+    reverse = replica_add(actor=owner, source=activity_ny, replica=activity, synchronous=True)
+    assert (reverse.synchronous, reverse.mode) == (True, SyncMode.ASYNC)
 
 
-def test_networkcompression_defaults_to_the_streams_compression(link, activity):
-    assert link.networkcompression == activity.compression
+def test_networkcompression_is_off_whatever_the_streams_compression(link, activity):
+    assert activity.compression == "lz4" and link.networkcompression == "off"
+
+
+@pytest.mark.parametrize("value", ["lz4", "lzf", "zlib"])
+def test_network_compression_is_refused_with_the_reason(owner, link, activity, activity_ny,
+                                                        value):
+    with pytest.raises(NotSupported, match="PostgreSQL's protocol does not compress; give "
+                                           "-networkcompression off"):
+        replica_edit(actor=owner, source=activity, replica=activity_ny, networkcompression=value)
+    with pytest.raises(NotSupported, match="does not compress"):
+        replica_add(actor=owner, source=activity_ny, replica=activity, networkcompression=value)
+
+
+def test_network_encryption_needs_tls_on_both_stores(owner, link, activity, activity_ny):
+    with pytest.raises(NotSupported, match="the message store of cluster newyork and "
+                                           "sanfrancisco does not require it: an operator adds "
+                                           "sslmode=verify-full"):
+        replica_edit(actor=owner, source=activity, replica=activity_ny, networkencryption=True)
+    activity.cluster.store_url = "postgresql://u@sf.example/store?sslmode=verify-full"
+    activity.cluster.save()
+    with pytest.raises(NotSupported, match="cluster newyork does not"):
+        replica_edit(actor=owner, source=activity, replica=activity_ny, networkencryption=True)
+    activity_ny.cluster.store_url = "postgresql://u@ny.example/store?sslmode=prefer"
+    activity_ny.cluster.save()  # prefer falls back to plaintext: not enough
+    with pytest.raises(NotSupported, match="cluster newyork does not"):
+        replica_edit(actor=owner, source=activity, replica=activity_ny, networkencryption=True)
+    activity_ny.cluster.store_url = "postgresql://u@ny.example/store?sslmode=require"
+    activity_ny.cluster.save()
+    edited = replica_edit(actor=owner, source=activity, replica=activity_ny,
+                          networkencryption=True)
+    assert edited.networkencryption is True
 
 
 def test_actions_on_an_unregistered_replica_are_not_found(owner, activity, activity_ny):
@@ -249,12 +281,27 @@ def test_autosetup_refuses_an_existing_replica(owner, activity, activity_ny):
         replica_autosetup(actor=owner, source=activity, replica=activity_ny.path)
 
 
-def test_autosetup_refuses_until_copystream_exists_and_leaves_nothing(owner, activity, newyork):
-    with pytest.raises(NotSupported, match="copy step"):
+def test_autosetup_sets_up_both_ways_and_hands_the_copy_to_a_job(owner, activity, newyork):
+    link = replica_autosetup(actor=owner, source=activity, replica="/mapr/newyork/activity",
+                             multimaster=True)
+    replica = Stream.objects.get(path="/mapr/newyork/activity")
+    link.refresh_from_db()
+    assert link.replica == replica and not link.paused
+    assert link.replica_state() == ReplicaState.COPY_IN_PROGRESS  # until the copy job ends
+    assert ReplicaLink.objects.filter(source=replica, replica=activity).exists()
+    assert Upstream.objects.filter(replica=activity, source=replica).exists()
+    job = Job.objects.get(link=link)
+    assert (job.kind, job.state, job.options) == (Job.Kind.COPYSTREAM, Job.State.QUEUED,
+                                                  {"autosetup": True})
+    assert not ReplicaLink.objects.moving().filter(pk=link.pk).exists()  # gateways wait
+
+
+def test_autosetup_failing_midway_leaves_nothing(owner, activity, newyork):
+    with pytest.raises((InvalidInput, NotSupported)):  # step 2 refuses, after step 1 ran
         replica_autosetup(actor=owner, source=activity, replica="/mapr/newyork/activity",
-                          multimaster=True)
+                          networkcompression="brotli")
     assert not Stream.objects.filter(path="/mapr/newyork/activity").exists()
-    assert not ReplicaLink.objects.exists() and not Upstream.objects.exists()
+    assert not ReplicaLink.objects.exists() and not Job.objects.exists()
 
 
 def test_autosetup_needs_adminperm_on_the_source(member, activity, newyork):

@@ -219,3 +219,34 @@ def test_produce_without_produceperm_fails_with_the_reason(live_server, alice, m
                         stdin="x\n")
     assert failed.returncode == 1
     assert "produceperm" in failed.stderr
+
+
+def test_synchronous_replicas_wire_options_and_gateway_counters(cli, clusters, owner,
+                                                                 operator, live_server):
+    from replication.models import Gateway
+
+    alice, ops = token_for(owner), token_for(operator)
+    cli(alice, f"stream create -path {SF}")
+    cli(alice, f"stream create -path {NY}")
+    cli(alice, f"stream replica add -path {SF} -replica {NY} -synchronous true")
+    [replica] = rows(cli(alice, f"stream replica list -path {SF} -json"))
+    # Configured synchronous; async until the upstream is declared and a gateway is live.
+    assert (replica["synchronous"], replica["mode"], replica["networkcompression"]) == (
+        True, "async", "off")
+    refused = streamgate(live_server.url, alice, f"stream replica edit -path {SF} -replica {NY} "
+                                                 "-networkcompression zlib")
+    assert refused.returncode != 0
+    assert "PostgreSQL's protocol does not compress; give -networkcompression off" in (
+        refused.stderr)
+    refused = streamgate(live_server.url, alice, f"stream replica edit -path {SF} -replica {NY} "
+                                                 "-networkencryption true")
+    assert refused.returncode != 0 and "sslmode=verify-full" in refused.stderr
+    cli(ops, "cluster gateway set -dstcluster newyork -gateways gw1")
+    Gateway.objects.filter(name="gw1").update(batches_applied=2, messages_applied=20, errors=1)
+    [gateway] = rows(cli(alice, "cluster gateway get -dstcluster newyork -json"))
+    assert (gateway["batchesApplied"], gateway["messagesApplied"], gateway["errors"]) == (
+        2, 20, 1)
+    assert (gateway["status"], gateway["lastHeartbeat"], gateway["heartbeatAge"]) == (
+        "UNKNOWN", None, None)
+    table = cli(alice, "cluster gateway get -dstcluster newyork").stdout
+    assert "batchesApplied" in table and "messagesApplied" in table

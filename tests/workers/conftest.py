@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from bench.chaos.command import forget_unacked
 from workers.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,14 +32,16 @@ def test_database_url() -> str:
 
 
 @pytest.fixture
-def celery_worker(transactional_db) -> Iterator[str]:
+def celery_worker(transactional_db, tmp_path) -> Iterator[str]:
     queue = f"sg-test-{uuid.uuid4().hex[:8]}"
+    # A file, not a pipe: Spark jobs write much to stderr, and an unread pipe stalls them.
+    log = (tmp_path / "celery-worker.log").open("ab")
     env = {**os.environ, "DATABASE_URL": test_database_url(), "CELERY_QUEUE": queue}
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue,
          "--pool", "solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
          "--loglevel", "WARNING"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     previous = app.conf.task_default_queue
     app.conf.task_default_queue = queue
@@ -51,6 +54,7 @@ def celery_worker(transactional_db) -> Iterator[str]:
             worker.wait(timeout=15)
         except subprocess.TimeoutExpired:
             worker.kill()
+        log.close()
 
 
 def wait_until(check, timeout: float = 30.0, every: float = 0.1) -> None:  # type: ignore[no-untyped-def]
@@ -134,7 +138,10 @@ def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
     finally:
         engine.close()
         client = redis.Redis.from_url(settings.REDIS_URL)
-        for pattern in (f"{namespace}*", f"_kombu.binding.{namespace}*"):
+        # Tasks a killed gateway had taken wait in kombu's shared `unacked` hash, which any
+        # worker on this Redis would put back on their queues: drop them with the keys.
+        forget_unacked(client, namespace)
+        for pattern in (f"{namespace}*", f"_kombu.binding*{namespace}*"):
             keys = list(client.scan_iter(pattern))
             if keys:
                 client.delete(*keys)

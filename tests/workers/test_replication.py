@@ -338,10 +338,10 @@ def test_an_apply_error_shows_in_replica_list_with_its_gateway(engine, owner, ne
     replicator = Replicator(presence())
     key = (link.pk, "clicks", 7)
     replicator.tickets["t1"] = key
-    replicator.inflight[key] = InFlight(link_spec(link, 7), ("newyork", "gw2"), "", 1e12)
+    replicator.inflight[key] = [InFlight(link_spec(link, 7), ("newyork", "gw2"), "", 1e12, "t1")]
     # A partition the source does not have: the gateway refuses the batch and says why.
     assert apply_batch_task(link.pk, "clicks", 7, 0, 10, gateway="newyork/gw2", ticket="t1") == 0
-    replicator._on_acks(wait_acks(1))
+    replicator._on_acks(wait_acks(1), 0.0)
     assert row_of(source, replica)["errors"] == [
         "StoreError: clicks:7 does not exist at the source (gateway gw2)"]
     assert link.pk in replicator.retry and not replicator.inflight  # retried later, not spun
@@ -507,3 +507,221 @@ def test_a_restarted_replica_database_loses_and_duplicates_nothing(engine, owner
     wait_until(caught_up, timeout=45, every=0.3)
     report = check(activity, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok and produce.sent == 4000, report.summary()
+
+
+# --- windows of batches in flight, cached links, lag events, the catch-up hand-off ------------
+
+
+def in_process_replicator(settings) -> Replicator:
+    """The replicator as an object of the test, stepped by hand, beside real gateways."""
+    settings.REPLICATION_BATCH_MESSAGES = 200
+    settings.REPLICATION_WINDOW = 4
+    return Replicator(presence())
+
+
+def step_until(replicator: Replicator, done, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out stepping the replicator"
+        replicator.step()
+
+
+def test_a_partition_keeps_a_window_of_consecutive_batches_at_one_gateway(gateways, owner, pair,
+                                                                          settings):
+    source, replica = pair
+    replicator = in_process_replicator(settings)
+    produce = Producer(owner, source)
+    produce(3000)
+    replicator.step()  # the first step sweeps: every partition's window fills at once
+    ends = highs(source)
+    for partition, high in ends.items():
+        flights = replicator.inflight[(pair_link().pk, "clicks", partition)]
+        starts = [(f.spec.start, f.spec.end) for f in flights]
+        assert starts == [(s, min(s + 200, high)) for s in range(0, 800, 200)][:len(starts)]
+        assert len(starts) == min(4, high // 200)  # full batches only while others fly
+        assert len({f.gateway for f in flights}) == 1
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    wait_replicated(produce, replica)
+
+
+def pair_link() -> ReplicaLink:
+    return ReplicaLink.objects.get()
+
+
+def test_a_gateway_killed_with_windows_in_flight_loses_nothing(gateways, owner, activity,
+                                                               activity_ny, clicks):
+    replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    produce = Producer(owner, activity)
+    for _ in range(15):
+        produce(600)  # 9,000 messages: 15 batches of 200 per partition on average
+    gateways.replicator()
+    wait_until(lambda: "replicator running" in gateways.log("replicator"), timeout=30)
+    replica_resume(actor=owner, source=activity, replica=activity_ny)
+    wait_until(lambda: replica_count(activity_ny) > 0, timeout=30, every=0.02)
+    gateways.stop("gw-newyork-gw1", kill=True)  # SIGKILL with several batches queued to it
+    assert replica_count(activity_ny) < 9000  # mid catch-up
+    wait_replicated(produce, activity_ny, timeout=45)
+
+
+def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused(owner, pair):
+    from replication.engine.store import Misordered
+    from replication.services.engine import batch_apply
+
+    source, replica = pair
+    link = pair_link()
+    produce = Producer(owner, source)
+    produce(300)
+    high = highs(source)[0]
+    half = high // 2
+    later: list[int] = []
+    ahead = threading.Thread(target=lambda: later.append(batch_apply(
+        link_id=link.pk, topic="clicks", partition=0, start=half, end=high)))
+    ahead.start()
+    time.sleep(0.01)
+    assert batch_apply(link_id=link.pk, topic="clicks", partition=0, start=0, end=half) == half
+    ahead.join()
+    assert later == [high - half]  # applied after waiting, not refused
+    produce(300)
+    beyond = highs(source)[0]
+    with pytest.raises(Misordered):  # its predecessor never comes: refused, the sender re-plans
+        batch_apply(link_id=link.pk, topic="clicks", partition=0, start=beyond - 1, end=beyond)
+    assert highs(replica)[0] == high
+
+
+def test_acknowledgements_plan_from_cached_links_and_link_changes_refresh_them(
+        gateways, owner, pair, settings, django_assert_num_queries):
+    source, replica = pair
+    replicator = in_process_replicator(settings)
+    produce = Producer(owner, source)
+    produce(300)
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    link = pair_link()
+    replicator.dirty_links.add(link.pk)  # as an acknowledgement does
+    replicator._gateways_read = replicator.clock()
+    with django_assert_num_queries(0):  # no control-database query to plan a cached link
+        replicator._plan(replicator.clock())
+    replica_pause(actor=owner, source=source, replica=replica)  # a marked wake-up
+    step_until(replicator, lambda: link.pk not in replicator.cache, timeout=5)
+    replica_resume(actor=owner, source=source, replica=replica)
+    step_until(replicator, lambda: link.pk in replicator.cache, timeout=5)
+
+
+class Events:
+    """A channel of the test's own on the Redis channel layer, joined to tenant groups."""
+
+    def __init__(self, settings, namespace: str) -> None:  # type: ignore[no-untyped-def]
+        from channels.layers import get_channel_layer
+
+        settings.CHANNEL_LAYERS = {"default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"{namespace}asgi"}}}
+        self.layer = get_channel_layer()
+        self.channel = f"sgtest-{uuid.uuid4().hex}"
+
+    def join(self, tenant_id: int) -> None:
+        from asgiref.sync import async_to_sync
+
+        from replication.events import tenant_group
+
+        async_to_sync(self.layer.group_add)(tenant_group(tenant_id), self.channel)
+
+    def drain(self) -> list[tuple[str, dict]]:
+        import asyncio
+
+        from asgiref.sync import async_to_sync
+
+        async def gather() -> list[tuple[str, dict]]:
+            got = []
+            while True:
+                try:
+                    message = await asyncio.wait_for(self.layer.receive(self.channel), 0.3)
+                except TimeoutError:
+                    return got
+                got.append((message["event"], message["payload"]))
+
+        return async_to_sync(gather)()
+
+
+def test_replica_lag_events_tell_both_tenants_once_a_second(gateways, owner, pair, settings):
+    source, replica = pair
+    events = Events(settings, gateways.namespace)
+    for tenant in {source.tenant_id, replica.tenant_id}:
+        events.join(tenant)
+    replicator = in_process_replicator(settings)
+    produce = Producer(owner, source)
+    produce(2000)
+    started = time.monotonic()
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    # Until the caught-up event is out.
+    step_until(replicator, lambda: not replicator.lag_events.lagging, timeout=5)
+    took = time.monotonic() - started
+    lags = [payload for event, payload in events.drain() if event == "replica.lag"]
+    link = pair_link()
+    assert lags[0]["messagesPending"] > 0 and lags[0]["bytesPending"] > 0
+    assert lags[0]["timeLagMs"] >= 0
+    assert lags[-1] == {"link": link.pk, "source": source.pk, "replica": replica.pk,
+                        "messagesPending": 0, "bytesPending": 0, "timeLagMs": 0,
+                        "stalled": False}
+    assert len(lags) <= took + 2  # at most about one a second
+
+
+def test_a_backlog_past_the_threshold_goes_to_the_catchup_job_when_it_takes_it(
+        gateways, owner, pair, settings, monkeypatch):
+    import sys
+    import types
+
+    source, replica = pair
+    settings.REPLICATION_CATCHUP_THRESHOLD = 100
+    monkeypatch.setitem(sys.modules, "replication.services.jobs", None)  # not built: disabled
+    replicator = in_process_replicator(settings)
+    produce = Producer(owner, source)
+    produce(600)
+    replicator.step()
+    assert replicator.inflight and not replicator.handed_off  # planned as usual
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    asked: list[int] = []
+    jobs = types.ModuleType("replication.services.jobs")
+    jobs.catchup_request = lambda *, link_id: asked.append(link_id) or True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "replication.services.jobs", jobs)
+    produce(600)
+    link = pair_link()
+    step_until(replicator, lambda: asked == [link.pk], timeout=5)
+    assert link.pk in replicator.handed_off and not replicator.inflight
+    replicator.dirty_links.add(link.pk)  # an acknowledgement alone does not plan it again
+    replicator._plan(replicator.clock())
+    assert asked == [link.pk]
+    produce(1)  # a wake-up of its source stream does
+    step_until(replicator, lambda: len(asked) == 2, timeout=5)
+    assert replica_count(replica) == 600
+
+
+def test_an_acknowledgement_restarts_the_timeout_of_the_batches_queued_behind_it(settings):
+    settings.REPLICATION_ACK_TIMEOUT = 10.0
+    replicator = Replicator(LocalPresence())
+    key = (1, "clicks", 0)
+    spec = BatchSpec(uuid.uuid4(), uuid.uuid4(), "clicks", 0, 0, 100)
+    gateway = ("newyork", "gw1")
+    replicator.inflight[key] = [InFlight(spec, gateway, "", 10.0, "a"),
+                                InFlight(spec, gateway, "", 10.0, "b")]
+    replicator.tickets.update(a=key, b=key)
+    replicator._on_acks([{"ticket": "a", "applied": 100}], 9.0)
+    (behind,) = replicator.inflight[key]
+    assert (behind.ticket, behind.deadline) == ("b", 19.0)  # a slow gateway is not a dead one
+    replicator._on_acks([{"ticket": "b", "error": "refused", "misordered": True}], 9.5)
+    assert not replicator.inflight and not replicator.tickets and 1 in replicator.dirty_links
+
+
+def test_a_topic_created_later_travels_down_a_chain_without_waiting_for_a_timer(gateways, owner,
+                                                                                newyork, pair):
+    source, middle = pair
+    archive = StreamFactory(cluster=newyork, name="archive", created_by=owner)
+    replica_add(actor=owner, source=middle, replica=archive)
+    upstream_add(actor=owner, replica=archive, source=middle)
+    start_replicator_without_timers(gateways)
+    topic_create(actor=owner, stream=source, name="views", partitions=2)
+    produce = Producer(owner, source, "views")
+    produce(200)
+    # The middle stream's topic comes by a bulk insert: its cached links are read again when
+    # the data wakes it, well before the 60 s sweep or the 5 s safety net.
+    wait_until(lambda: check(source, archive, ["views"]).ok, timeout=4, every=0.1)

@@ -59,7 +59,8 @@ def gateway_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 
 
 @command("cluster/gateway/get", ONE_TABLE, DSTCLUSTER,
-         summary="Show each gateway of a destination cluster and its status.")
+         summary="Show each gateway of a destination cluster: status, heartbeat and "
+         "what it applied.")
 def gateway_get(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.gateway_rows(cluster_by_name(opts["dstcluster"]))
 

@@ -18,11 +18,14 @@ REPLICA = StreamPath("replica", "the replica stream", required=True)
 LINK_OPTIONS = (
     Bool("throttle", "limit this replica's replication rate (settings "
          "STREAMGATE_THROTTLE_MESSAGES_PER_S and _BYTES_PER_S; default false)"),
-    Bool("synchronous", "not supported: replication is asynchronous, true is refused "
-         "(default false)"),
-    Choice("networkcompression", "on-wire compression (default: the stream's compression)",
+    Bool("synchronous", "acknowledge a produce only once this replica applied it; drops to "
+         "asynchronous by itself while it cannot keep up (settings STREAMGATE_SYNC_TIMEOUT_MS "
+         "and _LATENCY_MS) and returns when caught up (default false)"),
+    Choice("networkcompression", "on-wire compression: only off, as gateways read the source "
+           "store over PostgreSQL's protocol, which does not compress (default off)",
            choices=tuple(Compression.values)),
-    Bool("networkencryption", "encrypt on the wire (default false)"),
+    Bool("networkencryption", "require TLS on the connections to both clusters' stores: "
+         "accepted only when their store URLs set sslmode=require or verify-* (default false)"),
 )
 REPLICA_PATH = StreamPath("path", "the replica stream", required=True)
 UPSTREAM = StreamPath("upstream", "the source stream", required=True)

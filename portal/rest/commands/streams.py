@@ -1,4 +1,4 @@
-"""stream create|edit|delete|info|list, and copystream's refusal."""
+"""stream create|edit|delete|info|list."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
 from portal.rest.options import Ace, Bool, Choice, Int, Refused, Str, StreamPath
 from replication import reports, services
-from replication.errors import NotSupported
 from replication.models import PERMISSIONS, Compression, Stream, TimestampType
 from replication.services.clusters import cluster_by_name
 
@@ -81,19 +80,3 @@ def stream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     if opts["cluster"]:
         streams = streams.filter(cluster=cluster_by_name(opts["cluster"], field="cluster"))
     return reports.stream_rows(streams)
-
-
-@command(
-    "copystream",
-    Str("src", "the source stream", required=True),
-    Str("dst", "the destination stream", required=True),
-    Refused("mapreduce", accepts_false=True,
-            reason="MapReduce is not available: streamgate's bulk copies run as Spark jobs"),
-    Int("numthreads", "copy threads (default 16)"),
-    summary="Copy a stream's messages into another stream (not available yet).",
-)
-def copystream(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    raise NotSupported(
-        "copystream needs the bulk-copy job, which this version does not have yet; a replica "
-        "set up with 'stream replica add' and 'stream upstream add' receives new messages"
-    )

@@ -120,6 +120,35 @@ SELECT "offset", ts, key, value, headers, uuid_send(origin), producer,
     octet_length(value) + coalesce(octet_length(key), 0) + coalesce(octet_length(headers), 0)
 FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset"
 """
+# The pipe apply (PostgresStore.apply_from): the source partition's id, low and next offset,
+# and the origin of the first message a batch from %s would carry.
+SOURCE_RANGE = """
+SELECT p.id, p.low_offset, p.next_offset, (SELECT uuid_send(m.origin) FROM messages m
+    WHERE m.pid = p.id AND m."offset" = greatest(%s, p.low_offset))
+FROM partitions p WHERE p.stream = %s AND p.topic = %s AND p.partition = %s
+"""
+# Rows of a source partition as the replica's COPY FROM takes them: the replica's partition id
+# in place of the source's, every other column as stored (invariant 1).
+PIPE_OUT = """
+COPY (SELECT {rpid}::int4, "offset", ts, key, value, headers, origin, producer FROM messages
+    WHERE pid = {pid} AND "offset" >= {start} AND "offset" < {end} ORDER BY "offset")
+TO STDOUT (FORMAT BINARY)
+"""
+# The same within one database (intracluster replication): no rows leave the server.
+PIPE_LOCAL = """
+INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer)
+SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messages
+WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
+"""
+# The piped rows' logical bytes are counted where they landed (the replica's just-written,
+# cached pages) rather than parsed out of the binary stream in Python.
+ADVANCE_PIPED = """
+UPDATE partitions SET next_offset = greatest(next_offset, %(end)s), rows = rows + %(n)s,
+    bytes = bytes + (SELECT coalesce(sum(octet_length(value) + coalesce(octet_length(key), 0)
+        + coalesce(octet_length(headers), 0)), 0)
+        FROM messages WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s)
+WHERE id = %(pid)s
+"""
 EXPIRE_CUT = """
 SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
     SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s
@@ -130,6 +159,12 @@ WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" <
     RETURNING octet_length(value) + coalesce(octet_length(key), 0)
         + coalesce(octet_length(headers), 0) AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM d
+"""
+# diffstreams' repair cuts a partition back to `offset`; its low watermark follows when the
+# cut reaches below it.
+TRUNCATE = """
+UPDATE partitions SET next_offset = %(off)s, low_offset = least(low_offset, %(off)s),
+    rows = rows - %(n)s, bytes = bytes - %(b)s WHERE id = %(id)s
 """
 # Rough on-disk bytes of a row beyond its payload (tuple header, fixed columns, line pointer,
 # index entry): weighs streams of small messages fairly when apportioning physicalsize.

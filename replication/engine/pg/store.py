@@ -24,6 +24,7 @@ from replication.engine.batches import (
 )
 from replication.engine.pg.schema import (
     ADVANCE,
+    ADVANCE_PIPED,
     COPY_IN,
     COPY_TYPES,
     EXPIRE_CUT,
@@ -31,20 +32,27 @@ from replication.engine.pg.schema import (
     LINK_CURSORS,
     LOCK,
     MERGE_CURSORS,
+    PIPE_LOCAL,
+    PIPE_OUT,
     READ,
     RESERVE,
     ROW_OVERHEAD,
     SCHEMA,
     SCHEMA_LOCK,
+    SOURCE_RANGE,
     START,
+    TRUNCATE,
     configure_connection,
 )
+from replication.engine.replicator import ReturnToOrigin
 from replication.engine.store import (
     PARTITION_STATS,
     Applied,
     CursorKey,
     Key,
     Message,
+    MessageStore,
+    Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
     PartitionStats,
@@ -59,6 +67,20 @@ from replication.engine.store import (
 
 class _TopicChanged(Exception):
     """The topic's partitions changed since this store listed them."""
+
+
+class _Overtaken(Exception):
+    """Retention removed rows of the source range while they were being piped."""
+
+
+def _source_range(
+    conn: psycopg.Connection, stream: UUID, topic: str, partition: int, start: int
+) -> tuple:
+    """(partition id, low, next offset, origin bytes of the message at max(start, low))."""
+    row = conn.execute(SOURCE_RANGE, (start, stream, topic, partition)).fetchone()
+    if row is None:
+        raise StoreError(f"{topic}:{partition} does not exist at the source")
+    return row
 
 
 @contextlib.contextmanager
@@ -262,6 +284,92 @@ class PostgresStore:
             cur.execute(LINK_CURSORS, (link, list(delivered), list(delivered.values())))
         return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()})
 
+    def apply_from(
+        self,
+        source: MessageStore,
+        source_stream: UUID,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        *,
+        link: str,
+    ) -> Applied | None:
+        """`apply` of the source partition's [start, end), piped as binary COPY from the source
+        database into this one: the same partition lock, trim and refusal as `apply`, without
+        a Python object per row. None when the source is not a PostgresStore."""
+        if not isinstance(source, PostgresStore):
+            return None
+        for _ in range(3):
+            # Within one store the rows are copied by the server, on the replica's connection
+            # (holding a second connection of the same pool could exhaust it).
+            with (contextlib.nullcontext() if source is self
+                  else source._pool.connection()) as src:
+                row = (_source_range(src, source_stream, topic, partition, start) if src
+                       else self._source_range(source_stream, topic, partition, start))
+                if row[3] is not None and UUID(bytes=row[3]) == stream:
+                    raise ReturnToOrigin(
+                        f"{topic}:{partition}: its messages originate in stream {stream}, and "
+                        "a message is never replicated back to its origin")
+                try:
+                    return self._apply_piped(src, row[:3], stream, (topic, partition), start,
+                                             end, link)
+                except _Overtaken:
+                    continue  # retention moved the source's low watermark: look again
+        raise StoreError(f"{topic}:{partition}: retention kept overtaking the batch")
+
+    def _source_range(self, stream: UUID, topic: str, partition: int, start: int) -> tuple:
+        with self._pool.connection() as conn:
+            return _source_range(conn, stream, topic, partition, start)
+
+    def _apply_piped(
+        self,
+        src: psycopg.Connection | None,
+        source_range: tuple[int, int, int],
+        stream: UUID,
+        key: Key,
+        start: int,
+        end: int,
+        link: str,
+    ) -> Applied:
+        spid, low, high = source_range
+        first, upto = max(start, low), min(end, high)
+        if first >= upto:
+            return Applied({})
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            pid = self._apply_pids(conn, stream, {key: []})[key]
+            # Locked before the source rows are read: the end read here holds until commit.
+            ((_, rlow, nxt),) = cur.execute(LOCK, ([pid],)).fetchall()
+            if rlow == nxt == 0 and 0 < first == low:  # trim_runs' fresh-replica rule
+                cur.execute(START, ([pid], [first]))
+                nxt = first
+            if first > nxt:
+                raise Misordered(key, nxt, first)
+            frm = max(first, nxt)
+            if frm < upto:
+                self._pipe(src, cur, spid, pid, frm, upto)
+                cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid,
+                                            "start": frm})
+            cur.execute(LINK_CURSORS, (link, [pid], [upto]))
+        return Applied({key: max(nxt, upto)}, {key: max(upto - frm, 0)})
+
+    @staticmethod
+    def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,
+              start: int, end: int) -> None:
+        if src is None:
+            cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start, "end": end})
+        else:
+            query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
+            with src.cursor() as out, out.copy(query) as reader, cur.copy(COPY_IN) as writer:
+                for chunk in reader:
+                    writer.write(chunk)
+        # Offsets are unique and [start, end) was below the source's high watermark, so the
+        # count of rows written proves the range complete; short means retention removed a
+        # prefix meanwhile (the transaction rolls back, nothing written).
+        if cur.rowcount != end - start:
+            raise _Overtaken
+
     def _apply_pids(
         self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]
     ) -> dict[Key, int]:
@@ -430,6 +538,23 @@ class PostgresStore:
         with self._pool.connection() as conn:
             rows = conn.execute(MERGE_CURSORS, (groups, topics, parts, offsets, stream)).fetchall()
         return {(g, t, p): o for g, t, p, o in rows}
+
+    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
+        with self._pool.connection() as conn, conn.transaction():
+            pid = self._pid(conn, stream, topic, partition)
+            nxt = conn.execute(LOCK, ([pid],)).fetchone()[2]
+            if offset >= nxt:
+                return 0
+            count, size = conn.execute(EXPIRE_DELETE, (pid, offset, nxt)).fetchone()
+            conn.execute(TRUNCATE, {"off": offset, "n": count, "b": size, "id": pid})
+            for table in ("replication_cursors", "consumer_cursors"):
+                column = "next_offset" if table == "replication_cursors" else "offset"
+                conn.execute(
+                    sql.SQL("UPDATE {t} SET {c} = %s WHERE pid = %s AND {c} > %s").format(
+                        t=sql.Identifier(table), c=sql.Identifier(column)),
+                    (offset, pid, offset),
+                )
+        return count
 
     def drop_stream(self, stream: UUID) -> None:
         self._drop(stream, None)

@@ -20,6 +20,8 @@ from replication.engine.replicator import (
     BatchSpec,
     ReturnToOrigin,
     apply_batch,
+    backlog,
+    cut_batches,
     pending,
     plan_batches,
     replica_positions,
@@ -403,3 +405,82 @@ def test_cursor_sync_writes_only_changed_cursors_and_retries_clamped_ones(net):
     assert sync() == 1 and replica.fetch_cursor(b, "g", "clicks", 0) == 30  # clamped, owed
     net.pump("A", "B")
     assert sync() == 0 and replica.fetch_cursor(b, "g", "clicks", 0) == 50
+
+
+# --- the PostgreSQL pipe apply and windows of batches ------------------------------------------
+
+
+def _stats(net, name, topic):
+    return {st.partition: (st.low, st.high, st.messages, st.bytes)
+            for st in net.store(name).partition_stats(net.id(name), topic)}
+
+
+def test_piped_apply_keeps_rows_and_counters_as_the_origin_has_them(pg_net):
+    pg_net.add("A", "B", "C")
+    pg_net.produce("A", "a", 500, partitions=2)
+    for spec in pg_net.plan("A", "B", max_messages=70):
+        assert pg_net.store("B").apply_from(
+            pg_net.store("A"), spec.source, spec.replica, spec.topic, spec.partition,
+            spec.start, spec.end, link="l").count == spec.end - spec.start
+    pg_net.assert_replica("A", "B")
+    assert _stats(pg_net, "B", "a") == _stats(pg_net, "A", "a")  # rows and logical bytes
+    sqlite = open_store("sqlite:///:memory:")
+    try:  # only PostgreSQL to PostgreSQL pipes; other pairs take apply's general path
+        assert pg_net.store("B").apply_from(sqlite, pg_net.id("A"), pg_net.id("C"), "a", 0, 0,
+                                            10, link="l") is None
+    finally:
+        sqlite.close()
+
+
+def test_piped_apply_trims_overlaps_and_refuses_gaps(pg_net):
+    pg_net.add("A", "B")
+    pg_net.produce("A", "a", 300, partitions=1)
+    src, dst = pg_net.store("A"), pg_net.store("B")
+    first, second, third = pg_net.plan("A", "B", max_messages=100)
+    with pytest.raises(Misordered) as caught:
+        apply_batch(src, dst, second, link="l")
+    assert (caught.value.expected, caught.value.got) == (0, 100)
+    assert apply_batch(src, dst, first, link="l") == 100
+    overlap = BatchSpec(first.source, first.replica, "a", 0, 50, 200)
+    assert apply_batch(src, dst, overlap, link="l") == 100  # [100, 200) only
+    assert apply_batch(src, dst, second, link="l") == 0  # redelivered
+    assert apply_batch(src, dst, third, link="l") == 100
+    pg_net.assert_replica("A", "B")
+    assert dst.replication_cursor(pg_net.id("B"), "l", "a", 0) == 300
+
+
+def test_piped_apply_of_an_expired_prefix_starts_a_fresh_replica_at_the_low_watermark(pg_net):
+    pg_net.add("A", "B")
+    pg_net.produce("A", "a", 200, partitions=1)
+    src = pg_net.store("A")
+    src.expire(pg_net.id("A"), before_ms=1_700_000_000_000 + 80)  # offsets 0-79 expire
+    (spec,) = pg_net.plan("A", "B")
+    assert (spec.start, spec.end) == (80, 200)
+    stale = BatchSpec(spec.source, spec.replica, "a", 0, 0, 200)  # planned before expiry
+    assert apply_batch(src, pg_net.store("B"), stale, link="l") == 120
+    assert pg_net.store("B").watermarks(pg_net.id("B"), "a") == {0: (80, 200)}
+
+
+def test_cut_batches_starts_past_the_batches_in_flight(net):
+    net.add("A", "B")
+    net.produce("A", "a", 1000, partitions=1)
+    store, replica = net.store("A"), net.store("B")
+    lagging = backlog(store, net.id("A"), replica, net.id("B"), net.topics("A"))
+    (lag,) = lagging
+    assert (lag.key, lag.start, lag.messages, lag.step(300, 1 << 30)) == (("a", 0), 0, 1000, 300)
+    specs = cut_batches(net.id("A"), net.id("B"), lagging, max_messages=300,
+                        after={("a", 0): 600})
+    assert [(s.start, s.end) for s in specs] == [(600, 900), (900, 1000)]
+
+
+def test_piped_apply_within_one_store_copies_on_the_server(pg_net):
+    pg_net.add("A", "B", "C")  # A and C share a store (intracluster replication)
+    assert pg_net.store("A") is pg_net.store("C")
+    pg_net.produce("A", "a", 400, partitions=2)
+    src = pg_net.store("A")
+    specs = pg_net.plan("A", "C", max_messages=90)
+    assert [apply_batch(src, src, spec, link="l") for spec in specs] == [
+        spec.end - spec.start for spec in specs]
+    assert [apply_batch(src, src, spec, link="l") for spec in specs] == [0] * len(specs)
+    pg_net.assert_replica("A", "C")
+    assert _stats(pg_net, "C", "a") == _stats(pg_net, "A", "a")
