@@ -178,3 +178,23 @@ def copied(store, stream: uuid.UUID) -> int:
         with contextlib.suppress(UnknownTopic):
             total += sum(high - low for low, high in store.watermarks(stream, topic).values())
     return total
+
+
+def test_a_retried_task_copies_its_range_again_without_doubling_it(stores):
+    """Spark retries a failed task with the range planned before its first attempt, whose
+    chunks may already be committed: each chunk starts where the destination ends."""
+    from workers.spark.jobs import _pair, plan_copy
+    from workers.spark.ranges import Work, copy_ranges
+
+    urls, opened = stores
+    src, dst = uuid.uuid4(), uuid.uuid4()
+    fill(opened[0], src, 1500)
+    spec = spec_of(urls, src, dst)
+    with _pair(spec) as pair:
+        ranges = plan_copy(pair, TOPICS)
+    work = Work(spec.src, spec.dst, chunk=200)
+    first = list(copy_ranges(work, ranges[:3]))  # a first attempt, part of the way
+    again = list(copy_ranges(work, ranges))  # the retry, same ranges from the start
+    assert sum(r[2] for r in first) > 0
+    assert sum(r[2] for r in first) + sum(r[2] for r in again) == 4500
+    assert_equal(opened, src, dst)
