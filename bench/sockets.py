@@ -1,10 +1,10 @@
 """Lag updates reaching many open dashboard websockets while the engine replicates.
 
 The scene of bench/pages.py (smaller by default), served as production serves it (uvicorn with
-two workers, the Redis channel layer), with the engine running as processes: the replicator,
-a gateway of newyork and a producer writing to the hub stream (so the replicator publishes its
-own "replica.lag" events as the backlog moves). N websocket clients (default 200) signed in as
-alice hold /ws/replication/ open on the overview's behalf.
+two workers, the Redis pub/sub channel layer), with the engine running as processes: the
+replicator, a gateway of newyork and a producer writing to the hub stream (so the replicator
+publishes its own "replica.lag" events as the backlog moves). N websocket clients (default 200)
+signed in as alice hold /ws/replication/ open on the overview's behalf.
 
 Latency: a pulse process publishes a "replica.lag" event of the hub's first link through the
 portal's own path (replication.events.publish_after_commit -> channel layer -> each socket's
@@ -38,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn")
-    parser.add_argument("--layer", choices=("core", "pubsub"), default="core",
-                        help="channels-redis layer: the settings' own (core) or pub/sub "
-                             "(bench/pubsub_settings.py)")
+    parser.add_argument("--layer", choices=("pubsub", "core"), default="pubsub",
+                        help="channels-redis layer: the settings' own (pubsub) or, to compare, "
+                             "core (bench/core_settings.py)")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -179,8 +179,8 @@ def _measure(scene: Scene, args: argparse.Namespace) -> tuple[list, tuple[int, i
 
 def main(args: argparse.Namespace) -> int:
     scene = Scene(args.url, args.server, "sockets")
-    if args.layer == "pubsub":
-        scene.env["DJANGO_SETTINGS_MODULE"] = "bench.pubsub_settings"
+    if args.layer == "core":
+        scene.env["DJANGO_SETTINGS_MODULE"] = "bench.core_settings"
     try:
         scene.create(args.streams, args.replicas)
         scene.start(["manage.py", "runreplicator"],

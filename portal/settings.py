@@ -133,17 +133,25 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+def channel_layers(redis_url: str, prefix: str) -> dict[str, dict]:
+    """The Redis channel layer; tests build theirs here too, so they run production's.
+
+    Pub/sub: a group event is one PUBLISH, fanned out to the sockets inside each server
+    process, where the core layer pushes it to one Redis list per socket and fell behind with
+    200 dashboards open (docs/benchmarks.md). Only channels subscribed when an event is
+    published hear it; nothing is queued for later, which the pages cover by re-fetching on
+    (re)connect. It has no capacity or expiry: it ignores those options."""
+    return {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                        "CONFIG": {"hosts": [redis_url], "prefix": prefix}}}
+
+
+
 REDIS_URL = env.str("REDIS_URL", default="")
 # Prefix of the engine's Redis keys, Celery queues and channel-layer groups, so deployments
 # (and test runs) can share one Redis without hearing each other.
 STREAMGATE_NAMESPACE = env.str("STREAMGATE_NAMESPACE", default="")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{STREAMGATE_NAMESPACE}asgi"},
-        }
-    }
+    CHANNEL_LAYERS = channel_layers(REDIS_URL, f"{STREAMGATE_NAMESPACE}asgi")
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -30,8 +30,14 @@ def publish_after_commit(*, tenant_ids: Iterable[int], event: str, payload: dict
         if layer is None:
             return
         message = {"type": "replication.event", "event": event, "payload": payload}
-        for group in groups:
-            async_to_sync(layer.group_send)(group, message)
+
+        async def send_all() -> None:
+            for group in groups:
+                await layer.group_send(group, message)
+
+        # One event loop for all the groups: from sync code each async_to_sync call runs a
+        # loop of its own, and the Redis layer opens (and closes) a connection per loop.
+        async_to_sync(send_all)()
 
     # robust: the change is committed either way; a channel-layer outage only costs the live
     # update, and pages recover on their next load or socket reconnect.

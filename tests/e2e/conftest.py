@@ -13,6 +13,8 @@ from channels.routing import ProtocolTypeRouter
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
+from tests.channel_events import use_redis_layer
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -47,11 +49,7 @@ def _orm_beside_playwright() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _e2e_settings(settings) -> None:  # type: ignore[no-untyped-def]
-    # The real Redis layer under this run's own prefix: test runs share one Redis.
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"sg-e2e-{os.getpid()}"},
-    }}
+    use_redis_layer(settings, f"sg-e2e-{os.getpid()}")
 
 
 @pytest.fixture
@@ -131,10 +129,7 @@ class Recorder:
 def live_engine(engine, settings):  # type: ignore[no-untyped-def]  # noqa: F811
     """The replicator and a gateway of newyork as processes, the page's channel layer the one
     they publish to, and the lag recorder sampling every half second."""
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"{engine.namespace}asgi"},
-    }}
+    use_redis_layer(settings, f"{engine.namespace}asgi")
     settings.CACHES = {"default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": settings.REDIS_URL, "KEY_PREFIX": f"{engine.namespace}cache"}}

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from replication import services
 from replication.models import ReplicaLink, Topic
+from tests.channel_events import use_redis_layer
 from tests.factories import GatewayFactory
 
 
@@ -43,9 +44,4 @@ def ago(seconds: float):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def private_channel_layer(settings) -> None:
-    # The real Redis layer, under a prefix of this run's own: test runs share one Redis.
-    assert settings.REDIS_URL, "event tests use the real Redis channel layer"
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"sg-test-{os.getpid()}"},
-    }}
+    use_redis_layer(settings, f"sg-test-{os.getpid()}")

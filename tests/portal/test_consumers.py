@@ -7,12 +7,12 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings as django_settings
 from django.db import transaction
 from django.test import Client
 
 from portal.asgi import application
 from replication.services import replica_add, replica_pause
+from tests.channel_events import use_redis_layer
 from tests.factories import StreamFactory
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -20,12 +20,7 @@ ORIGIN = (b"origin", b"http://127.0.0.1")
 
 @pytest.fixture(autouse=True)
 def _private_channel_layer(settings):
-    # The real Redis layer, under a prefix of this run's own: test runs share one Redis.
-    assert django_settings.REDIS_URL, "consumer tests use the real Redis channel layer"
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"sg-test-{os.getpid()}"},
-    }}
+    use_redis_layer(settings, f"sg-test-{os.getpid()}")
 
 
 def socket_for(user=None, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
 import redis
@@ -22,7 +24,7 @@ from replication.services.gateway_status import gateways_announce
 from replication.services.messages import messages_produce
 from replication.services.sync import link_mode_switch, links_sync_drop, links_sync_restore
 from replication.stores import store_for
-from tests.channel_events import Events, layer_settings
+from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory
 from workers.presence import LocalPresence, RedisPresence, presence
 from workers.tasks import apply_batch_task
@@ -36,12 +38,19 @@ def namespace(settings):
     """Presence, notifications and events under a namespace of the test's own."""
     url, name = settings.REDIS_URL, f"sgt-{uuid.uuid4().hex[:10]}:"
     settings.STREAMGATE_NAMESPACE = name
-    settings.CHANNEL_LAYERS = layer_settings(url, f"{name}asgi")
+    use_redis_layer(settings, f"{name}asgi")
     yield name
     client = redis.Redis.from_url(url)
     keys = list(client.scan_iter(f"{name}*"))
     if keys:
         client.delete(*keys)
+
+
+@pytest.fixture
+def listen() -> Iterator[Callable[[], Events]]:
+    """Opens Events on this test's layer, each closed when the test ends."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(Events())
 
 
 @pytest.fixture
@@ -213,9 +222,9 @@ def test_a_slow_apply_drops_the_link_past_the_latency_threshold(owner, pair, set
     assert link.mode_reason.endswith("ms to apply a produce, over the 200 ms threshold")
 
 
-def test_mode_switches_are_events_for_the_tenants_of_both_ends(owner, outsider, pair):
+def test_mode_switches_are_events_for_the_tenants_of_both_ends(owner, outsider, pair, listen):
     source, replica = pair
-    mine, theirs = Events(), Events()
+    mine, theirs = listen(), listen()
     mine.join(source.tenant_id)
     theirs.join(outsider.memberships.get().tenant_id)
     in_sync(pair)
@@ -261,17 +270,17 @@ def test_gateway_get_shows_counters_heartbeat_and_live_status(newyork):
     from django.utils import timezone
 
     GatewayFactory(cluster=newyork, name="gw1", batches_applied=7, messages_applied=700,
-                   errors=1, last_heartbeat=timezone.now())
+                   bytes_applied=9100, errors=1, last_heartbeat=timezone.now())
     GatewayFactory(cluster=newyork, name="gw2", enabled=False)
     GatewayFactory(cluster=newyork, name="gw3")
     beat()
     rows = {r["gateway"]: r for r in gateway_rows(newyork)}
     assert list(rows["gw1"]) == ["cluster", "gateway", "address", "enabled", "status",
                                  "lastHeartbeat", "heartbeatAge", "batchesApplied",
-                                 "messagesApplied", "errors"]
+                                 "messagesApplied", "bytesApplied", "errors"]
     gw1 = rows["gw1"]
-    assert (gw1["status"], gw1["batchesApplied"], gw1["messagesApplied"], gw1["errors"]) == (
-        "UP", 7, 700, 1)
+    assert (gw1["status"], gw1["batchesApplied"], gw1["messagesApplied"], gw1["bytesApplied"],
+            gw1["errors"]) == ("UP", 7, 700, 9100, 1)
     assert 0 <= gw1["heartbeatAge"] < 5 and gw1["lastHeartbeat"] > 0
     assert (rows["gw2"]["status"], rows["gw3"]["status"]) == ("DISABLED", "UNKNOWN")
     assert rows["gw3"]["heartbeatAge"] is None and rows["gw3"]["lastHeartbeat"] is None
@@ -280,9 +289,9 @@ def test_gateway_get_shows_counters_heartbeat_and_live_status(newyork):
 
 
 def test_a_gateway_change_is_announced_once_to_the_tenants_concerned(
-    newyork, owner, outsider, activity, activity_ny,
+    newyork, owner, outsider, activity, activity_ny, listen,
 ):
-    mine, theirs = Events(), Events()
+    mine, theirs = listen(), listen()
     mine.join(activity_ny.tenant_id)
     theirs.join(outsider.memberships.get().tenant_id)
     gateway = GatewayFactory(cluster=newyork, name="gw1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,7 +20,7 @@ from replication.reports import replica_rows
 from replication.services import replica_add, replica_edit, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
-from tests.channel_events import Events, layer_settings
+from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
 from workers.celery import app
@@ -67,10 +68,11 @@ def sync_pair(owner, activity, activity_ny):
 
 
 @pytest.fixture
-def events(engine, settings) -> Events:
+def events(engine, settings) -> Iterator[Events]:
     """Events on the channel layer the subprocesses publish to (their namespace's prefix)."""
-    settings.CHANNEL_LAYERS = layer_settings(settings.REDIS_URL, f"{engine.namespace}asgi")
-    return Events()
+    use_redis_layer(settings, f"{engine.namespace}asgi")
+    with Events() as events:
+        yield events
 
 
 def start_gateway(engine, newyork, name: str = "gw1") -> None:
