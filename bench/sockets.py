@@ -27,7 +27,7 @@ from bench.produce import SERVERS
 
 PULSE_EVERY = 0.25
 GRACE = 15.0  # seconds after the last pulse before the sockets close
-PULSE = re.compile(r'"t": ([0-9.]+), "pulse": (\d+)')
+PULSE = re.compile(r'"t": ?([0-9.]+), ?"pulse": ?(\d+)')
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
+import orjson
 from channels.layers import get_channel_layer
 
 from portal.settings import channel_layers
@@ -103,7 +104,8 @@ class Events:
         while True:
             message = await self.layer.receive(self.channel)
             with self._arrived:
-                self._got.append((message["event"], message["payload"]))
+                event = orjson.loads(message["text"])
+                self._got.append((event["event"], event["payload"]))
                 self._arrived.notify_all()
 
     async def _stop_reading(self) -> None:

@@ -41,4 +41,4 @@ class ReplicationConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def replication_event(self, message: dict[str, Any]) -> None:
-        await self.send_json({"event": message["event"], "payload": message["payload"]})
+        await self.send(text_data=message["text"])  # encoded once by the publisher
