@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import replication
+from bench.pgserver import PrivatePostgres
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
 LOAD_PENDING = 4000  # JetStream publishes in flight while loading the backlog
@@ -364,31 +365,16 @@ def table(rows: list[Row], sg: Row, copystream: Row) -> str:
     return "\n".join(lines)
 
 
-def private_server() -> replication.PrivatePostgres:
-    """bench/replication.py's private PostgreSQL 15 (default settings, fsync on, wal_level
-    logical): no other session's connections crowd it, and logical replication runs on the
-    same server as the rest."""
-    import psycopg
-
-    server = replication.PrivatePostgres().start()
-    with psycopg.connect(server.url("postgres"), autocommit=True) as conn:
-        for name in ("sgbench_pub", "sgbench_sub"):  # logical_setup makes its own
-            conn.execute(f"DROP DATABASE {name}")
-    return server
-
-
 def main(args: argparse.Namespace) -> int:
     skip = set(filter(None, args.skip.split(",")))
-    private = None
-    if not args.url:
-        private = private_server()
+    if args.url:
+        return measure_all(args, skip, args.url)
+    # bench/replication.py's kind of private server (default settings, fsync on, wal_level
+    # logical): no other session's connections crowd it, and logical replication runs on the
+    # same server as the rest.
+    with PrivatePostgres(prefix="sgbench-pg-", settings={"wal_level": "logical"}) as private:
         args.url = private.url("postgres")
-    try:
-        return measure_all(args, skip, "a private PostgreSQL 15 (wal_level=logical, fsync on)"
-                           if private else args.url)
-    finally:
-        if private:
-            private.stop()
+        return measure_all(args, skip, "a private PostgreSQL 15 (wal_level=logical, fsync on)")
 
 
 def measure_all(args: argparse.Namespace, skip: set[str], where: str) -> int:

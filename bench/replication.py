@@ -20,9 +20,7 @@ import contextlib
 import json
 import multiprocessing
 import os
-import pwd
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,13 +35,13 @@ import psycopg
 import requests
 from psycopg import sql
 
+from bench.pgserver import PrivatePostgres
 from bench.produce import ROOT, Portal
 
 VALUE_BYTES = 200
 LOAD_BATCH = 1000
 PIPE_BATCH = 5000
 PARTITIONS = 4
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SOURCE, REPLICA = "sanfrancisco", "newyork"
 TOPIC = "t"
 MESSAGES_DDL = """
@@ -71,12 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _with_db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- the deployment ----------------------------------------------------------------------------
@@ -283,58 +275,19 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> tuple[float, int
     return elapsed, rows
 
 
-class PrivatePostgres:
-    """initdb + pg_ctl on a free port in a temporary folder, wal_level=logical, otherwise
-    default settings (fsync on), run as the postgres user (initdb refuses root)."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="sgbench-pg-"))
-        self.data, self.port, self.started = self.folder / "data", _free_port(), False
-
-    def _run(self, *command: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
-
-    def url(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def start(self) -> PrivatePostgres:
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
-        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
-        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
-                   "-c wal_level=logical")
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.folder / "server.log"), "-w", "start")
-        self.started = True
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            conn.execute("CREATE DATABASE sgbench_pub")
-            conn.execute("CREATE DATABASE sgbench_sub")
-        return self
-
-    def stop(self) -> None:
-        if self.started:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-                          "-w", "stop")
-            self.started = False
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
 def logical_setup(source_url: str) -> tuple[str, str, PrivatePostgres | None]:
     """(publisher URL, subscriber URL, the private instance or None)."""
     with psycopg.connect(_with_db(source_url, "postgres")) as conn:
         level = conn.execute("SHOW wal_level").fetchone()[0]
-    if level == "logical":
-        with psycopg.connect(_with_db(source_url, "postgres"), autocommit=True) as conn:
-            for name in ("sgbench_pub", "sgbench_sub"):
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return _with_db(source_url, "sgbench_pub"), _with_db(source_url, "sgbench_sub"), None
-    private = PrivatePostgres()
-    atexit.register(private.stop)
-    private.start()
-    return private.url("sgbench_pub"), private.url("sgbench_sub"), private
+    private = None
+    if level != "logical":  # default settings (fsync on) but the one logical replication needs
+        private = PrivatePostgres(prefix="sgbench-pg-", settings={"wal_level": "logical"})
+        atexit.register(private.remove)
+        source_url = private.launch().url("postgres")
+    with psycopg.connect(_with_db(source_url, "postgres"), autocommit=True) as conn:
+        for name in ("sgbench_pub", "sgbench_sub"):
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return _with_db(source_url, "sgbench_pub"), _with_db(source_url, "sgbench_sub"), private
 
 
 def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -> tuple[float, int]:
@@ -423,7 +376,7 @@ def measure_catchup(deploy: Deployment, client, args: argparse.Namespace) -> dic
         src_store.close()
         dst_store.close()
         if private:
-            private.stop()
+            private.remove()
         else:
             with psycopg.connect(_with_db(args.url, "postgres"), autocommit=True) as conn:
                 for db in ("sgbench_pub", "sgbench_sub"):

@@ -48,7 +48,7 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
                             "last_error_gateway", "last_progress", "mode", "mode_since",
                             "mode_reason"}),
     Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
-                        "messages_applied", "errors"}),
+                        "messages_applied", "bytes_applied", "errors"}),
 }
 AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Cluster, Gateway, Stream, Topic,
                                            ReplicaLink, Upstream)

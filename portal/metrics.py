@@ -71,6 +71,7 @@ def gateway_metrics() -> Iterator[Metric]:
     counters = {name: CounterMetricFamily(f"streamgate_gateway_{name}", help_, labels=labels)
                 for name, help_ in (("batches", "Batches applied"),
                                     ("messages", "Messages applied"),
+                                    ("bytes", "Logical bytes (keys, values, headers) applied"),
                                     ("errors", "Batches that failed"))}
     age = GaugeMetricFamily("streamgate_gateway_heartbeat_age_seconds",
                             "Seconds since the gateway's last heartbeat", labels=labels)
@@ -80,6 +81,7 @@ def gateway_metrics() -> Iterator[Metric]:
         key = [gateway.cluster.name, gateway.name]
         counters["batches"].add_metric(key, gateway.batches_applied)
         counters["messages"].add_metric(key, gateway.messages_applied)
+        counters["bytes"].add_metric(key, gateway.bytes_applied)
         counters["errors"].add_metric(key, gateway.errors)
         if gateway.last_heartbeat is not None:
             age.add_metric(key, (now - gateway.last_heartbeat).total_seconds())

@@ -117,12 +117,12 @@ class GatewayStatusFilter(admin.SimpleListFilter):
 class GatewayAdmin(OperatorAccess, admin.ModelAdmin):
     form = GatewayForm
     list_display = ("cluster", "name", "address", "enabled", "status", "last_heartbeat",
-                    "batches_applied", "messages_applied", "errors")
+                    "batches_applied", "messages_applied", "bytes_applied", "errors")
     list_filter = ("cluster", "enabled", GatewayStatusFilter)
     list_select_related = ("cluster",)
     search_fields = ("name", "address", "cluster__name")
     readonly_fields = ("status", "last_heartbeat", "batches_applied", "messages_applied",
-                       "errors", "created")
+                       "bytes_applied", "errors", "created")
     actions = ("enable_gateways", "disable_gateways")
 
     @admin.action(description="Enable selected gateways")

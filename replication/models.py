@@ -75,6 +75,7 @@ class Gateway(models.Model):
     # What the gateway process applied, flushed with its heartbeat (workers/gateway.py).
     batches_applied = models.PositiveBigIntegerField(default=0)
     messages_applied = models.PositiveBigIntegerField(default=0)
+    bytes_applied = models.PositiveBigIntegerField(default=0)  # logical: keys, values, headers
     errors = models.PositiveBigIntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
 

@@ -338,6 +338,7 @@ def gateway_rows(cluster: Cluster) -> list[Row]:
             else round((now - gateway.last_heartbeat).total_seconds(), 3),
             "batchesApplied": gateway.batches_applied,
             "messagesApplied": gateway.messages_applied,
+            "bytesApplied": gateway.bytes_applied,
             "errors": gateway.errors,
         }
         for gateway in gateways

@@ -34,17 +34,18 @@ class GatewayRefused(Exception):
 
 
 class Tally:
-    """Batches, messages and errors per gateway since the last flush, from the task threads."""
+    """Batches, messages, logical bytes and errors per gateway since the last flush, from the
+    task threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[GatewayId, Counter] = {}
 
-    def add(self, gateway: GatewayId, *, batches: int = 0, messages: int = 0,
+    def add(self, gateway: GatewayId, *, batches: int = 0, messages: int = 0, nbytes: int = 0,
             errors: int = 0) -> None:
         with self._lock:
             self._counts.setdefault(gateway, Counter()).update(
-                batches=batches, messages=messages, errors=errors)
+                batches=batches, messages=messages, nbytes=nbytes, errors=errors)
 
     def take(self, gateway: GatewayId) -> Counter:
         with self._lock:

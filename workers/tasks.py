@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from celery import shared_task
 
-from replication.engine.store import Misordered
+from replication.engine.store import Applied, Misordered
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
 from replication.services.engine import batch_apply
@@ -57,21 +57,22 @@ def apply_batch_task(
         applied = batch_apply(link_id=link_id, topic=topic, partition=partition, start=start,
                               end=end)
     except Misordered as error:  # the replica is not where the plan thought: re-plan
-        applied, result["error"], result["misordered"] = 0, str(error), True
+        applied, result["error"], result["misordered"] = Applied({}), str(error), True
     except Exception as error:
         log.warning("apply_failed", link=link_id, topic=topic, partition=partition,
                     error=str(error))
-        applied, result["error"] = 0, f"{type(error).__name__}: {error}"
-    result["applied"] = applied
+        applied, result["error"] = Applied({}), f"{type(error).__name__}: {error}"
+    result["applied"] = applied.count
     if gateway:
-        tally.add(parse_gateway(gateway), batches=1, messages=applied,
+        tally.add(parse_gateway(gateway), batches=1, messages=applied.count,
+                  nbytes=applied.bytes,
                   errors=int("error" in result and "misordered" not in result))
     signals = presence()
-    if applied:
+    if applied.count:
         _announce_applied(signals, link_id)
     if ticket:
         signals.ack(result, reply_to)
-    return applied
+    return applied.count
 
 
 def _announce_applied(signals: Presence, link_id: int) -> None:

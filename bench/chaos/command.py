@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,47 +17,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
+from bench.pgserver import PrivatePostgres
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-class PrivatePostgres:
-    """initdb + pg_ctl in a temporary folder on a free port, as the postgres user (initdb
-    refuses root); default settings, fsync on."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="sgchaos-pg-"))
-        self.data = self.folder / "data"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-
-    def _run(self, *command: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
-
-    def url(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def init(self) -> None:
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
-        self._run(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
-
-    def start(self) -> None:
-        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
-                   "-c max_connections=200")
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.folder / "server.log"), "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def remove(self) -> None:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            self.stop("immediate")
-        shutil.rmtree(self.folder, ignore_errors=True)
+# Room beyond the default 100: five gateways, the replicator, a Celery worker and this
+# process's pools all connect to these servers (the control database too, without --url).
+SERVER_SETTINGS = {"max_connections": "200"}
 
 
 class Processes:
@@ -174,14 +136,14 @@ def main(args: argparse.Namespace) -> int:
 
     name = f"sgchaos_{os.getpid()}"
     logs = Path(tempfile.mkdtemp(prefix="sgchaos-logs-"))
-    store, others = PrivatePostgres(), PrivatePostgres()
+    store, others = (PrivatePostgres(prefix="sgchaos-pg-", settings=SERVER_SETTINGS)
+                     for _ in range(2))
     env: dict[str, str] = {}
     engine = Processes(env, logs)
     result: Result | None = None
     try:
         for server in (store, others):
-            server.init()
-            server.start()
+            server.launch()
         # The control database on the second private server too, unless --url names one.
         url = args.url or others.url("postgres")
         env |= command_env(url, name)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from replication.engine.store import (
+    Applied,
     CursorKey,
     Key,
     Message,
@@ -307,6 +308,19 @@ def apply_batch(
     how many messages were new. Idempotent: the replica trims what it already holds, whoever
     brought it. A batch starting past the replica's end raises Misordered (its `expected` is
     where the sender re-plans from)."""
+    return apply_spec(source, replica, spec, link=link, max_bytes=max_bytes).count
+
+
+def apply_spec(
+    source: MessageStore,
+    replica: MessageStore,
+    spec: BatchSpec,
+    *,
+    link: str,
+    max_bytes: int = MAX_BYTES,
+) -> Applied:
+    """apply_batch, with the store's whole answer: the messages and logical bytes newly
+    written (none for a redelivered batch), for the gateway's counters."""
     # Between two stores that can pipe rows to each other (PostgreSQL to PostgreSQL), the
     # rows go from the source's COPY TO into the replica's COPY FROM, never becoming Python
     # objects (DESIGN.md: no per-row Python loops on bulk paths); same lock and trim rule.
@@ -315,17 +329,17 @@ def apply_batch(
         applied = pipe(source, spec.source, spec.replica, spec.topic, spec.partition, spec.start,
                        spec.end, link=link)
         if applied is not None:
-            return applied.count
+            return applied
     messages, low = _read_batch(source, spec, max_bytes)
     if not messages:
-        return 0
+        return Applied({})
     # Planning skips such topics; this catches a caller that named a topic's origin wrongly.
     if messages[0].origin == spec.replica:
         raise ReturnToOrigin(
             f"{spec.topic}:{spec.partition}: its messages originate in stream {spec.replica}, "
             "and a message is never replicated back to its origin"
         )
-    return replica.apply(spec.replica, messages, link=link, origin_low={spec.key: low}).count
+    return replica.apply(spec.replica, messages, link=link, origin_low={spec.key: low})
 
 
 def _read_batch(source: MessageStore, spec: BatchSpec, max_bytes: int) -> tuple[list[Message], int]:

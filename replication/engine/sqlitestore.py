@@ -261,7 +261,8 @@ class SqliteStore:
             conn.executemany(
                 LINK_CURSORS, [(pids[key], link, run[-1].offset + 1) for key, run in runs.items()]
             )
-        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()})
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()},
+                       sum(nbytes for _, _, nbytes in ends.values()))
 
     def _apply_pids(
         self, conn: sqlite3.Connection, stream: UUID, runs: dict[Key, list[Message]]

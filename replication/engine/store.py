@@ -156,6 +156,7 @@ class Applied:
 
     ends: dict[Key, int]  # each replica partition's next offset after the batch
     written: dict[Key, int] = field(default_factory=dict)  # messages newly stored
+    bytes: int = 0  # their logical bytes (keys, values, headers), as `sizes()` counts them
 
     @property
     def count(self) -> int:

@@ -133,7 +133,8 @@ def test_stalled_link_is_raised_and_cleared_once_the_replica_catches_up(
     assert alarm.kind == AlarmKind.STALLED
     assert alarm.description.startswith("3 messages pending")
 
-    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0, end=3) == 3
+    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0,
+                       end=3).count == 3
     alarms_evaluate()
     assert open_kinds() == []
 
@@ -184,7 +185,8 @@ def test_retention_of_replicated_messages_raises_nothing(owner, activity, pair, 
     activity.ttl = 60
     activity.save()
     produce(owner, activity, 4, timestamp_ms=int(time.time() * 1000) - 120_000)
-    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0, end=4) == 4
+    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0,
+                       end=4).count == 4
     assert stream_expire(stream=activity) == 4
     assert not Alarm.objects.exists()
 

@@ -1,3 +1,5 @@
+import uuid
+
 import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,7 +23,7 @@ def scene(owner, activity, activity_ny):
     messages_produce(actor=owner, stream=activity, topic="clicks",
                      records=[Record(value=b"x" * 10)] * 6)
     GatewayFactory(cluster=activity_ny.cluster, name="gw1", last_heartbeat=timezone.now(),
-                   batches_applied=3, messages_applied=30)
+                   batches_applied=3, messages_applied=30, bytes_applied=300)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -37,9 +39,42 @@ def test_metrics_show_lag_gateways_and_produced_counters(client, operator, scene
     assert got[("streamgate_replica_stalled", link)] == 0
     gateway = (("cluster", "newyork"), ("gateway", "gw1"))
     assert got[("streamgate_gateway_batches_total", gateway)] == 3
+    assert got[("streamgate_gateway_messages_total", gateway)] == 30
+    assert got[("streamgate_gateway_bytes_total", gateway)] == 300
     assert got[("streamgate_gateway_up", gateway)] == 1
     clicks = (("stream", "/mapr/sanfrancisco/activity"), ("topic", "clicks"))
     assert got[("streamgate_messages_produced_total", clicks)] == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gateway_counters_count_what_its_batches_newly_wrote(client, operator, owner, activity,
+                                                             activity_ny, settings):
+    """A gateway's applies, through its tally and heartbeat flush, to /metrics: messages and
+    logical bytes count once, so a redelivered batch and the overlap of a batch with what the
+    replica holds add nothing (as for messages_applied); batches count every delivery."""
+    from workers.gateway import Heartbeat, tally
+    from workers.tasks import apply_batch_task
+
+    settings.STREAMGATE_NAMESPACE = f"sgt-{uuid.uuid4().hex[:10]}:"  # its "applied" wake-ups
+    link = replica_add(actor=owner, source=activity, replica=activity_ny).pk
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    # 3 + 2 + (6 + 1 + 1) = 13 logical bytes each: value, key, one header.
+    records = [Record(value=b"v%02d" % i, key=b"k%d" % i, headers=(("h", b"x"),))
+               for i in range(10)]
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=records)
+    GatewayFactory(cluster=activity_ny.cluster, name="gw1")
+    gateway = ("newyork", "gw1")
+    tally.take(gateway)  # what other tests of this process left for the same gateway
+    for start, end, new in ((0, 6, 6), (0, 6, 0), (4, 10, 4)):  # first, redelivered, overlap
+        assert apply_batch_task(link, "clicks", 0, start, end, gateway="newyork/gw1") == new
+    Heartbeat([gateway]).flush([gateway], heartbeat=True)
+    got = scrape(client, operator)
+    labels = (("cluster", "newyork"), ("gateway", "gw1"))
+    assert got[("streamgate_gateway_batches_total", labels)] == 3
+    assert got[("streamgate_gateway_messages_total", labels)] == 10
+    assert got[("streamgate_gateway_bytes_total", labels)] == 10 * 13
+    assert got[("streamgate_gateway_errors_total", labels)] == 0
 
 
 @pytest.mark.django_db

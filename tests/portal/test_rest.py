@@ -310,7 +310,7 @@ def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):
     ops = api(world.users["ops"])
     ok(call(ops, "cluster/gateway/set", "post", dstcluster="newyork", gateways="gw1 gw2:7660"))
     Gateway.objects.filter(name="gw1").update(last_heartbeat=timezone.now(), batches_applied=3,
-                                               messages_applied=300, errors=1)
+                                               messages_applied=300, bytes_applied=4500, errors=1)
     settings.STREAMGATE_NAMESPACE = f"sgt-{uuid.uuid4().hex[:10]}:"  # presence of our own
     presence().beat(("newyork", "gw1"), 30.0)
     client = api(world.users["alice"])
@@ -321,9 +321,9 @@ def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):
     assert [(r["gateway"], r["status"]) for r in rows] == [("gw1", "UP"), ("gw2:7660", "UNKNOWN")]
     assert list(rows[0]) == ["cluster", "gateway", "address", "enabled", "status",
                              "lastHeartbeat", "heartbeatAge", "batchesApplied",
-                             "messagesApplied", "errors"]
-    assert (rows[0]["batchesApplied"], rows[0]["messagesApplied"], rows[0]["errors"]) == (
-        3, 300, 1)
+                             "messagesApplied", "bytesApplied", "errors"]
+    assert (rows[0]["batchesApplied"], rows[0]["messagesApplied"], rows[0]["bytesApplied"],
+            rows[0]["errors"]) == (3, 300, 4500, 1)
     assert 0 <= rows[0]["heartbeatAge"] < 60 and rows[1]["heartbeatAge"] is None
     assert ok(call(client, "cluster/gateway/resolve", dstcluster="newyork")) == [
         {"cluster": "newyork", "gateways": "gw1"}]

@@ -242,11 +242,12 @@ def test_synchronous_replicas_wire_options_and_gateway_counters(cli, clusters, o
                                                  "-networkencryption true")
     assert refused.returncode != 0 and "sslmode=verify-full" in refused.stderr
     cli(ops, "cluster gateway set -dstcluster newyork -gateways gw1")
-    Gateway.objects.filter(name="gw1").update(batches_applied=2, messages_applied=20, errors=1)
+    Gateway.objects.filter(name="gw1").update(batches_applied=2, messages_applied=20,
+                                              bytes_applied=640, errors=1)
     [gateway] = rows(cli(alice, "cluster gateway get -dstcluster newyork -json"))
-    assert (gateway["batchesApplied"], gateway["messagesApplied"], gateway["errors"]) == (
-        2, 20, 1)
+    assert (gateway["batchesApplied"], gateway["messagesApplied"], gateway["bytesApplied"],
+            gateway["errors"]) == (2, 20, 640, 1)
     assert (gateway["status"], gateway["lastHeartbeat"], gateway["heartbeatAge"]) == (
         "UNKNOWN", None, None)
     table = cli(alice, "cluster gateway get -dstcluster newyork").stdout
-    assert "batchesApplied" in table and "messagesApplied" in table
+    assert "batchesApplied" in table and "messagesApplied" in table and "bytesApplied" in table

@@ -3,14 +3,9 @@ own so concurrent test runs never take each other's tasks."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +15,7 @@ import pytest
 from django.db import connection
 
 from bench.chaos.command import forget_unacked
+from bench.pgserver import PG_BIN, PrivatePostgres
 from workers.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,54 +145,11 @@ def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
 
 # --- a PostgreSQL server of the test's own, to restart under the engine -------------------------
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-class PrivatePostgres:
-    """initdb + pg_ctl in a temporary folder, on a free port, run as the postgres user (initdb
-    refuses root)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.data = folder, folder / "data"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-
-    def _as_postgres(self, *command: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=60)
-
-    def url(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def init(self) -> None:
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
-        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust",
-                          "-U", "postgres", "--no-sync")
-
-    def start(self) -> None:
-        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off")
-        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
-                          "-l", str(self.folder / "server.log"), "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
 
 @pytest.fixture
 def private_postgres() -> Iterator[PrivatePostgres]:
+    """Started, fast rather than crash-safe (its data dies with the test), removed after."""
     if not (PG_BIN / "initdb").exists():
         pytest.skip("needs PostgreSQL 15's initdb and pg_ctl")
-    # Not under pytest's tmp_path: that is private to root, and the server runs as postgres.
-    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="sg-pg-")))
-    try:
-        server.init()
-        server.start()
+    with PrivatePostgres(durable=False) as server:
         yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            server.stop("immediate")
-        shutil.rmtree(server.folder, ignore_errors=True)

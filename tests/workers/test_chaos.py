@@ -8,13 +8,7 @@ for the job, which would double the test's time; `make chaos` runs it."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -33,8 +27,8 @@ from bench.chaos import (
     run_soak,
 )
 from bench.chaos.command import forget_unacked
+from bench.pgserver import BusyServer, PrivatePostgres, wait_for_free_connections
 from replication.stores import close_stores, store_url
-from tests.workers.conftest import PrivatePostgres
 from workers.celery import app
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -70,35 +64,20 @@ def job_worker(engine, tmp_path) -> Iterator[None]:
 def other_stores(private_postgres) -> Iterator[PrivatePostgres]:
     """A second server of the test's own for the clusters whose store is not restarted: the
     engine's store pools stay off the shared server, which other suites also fill."""
-    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="sg-pg-")))
-    try:
-        server.init()
-        server.start()
+    with PrivatePostgres(durable=False) as server:
         yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            server.stop("immediate")
-        shutil.rmtree(server.folder, ignore_errors=True)
 
 
 NEEDED_CONNECTIONS = 40  # the engine's processes on the control database, with headroom
 
 
-def wait_for_connections(timeout: float = 90.0) -> None:
-    """The control database's server is shared with other suites and benchmarks; a soak
-    started without free connections fails on `too many clients`, not on the engine."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*), current_setting('max_connections')::int "
-                           "FROM pg_stat_activity")
-            used, limit = cursor.fetchone()
-        if limit - used >= NEEDED_CONNECTIONS:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"the shared PostgreSQL has {limit - used} of {limit} connections free "
-                        f"after {timeout:.0f} s; the soak needs {NEEDED_CONNECTIONS}")
-        time.sleep(2.0)
+def wait_for_connections() -> None:
+    """The control database's server is shared with other suites and benchmarks: a plain
+    failure when it stays full, rather than `too many clients` from deep in the engine."""
+    try:
+        wait_for_free_connections(connection, NEEDED_CONNECTIONS)
+    except BusyServer as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture

@@ -42,6 +42,8 @@ def pair(owner, activity, activity_ny):
     return activity, activity_ny
 
 
+# Message i weighs 9 + 2 * digits(i) logical bytes: b"m<i>" and the header ("id", b"<i>")
+# (6 bytes of lengths + 2 + digits). So 14,780 bytes for i < 1000, 48,780 for i < 3000.
 def produce_and_replicate(owner, source, replica, count: int) -> None:
     records = [Record(value=b"m%d" % i, headers=(("id", b"%d" % i),)) for i in range(count)]
     messages_produce(actor=owner, stream=source, topic="clicks", records=records)
@@ -102,6 +104,9 @@ def test_batches_go_round_robin_to_the_live_gateways(engine, owner, newyork, pai
     gateways = {g.name: g for g in Gateway.objects.all()}
     assert gateways["gw1"].batches_applied > 2 and gateways["gw2"].batches_applied > 2
     assert gateways["gw1"].messages_applied + gateways["gw2"].messages_applied == 3000
+    # Like messages, bytes count what was newly written: a batch resent after a missed ack
+    # (redelivered, or overlapping what the replica holds) adds nothing.
+    assert gateways["gw1"].bytes_applied + gateways["gw2"].bytes_applied == 48_780
 
 
 def test_a_down_gateway_is_skipped(engine, owner, newyork, pair):
@@ -114,7 +119,7 @@ def test_a_down_gateway_is_skipped(engine, owner, newyork, pair):
     engine.close()
     gateways = {g.name: g for g in Gateway.objects.all()}
     assert gateways["gw1"].batches_applied == 0
-    assert gateways["gw2"].messages_applied == 1000
+    assert (gateways["gw2"].messages_applied, gateways["gw2"].bytes_applied) == (1000, 14_780)
 
 
 def test_a_gateway_that_does_not_acknowledge_in_time_is_skipped(engine, owner, newyork, pair):
@@ -130,3 +135,4 @@ def test_a_gateway_that_does_not_acknowledge_in_time_is_skipped(engine, owner, n
     engine.close()
     gateways = {g.name: g for g in Gateway.objects.all()}
     assert (gateways["gw1"].batches_applied, gateways["gw2"].messages_applied) == (0, 1000)
+    assert (gateways["gw1"].bytes_applied, gateways["gw2"].bytes_applied) == (0, 14_780)

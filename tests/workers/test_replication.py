@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,6 +31,7 @@ from replication.services.messages import (
     messages_produce,
 )
 from replication.stores import store_for
+from tests.channel_events import Events, use_redis_layer
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
 from workers.celery import app
@@ -576,10 +578,11 @@ def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused
     half = high // 2
     later: list[int] = []
     ahead = threading.Thread(target=lambda: later.append(batch_apply(
-        link_id=link.pk, topic="clicks", partition=0, start=half, end=high)))
+        link_id=link.pk, topic="clicks", partition=0, start=half, end=high).count))
     ahead.start()
     time.sleep(0.01)
-    assert batch_apply(link_id=link.pk, topic="clicks", partition=0, start=0, end=half) == half
+    assert batch_apply(link_id=link.pk, topic="clicks", partition=0, start=0,
+                       end=half).count == half
     ahead.join()
     assert later == [high - half]  # applied after waiting, not refused
     produce(300)
@@ -607,45 +610,18 @@ def test_acknowledgements_plan_from_cached_links_and_link_changes_refresh_them(
     step_until(replicator, lambda: link.pk in replicator.cache, timeout=5)
 
 
-class Events:
-    """A channel of the test's own on the Redis channel layer, joined to tenant groups."""
-
-    def __init__(self, settings, namespace: str) -> None:  # type: ignore[no-untyped-def]
-        from channels.layers import get_channel_layer
-
-        settings.CHANNEL_LAYERS = {"default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"{namespace}asgi"}}}
-        self.layer = get_channel_layer()
-        self.channel = f"sgtest-{uuid.uuid4().hex}"
-
-    def join(self, tenant_id: int) -> None:
-        from asgiref.sync import async_to_sync
-
-        from replication.events import tenant_group
-
-        async_to_sync(self.layer.group_add)(tenant_group(tenant_id), self.channel)
-
-    def drain(self) -> list[tuple[str, dict]]:
-        import asyncio
-
-        from asgiref.sync import async_to_sync
-
-        async def gather() -> list[tuple[str, dict]]:
-            got = []
-            while True:
-                try:
-                    message = await asyncio.wait_for(self.layer.receive(self.channel), 0.3)
-                except TimeoutError:
-                    return got
-                got.append((message["event"], message["payload"]))
-
-        return async_to_sync(gather)()
+@pytest.fixture
+def events(gateways, settings) -> Iterator[Events]:
+    """Events on the channel layer the gateway processes publish to (their namespace's prefix);
+    the replicator runs in this process, on the same settings."""
+    use_redis_layer(settings, f"{gateways.namespace}asgi")
+    with Events() as events:
+        yield events
 
 
-def test_replica_lag_events_tell_both_tenants_once_a_second(gateways, owner, pair, settings):
+def test_replica_lag_events_tell_both_tenants_once_a_second(gateways, owner, pair, settings,
+                                                            events):
     source, replica = pair
-    events = Events(settings, gateways.namespace)
     for tenant in {source.tenant_id, replica.tenant_id}:
         events.join(tenant)
     replicator = in_process_replicator(settings)

@@ -141,13 +141,16 @@ SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messag
 WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
 """
 # The piped rows' logical bytes are counted where they landed (the replica's just-written,
-# cached pages) rather than parsed out of the binary stream in Python.
+# cached pages) rather than parsed out of the binary stream in Python; returned too, for the
+# gateway's bytes_applied counter.
 ADVANCE_PIPED = """
+WITH w AS (SELECT coalesce(sum(octet_length(value) + coalesce(octet_length(key), 0)
+        + coalesce(octet_length(headers), 0)), 0) AS b
+    FROM messages WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s)
 UPDATE partitions SET next_offset = greatest(next_offset, %(end)s), rows = rows + %(n)s,
-    bytes = bytes + (SELECT coalesce(sum(octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0)), 0)
-        FROM messages WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s)
-WHERE id = %(pid)s
+    bytes = bytes + w.b
+FROM w WHERE id = %(pid)s
+RETURNING w.b
 """
 EXPIRE_CUT = """
 SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (

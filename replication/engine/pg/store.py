@@ -275,6 +275,7 @@ class PostgresStore:
             if trimmed.starts:
                 starts = trimmed.starts
                 cur.execute(START, ([pids[k] for k in starts], list(starts.values())))
+            ends: Ends = {}
             if any(trimmed.todo.values()):
                 with cur.copy(COPY_IN) as copy:
                     copy.set_types(COPY_TYPES)
@@ -282,7 +283,8 @@ class PostgresStore:
                 self._advance(cur, ends)
             delivered = {pids[key]: run[-1].offset + 1 for key, run in runs.items()}
             cur.execute(LINK_CURSORS, (link, list(delivered), list(delivered.values())))
-        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()})
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()},
+                       sum(nbytes for _, _, nbytes in ends.values()))
 
     def apply_from(
         self,
@@ -346,13 +348,13 @@ class PostgresStore:
                 nxt = first
             if first > nxt:
                 raise Misordered(key, nxt, first)
-            frm = max(first, nxt)
+            frm, nbytes = max(first, nxt), 0
             if frm < upto:
                 self._pipe(src, cur, spid, pid, frm, upto)
-                cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid,
-                                            "start": frm})
+                (nbytes,) = cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm,
+                                                        "pid": pid, "start": frm}).fetchone()
             cur.execute(LINK_CURSORS, (link, [pid], [upto]))
-        return Applied({key: max(nxt, upto)}, {key: max(upto - frm, 0)})
+        return Applied({key: max(nxt, upto)}, {key: max(upto - frm, 0)}, int(nbytes))
 
     @staticmethod
     def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,

@@ -20,6 +20,7 @@ from replication.engine.replicator import (
     BatchSpec,
     ReturnToOrigin,
     apply_batch,
+    apply_spec,
     backlog,
     cut_batches,
     pending,
@@ -27,7 +28,7 @@ from replication.engine.replicator import (
     replica_positions,
     sync_cursors,
 )
-from replication.engine.store import now_ms
+from replication.engine.store import headers_size, now_ms
 
 
 def _partitions(net, name, topic):
@@ -415,15 +416,28 @@ def _stats(net, name, topic):
             for st in net.store(name).partition_stats(net.id(name), topic)}
 
 
+def _logical_bytes(net, name, topic, partition, start, end) -> int:
+    """Keys, values and encoded headers of [start, end), as the stores count them."""
+    messages = net.store(name).read(net.id(name), topic, partition, start, limit=end - start,
+                                    max_bytes=1 << 30)
+    return sum(len(m.value) + len(m.key or b"") + headers_size(m.headers) for m in messages)
+
+
 def test_piped_apply_keeps_rows_and_counters_as_the_origin_has_them(pg_net):
     pg_net.add("A", "B", "C")
     pg_net.produce("A", "a", 500, partitions=2)
+    nbytes = 0
     for spec in pg_net.plan("A", "B", max_messages=70):
-        assert pg_net.store("B").apply_from(
+        applied = pg_net.store("B").apply_from(
             pg_net.store("A"), spec.source, spec.replica, spec.topic, spec.partition,
-            spec.start, spec.end, link="l").count == spec.end - spec.start
+            spec.start, spec.end, link="l")
+        assert applied.count == spec.end - spec.start
+        assert applied.bytes == _logical_bytes(pg_net, "A", "a", spec.partition, spec.start,
+                                               spec.end)
+        nbytes += applied.bytes
     pg_net.assert_replica("A", "B")
     assert _stats(pg_net, "B", "a") == _stats(pg_net, "A", "a")  # rows and logical bytes
+    assert nbytes == sum(st[3] for st in _stats(pg_net, "A", "a").values())
     sqlite = open_store("sqlite:///:memory:")
     try:  # only PostgreSQL to PostgreSQL pipes; other pairs take apply's general path
         assert pg_net.store("B").apply_from(sqlite, pg_net.id("A"), pg_net.id("C"), "a", 0, 0,
@@ -442,8 +456,11 @@ def test_piped_apply_trims_overlaps_and_refuses_gaps(pg_net):
     assert (caught.value.expected, caught.value.got) == (0, 100)
     assert apply_batch(src, dst, first, link="l") == 100
     overlap = BatchSpec(first.source, first.replica, "a", 0, 50, 200)
-    assert apply_batch(src, dst, overlap, link="l") == 100  # [100, 200) only
-    assert apply_batch(src, dst, second, link="l") == 0  # redelivered
+    applied = apply_spec(src, dst, overlap, link="l")
+    # [100, 200) only: the trimmed overlap's bytes do not count, as its messages do not.
+    assert (applied.count, applied.bytes) == (100, _logical_bytes(pg_net, "A", "a", 0, 100, 200))
+    redelivered = apply_spec(src, dst, second, link="l")
+    assert (redelivered.count, redelivered.bytes) == (0, 0)
     assert apply_batch(src, dst, third, link="l") == 100
     pg_net.assert_replica("A", "B")
     assert dst.replication_cursor(pg_net.id("B"), "l", "a", 0) == 300
@@ -479,8 +496,10 @@ def test_piped_apply_within_one_store_copies_on_the_server(pg_net):
     pg_net.produce("A", "a", 400, partitions=2)
     src = pg_net.store("A")
     specs = pg_net.plan("A", "C", max_messages=90)
-    assert [apply_batch(src, src, spec, link="l") for spec in specs] == [
-        spec.end - spec.start for spec in specs]
+    applied = [apply_spec(src, src, spec, link="l") for spec in specs]
+    assert [(a.count, a.bytes) for a in applied] == [
+        (s.end - s.start, _logical_bytes(pg_net, "A", "a", s.partition, s.start, s.end))
+        for s in specs]
     assert [apply_batch(src, src, spec, link="l") for spec in specs] == [0] * len(specs)
     pg_net.assert_replica("A", "C")
     assert _stats(pg_net, "C", "a") == _stats(pg_net, "A", "a")

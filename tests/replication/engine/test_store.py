@@ -435,6 +435,8 @@ def test_apply_keeps_origin_offsets_timestamps_and_origin(store, stream):
     replica = uuid.uuid4()
     first = store.apply(replica, messages[:4], link="sf->ny")
     assert (first.ends, first.written, first.count) == ({("t", 0): 4}, {("t", 0): 4}, 4)
+    # m0, k0 and the header ("n", b"0"): 2 + 2 + (6 + 1 + 1) logical bytes each.
+    assert first.bytes == 4 * 12
     assert store.apply(replica, messages[4:], link="sf->ny").ends == {("t", 0): 10}
     assert store.read(replica, "t", 0, 0) == messages
     assert store.watermarks(replica, "t") == {0: (0, 10)}
@@ -444,11 +446,12 @@ def test_apply_keeps_origin_offsets_timestamps_and_origin(store, stream):
 def test_apply_trims_a_redelivered_overlap(store, stream):
     messages = _origin_messages(store, stream)
     replica = uuid.uuid4()
-    store.apply(replica, messages[:6], link="l")
+    assert store.apply(replica, messages[:6], link="l").bytes == 6 * 12
     again = store.apply(replica, messages[:6], link="l")
-    assert (again.ends, again.count) == ({("t", 0): 6}, 0)
+    assert (again.ends, again.count, again.bytes) == ({("t", 0): 6}, 0, 0)
     overlap = store.apply(replica, messages[3:8], link="l")
-    assert (overlap.ends, overlap.count) == ({("t", 0): 8}, 2)
+    # Only what was new counts, as for messages: the trimmed 3..5 weigh nothing.
+    assert (overlap.ends, overlap.count, overlap.bytes) == ({("t", 0): 8}, 2, 2 * 12)
     assert store.read(replica, "t", 0, 0) == messages[:8]
 
 
