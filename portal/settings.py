@@ -126,12 +126,21 @@ if EMBEDDED:
 else:
     DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-# Keep control-database connections between requests and tasks: opening one per batch cost
-# gateways about 15% of their time (docs/benchmarks.md). Checked before reuse, so a restarted
-# database costs one reconnect, not an error.
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+# Control-database connections are kept and checked before reuse, so a restarted database
+# costs one reconnect, not an error. On PostgreSQL through Django's pool: under ASGI each
+# request runs in a thread of its own, and Celery closes connections around every task, so
+# connections kept per thread (CONN_MAX_AGE) were opened anew for every produce request and
+# every gateway batch, a server process forked each time (docs/benchmarks.md).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": env.int("STREAMGATE_DB_POOL_SIZE", default=20),
+        "max_idle": 60.0, "timeout": 30.0}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = 60
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
 
 def channel_layers(redis_url: str, prefix: str) -> dict[str, dict]:
     """The Redis channel layer; tests build theirs here too, so they run production's.
@@ -143,7 +152,6 @@ def channel_layers(redis_url: str, prefix: str) -> dict[str, dict]:
     (re)connect. It has no capacity or expiry: it ignores those options."""
     return {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
                         "CONFIG": {"hosts": [redis_url], "prefix": prefix}}}
-
 
 
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -170,7 +178,7 @@ SPARK_MASTER_URL = env.str("SPARK_MASTER_URL", default="")
 
 # Shared by every web worker: sign-in failure counts and API throttles must add up across them.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "portal.cache.ReusingRedisCache",
                           "LOCATION": REDIS_URL, "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache"}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -17,13 +17,14 @@ by `replica list`), and a "replica.mode" event to the tenants of both ends: neve
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from uuid import UUID
 
 import structlog
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -73,10 +74,12 @@ def link_mode_switch(*, link: ReplicaLink, to: str, reason: str) -> bool:
 def replicas_await(*, stream: Stream, topic: str, offsets: Sequence[tuple[int, int]]) -> None:
     """Return once every synchronous-mode replica of `stream` holds these offsets of `topic`;
     links that cannot keep up drop to async on the way (the produce is then acknowledged)."""
+    if not offsets or not _any_sync_link(stream.pk):
+        return
     links = list(ReplicaLink.objects.agreed()
                  .filter(source=stream, paused=False, synchronous=True, mode=SyncMode.SYNC)
                  .select_related("source", "replica__cluster"))
-    if not links or not offsets:
+    if not links:
         return
     served = clusters_served({link.replica.cluster.name for link in links})
     waiting = []
@@ -90,6 +93,21 @@ def replicas_await(*, stream: Stream, topic: str, offsets: Sequence[tuple[int, i
     if waiting:
         _wake_now(stream.uuid)
         _judge(waiting, _await_applied(waiting, topic, _ends(offsets)))
+
+
+@functools.cache
+def _any_sync_link_sql() -> str:
+    table = ReplicaLink._meta.db_table
+    return (f"SELECT EXISTS (SELECT 1 FROM {table} WHERE source_id = %s AND synchronous "
+            f"AND mode = '{SyncMode.SYNC.value}' AND NOT paused)")
+
+
+def _any_sync_link(stream_id: int) -> bool:
+    # Every produce asks; almost always the answer is no. One precompiled query (~0.2 ms)
+    # instead of compiling the ORM query below (~5 ms of CPU, a quarter of a produce request).
+    with connection.cursor() as cursor:
+        cursor.execute(_any_sync_link_sql(), [stream_id])
+        return bool(cursor.fetchone()[0])
 
 
 def _ends(offsets: Sequence[tuple[int, int]]) -> Ends:
