@@ -38,7 +38,6 @@ from bench.pgserver import PrivatePostgres
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
 LOAD_PENDING = 4000  # JetStream publishes in flight while loading the backlog
-STEADY_BATCH = 50  # as bench/replication.py's steady producers post
 NOT_BUILT = "not built"
 
 
@@ -49,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
     parser.add_argument("--producers", type=int, default=4,
                         help="streamgate's steady producer processes (bench/replication.py)")
+    parser.add_argument("--steady-batch", type=int, default=50,
+                        help="messages per produce call (streamgate) or per burst (NATS)")
     parser.add_argument("--skip", default="",
                         help="comma-separated: streamgate,steady,nats")
     parser.add_argument("--nats-server", default=shutil.which("nats-server") or "nats-server")
@@ -149,8 +150,8 @@ async def nats_catchup(url: str, messages: int, run: int) -> float:
         await nc.close()
 
 
-async def nats_steady(url: str, rate: int, seconds: float) -> dict:
-    """A publisher sending batches of STEADY_BATCH on a fixed schedule (missed slots skipped,
+async def nats_steady(url: str, rate: int, seconds: float, batch: int) -> dict:
+    """A publisher sending batches of `batch` on a fixed schedule (missed slots skipped,
     as bench/replication.py's producers do), each publish acknowledged by JetStream; the
     mirror's last sequence polled every ~5 ms on a connection of its own."""
     nc, js = await _connect(url)
@@ -176,15 +177,15 @@ async def nats_steady(url: str, rate: int, seconds: float) -> dict:
             acked.append((ack.seq, time.monotonic()))
 
         poller = asyncio.create_task(poll())
-        interval = STEADY_BATCH / rate
+        interval = batch / rate
         start = time.monotonic()
         due, deadline, n = start, start + seconds, 0
         while due < deadline:
             now = time.monotonic()
             if due > now:
                 await asyncio.sleep(due - now)
-            await asyncio.gather(*(one(n + i) for i in range(STEADY_BATCH)))
-            n += STEADY_BATCH
+            await asyncio.gather(*(one(n + i) for i in range(batch)))
+            n += batch
             due = max(due + interval, time.monotonic())
         took = time.monotonic() - start
         end = max(seq for seq, _ in acked)
@@ -225,6 +226,15 @@ def percentile(values: list[float], q: float) -> float:
 # --- streamgate ----------------------------------------------------------------------------------
 
 
+def warm_run(job, spark, spec) -> tuple[dict, float]:  # type: ignore[no-untyped-def]
+    """One Spark job (`workers.spark.copystream` or `diffstreams`) on a session started
+    beforehand, as a Celery worker's local mode reuses its own: (result, seconds), the
+    session's start (the JVM) not counted. bench/spark.py times its warm rows with this."""
+    start = time.perf_counter()
+    result = job(spark, spec)
+    return result, time.perf_counter() - start
+
+
 def measure_copystream(deploy: replication.Deployment, client, args: argparse.Namespace  # type: ignore[no-untyped-def]
                        ) -> list[float] | str:
     """streamgate copystream: the Spark job (`workers.spark.copystream`, local mode, as the
@@ -246,9 +256,9 @@ def measure_copystream(deploy: replication.Deployment, client, args: argparse.Na
             spec = Spec(Side(deploy.store_url(replication.SOURCE), src),
                         Side(deploy.store_url(replication.REPLICA), dst),
                         {replication.TOPIC: replication.PARTITIONS})
-            start = time.perf_counter()
-            copied = copystream(spark, spec)["messages"]
-            rates.append(copied / (time.perf_counter() - start))
+            result, seconds = warm_run(copystream, spark, spec)
+            copied = result["messages"]
+            rates.append(copied / seconds)
             print(f"copystream run {n + 1}: {copied:,} at {rates[-1]:,.0f}/s; load "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
             for cluster in (replication.REPLICA, replication.SOURCE):
@@ -314,7 +324,8 @@ def measure_nats(args: argparse.Namespace, skip: set[str]) -> tuple[list[float],
             print(f"NATS mirror catch-up run {run + 1}: {rates[-1]:,.0f}/s; load "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
         if "steady" not in skip:
-            steady = asyncio.run(nats_steady(server.url, args.steady_rate, args.steady_seconds))
+            steady = asyncio.run(nats_steady(server.url, args.steady_rate, args.steady_seconds,
+                                             args.steady_batch))
             print(f"NATS steady: {steady}", flush=True)
     finally:
         server.stop()

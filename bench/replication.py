@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--producers", type=int, default=4,
                         help="producer processes sharing the steady rate (a REST call takes "
                              "longer than 10 ms, so one paced client cannot keep 5,000/s)")
+    parser.add_argument("--steady-batch", type=int, default=50,
+                        help="records per produce call of the steady producers")
     parser.add_argument("--idle-streams", type=int, default=1000)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--skip", default="", help="comma-separated: catchup,steady,idle")
@@ -160,10 +162,11 @@ def setup(deploy: Deployment, token: str) -> object:
     return client
 
 
-def create_pair(client, name: str, *, paused: bool) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def create_pair(client, name: str, *, paused: bool,  # type: ignore[no-untyped-def]
+                partitions: int = PARTITIONS) -> tuple[str, str]:
     src, dst = f"/mapr/{SOURCE}/{name}", f"/mapr/{REPLICA}/{name}"
     client.call("stream create", {"path": src})
-    client.call("stream topic create", {"path": src, "topic": TOPIC, "partitions": PARTITIONS})
+    client.call("stream topic create", {"path": src, "topic": TOPIC, "partitions": partitions})
     client.call("stream create", {"path": dst})
     client.call("stream replica add", {"path": src, "replica": dst, "paused": paused})
     client.call("stream upstream add", {"path": dst, "upstream": src})
@@ -437,7 +440,8 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
-    batch, interval = 50, 50 * args.producers / args.steady_rate
+    batch = args.steady_batch
+    interval = batch * args.producers / args.steady_rate
     out: multiprocessing.Queue = multiprocessing.Queue()
     target = f"{deploy.url}/api/v1/streams/{src}/topics/{TOPIC}/messages/"
     producers = [multiprocessing.Process(target=steady_producer, args=(
@@ -592,8 +596,9 @@ def report(args: argparse.Namespace, catchup: dict | None, steady: dict | None,
             f"{each(catchup['logical'])} | {statistics.median(r_log):.2f}x |", ""]
     if steady:
         lines += [
-            f"Steady state: {args.producers} producer processes, each posting a batch of 50 "
-            f"over REST every {50 * args.producers / args.steady_rate * 1000:.0f} ms "
+            f"Steady state: {args.producers} producer processes, each posting a batch of "
+            f"{args.steady_batch} over REST every "
+            f"{args.steady_batch * args.producers / args.steady_rate * 1000:.0f} ms "
             f"(aiming at {args.steady_rate:,}/s) for {args.steady_seconds:.0f} s (one run); "
             "lag = readable in the replica (replica watermark polled every ~5 ms) minus "
             "produce acknowledgement.", "",

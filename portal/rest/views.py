@@ -12,7 +12,6 @@ from typing import Any
 
 from django.http import Http404
 from django.utils import timezone
-from knox.auth import TokenAuthentication
 from rest_framework import exceptions
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -22,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.accounts.tokens import TokenAuthentication
 from portal.rest.commands import REGISTRY
 from replication.errors import InvalidInput, NotFound, StreamgateError
 

@@ -1,0 +1,48 @@
+"""API tokens: knox's checks without its per-request read of every token of the user."""
+
+from datetime import timedelta
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from knox.models import AuthToken
+from rest_framework.test import APIClient
+
+
+def _client(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def test_token_authenticates_without_reading_the_users_other_tokens(owner):
+    token = AuthToken.objects.create(owner)[1]
+    AuthToken.objects.create(owner)  # another token of alice's: knox would read both
+    client = _client(token)
+    assert client.get("/api/v1/clusters/").status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        client.get("/api/v1/clusters/")
+    token_reads = [q["sql"] for q in captured.captured_queries if "knox_authtoken" in q["sql"]]
+    assert len(token_reads) == 1, token_reads  # the token itself, by its key
+
+
+def test_expired_token_is_refused_and_deleted(owner):
+    instance, token = AuthToken.objects.create(owner, expiry=timedelta(seconds=60))
+    AuthToken.objects.filter(pk=instance.pk).update(expiry=timezone.now() - timedelta(seconds=1))
+    response = _client(token).get("/api/v1/clusters/")
+    assert response.status_code == 401
+    assert not AuthToken.objects.filter(pk=instance.pk).exists()
+
+
+def test_unexpired_token_with_an_expiry_still_works(owner):
+    token = AuthToken.objects.create(owner, expiry=timedelta(hours=1))[1]
+    assert _client(token).get("/api/v1/clusters/").status_code == 200
+
+
+def test_outsider_token_sees_no_other_tenants_clusters_streams(owner, outsider):
+    from tests.factories import StreamFactory
+
+    stream = StreamFactory(created_by=owner)
+    token = AuthToken.objects.create(outsider)[1]
+    response = _client(token).get(f"/api/v1/streams/{stream.uuid}/")
+    assert response.status_code == 404
