@@ -448,6 +448,7 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
         target, token, batch, interval, args.steady_seconds, out))
         for _ in range(args.producers)]
     load_before = os.getloadavg()[0]
+    cpu_before = cpu_by_process(deploy)
     with profiling(deploy, "steady"):
         for producer in producers:
             producer.start()
@@ -485,6 +486,9 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
     return {"produced": len(acked), "rate": len(acked) / took, "p50": pct(0.50),
             "p99": pct(0.99), "max": lags[-1], "mean": statistics.fmean(lags),
             "missing": missing, "load": (load_before, os.getloadavg()[0]),
+            # CPU ms per 1,000 acknowledged messages, per process, over the whole run.
+            "cpu_per_1k": {label: (used - cpu_before.get(label, 0.0)) * 1e6 / max(len(acked), 1)
+                           for label, used in cpu_by_process(deploy).items()},
             "errors": len(errors), "first_error": errors[0] if errors else ""}
 
 
@@ -515,6 +519,14 @@ def tree(pid: int) -> list[int]:
             for child in (task / "children").read_text().split():
                 pids += tree(int(child))
     return pids
+
+
+def cpu_by_process(deploy: Deployment) -> dict[str, float]:
+    """CPU seconds so far of the portal (all its workers) and each engine process; PostgreSQL
+    and Redis are shared with whatever else runs, so they are not counted."""
+    procs = {"portal": deploy.process, **deploy.engine}
+    return {label: sum(cpu_seconds(p) for p in tree(process.pid))
+            for label, process in procs.items() if process is not None}
 
 
 def measure_idle(deploy: Deployment, args: argparse.Namespace) -> dict:
@@ -607,7 +619,9 @@ def report(args: argparse.Namespace, catchup: dict | None, steady: dict | None,
             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
             f"| {steady['produced']:,} | {steady['rate']:,.0f}/s | {steady['p50']:.1f} ms | "
             f"{steady['p99']:.1f} ms | {steady['max']:.0f} ms | {steady['missing']} | "
-            f"{steady['errors']} | p50 < 50 ms, p99 < 250 ms |", ""]
+            f"{steady['errors']} | p50 < 50 ms, p99 < 250 ms |", "",
+            "CPU per 1,000 acknowledged messages (ms): " + ", ".join(
+                f"{label} {ms:.0f}" for label, ms in steady["cpu_per_1k"].items()), ""]
     if idle:
         used = idle["used"]
         total = sum(used.values())
