@@ -1,23 +1,36 @@
 """copystream and diffstreams (issue 5) next to a raw binary COPY pipe between the same two
-databases.
+databases, and next to the same copy done by the gateways.
 
 Two scratch store databases on the PostgreSQL server of DATABASE_URL (default the local
 one): `sgbench_spark_<pid>_src` holds the messages (200 B values in 8 partitions, loaded
-through the store's own append), `..._dst` receives each copy and is emptied between runs.
+through the store's own append), `..._dst` receives each copy and is emptied before each.
 Per run, in the same order:
   - COPY pipe: each partition's rows streamed `COPY (SELECT ...) TO STDOUT (FORMAT BINARY)` ->
     `COPY ... FROM STDIN (FORMAT BINARY)` into a same-shaped table (primary key included), one
     transaction per partition: the floor any copy between two databases pays.
-  - copystream: the job's spark-submit entry run as a fresh process (Spark's start-up, JVM
-    included, counted), copying into a new destination stream.
-  - diffstreams: the same pair compared, also a fresh process.
-Everything is dropped at the end, failure or not.
+  - cold: copystream's spark-submit entry run as a fresh process (Spark's start-up, JVM
+    included, counted), copying into a new destination stream; then diffstreams of the same
+    pair, also a fresh process.
+  - warm: the same two jobs in this process, on a Spark session started once before the runs
+    and not timed (bench/peers.py's `warm_run`), as a Celery worker's local mode reuses its
+    session: only its first job ever pays the JVM's start.
+Before those runs, the gateways: bench/replication.py's deployment (scratch control database,
+cluster stores, portal, `manage.py rungateway` x2 and `runreplicator`), with the hand-off of
+large backlogs to Spark turned off. Per run, a paused link's source is loaded with its own
+messages of the same shape (the same `load`: 200 B, 8 partitions), the link resumed and timed
+until the replica's watermarks equal the source's (bench/replication.py's `catch_up`). The
+deployment stops before the Spark runs, so its processes do not share the cores with them.
+`--skip pipe,cold,warm,gateways` leaves parts out. Everything is dropped at the end, failure
+or not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,18 +41,42 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from bench import replication
+from bench.peers import warm_run
 from bench.produce import ROOT
+from workers.spark.pg import SESSION
 
 VALUE_BYTES = 200
 PARTITIONS = 8
-TOPIC = "t"
+TOPIC = replication.TOPIC  # the gateways' runs load through `load` too
 LOAD_BATCH = 5000
 COLUMNS = 'pid, "offset", ts, key, value, headers, origin, producer'
+PARTS = ("pipe", "cold", "warm", "gateways")
+# figure -> (the part measuring it, its row in the table)
+ROWS = {
+    "pipe": ("pipe", "raw binary COPY pipe"),
+    "copystream": ("cold", "streamgate copystream, fresh process (Spark start-up included)"),
+    "copystream_warm": ("warm", "streamgate copystream, warm session"),
+    "gateways": ("gateways", "the same copy by the gateways (2 gateways + replicator; own "
+                             "identical messages)"),
+    "diffstreams": ("cold", "streamgate diffstreams, fresh process (Spark start-up included)"),
+    "diffstreams_warm": ("warm", "streamgate diffstreams, warm session"),
+}
+
+
+def _parts(text: str) -> set[str]:
+    parts = set(filter(None, text.split(",")))
+    if parts - set(PARTS):
+        raise argparse.ArgumentTypeError(
+            f"unknown {', '.join(sorted(parts - set(PARTS)))}; choose from {', '.join(PARTS)}")
+    return parts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=5_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip", type=_parts, default="",
+                        help=f"comma-separated parts to leave out: {','.join(PARTS)}")
     parser.add_argument("--database-url", default=os.environ.get(
         "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
 
@@ -58,17 +95,23 @@ def _drop(base: str, name: str) -> None:
             sql.Identifier(name)))
 
 
-def load(store, stream: uuid.UUID, messages: int) -> None:  # type: ignore[no-untyped-def]
+def load(store, stream: uuid.UUID, messages: int) -> int:  # type: ignore[no-untyped-def]
+    """Appends `messages` (rounded down to whole batches) of VALUE_BYTES; returns how many."""
     from replication.engine import Record
 
     store.ensure_topic(stream, TOPIC, PARTITIONS)
     records = [Record(os.urandom(VALUE_BYTES)) for _ in range(LOAD_BATCH)]
     for _ in range(messages // LOAD_BATCH):
         store.append(stream, TOPIC, records, origin=stream)
+    return messages // LOAD_BATCH * LOAD_BATCH
 
 
 def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
     with psycopg.connect(src_url) as src, psycopg.connect(dst_url) as dst:
+        # The jobs' session settings (an index scan in offset order, no sort, no JIT), so the
+        # pipe is the physical limit of the same plan rather than a slower plan.
+        for conn in (src, dst):
+            conn.execute(SESSION)
         dst.execute("DROP TABLE IF EXISTS sgbench_pipe")
         dst.execute("CREATE TABLE sgbench_pipe (LIKE messages INCLUDING ALL)")
         dst.commit()
@@ -91,59 +134,179 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
     return elapsed
 
 
-def spark_job(entry: str, spec: str) -> float:
-    """A fresh driver process, as spark-submit would start it: start-up included."""
+def spark_job(entry: str, spec: str) -> tuple[float, dict]:
+    """A fresh driver process, as spark-submit would start it: start-up included. Returns
+    the seconds and the job's result."""
+    from workers.spark.submit import PREFIX
+
     start = time.perf_counter()
     done = subprocess.run([sys.executable, str(ROOT / "workers/spark" / entry), spec],
                           cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     elapsed = time.perf_counter() - start
-    if done.returncode:
+    lines = [json.loads(line.removeprefix(PREFIX)) for line in done.stdout.splitlines()
+             if line.startswith(PREFIX)]
+    if done.returncode or not lines or lines[-1]["kind"] != "result":
         raise RuntimeError(f"{entry} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+    return elapsed, lines[-1]["result"]
+
+
+def _checked(what: str, result: dict, messages: int) -> None:
+    """A figure counts only for a job that did the whole work (a diff finding them equal)."""
+    done = result.get("messages", result.get("compared"))
+    if done != messages or result.get("equal", True) is not True:
+        raise RuntimeError(f"{what} did not do the whole work: {result}")
+
+
+# --- the gateways ------------------------------------------------------------------------------
+
+
+def measure_gateways(args: argparse.Namespace) -> list[float]:
+    """Seconds per run of the same copy by the replication engine as deployed."""
+    from replication.engine.pg import PostgresStore
+
+    deploy = replication.Deployment(_url(args.database_url, "postgres"))
+    # 625,000 messages a partition is past the default hand-off of a large backlog to a Spark
+    # job (STREAMGATE_CATCHUP_THRESHOLD), which no Celery worker here would run: turned off,
+    # the gateways copy everything.
+    deploy.env["STREAMGATE_CATCHUP_THRESHOLD"] = "0"
+    seconds: list[float] = []
+    try:
+        client = replication.setup(deploy, deploy.start())
+        deploy.start_engine()
+        time.sleep(3)  # the engine's processes up, as bench/replication.py waits
+        stores = [PostgresStore(deploy.store_url(cluster))
+                  for cluster in (replication.SOURCE, replication.REPLICA)]
+        try:
+            for run in range(1, args.runs + 1):
+                seconds.append(gateway_run(deploy, client, stores, run, args.messages))
+        finally:
+            for store in stores:
+                store.close()
+    finally:
+        deploy.stop()
+        shutil.rmtree(deploy.logs, ignore_errors=True)
+    return seconds
+
+
+def gateway_run(deploy: replication.Deployment, client, stores: list,  # type: ignore[no-untyped-def]
+                run: int, messages: int) -> float:
+    name = f"spark{run}"
+    paths = (f"/mapr/{replication.SOURCE}/{name}", f"/mapr/{replication.REPLICA}/{name}")
+    src, dst = (uuid.UUID(u) for u in replication.create_pair(
+        client, name, paused=True, partitions=PARTITIONS))
+    loaded = load(stores[0], src, messages)
+    with psycopg.connect(deploy.store_url(replication.SOURCE), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")  # the load's dirty pages written before the clock starts
+    elapsed = replication.catch_up(client, *stores, src, dst, paths)
+    print(f"gateways run {run}: {loaded:,} messages in {elapsed:.1f} s; load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    for path in reversed(paths):  # keep the stores small for the next run
+        with contextlib.suppress(Exception):
+            client.call("stream delete", {"path": path})
     return elapsed
 
 
-def main(args: argparse.Namespace) -> int:
+# --- the Spark jobs and the pipe ---------------------------------------------------------------
+
+
+def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> int:
+    """Fills `figures` run by run; returns how many messages the source holds."""
     from replication.engine.store import create_database, open_store
-    from workers.spark import Side, Spec
+    from workers.spark import Side, Spec, copystream, diffstreams, spark_session
     from workers.spark.submit import spec_to_json
 
     names = [f"sgbench_spark_{os.getpid()}_{side}" for side in ("src", "dst")]
     src_url, dst_url = (_url(args.database_url, name) for name in names)
+    spark = None
     try:
         create_database(src_url)
         source, stream = open_store(src_url), uuid.uuid4()
         print(f"loading {args.messages:,} messages of {VALUE_BYTES} B in {PARTITIONS} "
               "partitions", flush=True)
-        load(source, stream, args.messages)
+        messages = load(source, stream, args.messages)
         source.close()
-        figures: dict[str, list[float]] = {"pipe": [], "copystream": [], "diffstreams": []}
-        for run in range(1, args.runs + 1):
+        if "warm" not in args.skip:
+            spark = spark_session()  # once, before the runs: the warm rows do not count it
+
+        def fresh() -> Spec:
+            """An empty destination database and a new destination stream in it."""
             _drop(args.database_url, names[1])
             create_database(dst_url)
             open_store(dst_url).close()  # the store's schema, as a cluster's store has it
-            figures["pipe"].append(copy_pipe(src_url, dst_url, stream))
-            spec = Spec(Side(src_url, str(stream)), Side(dst_url, str(uuid.uuid4())),
+            return Spec(Side(src_url, str(stream)), Side(dst_url, str(uuid.uuid4())),
                         {TOPIC: PARTITIONS})
-            figures["copystream"].append(spark_job("copystream_job.py", spec_to_json(spec)))
-            figures["diffstreams"].append(spark_job("diffstreams_job.py", spec_to_json(spec)))
-            print(f"run {run}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in figures.items()),
-                  flush=True)
-        report(args.messages, figures)
+
+        for run in range(1, args.runs + 1):
+            spec = fresh()
+            if "pipe" not in args.skip:
+                figures["pipe"].append(copy_pipe(src_url, dst_url, stream))
+            if "cold" not in args.skip:
+                for key, entry in (("copystream", "copystream_job.py"),
+                                   ("diffstreams", "diffstreams_job.py")):
+                    seconds, result = spark_job(entry, spec_to_json(spec))
+                    _checked(key, result, messages)
+                    figures[key].append(seconds)
+            if spark is not None:
+                if "cold" not in args.skip:
+                    spec = fresh()  # the warm copy starts from an empty destination too
+                for key, job in (("copystream_warm", copystream),
+                                 ("diffstreams_warm", diffstreams)):
+                    result, seconds = warm_run(job, spark, spec)
+                    _checked(key, result, messages)
+                    figures[key].append(seconds)
+            print(f"run {run}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in figures.items()
+                                             if k != "gateways" and v)
+                  + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
     finally:
+        if spark is not None:
+            spark.stop()
         for name in names:
             _drop(args.database_url, name)
+    return messages
+
+
+def main(args: argparse.Namespace) -> int:
+    figures: dict[str, list[float]] = {k: [] for k, (part, _) in ROWS.items()
+                                       if part not in args.skip}
+    load_before = os.getloadavg()
+    if "gateways" in figures:
+        figures["gateways"] = measure_gateways(args)
+    messages = args.messages // LOAD_BATCH * LOAD_BATCH
+    if set(figures) - {"gateways"}:
+        messages = measure_spark(args, figures)
+    print()
+    print(report(messages, figures, load_before, os.getloadavg()))
     return 0
 
 
-def report(messages: int, figures: dict[str, list[float]]) -> None:
-    rate = {k: messages / statistics.median(v) for k, v in figures.items()}
-    print(f"\n{messages:,} messages of {VALUE_BYTES} B, {PARTITIONS} partitions, medians of "
-          f"{len(figures['pipe'])} runs")
-    print("| path | median s | messages/s | vs COPY pipe |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, label in (("pipe", "raw binary COPY pipe"),
-                        ("copystream", "streamgate copystream (Spark start-up included)"),
-                        ("diffstreams", "streamgate diffstreams (Spark start-up included)")):
-        print(f"| {label} | {statistics.median(figures[name]):.1f} | {rate[name]:,.0f} | "
-              f"{rate[name] / rate['pipe']:.2f}x |")
+def report(messages: int, figures: dict[str, list[float]], load_before: tuple[float, ...],
+           load_after: tuple[float, ...]) -> str:
+    median = {k: statistics.median(v) for k, v in figures.items() if v}
+    runs = max(map(len, figures.values()), default=0)
+    lines = [f"{messages:,} messages of {VALUE_BYTES} B, {PARTITIONS} partitions, medians of "
+             f"{runs} runs; load average {load_before[0]:.1f} at the start, "
+             f"{load_after[0]:.1f} at the end", "",
+             "| path | median s | messages/s | vs COPY pipe | each run (s) |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for key in (k for k in ROWS if k in median):
+        ratio = f"{median['pipe'] / median[key]:.2f}x" if "pipe" in median else ""
+        lines.append(f"| {ROWS[key][1]} | {median[key]:.1f} | {messages / median[key]:,.0f} | "
+                     f"{ratio} | {', '.join(f'{s:.1f}' for s in figures[key])} |")
+    paired = [k for k in ("copystream", "copystream_warm", "diffstreams", "diffstreams_warm")
+              if k in median]
+    if "pipe" in median and paired:
+        lines += ["", "Per run, messages/s against the COPY pipe of the same run:", "",
+                  "| run | " + " | ".join(k.replace("_", " ") if "_" in k else f"{k} cold"
+                                          for k in paired) + " |",
+                  "| --- |" + " ---: |" * len(paired)]
+        lines += [f"| {n + 1} | " + " | ".join(
+            f"{figures['pipe'][n] / figures[k][n]:.2f}x" for k in paired) + " |"
+            for n in range(len(figures["pipe"]))]
+    if "gateways" in median:
+        lines += ["", "The gateways' runs load their own messages of the same shape into their "
+                  "own deployment (a separate phase before the Spark runs)."]
+        lines += [f"{key} / gateways (medians of messages/s): "
+                  f"{median['gateways'] / median[key]:.2f}x"
+                  for key in ("copystream", "copystream_warm") if key in median]
+    return "\n".join(lines)

@@ -9,16 +9,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from itertools import chain
 from uuid import UUID
 
 from pyspark.sql import SparkSession
 
 from replication.engine.store import MessageStore, UnknownTopic
-from workers.spark.ranges import Range, Side, Work, copy_ranges, diff_ranges, stores
+from workers.spark.ranges import BUCKET, Range, Side, Work, copy_ranges, diff_ranges, stores
 
 # (messages done, messages total, bytes done, bytes total)
 Progress = Callable[[int, int, int, int], None]
-DIFF_SPLIT = 250_000  # offsets per diff task: many tasks keep every executor busy
+DIFF_SPLIT = 250_000  # messages per diff task: many tasks keep every executor busy
 TICK = 1.0  # seconds between progress reports
 
 
@@ -68,10 +69,10 @@ def _pair(spec: Spec) -> Iterator[_Pair]:
         yield _Pair(src, UUID(spec.src.stream), dst, UUID(spec.dst.stream))
 
 
-def _run(spark: SparkSession, ranges: list[Range], slices: int, task: Callable) -> list:
-    if not ranges:
+def _run(spark: SparkSession, items: list, slices: int, task: Callable) -> list:
+    if not items:
         return []
-    return spark.sparkContext.parallelize(ranges, slices).mapPartitions(task).collect()
+    return spark.sparkContext.parallelize(items, slices).mapPartitions(task).collect()
 
 
 # --- copystream ------------------------------------------------------------------------------
@@ -120,14 +121,15 @@ def _copied(pair: _Pair, ranges: list[Range]) -> int:
 
 def diffstreams(spark: SparkSession, spec: Spec, progress: Progress | None = None) -> dict:
     with _pair(spec) as pair:
-        partitions, ranges = _plan_diff(pair, spec.topics)
+        partitions, tasks = _plan_diff(pair, spec.topics)
         average = pair.average_size(spec.topics)
-    total = sum(r.size for r in ranges)
+    total = sum(r.size for task in tasks for r in task)
     work = Work(spec.src, spec.dst)
     group = f"diff-{uuid.uuid4().hex}"
     spark.sparkContext.setJobGroup(group, "diffstreams")
-    with _Reporter(progress, _tasks_done(spark, group, ranges), total, average):
-        rows = _run(spark, ranges, len(ranges), lambda part: diff_ranges(work, part))
+    with _Reporter(progress, _tasks_done(spark, group, total, len(tasks)), total, average):
+        rows = _run(spark, tasks, len(tasks),
+                    lambda part: diff_ranges(work, chain.from_iterable(part)))
     for topic, partition, offset in rows:
         entry = partitions[(topic, partition)]
         first = entry["firstDifference"]
@@ -145,10 +147,12 @@ def diffstreams(spark: SparkSession, spec: Spec, progress: Progress | None = Non
     return result
 
 
-def _plan_diff(pair: _Pair, topics: dict[str, int]) -> tuple[dict, list[Range]]:
-    partitions, ranges = {}, []
+def _plan_diff(pair: _Pair, topics: dict[str, int]) -> tuple[dict, list[list[Range]]]:
+    """Each partition's report entry, and the Spark tasks: lists of ranges to compare."""
+    partitions, tasks = {}, []
     for topic, count in sorted(topics.items()):
         ours, theirs = pair.marks("src", topic), pair.marks("dst", topic)
+        compared: dict[int, tuple[int, int]] = {}
         for p in range(count):
             (slo, shi), (dlo, dhi) = ours.get(p, (0, 0)), theirs.get(p, (0, 0))
             lo, hi = max(slo, dlo), min(shi, dhi)
@@ -161,9 +165,22 @@ def _plan_diff(pair: _Pair, topics: dict[str, int]) -> tuple[dict, list[Range]]:
                 "firstDifference": (slo if p not in theirs else None if shi == dhi
                                     else max(lo, hi)),
             }
-            ranges += [Range(topic, p, a, min(hi, a + DIFF_SPLIT))
-                       for a in range(lo, hi, DIFF_SPLIT)]
-    return partitions, ranges
+            if hi > lo:
+                compared[p] = (lo, hi)
+        tasks += _windows(topic, compared)
+    return partitions, tasks
+
+
+def _windows(topic: str, compared: dict[int, tuple[int, int]]) -> list[list[Range]]:
+    """A task per window of equal offsets across the topic's partitions, about DIFF_SPLIT
+    messages in all: producers write a topic's partitions side by side, so their rows of equal
+    offsets share heap pages, which one task then reads once (pg.BUCKETS)."""
+    width = max(BUCKET, DIFF_SPLIT // max(1, len(compared)) // BUCKET * BUCKET)
+    windows: dict[int, list[Range]] = {}
+    for p, (lo, hi) in sorted(compared.items()):
+        for a in range(lo // width * width, hi, width):
+            windows.setdefault(a, []).append(Range(topic, p, max(lo, a), min(hi, a + width)))
+    return [windows[a] for a in sorted(windows)]
 
 
 def _repair(spark: SparkSession, spec: Spec, differing: list[dict]) -> list[dict]:
@@ -181,10 +198,10 @@ def _repair(spark: SparkSession, spec: Spec, differing: list[dict]) -> list[dict
             for (t, p, n, _), r in zip(rows, ranges, strict=True)]
 
 
-def _tasks_done(spark: SparkSession, group: str, ranges: list[Range]) -> Callable[[], int]:
-    """Messages compared so far, from Spark's count of finished tasks (one range each)."""
+def _tasks_done(spark: SparkSession, group: str, total: int, tasks: int) -> Callable[[], int]:
+    """Messages compared so far, from Spark's count of finished tasks."""
     tracker = spark.sparkContext.statusTracker()
-    average = sum(r.size for r in ranges) / max(1, len(ranges))
+    average = total / max(1, tasks)
 
     def done() -> int:
         finished = 0

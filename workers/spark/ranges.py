@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 from uuid import UUID
 
 import psycopg
@@ -80,6 +82,7 @@ def stores(*urls: str) -> Iterator[list[MessageStore]]:
 
 
 Buckets = dict[int, tuple[int, int]]  # bucket number -> (rows, XOR of the rows' hashes)
+T = TypeVar("T")
 
 
 class _Fast:
@@ -91,13 +94,47 @@ class _Fast:
     def _pid(self, end: int, r: Range) -> int:
         return pg.partition_id(self.conns[end], self.sides[end].stream, r.topic, r.partition)
 
+    def _pids(self, end: int, ranges: list[Range]) -> list[int]:
+        """The ranges' partition ids at one end, one query per topic."""
+        side = self.sides[end]
+        ids = {topic: pg.partition_ids(self.conns[end], side.stream, topic)
+               for topic in {r.topic for r in ranges}}
+        for r in ranges:
+            if r.partition not in ids[r.topic]:
+                raise StoreError(f"{r.topic}:{r.partition} does not exist in stream {side.stream}")
+        return [ids[r.topic][r.partition] for r in ranges]
+
     def copy(self, r: Range, lo: int, hi: int) -> tuple[int, int]:
         return pg.copy_chunk(*self.conns, (self._pid(0, r), self._pid(1, r)), lo, hi,
                              key=(r.topic, r.partition), origin_low=r.origin_low,
                              link=self.work.link)
 
-    def buckets(self, end: int, r: Range) -> Buckets:
-        return pg.buckets(self.conns[end], self._pid(end, r), r.start, r.end, self.work.bucket)
+    def both(self, call: Callable[[int], T]) -> tuple[T, T]:
+        """`call(0)` and `call(1)` at once: each end's server works on its half while the
+        other does, rather than one waiting for the other."""
+        with ThreadPoolExecutor(1) as pool:
+            ours = pool.submit(call, 0)
+            theirs = call(1)
+            return ours.result(), theirs
+
+    def bucket_maps(self, ranges: list[Range]) -> list[tuple[Buckets, Buckets]]:
+        """Each range's buckets at both ends, in one query per end (see pg.BUCKETS)."""
+        width = self.work.bucket
+        # (lo, range, bucket, hi), equal offsets of all the ranges side by side.
+        keys = sorted((lo, i, (lo - r.start) // width, min(r.end, lo + width))
+                      for i, r in enumerate(ranges) for lo in range(r.start, r.end, width))
+
+        def side(end: int) -> dict[int, tuple[int, int]]:
+            pids = self._pids(end, ranges)
+            return pg.buckets(self.conns[end], [(pids[i], lo, hi) for lo, i, _, hi in keys])
+
+        ours, theirs = self.both(side)
+        maps: list[tuple[Buckets, Buckets]] = [({}, {}) for _ in ranges]
+        for n, (_, i, bucket, _) in enumerate(keys):
+            for end, found in enumerate((ours, theirs)):
+                if n in found:
+                    maps[i][end][bucket] = found[n]
+        return maps
 
     def rows(self, end: int, r: Range, lo: int, hi: int) -> dict[int, int]:
         return pg.row_hashes(self.conns[end], self._pid(end, r), lo, hi)
@@ -133,7 +170,15 @@ class _Generic:
                             **{k: v for k, v in self._hashes.items() if k[1] == r}}
         return self._hashes[(end, r)]
 
-    def buckets(self, end: int, r: Range) -> Buckets:
+    def both(self, call: Callable[[int], T]) -> tuple[T, T]:
+        # One after the other: a store object (SQLite's connection) stays on its thread.
+        return call(0), call(1)
+
+    def bucket_maps(self, ranges: list[Range]) -> Iterator[tuple[Buckets, Buckets]]:
+        # Lazily: a range's first difference is looked for while its hashes are still held.
+        return ((self._buckets(0, r), self._buckets(1, r)) for r in ranges)
+
+    def _buckets(self, end: int, r: Range) -> Buckets:
         out: Buckets = {}
         for offset, h in self._all(end, r).items():
             n, x = out.get((offset - r.start) // self.work.bucket, (0, 0))
@@ -183,20 +228,22 @@ def _size(m: Message) -> int:
 
 def diff_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int, int | None]]:
     """(topic, partition, first differing offset or None) per range, comparing both sides'
-    checksums bucket by bucket, then row by row inside the first differing bucket."""
+    checksums bucket by bucket, then row by row inside the first differing bucket. A task's
+    ranges are checksummed together: one query per side on PostgreSQL."""
+    ranges = list(ranges)
     with _ends(work) as ends:
-        for r in ranges:
-            yield r.topic, r.partition, _first_difference(ends, r)
+        for r, (ours, theirs) in zip(ranges, ends.bucket_maps(ranges), strict=True):
+            yield r.topic, r.partition, _first_difference(ends, r, ours, theirs)
 
 
-def _first_difference(ends: _Fast | _Generic, r: Range) -> int | None:
-    ours, theirs = ends.buckets(0, r), ends.buckets(1, r)
+def _first_difference(ends: _Fast | _Generic, r: Range, ours: Buckets,
+                      theirs: Buckets) -> int | None:
     differing = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
     if not differing:
         return None
     lo = r.start + differing[0] * ends.work.bucket
     hi = min(r.end, lo + ends.work.bucket)
-    left, right = ends.rows(0, r, lo, hi), ends.rows(1, r, lo, hi)
+    left, right = ends.both(lambda end: ends.rows(end, r, lo, hi))
     return next((o for o in range(lo, hi) if left.get(o) != right.get(o)), lo)
 
 

@@ -198,3 +198,48 @@ def test_a_retried_task_copies_its_range_again_without_doubling_it(stores):
     assert sum(r[2] for r in first) > 0
     assert sum(r[2] for r in first) + sum(r[2] for r in again) == 4500
     assert_equal(opened, src, dst)
+
+
+def plan_nodes(conn, query: str, params) -> list[dict]:
+    """Every node of the query's plan, from EXPLAIN's JSON (no run, no text matching)."""
+    nodes, todo = [], [conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()[0][0]
+                        ["Plan"]]
+    while todo:
+        nodes.append(todo.pop())
+        todo += nodes[-1].get("Plans", [])
+    return nodes
+
+
+def next_offset(conn, pid: int) -> int:
+    return conn.execute("SELECT next_offset FROM partitions WHERE id = %s", (pid,)).fetchone()[0]
+
+
+def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db):
+    """The bulk jobs' PostgreSQL reads of a partition's offset range sort nothing: the copy's
+    read was planned as a bitmap heap scan plus a sort of the full rows (once the store has
+    statistics; on 5M fresh rows too), the checksums as a GROUP BY sorting full rows. Each
+    bucket is a plain aggregate over its own index range."""
+    from workers.spark import pg
+
+    url = default_store_url(f"spark_plan_{uuid.uuid4().hex[:8]}")
+    create_database(url)
+    store, stream = open_store(url), uuid.uuid4()
+    fill(store, stream, 3000)
+    store.close()
+    with pg.connect(url) as conn:
+        pid = pg.partition_id(conn, str(stream), "clicks", 2)
+        high = next_offset(conn, pid)
+        spans = [(pid, lo, lo + 100) for lo in range(0, high, 100)]
+        plans = []
+        for analyse in (False, True):  # fresh rows, then with statistics (as autovacuum makes)
+            if analyse:
+                conn.execute("ANALYZE messages")
+            buckets = plan_nodes(conn, pg.BUCKETS, ([s[0] for s in spans],
+                                                    [s[1] for s in spans], [s[2] for s in spans]))
+            assert [n.get("Strategy") for n in buckets if n["Node Type"] == "Aggregate"] == [
+                "Plain"]
+            plans += [buckets, plan_nodes(conn, pg.ROWS_OUT, (pid, pid, 0, high)),
+                      plan_nodes(conn, pg.ROW_HASHES, (pid, 0, high))]
+        assert sum(n for n, _ in pg.buckets(conn, spans).values()) == high > 0
+    for nodes in plans:
+        assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
