@@ -17,7 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     sync.add_arguments(sub.add_parser(
         "sync", help="produce latency with a synchronous replica beside an asynchronous one"))
     spark.add_arguments(sub.add_parser(
-        "spark", help="copystream and diffstreams next to a raw binary COPY pipe"))
+        "spark", help="copystream and diffstreams (cold and warm) next to a raw binary COPY pipe "
+        "and the same copy by the gateways"))
     pages.add_arguments(sub.add_parser(
         "pages", help="server time of the overview and stream pages with 1,000 streams"))
     sockets.add_arguments(sub.add_parser(

@@ -340,11 +340,22 @@ def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -
                           "ALTER SUBSCRIPTION sgbench_sub SET (slot_name = NONE)",
                           "DROP SUBSCRIPTION sgbench_sub"):
             sub.execute(statement)
-        pub.execute("SELECT pg_drop_replication_slot('sgbench_sub')")
+        _drop_slot(pub)
         pub.execute("DROP PUBLICATION sgbench_pub")
         for conn in (pub, sub):
             conn.execute("DROP TABLE messages")
     return elapsed, expected
+
+
+def _drop_slot(pub: psycopg.Connection) -> None:
+    # The disabled subscription's walsender lets go of the slot a moment later.
+    for _ in range(100):
+        try:
+            pub.execute("SELECT pg_drop_replication_slot('sgbench_sub')")
+            return
+        except psycopg.errors.ObjectInUse:
+            time.sleep(0.1)
+    raise RuntimeError("replication slot sgbench_sub stayed in use for 10 s")
 
 
 def measure_catchup(deploy: Deployment, client, args: argparse.Namespace) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]

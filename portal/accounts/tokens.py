@@ -9,6 +9,7 @@ a TTL was set) is still refused once past it.
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.models import AuthToken
 
@@ -20,3 +21,9 @@ class TokenAuthentication(KnoxTokenAuthentication):
         if auth_token.expiry < timezone.now():
             return super()._cleanup_token(auth_token)  # refuses it, and tidies up
         return False
+
+
+class TokenScheme(KnoxTokenScheme):
+    """The API documentation describes these tokens as knox's (a bearer-style header)."""
+
+    target_class = "portal.accounts.tokens.TokenAuthentication"

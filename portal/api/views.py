@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.accounts.models import Membership, Tenant
+from portal.accounts.tokens import TokenAuthentication
 from portal.api import filters
 from portal.api import serializers as s
 from portal.api.errors import field_alias
@@ -297,6 +298,8 @@ class TokenLoginView(knox_views.LoginView):
 
 class TokenLogoutView(knox_views.LogoutView):
     """Revoke the token this request authenticates with."""
+
+    authentication_classes = [TokenAuthentication]
 
     @extend_schema(request=None, responses=NO_CONTENT, tags=["auth"])
     def post(self, request: Request, format: str | None = None) -> Response:
