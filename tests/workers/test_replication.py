@@ -664,8 +664,12 @@ def test_a_backlog_past_the_threshold_goes_to_the_catchup_job_when_it_takes_it(
     link = pair_link()
     step_until(replicator, lambda: asked == [link.pk], timeout=5)
     assert link.pk in replicator.handed_off and not replicator.inflight
-    replicator.dirty_links.add(link.pk)  # an acknowledgement alone does not plan it again
-    replicator._plan(replicator.clock())
+    # An acknowledgement alone does not plan it again; the retry tick and the sweep would (by
+    # design), so neither is due here, whenever the hand-off happened in their cycle.
+    now = replicator.clock()
+    replicator.next_retry = replicator.next_sweep = now + 60
+    replicator.dirty_links.add(link.pk)
+    replicator._plan(now)
     assert asked == [link.pk]
     produce(1)  # a wake-up of its source stream does
     step_until(replicator, lambda: len(asked) == 2, timeout=5)
