@@ -133,9 +133,13 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # every gateway batch, a server process forked each time (docs/benchmarks.md).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    _pool_size = env.str("STREAMGATE_DB_POOL_SIZE", default="20")
+    if not _pool_size.isdigit() or int(_pool_size) < 1:
+        raise ImproperlyConfigured(f"STREAMGATE_DB_POOL_SIZE={_pool_size!r} must be a whole "
+                                   "number, 1 or more: the connections each process may keep")
+    DB_POOL_SIZE = int(_pool_size)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 1, "max_size": env.int("STREAMGATE_DB_POOL_SIZE", default=20),
-        "max_idle": 60.0, "timeout": 30.0}
+        "min_size": 1, "max_size": DB_POOL_SIZE, "max_idle": 60.0, "timeout": 30.0}
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = 60

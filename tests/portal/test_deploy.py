@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,13 @@ def test_bad_boolean_fails_fast():
     result = manage("check", DEBUG="perhaps")
     assert result.returncode != 0
     assert "DEBUG" in result.stderr
+
+
+@pytest.mark.parametrize("size", ["0", "many"])
+def test_bad_pool_size_fails_fast(size):
+    result = manage("check", STREAMGATE_DB_POOL_SIZE=size)
+    assert result.returncode != 0
+    assert f"STREAMGATE_DB_POOL_SIZE='{size}' must be a whole number" in result.stderr
 
 
 def compose() -> dict:
