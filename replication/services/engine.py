@@ -17,12 +17,13 @@ from uuid import UUID
 
 import structlog
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F, QuerySet
+from django.db import transaction
+from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from replication.compiled import PLACEHOLDER, Compiled
 from replication.engine.replicator import BatchSpec, apply_spec
 from replication.engine.store import Applied, Misordered
 from replication.events import publish_after_commit
@@ -77,38 +78,19 @@ def link_ids_moving() -> set[int]:
     return {pk for (pk,) in _moving_sql("pk").run()}
 
 
-class _Compiled:
-    """A values_list query of ReplicaLink.objects.moving(), compiled by the ORM once and run
-    as plain SQL afterwards: gateways ask for every batch, and building and compiling the
-    queryset (the agreement's Exists subquery, the joins) was half of a gateway's CPU. The
-    rule of what moves stays in one place, the QuerySet method."""
-
-    def __init__(self, queryset: QuerySet, placeholder: int | None) -> None:
-        self.sql, params = queryset.query.sql_with_params()
-        self.params = list(params)
-        self.slot = self.params.index(placeholder) if placeholder is not None else None
-
-    def run(self, value: object = None) -> list[tuple]:
-        params = list(self.params)
-        if self.slot is not None:
-            params[self.slot] = value
-        with connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
-            return cursor.fetchall()
-
-
-_ONE_LINK = -1  # stands for the link id in the compiled query
 _LINK_FIELDS = ("source__uuid", "replica__uuid", "source__cluster__name",
                 "source__cluster__store_url", "replica__cluster__name",
                 "replica__cluster__store_url")
 
 
 @functools.cache
-def _moving_sql(*fields: str, one_link: bool = False) -> _Compiled:
+def _moving_sql(*fields: str, one_link: bool = False) -> Compiled:
+    """ReplicaLink.objects.moving(), compiled once: gateways ask for every batch, and its
+    agreement subquery and joins were half of a gateway's CPU to build and compile."""
     links = ReplicaLink.objects.moving()
     if one_link:
-        links = links.filter(pk=_ONE_LINK)
-    return _Compiled(links.values_list(*fields).order_by(), _ONE_LINK if one_link else None)
+        links = links.filter(pk=PLACEHOLDER)
+    return Compiled(links.values_list(*fields).order_by())
 
 
 def _moving_link(link_id: int) -> tuple[UUID, UUID, Cluster, Cluster] | None:

@@ -24,10 +24,11 @@ from uuid import UUID
 
 import structlog
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from replication.compiled import PLACEHOLDER, Compiled
 from replication.engine.replicator import pending
 from replication.engine.store import UnknownTopic
 from replication.events import publish_after_commit
@@ -96,18 +97,16 @@ def replicas_await(*, stream: Stream, topic: str, offsets: Sequence[tuple[int, i
 
 
 @functools.cache
-def _any_sync_link_sql() -> str:
-    table = ReplicaLink._meta.db_table
-    return (f"SELECT EXISTS (SELECT 1 FROM {table} WHERE source_id = %s AND synchronous "
-            f"AND mode = '{SyncMode.SYNC.value}' AND NOT paused)")
+def _sync_link_sql() -> Compiled:
+    return Compiled(ReplicaLink.objects.filter(
+        source_id=PLACEHOLDER, synchronous=True, paused=False, mode=SyncMode.SYNC,
+    ).values_list("pk").order_by()[:1])
 
 
 def _any_sync_link(stream_id: int) -> bool:
-    # Every produce asks; almost always the answer is no. One precompiled query (~0.2 ms)
-    # instead of compiling the ORM query below (~5 ms of CPU, a quarter of a produce request).
-    with connection.cursor() as cursor:
-        cursor.execute(_any_sync_link_sql(), [stream_id])
-        return bool(cursor.fetchone()[0])
+    # Every produce asks; almost always the answer is no. A compiled query (~0.2 ms) rather
+    # than building the agreed-links query below (~5 ms of CPU, a quarter of a produce).
+    return bool(_sync_link_sql().run(stream_id))
 
 
 def _ends(offsets: Sequence[tuple[int, int]]) -> Ends:
