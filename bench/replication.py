@@ -37,6 +37,7 @@ from psycopg import sql
 
 from bench.pgserver import PrivatePostgres
 from bench.produce import ROOT, Portal
+from replication.engine.pg.relay import relay
 
 VALUE_BYTES = 200
 LOAD_BATCH = 1000
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS messages (
     PRIMARY KEY (pid, "offset"))
 """
 COLUMNS = 'pid, "offset", ts, key, value, headers, origin, producer'
+PIPE_IN = f"COPY sgbench_pipe ({COLUMNS}) FROM STDIN (FORMAT BINARY)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -247,7 +249,8 @@ def source_pids(conn: psycopg.Connection, stream: uuid.UUID) -> list[int]:
 
 def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> tuple[float, int]:
     """Binary COPY of the stream's rows out of the source store into a same-shaped table of
-    the replica database, streamed, one transaction per PIPE_BATCH rows of a partition."""
+    the replica database, streamed through the engine's relay (the gateways' own), one
+    transaction per PIPE_BATCH rows of a partition."""
     with psycopg.connect(src_url) as src, psycopg.connect(dst_url) as dst:
         dst.execute("DROP TABLE IF EXISTS sgbench_pipe")
         dst.execute("CREATE TABLE sgbench_pipe (LIKE messages INCLUDING ALL)")
@@ -258,17 +261,14 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> tuple[float, int
         src.commit()
         rows = 0
         start = time.perf_counter()
-        with src.cursor() as out, dst.cursor() as into:
+        with dst.cursor() as into:
             for pid, high in ranges:
                 for first in range(0, high, PIPE_BATCH):
                     copy_out = sql.SQL(
                         "COPY (SELECT {} FROM messages WHERE pid = {} AND \"offset\" >= {} "
                         "AND \"offset\" < {} ORDER BY \"offset\") TO STDOUT (FORMAT BINARY)"
                     ).format(sql.SQL(COLUMNS), pid, first, first + PIPE_BATCH)
-                    with out.copy(copy_out) as reader, into.copy(
-                            f"COPY sgbench_pipe ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as writer:
-                        for chunk in reader:
-                            writer.write(chunk)
+                    relay(src, copy_out.as_bytes(src), into, PIPE_IN)
                     src.commit()
                     dst.commit()
                     rows += min(PIPE_BATCH, high - first)

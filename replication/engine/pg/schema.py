@@ -14,6 +14,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.string import BytesBinaryDumper
 
+from replication.engine.pg.relay import HEADER, TRAILER, Relayed
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
     id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
@@ -128,30 +130,40 @@ SELECT p.id, p.low_offset, p.next_offset, (SELECT uuid_send(m.origin) FROM messa
 FROM partitions p WHERE p.stream = %s AND p.topic = %s AND p.partition = %s
 """
 # Rows of a source partition as the replica's COPY FROM takes them: the replica's partition id
-# in place of the source's, every other column as stored (invariant 1).
-PIPE_OUT = """
-COPY (SELECT {rpid}::int4, "offset", ts, key, value, headers, origin, producer FROM messages
-    WHERE pid = {pid} AND "offset" >= {start} AND "offset" < {end} ORDER BY "offset")
-TO STDOUT (FORMAT BINARY)
-"""
+# in place of the source's, every other column as stored (invariant 1). The producer comes
+# first, so the relay measures it (relay.py): with it, the stream's length gives the rows'
+# logical bytes (piped_bytes) without a second pass over them, which cost ~15 % of a copy.
+PIPE_ROWS = """SELECT producer, {rpid}::int4, "offset", ts, key, value, headers, origin
+    FROM messages WHERE pid = {pid} AND "offset" >= {start} AND "offset" < {end}
+    ORDER BY "offset" """
+PIPE_OUT = "COPY (" + PIPE_ROWS + ") TO STDOUT (FORMAT BINARY)"
+PIPE_IN = ('COPY messages (producer, pid, "offset", ts, key, value, headers, origin) '
+           "FROM STDIN (FORMAT BINARY)")
+# A piped row's bytes beyond its logical ones (key, value, headers) and its producer: the
+# field count (2), eight lengths (4 each), pid (4), offset and ts (8 each), origin (16).
+PIPED_ROW = 2 + 8 * 4 + 4 + 8 + 8 + 16
 # The same within one database (intracluster replication): no rows leave the server.
 PIPE_LOCAL = """
-INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer)
-SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messages
-WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
+WITH i AS (
+    INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer)
+    SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messages
+    WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
+    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
+        + coalesce(octet_length(headers), 0) AS size)
+SELECT count(*), coalesce(sum(size), 0) FROM i
 """
-# The piped rows' logical bytes are counted where they landed (the replica's just-written,
-# cached pages) rather than parsed out of the binary stream in Python; returned too, for the
-# gateway's bytes_applied counter.
 ADVANCE_PIPED = """
-WITH w AS (SELECT coalesce(sum(octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0)), 0) AS b
-    FROM messages WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s)
 UPDATE partitions SET next_offset = greatest(next_offset, %(end)s), rows = rows + %(n)s,
-    bytes = bytes + w.b
-FROM w WHERE id = %(pid)s
-RETURNING w.b
+    bytes = bytes + %(b)s
+WHERE id = %(pid)s
 """
+
+
+def piped_bytes(relayed: Relayed) -> int:
+    """The logical bytes of rows relayed from PIPE_OUT."""
+    return relayed.stream - HEADER - TRAILER - relayed.rows * PIPED_ROW - relayed.first
+
+
 EXPIRE_CUT = """
 SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
     SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s

@@ -22,6 +22,7 @@ from replication.engine.batches import (
     messages_from_rows,
     trim_runs,
 )
+from replication.engine.pg.relay import relay
 from replication.engine.pg.schema import (
     ADVANCE,
     ADVANCE_PIPED,
@@ -32,6 +33,7 @@ from replication.engine.pg.schema import (
     LINK_CURSORS,
     LOCK,
     MERGE_CURSORS,
+    PIPE_IN,
     PIPE_LOCAL,
     PIPE_OUT,
     READ,
@@ -43,6 +45,7 @@ from replication.engine.pg.schema import (
     START,
     TRUNCATE,
     configure_connection,
+    piped_bytes,
 )
 from replication.engine.replicator import ReturnToOrigin
 from replication.engine.store import (
@@ -350,27 +353,30 @@ class PostgresStore:
                 raise Misordered(key, nxt, first)
             frm, nbytes = max(first, nxt), 0
             if frm < upto:
-                self._pipe(src, cur, spid, pid, frm, upto)
-                (nbytes,) = cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm,
-                                                        "pid": pid, "start": frm}).fetchone()
+                nbytes = self._pipe(src, cur, spid, pid, frm, upto)
+                cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid,
+                                            "b": nbytes})
             cur.execute(LINK_CURSORS, (link, [pid], [upto]))
         return Applied({key: max(nxt, upto)}, {key: max(upto - frm, 0)}, int(nbytes))
 
     @staticmethod
     def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,
-              start: int, end: int) -> None:
+              start: int, end: int) -> int:
+        """Rows [start, end) of source partition `spid` into partition `pid`; returns their
+        logical bytes."""
         if src is None:
-            cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start, "end": end})
+            rows, nbytes = cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start,
+                                                    "end": end}).fetchone()
         else:
             query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
-            with src.cursor() as out, out.copy(query) as reader, cur.copy(COPY_IN) as writer:
-                for chunk in reader:
-                    writer.write(chunk)
+            relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
+            rows, nbytes = relayed.rows, piped_bytes(relayed)
         # Offsets are unique and [start, end) was below the source's high watermark, so the
         # count of rows written proves the range complete; short means retention removed a
         # prefix meanwhile (the transaction rolls back, nothing written).
-        if cur.rowcount != end - start:
+        if rows != end - start:
             raise _Overtaken
+        return nbytes
 
     def _apply_pids(
         self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]

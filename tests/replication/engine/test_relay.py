@@ -1,0 +1,110 @@
+"""The binary COPY relay between two PostgreSQL connections (replication/engine/pg/relay.py):
+rows arrive whole across blocks, and an error at either end is raised as psycopg raises it,
+writes nothing, and leaves both connections usable."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from replication.engine import Record, open_store
+from replication.engine.pg.relay import BLOCK, HEADER, TRAILER, relay
+
+ROWS = 20_000
+OUT = b"COPY (SELECT n, repeat('x', 200) FROM generate_series(1, %d) n) TO STDOUT (FORMAT BINARY)"
+IN = "COPY relayed (n, body) FROM STDIN (FORMAT BINARY)"
+
+
+@pytest.fixture
+def ends(pg_url: str, pg_url_b: str):
+    with psycopg.connect(pg_url, autocommit=True) as src, \
+            psycopg.connect(pg_url_b, autocommit=True) as dst:
+        dst.execute("DROP TABLE IF EXISTS relayed")
+        dst.execute("CREATE TABLE relayed (n int PRIMARY KEY, body text NOT NULL)")
+        yield src, dst
+    with psycopg.connect(pg_url_b, autocommit=True) as dst:
+        dst.execute("DROP TABLE relayed")
+
+
+def usable(src: psycopg.Connection, dst: psycopg.Connection) -> bool:
+    return src.execute("SELECT 1").fetchone() == dst.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_relays_every_row_across_blocks_and_counts_them(ends):
+    src, dst = ends
+    with dst.cursor() as cur:
+        relayed = relay(src, OUT % ROWS, cur, IN)
+    # Per row: field count, two lengths, the int and the text.
+    assert relayed == (ROWS, HEADER + ROWS * (2 + 4 + 4 + 4 + 200) + TRAILER, ROWS * 4)
+    count, total, size = dst.execute(
+        "SELECT count(*), sum(n), sum(length(body)) FROM relayed").fetchone()
+    assert (count, total) == (ROWS, ROWS * (ROWS + 1) // 2)
+    assert size == ROWS * 200 > 2 * BLOCK  # more than one block went through
+    assert usable(src, dst)
+
+
+def test_an_error_at_the_source_mid_stream_is_raised_and_nothing_is_written(ends):
+    src, dst = ends
+    failing = (b"COPY (SELECT n, repeat('x', 200 + 1 / (n - 15000)) "
+               b"FROM generate_series(1, 20000) n) TO STDOUT (FORMAT BINARY)")
+    with pytest.raises(psycopg.errors.DivisionByZero), dst.cursor() as cur:
+        relay(src, failing, cur, IN)
+    assert dst.execute("SELECT count(*) FROM relayed").fetchone() == (0,)
+    assert usable(src, dst)
+
+
+def test_an_error_at_the_destination_cancels_the_source_and_writes_nothing(ends):
+    src, dst = ends
+    dst.execute("INSERT INTO relayed VALUES (12000, 'already here')")
+    with pytest.raises(psycopg.errors.UniqueViolation), dst.cursor() as cur:
+        relay(src, OUT % ROWS, cur, IN)
+    assert dst.execute("SELECT count(*) FROM relayed").fetchone() == (1,)
+    assert src.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert usable(src, dst)
+
+
+def test_a_lost_destination_cancels_the_copy_at_the_source(ends, pg_url_b: str):
+    src, dst = ends
+    with psycopg.connect(pg_url_b, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (dst.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError), dst.cursor() as cur:
+        relay(src, OUT % 1_000_000, cur, IN)
+    assert src.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert src.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_query_that_is_not_a_copy_out_is_refused(ends):
+    src, dst = ends
+    with pytest.raises(psycopg.ProgrammingError, match="not a COPY"), dst.cursor() as cur:
+        relay(src, b"SELECT 1", cur, IN)
+    with pytest.raises(psycopg.errors.UndefinedTable), dst.cursor() as cur:
+        relay(src, b"COPY nowhere TO STDOUT (FORMAT BINARY)", cur, IN)
+    assert usable(src, dst)
+
+
+def test_no_rows_relay_header_and_trailer_alone(ends):
+    src, dst = ends
+    with dst.cursor() as cur:
+        assert relay(src, OUT % 0, cur, IN) == (0, HEADER + TRAILER, 0)
+
+
+def test_piped_rows_count_their_logical_bytes_as_appends_do(pg_url: str, pg_url_b: str):
+    """The pipe's bytes come from the stream's length less its fixed parts and producers
+    (schema.piped_bytes): keys, headers and producers present or not, multi-byte producers."""
+    src, dst = open_store(pg_url), open_store(pg_url_b)
+    stream, replica = uuid.uuid4(), uuid.uuid4()
+    try:
+        src.ensure_topic(stream, "t", 1)
+        src.append(stream, "t", [Record(b"v" * 10, key=b"k"), Record(b"w" * 300)],
+                   origin=stream)
+        src.append(stream, "t", [Record(b"x" * 5, headers=(("h", b"1"), ("i", b""))),
+                                 Record(b"", key=b"")], origin=stream, producer="capteur-é7")
+        applied = dst.apply_from(src, stream, replica, "t", 0, 0, 4, link="l")
+        (origin,), (copied,) = src.partition_stats(stream, "t"), dst.partition_stats(replica, "t")
+        assert applied.count == copied.messages == origin.messages == 4
+        assert applied.bytes == copied.bytes == origin.bytes > 315
+    finally:
+        src.close()
+        dst.close()
