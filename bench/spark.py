@@ -7,7 +7,8 @@ through the store's own append), `..._dst` receives each copy and is emptied bef
 Per run, in the same order:
   - COPY pipe: each partition's rows streamed `COPY (SELECT ...) TO STDOUT (FORMAT BINARY)` ->
     `COPY ... FROM STDIN (FORMAT BINARY)` into a same-shaped table (primary key included), one
-    transaction per partition: the floor any copy between two databases pays.
+    transaction per partition, relayed by the engine's relay (the jobs' own): the floor any
+    copy between two databases pays.
   - cold: copystream's spark-submit entry run as a fresh process (Spark's start-up, JVM
     included, counted), copying into a new destination stream; then diffstreams of the same
     pair, also a fresh process.
@@ -44,13 +45,13 @@ from psycopg import sql
 from bench import replication
 from bench.peers import warm_run
 from bench.produce import ROOT
+from replication.engine.pg.relay import relay
 from workers.spark.pg import SESSION
 
 VALUE_BYTES = 200
 PARTITIONS = 8
 TOPIC = replication.TOPIC  # the gateways' runs load through `load` too
 LOAD_BATCH = 5000
-COLUMNS = 'pid, "offset", ts, key, value, headers, origin, producer'
 PARTS = ("pipe", "cold", "warm", "gateways")
 # figure -> (the part measuring it, its row in the table)
 ROWS = {
@@ -119,13 +120,10 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
             "SELECT id FROM partitions WHERE stream = %s ORDER BY id", (stream,)).fetchall()]
         start = time.perf_counter()
         for pid in pids:
-            with src.cursor() as out, dst.cursor() as into, out.copy(sql.SQL(
-                    "COPY (SELECT {} FROM messages WHERE pid = {} ORDER BY \"offset\") "
-                    "TO STDOUT (FORMAT BINARY)").format(sql.SQL(COLUMNS), pid)) as reader, \
-                    into.copy(f"COPY sgbench_pipe ({COLUMNS}) FROM STDIN (FORMAT BINARY)") \
-                    as writer:
-                for chunk in reader:
-                    writer.write(chunk)
+            out = sql.SQL('COPY (SELECT {} FROM messages WHERE pid = {} ORDER BY "offset") '
+                          "TO STDOUT (FORMAT BINARY)").format(sql.SQL(replication.COLUMNS), pid)
+            with dst.cursor() as into:
+                relay(src, out.as_bytes(src), into, replication.PIPE_IN)
             src.commit()
             dst.commit()
         elapsed = time.perf_counter() - start
@@ -213,7 +211,7 @@ def gateway_run(deploy: replication.Deployment, client, stores: list,  # type: i
 def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> int:
     """Fills `figures` run by run; returns how many messages the source holds."""
     from replication.engine.store import create_database, open_store
-    from workers.spark import Side, Spec, copystream, diffstreams, spark_session
+    from workers.spark import Side, Spec, copystream, diffstreams, spark_context
     from workers.spark.submit import spec_to_json
 
     names = [f"sgbench_spark_{os.getpid()}_{side}" for side in ("src", "dst")]
@@ -226,8 +224,14 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> 
               "partitions", flush=True)
         messages = load(source, stream, args.messages)
         source.close()
+        with psycopg.connect(src_url, autocommit=True) as conn:
+            # Hint bits set and dirty pages written now, as autovacuum and checkpoints would
+            # have on any source of this size: otherwise the first run's first reader (the
+            # pipe) pays for them alone.
+            conn.execute("VACUUM messages")
+            conn.execute("CHECKPOINT")
         if "warm" not in args.skip:
-            spark = spark_session()  # once, before the runs: the warm rows do not count it
+            spark = spark_context()  # once, before the runs: the warm rows do not count it
 
         def fresh() -> Spec:
             """An empty destination database and a new destination stream in it."""

@@ -1,6 +1,6 @@
 """The PostgreSQL fast paths of the bulk jobs: a binary COPY pipe from the source store's rows
-into the destination's, and range checksums computed by the servers. Python only relays
-COPY's bytes; no message becomes a Python object.
+into the destination's (the engine's relay and statements), and range checksums computed by
+the servers. Python only relays COPY's bytes; no message becomes a Python object.
 
 A copied chunk follows the replica's apply rule (DESIGN.md invariant 2): under the destination
 partition's row lock, its next offset decides. A chunk starting past it is refused, an overlap
@@ -11,24 +11,23 @@ meanwhile leave the partition exactly equal to the source, never doubled.
 from __future__ import annotations
 
 import psycopg
+from psycopg import sql
 
-from replication.engine.pg.schema import COPY_IN, LINK_CURSORS, configure_connection
+from replication.engine.pg.relay import relay
+from replication.engine.pg.schema import (
+    ADVANCE_PIPED,
+    LINK_CURSORS,
+    PIPE_IN,
+    PIPE_OUT,
+    configure_connection,
+    piped_bytes,
+)
 from replication.engine.store import Misordered, StoreError
 
 PID = "SELECT id FROM partitions WHERE stream = %s AND topic = %s AND partition = %s"
 PIDS = "SELECT partition, id FROM partitions WHERE stream = %s AND topic = %s"
 LOCK_ONE = "SELECT low_offset, next_offset FROM partitions WHERE id = %s FOR UPDATE"
 START = "UPDATE partitions SET low_offset = %s, next_offset = %s WHERE id = %s"
-# The destination's pid goes out as a constant column, so the rows arrive ready for COPY IN.
-ROWS_OUT = """SELECT %s::int4, "offset", ts, key, value, headers, origin, producer
-    FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset" """
-COPY_OUT = f"COPY ({ROWS_OUT}) TO STDOUT (FORMAT BINARY)"
-SIZE = """octet_length(value) + coalesce(octet_length(key), 0)
-    + coalesce(octet_length(headers), 0)"""
-COPIED = f"""SELECT count(*), coalesce(sum({SIZE}), 0) FROM messages
-    WHERE pid = %s AND "offset" >= %s AND "offset" < %s"""
-ADVANCE_ONE = """UPDATE partitions SET next_offset = %s, rows = rows + %s, bytes = bytes + %s
-    WHERE id = %s"""
 # Per bucket (a pid and an offset range [lo, hi)): how many rows and the XOR of each row's
 # 64-bit hash. Every column is hashed, offset included, so equal checksums mean equal rows at
 # equal offsets. Each bucket is a plain aggregate over its own index range, in the order the
@@ -51,9 +50,10 @@ ROW_HASHES = f"""SELECT "offset", {ROW_HASH} FROM messages
 # order matters. Where producers interleaved a topic's partitions in the heap, that index's
 # first column has no physical correlation, so the planner prices the ordered index scan as
 # random reads and chose a bitmap heap scan plus a sort of the full rows spilling to disk
-# (COPY_OUT, with statistics or without); the index scan reads the same pages, in order, and
-# no sort is ever needed. JIT gains nothing here (the time goes to the row hash and to COPY)
-# and, once statistics exist, spent 100+ ms per statement compiling the bucket query.
+# (the copy's PIPE_OUT, with statistics or without); the index scan reads the same pages, in
+# order, and no sort is ever needed. JIT gains nothing here (the time goes to the row hash
+# and to COPY) and, once statistics exist, spent 100+ ms per statement compiling the bucket
+# query.
 SESSION = "SET enable_sort = off; SET jit = off"
 
 
@@ -76,7 +76,8 @@ def copy_chunk(
     *, key: tuple[str, int], origin_low: int, link: str = "",
 ) -> tuple[int, int]:
     """Copy source offsets [lo, hi) into the destination partition in one destination
-    transaction; returns (messages, bytes) newly written."""
+    transaction, with the engine's pipe (relay.py, schema.PIPE_OUT); returns (messages,
+    bytes) newly written."""
     src_pid, dst_pid = pids
     with dst.transaction():
         low, nxt = dst.execute(LOCK_ONE, (dst_pid,)).fetchone()
@@ -90,24 +91,19 @@ def copy_chunk(
         start = max(lo, nxt)
         if start >= hi:
             return 0, 0
-        _pipe(src, dst, COPY_OUT, (dst_pid, src_pid, start, hi))
-        count, size = dst.execute(COPIED, (dst_pid, start, hi)).fetchone()
-        if count != hi - start:  # the source expired part of the range while it was read
+        query = sql.SQL(PIPE_OUT).format(rpid=dst_pid, pid=src_pid, start=start, end=hi)
+        with dst.cursor() as cur:
+            relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
+        if relayed.rows != hi - start:  # the source expired part of the range while it was read
             raise StoreError(
-                f"the source had {count} of offsets {start}..{hi - 1}: its retention removed "
-                "messages during the copy; run the job again"
+                f"the source had {relayed.rows} of offsets {start}..{hi - 1}: its retention "
+                "removed messages during the copy; run the job again"
             )
-        dst.execute(ADVANCE_ONE, (hi, count, size, dst_pid))
+        size = piped_bytes(relayed)
+        dst.execute(ADVANCE_PIPED, {"end": hi, "n": relayed.rows, "pid": dst_pid, "b": size})
         if link:
             dst.execute(LINK_CURSORS, (link, [dst_pid], [hi]))
-    return count, size
-
-
-def _pipe(src: psycopg.Connection, dst: psycopg.Connection, query: str, params: tuple) -> None:
-    with (src.cursor() as out, dst.cursor() as into,
-          out.copy(query, params) as reader, into.copy(COPY_IN) as writer):
-        for data in reader:
-            writer.write(data)
+    return relayed.rows, size
 
 
 def partition_ids(conn: psycopg.Connection, stream: str, topic: str) -> dict[int, int]:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from replication.engine.checker import check_replica
+from replication.engine.pg.schema import PIPE_ROWS
 from replication.engine.store import Record, UnknownTopic, create_database, open_store
 from replication.stores import default_store_url
 from workers.spark import Side, Spec, copystream, diffstreams
@@ -216,9 +218,9 @@ def next_offset(conn, pid: int) -> int:
 
 def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db):
     """The bulk jobs' PostgreSQL reads of a partition's offset range sort nothing: the copy's
-    read was planned as a bitmap heap scan plus a sort of the full rows (once the store has
-    statistics; on 5M fresh rows too), the checksums as a GROUP BY sorting full rows. Each
-    bucket is a plain aggregate over its own index range."""
+    read (the engine's PIPE_ROWS) was planned as a bitmap heap scan plus a sort of the full
+    rows (once the store has statistics; on 5M fresh rows too), the checksums as a GROUP BY
+    sorting full rows. Each bucket is a plain aggregate over its own index range."""
     from workers.spark import pg
 
     url = default_store_url(f"spark_plan_{uuid.uuid4().hex[:8]}")
@@ -238,8 +240,33 @@ def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db)
                                                     [s[1] for s in spans], [s[2] for s in spans]))
             assert [n.get("Strategy") for n in buckets if n["Node Type"] == "Aggregate"] == [
                 "Plain"]
-            plans += [buckets, plan_nodes(conn, pg.ROWS_OUT, (pid, pid, 0, high)),
+            rows_out = sql.SQL(PIPE_ROWS).format(rpid=pid, pid=pid, start=0, end=high)
+            plans += [buckets, plan_nodes(conn, rows_out.as_string(conn), None),
                       plan_nodes(conn, pg.ROW_HASHES, (pid, 0, high))]
         assert sum(n for n, _ in pg.buckets(conn, spans).values()) == high > 0
     for nodes in plans:
         assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
+
+
+def test_a_copy_deals_its_partitions_into_one_even_share_per_task():
+    """A Spark task per core (or per -numthreads), not per partition: largest ranges first,
+    each to the lightest share, so the shares carry about equal messages."""
+    from workers.spark.jobs import _deal
+    from workers.spark.ranges import Range
+
+    ranges = [Range("t", p, 0, size) for p, size in enumerate([500, 300, 300, 200, 200, 100])]
+    shares = _deal(ranges, 2)
+    assert sorted(sum(r.size for r in share) for share in shares) == [800, 800]
+    assert sorted(r.partition for share in shares for r in share) == list(range(6))
+    assert len(_deal(ranges, 64)) == 6 and len(_deal(ranges[:1], 4)) == 1
+    assert _deal([], 2) == []
+
+
+def test_drivers_use_the_class_data_sharing_archive_only_where_it_exists(tmp_path):
+    from workers.spark.session import JAVA_OPTIONS, java_options
+
+    archive = tmp_path / "spark.jsa"
+    assert java_options(archive) == JAVA_OPTIONS
+    archive.write_bytes(b"")
+    assert java_options(archive) == f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
+    assert java_options(archive, make=True).endswith(f"-XX:ArchiveClassesAtExit={archive}")
