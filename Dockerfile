@@ -23,7 +23,8 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt
 
 COPY . .
-RUN pip install --no-deps .
+RUN pip install --no-deps . \
+    && python -m workers.spark.cds
 
 # A throwaway key: settings need one to load, and none may be baked into the image.
 RUN SECRET_KEY=collectstatic-only python manage.py collectstatic --no-input --verbosity 0 \

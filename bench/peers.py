@@ -243,10 +243,10 @@ def measure_copystream(deploy: replication.Deployment, client, args: argparse.Na
     if importlib.util.find_spec("workers.spark") is None:
         return NOT_BUILT
     from replication.engine.pg import PostgresStore
-    from workers.spark import Side, Spec, copystream, spark_session
+    from workers.spark import Side, Spec, copystream, spark_context
 
     src_store = PostgresStore(deploy.store_url(replication.SOURCE))
-    spark = spark_session()  # the JVM starts once, outside the timings
+    spark = spark_context()  # the JVM starts once, outside the timings
     rates: list[float] = []
     try:
         for n in range(args.runs):

@@ -115,10 +115,10 @@ def api():
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session for the whole run (its JVM takes seconds to start); jobs that
+    """One local Spark context for the whole run (its JVM takes seconds to start); jobs that
     run in this process (workers/jobs.py in local mode) get the same one."""
-    from workers.spark import spark_session
+    from workers.spark import spark_context
 
-    session = spark_session()
-    yield session
-    session.stop()
+    context = spark_context()
+    yield context
+    context.stop()

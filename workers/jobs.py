@@ -24,6 +24,7 @@ from replication.services.jobs import job_finished, publish_job_event
 from replication.stores import store_for, store_url
 from workers.models import Job
 from workers.spark import Side, Spec
+from workers.spark.session import java_options
 from workers.spark.submit import PREFIX, spec_to_json
 
 log = structlog.get_logger(__name__)
@@ -90,10 +91,10 @@ def _spec(job: Job) -> Spec:
 def _execute(job: Job, spec: Spec, progress: _Writer) -> dict:
     if settings.SPARK_MASTER_URL:
         return _submit(job, spec, progress)
-    from workers.spark import copystream, diffstreams, spark_session
+    from workers.spark import copystream, diffstreams, spark_context
 
     run = diffstreams if job.kind == Job.Kind.DIFFSTREAMS else copystream
-    return run(spark_session(), spec, progress)
+    return run(spark_context(), spec, progress)
 
 
 def _submit(job: Job, spec: Spec, progress: _Writer) -> dict:
@@ -101,7 +102,8 @@ def _submit(job: Job, spec: Spec, progress: _Writer) -> dict:
     lines (workers/spark/submit.py)."""
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     entry = Path(__file__).parent / "spark" / ENTRY[job.kind]
-    argv = [str(spark_submit), "--master", settings.SPARK_MASTER_URL, str(entry),
+    argv = [str(spark_submit), "--master", settings.SPARK_MASTER_URL,
+            "--conf", f"spark.driver.extraJavaOptions={java_options()}", str(entry),
             spec_to_json(spec)]
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     outcome: dict = {}

@@ -4,6 +4,6 @@ Django (DESIGN.md); workers/jobs.py is the Celery side that submits and records 
 
 from workers.spark.jobs import Spec, copystream, diffstreams
 from workers.spark.ranges import Side
-from workers.spark.session import spark_session
+from workers.spark.session import spark_context
 
-__all__ = ["Side", "Spec", "copystream", "diffstreams", "spark_session"]
+__all__ = ["Side", "Spec", "copystream", "diffstreams", "spark_context"]

@@ -1,36 +1,73 @@
-"""The Spark session the jobs run on: one per process, reused by every job it runs."""
+"""The Spark context the jobs run on: one per process, reused by every job it runs.
+
+A fresh driver's start-up is most of a small job's time, so three things keep it short:
+- a plain SparkContext: the jobs use Spark's core (an RDD of ranges per job), never Spark SQL,
+  whose SparkSession took 1.5-2 s more of a fresh driver's start on 2 cores;
+- a class-data-sharing archive of the classes a driver JVM loads (Java's AppCDS), made once
+  per installation by `python -m workers.spark.cds` (the Makefile's install
+  step and the Dockerfile run it): the context starts in ~1.3 s rather than ~2.5 s. Without
+  it, or when the JVM refuses it (another Java), the driver starts the usual way;
+- `stop` does not wait out PySpark's accumulator server (up to a second).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from pathlib import Path
 
-from pyspark.sql import SparkSession
+import pyspark
+from pyspark import SparkConf, SparkContext
+
+# Per interpreter (a virtualenv, an image) and Spark version: the archive names the jars'
+# paths and sizes, so it serves only the installation that made it.
+ARCHIVE = Path(sys.prefix) / "share" / "streamgate" / f"spark-{pyspark.__version__}.jsa"
+# The driver JVM only schedules tasks (the work runs in Python workers and the databases):
+# its C2 compiler threads would only compete for the cores at start-up, which a fresh job
+# process pays in full (1-3 s measured on 2 cores). The JVM's own warnings go to standard
+# error: standard output carries the job's lines (workers/spark/submit.py).
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -Xlog:all=warning:stderr"
 
 
-def spark_session(master: str | None = None) -> SparkSession:
-    """Local mode (`local[*]`) unless a master is given (SPARK_MASTER_URL, or spark-submit's
-    --master, which the builder then inherits). The driver binds to loopback and runs no web
-    UI: nothing listens beyond what the job needs."""
+def java_options(archive: Path = ARCHIVE, *, make: bool = False) -> str:
+    """The driver JVM's options: with the archive if there is one, or making it at exit."""
+    if make:  # errors only: the dump notes each class it leaves out (hundreds of lines)
+        return (f"{JAVA_OPTIONS} -Xlog:disable -Xlog:all=error:stderr "
+                f"-XX:ArchiveClassesAtExit={archive}")
+    return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}" if archive.exists() else JAVA_OPTIONS
+
+
+def spark_context(master: str | None = None, *, options: str | None = None) -> SparkContext:
+    """Local mode (`local[*]`, spark-submit's default) unless a master is given
+    (SPARK_MASTER_URL, or spark-submit's --master, which the configuration then inherits).
+    The driver binds to loopback and runs no web UI: nothing listens beyond what the job
+    needs."""
     # Executors' Python must be this interpreter: it has psycopg and the project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.appName("streamgate")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND", "127.0.0.1"))
-        .config("spark.python.worker.reuse", "true")
-        # The driver JVM only schedules tasks (the work runs in Python workers and the
-        # databases): its C2 compiler threads would only compete for the cores at start-up,
-        # which a fresh job process pays in full (1-3 s measured on 2 cores). Where the JVM
-        # is already running (spark-submit), this has no effect.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+    conf = (
+        SparkConf().setAppName("streamgate")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND", "127.0.0.1"))
+        .set("spark.python.worker.reuse", "true")
+        # Where the JVM is already running (spark-submit), this has no effect: workers/jobs.py
+        # passes the same options to spark-submit.
+        .set("spark.driver.extraJavaOptions", options or java_options())
     )
     if master:
-        builder = builder.master(master)
+        conf.setMaster(master)
     # py4j logs each closed connection at INFO, some at interpreter exit after logging is gone.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    context = SparkContext.getOrCreate(conf)
+    context.setLogLevel("WARN")
+    return context
+
+
+def stop(context: SparkContext) -> None:
+    """Stop a driver about to exit. SparkContext.stop() then waits for PySpark's accumulator
+    server, whose handler polls its connection once a second: up to a second per job process
+    for a thread that ends with the process anyway. The JVM side stops in full."""
+    context._accumulatorServer = None  # see above
+    context.stop()
+

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from workers.spark.jobs import Spec
 from workers.spark.ranges import Side
-from workers.spark.session import spark_session
+from workers.spark.session import spark_context, stop
 
 PREFIX = "streamgate-job "  # marks our lines among Spark's own output
 
@@ -33,7 +33,7 @@ def main(run: Callable, argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: spark-submit <job file> '<spec as JSON>'", file=sys.stderr)
         return 2
-    spark = spark_session()
+    spark = spark_context()
     try:
         result = run(spark, spec_from_json(argv[0]), lambda *figures: emit(
             "progress", figures=figures))
@@ -41,6 +41,6 @@ def main(run: Callable, argv: list[str]) -> int:
         emit("error", error=f"{type(error).__name__}: {error}")
         return 1
     finally:
-        spark.stop()
+        stop(spark)
     emit("result", result=result)
     return 0
