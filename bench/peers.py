@@ -227,9 +227,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def warm_run(job, spark, spec) -> tuple[dict, float]:  # type: ignore[no-untyped-def]
-    """One Spark job (`workers.spark.copystream` or `diffstreams`) on a session started
+    """One Spark job (`workers.spark.copystream` or `diffstreams`) on a context started
     beforehand, as a Celery worker's local mode reuses its own: (result, seconds), the
-    session's start (the JVM) not counted. bench/spark.py times its warm rows with this."""
+    context's start (the JVM) not counted. bench/spark.py times its warm rows with this."""
     start = time.perf_counter()
     result = job(spark, spec)
     return result, time.perf_counter() - start

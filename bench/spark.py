@@ -12,9 +12,9 @@ Per run, in the same order:
   - cold: copystream's spark-submit entry run as a fresh process (Spark's start-up, JVM
     included, counted), copying into a new destination stream; then diffstreams of the same
     pair, also a fresh process.
-  - warm: the same two jobs in this process, on a Spark session started once before the runs
+  - warm: the same two jobs in this process, on a Spark context started once before the runs
     and not timed (bench/peers.py's `warm_run`), as a Celery worker's local mode reuses its
-    session: only its first job ever pays the JVM's start.
+    context: only its first job ever pays the JVM's start.
 Before those runs, the gateways: bench/replication.py's deployment (scratch control database,
 cluster stores, portal, `manage.py rungateway` x2 and `runreplicator`), with the hand-off of
 large backlogs to Spark turned off. Per run, a paused link's source is loaded with its own
@@ -57,11 +57,11 @@ PARTS = ("pipe", "cold", "warm", "gateways")
 ROWS = {
     "pipe": ("pipe", "raw binary COPY pipe"),
     "copystream": ("cold", "streamgate copystream, fresh process (Spark start-up included)"),
-    "copystream_warm": ("warm", "streamgate copystream, warm session"),
+    "copystream_warm": ("warm", "streamgate copystream, warm context"),
     "gateways": ("gateways", "the same copy by the gateways (2 gateways + replicator; own "
                              "identical messages)"),
     "diffstreams": ("cold", "streamgate diffstreams, fresh process (Spark start-up included)"),
-    "diffstreams_warm": ("warm", "streamgate diffstreams, warm session"),
+    "diffstreams_warm": ("warm", "streamgate diffstreams, warm context"),
 }
 
 
