@@ -1,33 +1,23 @@
 """The PostgreSQL fast paths of the bulk jobs: a binary COPY pipe from the source store's rows
-into the destination's (the engine's relay and statements), and range checksums computed by
-the servers. Python only relays COPY's bytes; no message becomes a Python object.
+into the destination's (the gateways' own pipe apply), and range checksums computed by the
+servers. Python only relays COPY's bytes; no message becomes a Python object.
 
-A copied chunk follows the replica's apply rule (DESIGN.md invariant 2): under the destination
-partition's row lock, its next offset decides. A chunk starting past it is refused, an overlap
-is skipped, so a retried Spark task, a re-run job, or gateways applying the same offsets
-meanwhile leave the partition exactly equal to the source, never doubled.
+A copied chunk follows the replica's apply rule (DESIGN.md invariant 2, `pipe_into`): under
+the destination partition's row lock, its next offset decides. A chunk starting past it is
+refused, an overlap is skipped, so a retried Spark task, a re-run job, or gateways applying
+the same offsets meanwhile leave the partition exactly equal to the source, never doubled.
 """
 
 from __future__ import annotations
 
 import psycopg
-from psycopg import sql
 
-from replication.engine.pg.relay import relay
-from replication.engine.pg.schema import (
-    ADVANCE_PIPED,
-    LINK_CURSORS,
-    PIPE_IN,
-    PIPE_OUT,
-    configure_connection,
-    piped_bytes,
-)
-from replication.engine.store import Misordered, StoreError
+from replication.engine.pg.schema import configure_connection
+from replication.engine.pg.store import Overtaken, pipe_into
+from replication.engine.store import StoreError
 
 PID = "SELECT id FROM partitions WHERE stream = %s AND topic = %s AND partition = %s"
 PIDS = "SELECT partition, id FROM partitions WHERE stream = %s AND topic = %s"
-LOCK_ONE = "SELECT low_offset, next_offset FROM partitions WHERE id = %s FOR UPDATE"
-START = "UPDATE partitions SET low_offset = %s, next_offset = %s WHERE id = %s"
 # Per bucket (a pid and an offset range [lo, hi)): how many rows and the XOR of each row's
 # 64-bit hash. Every column is hashed, offset included, so equal checksums mean equal rows at
 # equal offsets. Each bucket is a plain aggregate over its own index range, in the order the
@@ -76,34 +66,16 @@ def copy_chunk(
     *, key: tuple[str, int], origin_low: int, link: str = "",
 ) -> tuple[int, int]:
     """Copy source offsets [lo, hi) into the destination partition in one destination
-    transaction, with the engine's pipe (relay.py, schema.PIPE_OUT); returns (messages,
-    bytes) newly written."""
-    src_pid, dst_pid = pids
-    with dst.transaction():
-        low, nxt = dst.execute(LOCK_ONE, (dst_pid,)).fetchone()
-        if low == nxt == 0 and 0 < lo == origin_low:
-            # The source's first messages expired: a partition that never held one begins
-            # where the source does (the same rule as a gateway's apply).
-            dst.execute(START, (lo, lo, dst_pid))
-            nxt = lo
-        if lo > nxt:
-            raise Misordered(key, nxt, lo)
-        start = max(lo, nxt)
-        if start >= hi:
-            return 0, 0
-        query = sql.SQL(PIPE_OUT).format(rpid=dst_pid, pid=src_pid, start=start, end=hi)
-        with dst.cursor() as cur:
-            relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
-        if relayed.rows != hi - start:  # the source expired part of the range while it was read
-            raise StoreError(
-                f"the source had {relayed.rows} of offsets {start}..{hi - 1}: its retention "
-                "removed messages during the copy; run the job again"
-            )
-        size = piped_bytes(relayed)
-        dst.execute(ADVANCE_PIPED, {"end": hi, "n": relayed.rows, "pid": dst_pid, "b": size})
-        if link:
-            dst.execute(LINK_CURSORS, (link, [dst_pid], [hi]))
-    return relayed.rows, size
+    transaction, by the gateways' own pipe apply (PostgreSQL store's `pipe_into`); returns
+    (messages, bytes) newly written."""
+    try:
+        with dst.transaction(), dst.cursor() as cur:
+            _, rows, size = pipe_into(src, cur, pids, key, lo, hi, low=origin_low, link=link)
+    except Overtaken:
+        raise StoreError(
+            f"the source no longer held all of offsets {lo}..{hi - 1}: its retention removed "
+            "messages during the copy; run the job again") from None
+    return rows, size
 
 
 def partition_ids(conn: psycopg.Connection, stream: str, topic: str) -> dict[int, int]:

@@ -72,7 +72,7 @@ class _TopicChanged(Exception):
     """The topic's partitions changed since this store listed them."""
 
 
-class _Overtaken(Exception):
+class Overtaken(Exception):
     """Retention removed rows of the source range while they were being piped."""
 
 
@@ -84,6 +84,54 @@ def _source_range(
     if row is None:
         raise StoreError(f"{topic}:{partition} does not exist at the source")
     return row
+
+
+def pipe_into(
+    src: psycopg.Connection | None, cur: psycopg.Cursor, pids: tuple[int, int], key: Key,
+    first: int, upto: int, *, low: int, link: str = "",
+) -> tuple[int, int, int]:
+    """Source offsets [first, upto) of partition pids[0] into replica partition pids[1], by
+    binary COPY from `src` (None: both in `cur`'s database), in the caller's transaction:
+    the replica's apply rule (DESIGN.md invariant 2) under the partition's row lock, where its
+    next offset decides. A range past it is refused (Misordered), an overlap is skipped, so a
+    retried batch or Spark task, or both applying the same offsets, never double a row; a
+    replica that never held a message begins at the source's low watermark `low` when the
+    range starts there. Returns (the replica's next offset, rows written, their bytes).
+    Raises Overtaken when retention removed source rows of the range meanwhile."""
+    spid, pid = pids
+    # Locked before the source rows are read: the end read here holds until commit.
+    ((_, rlow, nxt),) = cur.execute(LOCK, ([pid],)).fetchall()
+    if rlow == nxt == 0 and 0 < first == low:  # trim_runs' fresh-replica rule
+        cur.execute(START, ([pid], [first]))
+        nxt = first
+    if first > nxt:
+        raise Misordered(key, nxt, first)
+    frm, nbytes = max(first, nxt), 0
+    if frm < upto:
+        nbytes = _pipe(src, cur, spid, pid, frm, upto)
+        cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid, "b": nbytes})
+    if link:
+        cur.execute(LINK_CURSORS, (link, [pid], [upto]))
+    return max(nxt, upto), max(upto - frm, 0), nbytes
+
+
+def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,
+          start: int, end: int) -> int:
+    """Rows [start, end) of source partition `spid` into partition `pid`; returns their
+    logical bytes."""
+    if src is None:
+        rows, nbytes = cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start,
+                                                "end": end}).fetchone()
+    else:
+        query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
+        relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
+        rows, nbytes = relayed.rows, piped_bytes(relayed)
+    # Offsets are unique and [start, end) was below the source's high watermark, so the
+    # count of rows written proves the range complete; short means retention removed a
+    # prefix meanwhile (the transaction rolls back, nothing written).
+    if rows != end - start:
+        raise Overtaken
+    return int(nbytes)
 
 
 @contextlib.contextmanager
@@ -320,7 +368,7 @@ class PostgresStore:
                 try:
                     return self._apply_piped(src, row[:3], stream, (topic, partition), start,
                                              end, link)
-                except _Overtaken:
+                except Overtaken:
                     continue  # retention moved the source's low watermark: look again
         raise StoreError(f"{topic}:{partition}: retention kept overtaking the batch")
 
@@ -344,39 +392,9 @@ class PostgresStore:
             return Applied({})
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             pid = self._apply_pids(conn, stream, {key: []})[key]
-            # Locked before the source rows are read: the end read here holds until commit.
-            ((_, rlow, nxt),) = cur.execute(LOCK, ([pid],)).fetchall()
-            if rlow == nxt == 0 and 0 < first == low:  # trim_runs' fresh-replica rule
-                cur.execute(START, ([pid], [first]))
-                nxt = first
-            if first > nxt:
-                raise Misordered(key, nxt, first)
-            frm, nbytes = max(first, nxt), 0
-            if frm < upto:
-                nbytes = self._pipe(src, cur, spid, pid, frm, upto)
-                cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid,
-                                            "b": nbytes})
-            cur.execute(LINK_CURSORS, (link, [pid], [upto]))
-        return Applied({key: max(nxt, upto)}, {key: max(upto - frm, 0)}, int(nbytes))
-
-    @staticmethod
-    def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,
-              start: int, end: int) -> int:
-        """Rows [start, end) of source partition `spid` into partition `pid`; returns their
-        logical bytes."""
-        if src is None:
-            rows, nbytes = cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start,
-                                                    "end": end}).fetchone()
-        else:
-            query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
-            relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
-            rows, nbytes = relayed.rows, piped_bytes(relayed)
-        # Offsets are unique and [start, end) was below the source's high watermark, so the
-        # count of rows written proves the range complete; short means retention removed a
-        # prefix meanwhile (the transaction rolls back, nothing written).
-        if rows != end - start:
-            raise _Overtaken
-        return nbytes
+            nxt, rows, nbytes = pipe_into(src, cur, (spid, pid), key, first, upto, low=low,
+                                          link=link)
+        return Applied({key: nxt}, {key: rows}, nbytes)
 
     def _apply_pids(
         self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]

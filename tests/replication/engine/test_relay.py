@@ -9,7 +9,7 @@ import uuid
 import psycopg
 import pytest
 
-from replication.engine import Record, open_store
+from replication.engine import Record, StoreError, open_store
 from replication.engine.pg.relay import BLOCK, HEADER, TRAILER, relay
 
 ROWS = 20_000
@@ -105,6 +105,35 @@ def test_piped_rows_count_their_logical_bytes_as_appends_do(pg_url: str, pg_url_
         (origin,), (copied,) = src.partition_stats(stream, "t"), dst.partition_stats(replica, "t")
         assert applied.count == copied.messages == origin.messages == 4
         assert applied.bytes == copied.bytes == origin.bytes > 315
+    finally:
+        src.close()
+        dst.close()
+
+
+def test_source_rows_removed_during_a_pipe_write_nothing_and_say_so(pg_url: str, pg_url_b: str):
+    """Retention removing rows of a range being piped (here: deleted under a stale low
+    watermark) leaves the replica as it was: the gateways' apply gives up after its retries,
+    a Spark copy's chunk tells the job to run again."""
+    from workers.spark import pg
+
+    src, dst = open_store(pg_url), open_store(pg_url_b)
+    stream, replica = uuid.uuid4(), uuid.uuid4()
+    try:
+        src.ensure_topic(stream, "t", 1)
+        dst.ensure_topic(replica, "t", 1)
+        src.append(stream, "t", [Record(b"v%d" % i) for i in range(100)], origin=stream)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM messages WHERE pid = (SELECT id FROM partitions "
+                         "WHERE stream = %s) AND \"offset\" BETWEEN 40 AND 49", (stream,))
+        with pytest.raises(StoreError, match="retention kept overtaking"):
+            dst.apply_from(src, stream, replica, "t", 0, 0, 100, link="l")
+        with pg.connect(pg_url) as s, pg.connect(pg_url_b) as d:
+            pids = (pg.partition_id(s, str(stream), "t", 0),
+                    pg.partition_id(d, str(replica), "t", 0))
+            with pytest.raises(StoreError, match="retention removed messages"):
+                pg.copy_chunk(s, d, pids, 0, 100, key=("t", 0), origin_low=0)
+        assert dst.watermarks(replica, "t") == {0: (0, 0)}
+        assert dst.partition_stats(replica, "t")[0].messages == 0
     finally:
         src.close()
         dst.close()
