@@ -22,7 +22,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# The Spark drivers' class-data-sharing archive (workers/spark/session.py) is made here, once.
+# The Spark drivers' class-data-sharing archive (workers/spark/cds.py) is made here, once.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	$(BIN)/python -m workers.spark.cds

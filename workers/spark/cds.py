@@ -35,6 +35,9 @@ def make_archive(archive: Path = ARCHIVE) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:]:
+        sys.exit("usage: python -m workers.spark.cds   (it takes no arguments; the archive "
+                 f"goes to {ARCHIVE})")
     try:
         print(make_archive())
     except Exception as error:

@@ -4,9 +4,9 @@ A fresh driver's start-up is most of a small job's time, so three things keep it
 - a plain SparkContext: the jobs use Spark's core (an RDD of ranges per job), never Spark SQL,
   whose SparkSession took 1.5-2 s more of a fresh driver's start on 2 cores;
 - a class-data-sharing archive of the classes a driver JVM loads (Java's AppCDS), made once
-  per installation by `python -m workers.spark.cds` (the Makefile's install
-  step and the Dockerfile run it): the context starts in ~1.3 s rather than ~2.5 s. Without
-  it, or when the JVM refuses it (another Java), the driver starts the usual way;
+  per installation by `python -m workers.spark.cds` (the Makefile's install step and the
+  Dockerfile run it): the context starts in ~1.2 s rather than ~2.5 s. Without it, or when
+  the JVM refuses it (another Java), the driver starts the usual way;
 - `stop` does not wait out PySpark's accumulator server (up to a second).
 """
 

@@ -270,3 +270,21 @@ def test_drivers_use_the_class_data_sharing_archive_only_where_it_exists(tmp_pat
     archive.write_bytes(b"")
     assert java_options(archive) == f"{JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
     assert java_options(archive, make=True).endswith(f"-XX:ArchiveClassesAtExit={archive}")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_numthreads_is_how_many_tasks_the_copy_runs(spark, stores, threads):
+    urls, opened = stores
+    src, dst = uuid.uuid4(), uuid.uuid4()
+    fill(opened[0], src, 400)
+    group = f"threads-{uuid.uuid4().hex}"
+    spark.setJobGroup(group, "numthreads")
+    try:
+        assert copystream(spark, spec_of(urls, src, dst, threads=threads))["messages"] == 1200
+    finally:
+        spark.setLocalProperty("spark.jobGroup.id", None)  # later jobs on this thread
+    tracker = spark.statusTracker()
+    (job,) = tracker.getJobIdsForGroup(group)
+    (stage,) = tracker.getJobInfo(job).stageIds
+    assert tracker.getStageInfo(stage).numTasks == threads
+    assert_equal(opened, src, dst)
