@@ -23,8 +23,8 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
 
+from accounts.models import Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
-from portal.accounts.models import Membership, Tenant
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
 
 

@@ -8,8 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.accounts.models import Tenant
-from portal.accounts.scoping import RestrictedQuerySet
+from accounts.models import Tenant
+from accounts.scoping import RestrictedQuerySet
 from replication.models import Cluster, ReplicaLink
 
 

@@ -79,7 +79,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "django_celery_beat",
-    "portal.accounts",
+    "accounts",
     "replication",
     "workers",
     "operations",
@@ -187,7 +187,7 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-AUTHENTICATION_BACKENDS = ["portal.accounts.throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["accounts.throttle.ThrottledModelBackend"]
 LOGIN_FAILURE_LIMIT = env.int("STREAMGATE_LOGIN_FAILURE_LIMIT", default=10)
 LOGIN_FAILURE_WINDOW = env.int("STREAMGATE_LOGIN_FAILURE_WINDOW", default=300)
 
@@ -216,7 +216,7 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.accounts.tokens.TokenAuthentication",
+        "accounts.tokens.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from portal.accounts.models import Membership, Tenant
-from portal.accounts.scoping import RestrictedQuerySet
+from accounts.models import Membership, Tenant
+from accounts.scoping import RestrictedQuerySet
 from replication import ace
 from replication.errors import NotFound, PermissionDenied
 from replication.paths import parse_stream_path

@@ -3,7 +3,7 @@ command line, the API or the portal, where permissions are checked)."""
 
 from django.contrib import admin
 
-from portal.accounts.admin import ReadOnlyAccess
+from accounts.admin import ReadOnlyAccess
 from workers.models import Job
 
 

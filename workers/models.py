@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from portal.accounts.models import Tenant
-from portal.accounts.scoping import RestrictedQuerySet
+from accounts.models import Tenant
+from accounts.scoping import RestrictedQuerySet
 from replication.models import ReplicaLink, Stream
 
 

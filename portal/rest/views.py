@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.accounts.tokens import TokenAuthentication
+from accounts.tokens import TokenAuthentication
 from portal.rest.commands import REGISTRY
 from replication.errors import InvalidInput, NotFound, StreamgateError
 

@@ -9,7 +9,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState
 from replication.services import replica_add, upstream_add
 from tests.factories import GatewayFactory, TopicFactory, UserFactory

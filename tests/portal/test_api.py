@@ -18,9 +18,9 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from accounts.models import Membership, Role, Tenant
 from operations.alarms import alarms_evaluate
 from operations.models import Alarm, AuditEvent
-from portal.accounts.models import Membership, Role, Tenant
 from portal.api.viewsets import TenantScopedViewSet
 from replication import services
 from replication.models import (

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 
+from accounts.models import Membership, Tenant
 from operations.models import AuditEvent
-from portal.accounts.models import Membership, Tenant
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamPath
 from portal.web import urls as web_urls

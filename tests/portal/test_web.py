@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from replication import lag_history
 from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream, Upstream

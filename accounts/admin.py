@@ -15,7 +15,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from portal.accounts.models import Membership, Tenant
+from accounts.models import Membership, Tenant
 
 User = get_user_model()
 
