@@ -49,12 +49,14 @@ run: install
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
 	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) $(if $(filter 1,$(DEMO)),--demo)
 
-## test: every test, against real PostgreSQL and Redis
-test: install-test
+## test: the lint, then every test, against real PostgreSQL and Redis
+test: lint
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## lint: ruff, and import-linter's contracts on the direction of imports (pyproject.toml)
 lint: install-test
 	$(BIN)/ruff check .
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) var
