@@ -44,6 +44,19 @@ class OperatorAccess:
         return is_operator(request)
 
 
+def save_each(queryset: QuerySet, **values: Any) -> int:
+    """QuerySet.update() for control-plane rows: one save per changed row, so each change is
+    audited (update() sends no signals, operations/audit.py). For admin bulk actions, never
+    for hot paths."""
+    changed = 0
+    for row in queryset.exclude(**values):
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.save(update_fields=list(values))
+        changed += 1
+    return changed
+
+
 class ReadOnlyAccess(OperatorAccess):
     """Rows that only the services may write: the admin shows them, never changes them,
     so no rule (ACEs, two-way agreement, origin checks) can be bypassed from here."""

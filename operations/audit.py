@@ -87,18 +87,6 @@ class AuditContextMiddleware:
             return self.get_response(request)
 
 
-def save_each(queryset: models.QuerySet, **values: Any) -> int:
-    """QuerySet.update() for control-plane rows: one save per changed row, so each change is
-    audited (update() sends no signals). For admin bulk actions, never for hot paths."""
-    changed = 0
-    for row in queryset.exclude(**values):
-        for name, value in values.items():
-            setattr(row, name, value)
-        row.save(update_fields=list(values))
-        changed += 1
-    return changed
-
-
 # --- what a record says -----------------------------------------------------------------------
 
 

@@ -13,8 +13,7 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from accounts.admin import OperatorAccess, ReadOnlyAccess
-from operations.audit import save_each
+from accounts.admin import OperatorAccess, ReadOnlyAccess, save_each
 from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
