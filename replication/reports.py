@@ -34,6 +34,7 @@ from replication.models import (
     SyncMode,
     Topic,
 )
+from replication.presence import presence
 from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
 
@@ -346,8 +347,6 @@ def gateway_rows(cluster: Cluster) -> list[Row]:
 
 
 def _live_gateways(cluster: Cluster, gateways: list[Gateway]) -> set[str]:
-    from workers.presence import presence
-
     try:
         live = presence().live([(cluster.name, g.name) for g in gateways])
     except Exception:  # Redis unreachable: fall back on the database's heartbeats

@@ -402,7 +402,7 @@ def behind(topology: Topology) -> list[str]:
 
 
 def wait_live(engine_gateways: list[tuple[str, str]], timeout: float = 60.0) -> None:
-    from workers.presence import presence
+    from replication.presence import presence
 
     deadline = time.monotonic() + timeout
     while len(presence().live(engine_gateways)) < len(engine_gateways):

@@ -107,8 +107,8 @@ def test_a_failing_job_records_why(spark, owner, activity, clicks):
 
 @pytest.fixture
 def gateways(engine, newyork, celery_worker):
+    from replication.presence import presence
     from tests.factories import GatewayFactory
-    from workers.presence import presence
 
     engine.env["CELERY_QUEUE"] = celery_worker  # where the replicator's jobs go
     for name in ("gw1", "gw2"):
