@@ -25,10 +25,9 @@ from operations.models import Alarm, AlarmKind
 from replication import reports
 from replication.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from replication.engine.store import UnknownTopic
-from replication.models import Gateway, ReplicaLink, Stream, SyncMode, Topic
+from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
 from replication.services.engine import link_is_stalled
 from replication.stores import store_for
-from workers.models import Job
 
 LINK = ["source", "replica"]
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
@@ -28,6 +28,7 @@ from replication.models import (
     PERMISSIONS,
     Cluster,
     Gateway,
+    Job,
     ReplicaLink,
     ReplicaState,
     Stream,
@@ -37,9 +38,6 @@ from replication.models import (
 from replication.presence import presence
 from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
-
-if TYPE_CHECKING:
-    from workers.models import Job
 
 Row = dict[str, Any]
 

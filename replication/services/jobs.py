@@ -13,13 +13,12 @@ from django.utils import timezone
 
 from replication.errors import InvalidInput, PermissionDenied
 from replication.events import publish_after_commit
-from replication.models import ReplicaLink, ReplicaState, Stream, Topic
+from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, topology_lock
 from replication.services.engine import stream_wake
 from replication.services.streams import METADATA, stream_create
 from replication.signals import job_submitted
-from workers.models import Job
 
 READ_PERMS = ("consumeperm", "copyperm")
 MAX_THREADS = 64

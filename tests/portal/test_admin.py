@@ -23,7 +23,7 @@ CHANGELISTS = [
     "replication_topic",
     "replication_replicalink",
     "replication_upstream",
-    "workers_job",
+    "replication_job",
 ]
 READ_ONLY = ["stream", "topic", "replicalink", "upstream"]
 

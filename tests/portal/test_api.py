@@ -26,6 +26,7 @@ from replication import services
 from replication.models import (
     Cluster,
     Gateway,
+    Job,
     ReplicaLink,
     ReplicaState,
     Stream,
@@ -34,7 +35,6 @@ from replication.models import (
 )
 from replication.services.jobs import diffstreams_start
 from tests.factories import GatewayFactory, MembershipFactory, StreamFactory, UserFactory
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 
