@@ -4,7 +4,9 @@
         -replica /mapr/newyork/activity -paused true
 
 Leading words name the command, then `-option value` pairs. `-json` prints the raw envelope,
-`-noheader` drops the table's header row, `-long` is accepted (values are never shortened).
+`-noheader` drops the table's header row, `-long` is accepted (values are never shortened),
+`-help` describes the command (as do `streamgate help [words]` and `streamgate <group> help`;
+they need no server: streamgate/help.py).
 The server is STREAMGATE_URL (default http://127.0.0.1:8000), the knox token STREAMGATE_TOKEN;
 they are environment variables because `-url` or `-token` could clash with command options.
 
@@ -21,27 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from streamgate import help as helpdoc
 from streamgate import jobs, messaging
 from streamgate.client import Client, CommandError, Row, ServerUnreachable, data_of
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-LOCAL_FLAGS = ("json", "noheader", "long")  # maprcli's output flags; they take no value
+LOCAL_FLAGS = ("json", "noheader", "long", "help")  # maprcli's flags; they take no value
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 2
 
 
 UsageError = messaging.UsageError
-MESSAGING_HELP = """
-  produce -path <stream path> -topic <topic> [ -partition <n> ] [ -key <key> ]
-          [ -format text|json ] [ -producer <id> ]
-      Produce one message per line of standard input (JSON records with -format json).
-  consume -path <stream path> -topic <topic> [ -partition <n> ] [ -offset <o> ]
-          [ -limit <n> ] [ -group <consumer group> ] [ -wait <ms> ]
-      Print messages as JSON lines; with -group, start at and commit the group's cursor.
-  gateway run -cluster <destination cluster> -name <gateway>
-      Run a configured gateway of the cluster in this process (production: DATABASE_URL and
-      REDIS_URL set), applying replicated batches to the cluster's replicas.
-  replicator run
-      Run the source side of replication in this process (production)."""
 
 
 @dataclass
@@ -99,24 +90,39 @@ def table(rows: list[Row], header: bool = True) -> str:
     )
 
 
-def help_text(commands: list[Row], words: list[str]) -> str:
-    prefix = " ".join(words)
-    chosen = [c for c in commands if c["command"] == prefix or c["command"].startswith(
-        f"{prefix} " if prefix else "")]
-    if not chosen:
-        raise CommandError(errno.ENOENT, f"no command starts with '{prefix}'")
-    lines = ["usage: streamgate <command> [-option value]... [-json] [-noheader]", ""]
-    for item in chosen:
-        lines.append(f"  {item['command']} {item['usage']}".rstrip())
-        lines.append(f"      {item['help']}")
-    return "\n".join(lines)
+def help_text(words: list[str]) -> str:
+    """Offline help: a command's options, or the commands starting with `words`."""
+    row = helpdoc.find(words)
+    if row is not None:
+        return helpdoc.detail(row)
+    text = helpdoc.listing(words)
+    if text is None:
+        raise CommandError(errno.ENOENT, f"no command starts with '{' '.join(words)}': "
+                           "'streamgate help' lists them all")
+    return text
+
+
+def wants_help(invocation: Invocation) -> list[str] | None:
+    """The words to describe when the invocation asks for help, else None."""
+    words = invocation.words
+    if "help" in invocation.flags:
+        return words
+    if not words:
+        return []
+    if words[0] == "help":
+        return words[1:]
+    if words[-1] == "help":
+        return words[:-1]
+    if not invocation.params and helpdoc.is_group(words):
+        return words  # `streamgate stream replica`: a group, not a command
+    return None
 
 
 def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     words = invocation.words
-    if not words or words[0] == "help":
-        print(help_text(client.commands(), words[1:]), file=out)
-        print(MESSAGING_HELP, file=out)
+    asked = wants_help(invocation)
+    if asked is not None:
+        print(help_text(asked), file=out)
         return EXIT_OK
     if words == ["produce"]:
         messaging.produce(client, invocation.params, sys.stdin, out)
