@@ -251,3 +251,69 @@ def test_synchronous_replicas_wire_options_and_gateway_counters(cli, clusters, o
         "UNKNOWN", None, None)
     table = cli(alice, "cluster gateway get -dstcluster newyork").stdout
     assert "batchesApplied" in table and "messagesApplied" in table and "bytesApplied" in table
+
+
+# --- consume reads every partition, as kcat does -------------------------------------------
+
+
+def produce_spread(cli, token: str) -> None:
+    """Topic clicks with 3 partitions; timestamps interleave across the partitions."""
+    cli(token, f"stream topic create -path {SF} -topic clicks -partitions 3")
+    records = [(2, 100, "c"), (0, 10, "a"), (1, 50, "b"), (0, 200, "d"), (2, 300, "e")]
+    lines = "".join(json.dumps({"value": v, "partition": p, "timestamp": t}) + "\n"
+                    for p, t, v in records)
+    cli(token, f"produce -path {SF}:clicks -format json", stdin=lines)
+
+
+def test_consume_without_partition_reads_every_partition_merged_by_timestamp(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks"))
+    assert [(r["value"], r["partition"], r["timestamp"]) for r in consumed] == [
+        ("a", 0, 10), ("b", 1, 50), ("c", 2, 100), ("d", 0, 200), ("e", 2, 300)]
+
+
+def test_consume_with_partition_reads_only_that_partition(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -partition 2"))
+    assert [(r["partition"], r["offset"], r["value"]) for r in consumed] == [
+        (2, 0, "c"), (2, 1, "e")]
+
+
+def test_consume_limit_counts_messages_across_partitions(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -limit 3"))
+    assert [r["value"] for r in consumed] == ["a", "b", "c"]
+
+
+def test_consume_with_a_group_commits_and_resumes_each_partition(cli, alice, live_server):
+    produce_spread(cli, alice)
+    first = json_lines(cli(alice, f"consume -path {SF}:clicks -group billing -limit 3"))
+    assert [r["value"] for r in first] == ["a", "b", "c"]
+    client = Client(live_server.url, alice)
+    assert client.committed_all(SF, "clicks", group="billing") == {0: 1, 1: 1, 2: 1}
+    rest = json_lines(cli(alice, f"consume -path {SF}:clicks -group billing"))
+    assert [r["value"] for r in rest] == ["d", "e"]
+    assert client.committed_all(SF, "clicks", group="billing") == {0: 2, 1: 1, 2: 2}
+    assert cli(alice, f"consume -path {SF}:clicks -group billing").stdout == ""
+
+
+def test_consume_wait_sees_a_message_arriving_on_any_partition(cli, alice, live_server):
+    import threading
+
+    cli(alice, f"stream topic create -path {SF} -topic clicks -partitions 3")
+    client = Client(live_server.url, alice)
+    later = threading.Timer(1.0, client.produce, (SF, "clicks", [{"value": b"late",
+                                                                  "partition": 2}]))
+    later.start()
+    try:
+        consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -wait 30000"))
+    finally:
+        later.join()
+    assert [(r["partition"], r["value"]) for r in consumed] == [(2, "late")]
+
+
+def test_outsider_cannot_consume_another_tenants_topic(cli, alice, live_server, outsider):
+    produce_spread(cli, alice)
+    done = streamgate(live_server.url, token_for(outsider), f"consume -path {SF}:clicks")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"ERROR (2) - stream {SF} does not exist")
