@@ -130,8 +130,8 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words == ["consume"]:
         messaging.consume(client, invocation.params, out)
         return EXIT_OK
-    if words in (["copystream"], ["diffstreams"]):
-        return jobs.follow(client, words[0], invocation.params, out,
+    if words in (["copystream"], ["diffstreams"], ["stream", "replica", "autosetup"]):
+        return jobs.follow(client, " ".join(words), invocation.params, out,
                            as_json="json" in invocation.flags)
     if words in (["gateway", "run"], ["replicator", "run"]):
         return run_server_process(words[0], invocation.params)

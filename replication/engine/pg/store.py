@@ -524,6 +524,22 @@ class PostgresStore:
             )
         return count
 
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        with self._pool.connection() as conn, conn.transaction():
+            pid = self._pid(conn, stream, topic, partition)
+            low, nxt = conn.execute("SELECT low_offset, next_offset FROM partitions "
+                                    "WHERE id = %s", (pid,)).fetchone()
+            cut = min(end, nxt, low + batch)
+            if cut <= low:
+                return 0
+            # As in expire: the partitions row, which appenders lock, is updated last.
+            count, size = conn.execute(EXPIRE_DELETE, (pid, low, cut)).fetchone()
+            conn.execute("UPDATE partitions SET low_offset = greatest(low_offset, %s), "
+                         "rows = rows - %s, bytes = bytes - %s WHERE id = %s",
+                         (cut, count, size, pid))
+        return count
+
     # --- consumer cursors --------------------------------------------------------------------
 
     def commit_cursor(
