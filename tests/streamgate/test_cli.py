@@ -317,3 +317,36 @@ def test_outsider_cannot_consume_another_tenants_topic(cli, alice, live_server, 
     done = streamgate(live_server.url, token_for(outsider), f"consume -path {SF}:clicks")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith(f"ERROR (2) - stream {SF} does not exist")
+
+
+# --- stream purge and cluster gateway local from the command line --------------------------
+
+
+def test_stream_purge_all_prints_what_it_purged_and_consume_goes_on(cli, alice):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\ntwo\n")
+    table = cli(alice, f"stream purge -path {SF} -all true").stdout.splitlines()
+    assert table[0].split() == ["topic", "partition", "messagesPurged",
+                                "messagesKeptForReplicas", "minoffset", "nextoffset"]
+    assert table[1].split() == ["clicks", "0", "2", "0", "2", "2"]
+    cli(alice, f"produce -path {SF}:clicks", stdin="three\n")
+    [line] = json_lines(cli(alice, f"consume -path {SF}:clicks -offset 2"))
+    assert (line["offset"], line["value"]) == (2, "three")
+
+
+def test_stream_purge_by_a_member_without_adminperm_fails_with_the_reason(live_server, alice,
+                                                                          cli, member):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\n")
+    done = streamgate(live_server.url, token_for(member), f"stream purge -path {SF} -all true")
+    assert done.returncode == 1
+    assert done.stderr.startswith("ERROR (1) - bob may not purge the stream")
+    assert [r["value"] for r in json_lines(cli(alice, f"consume -path {SF}:clicks"))] == ["one"]
+
+
+def test_cluster_gateway_local_prints_the_text_for_gateway_set(cli, clusters, operator, owner,
+                                                               live_server):
+    cli(token_for(operator), "cluster gateway set -dstcluster newyork -gateways 'gw1 gw2'")
+    done = cli(token_for(owner), "cluster gateway local -cluster newyork -noheader")
+    assert done.stdout.split() == ["newyork", "gw1", "gw2"]
+    refused = streamgate(live_server.url, token_for(owner),
+                         "cluster gateway local -cluster newyork -format dns")
+    assert refused.returncode == 1 and "ERROR (95) - -format dns" in refused.stderr
