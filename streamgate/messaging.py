@@ -9,16 +9,20 @@ The topic may be given with -topic or as MapR writes it, `<stream path>:<topic>`
 from __future__ import annotations
 
 import base64
+import errno
 import heapq
 import itertools
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from streamgate.client import Client, Row
+from streamgate.client import Client, CommandError, Row
 
 BATCH = 1000
+# The server's refusal of an offset below a partition's first retained one.
+EXPIRED = re.compile(r"valid offsets are (\d+)\.\.\d+")
 POLL = 0.05  # seconds between polls of the partitions while -wait waits for a first message
 PRODUCE_OPTIONS = {"path", "topic", "partition", "key", "format", "producer"}
 CONSUME_OPTIONS = {"path", "topic", "partition", "offset", "limit", "group", "wait"}
@@ -118,11 +122,13 @@ def consume(client: Client, params: dict[str, str], out: TextIO) -> int:
     group, limit = params.get("group"), _number(params, "limit", None)
     starts = start_offsets(client, path, topic, parts, group, _number(params, "offset", None))
     wait = _number(params, "wait", 0) or 0
+    earliest = "offset" not in params
     if len(parts) > 1 and wait:
-        await_first(client, path, topic, starts, wait)
+        await_first(client, path, topic, starts, wait, earliest=earliest)
         wait = 0
     chunk = BATCH if limit is None else max(1, min(BATCH, limit))
-    feeds = [partition_feed(client, path, topic, p, starts[p], chunk, wait) for p in parts]
+    feeds = [partition_feed(client, path, topic, p, starts[p], chunk, wait, earliest=earliest)
+             for p in parts]
     merged = heapq.merge(*feeds, key=lambda m: (m["timestamp"], m["partition"], m["offset"]))
     committer = Committer(client, path, topic, group, starts)
     printed = 0
@@ -144,25 +150,43 @@ def start_offsets(client: Client, path: str, topic: str, parts: list[int], group
 
 
 def partition_feed(client: Client, path: str, topic: str, partition: int, offset: int,
-                   chunk: int, wait_ms: int) -> Iterator[Row]:
-    """One partition's messages from `offset`, fetched a chunk at a time as the merge asks."""
+                   chunk: int, wait_ms: int, *, earliest: bool = False) -> Iterator[Row]:
+    """One partition's messages from `offset`, fetched a chunk at a time as the merge asks.
+    With `earliest` (the start was not given with -offset), a start below what the partition
+    still holds (retention or purge deleted it) moves up to its first retained message, as
+    Kafka consumers do with auto.offset.reset=earliest."""
     while True:
-        messages = client.consume(path, topic, partition=partition, offset=offset,
-                                  limit=chunk, wait_ms=wait_ms)
+        try:
+            messages = client.consume(path, topic, partition=partition, offset=offset,
+                                      limit=chunk, wait_ms=wait_ms)
+        except CommandError as error:
+            low = expired_below(error) if earliest else None
+            if low is None or low <= offset:
+                raise
+            offset, earliest = low, False
+            continue
         if not messages:
             return
         yield from messages
         offset, wait_ms = messages[-1]["offset"] + 1, 0
 
 
+def expired_below(error: CommandError) -> int | None:
+    """The first retained offset named by the server's out-of-range refusal, if it is one."""
+    found = EXPIRED.search(error.desc) if error.id == errno.EINVAL else None
+    return int(found.group(1)) if found else None
+
+
 def await_first(client: Client, path: str, topic: str, starts: dict[int, int],
-                wait_ms: int) -> None:
+                wait_ms: int, *, earliest: bool) -> None:
     """-wait over several partitions: poll them in turn until one has a message or the time
     is up (a long poll on one partition would miss a message arriving on another)."""
     deadline = time.monotonic() + wait_ms / 1000
     while time.monotonic() < deadline:
-        for partition, offset in starts.items():
-            if client.consume(path, topic, partition=partition, offset=offset, limit=1):
+        for partition in starts:
+            feed = partition_feed(client, path, topic, partition, starts[partition], 1, 0,
+                                  earliest=earliest)
+            if next(feed, None) is not None:
                 return
         time.sleep(POLL)
 

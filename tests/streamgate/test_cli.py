@@ -350,3 +350,16 @@ def test_cluster_gateway_local_prints_the_text_for_gateway_set(cli, clusters, op
     refused = streamgate(live_server.url, token_for(owner),
                          "cluster gateway local -cluster newyork -format dns")
     assert refused.returncode == 1 and "ERROR (95) - -format dns" in refused.stderr
+
+
+def test_consume_after_a_purge_starts_at_the_first_retained_offset_unless_told(cli, alice,
+                                                                                live_server):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\ntwo\n")
+    cli(alice, f"consume -path {SF}:clicks -group g -limit 1")  # committed at 1, now purged
+    cli(alice, f"stream purge -path {SF} -all true")
+    assert cli(alice, f"consume -path {SF}:clicks").stdout == ""
+    cli(alice, f"produce -path {SF}:clicks", stdin="three\n")
+    assert [(r["offset"], r["value"]) for r in json_lines(
+        cli(alice, f"consume -path {SF}:clicks -group g"))] == [(2, "three")]
+    told = streamgate(live_server.url, alice, f"consume -path {SF}:clicks -offset 0")
+    assert told.returncode == 1 and "valid offsets are 2..3" in told.stderr
