@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TextIO
 
 from streamgate import help as helpdoc
@@ -160,22 +161,41 @@ def run_server_process(kind: str, params: dict[str, str]) -> int:
     return EXIT_FAILED  # not reached: execv replaces this process
 
 
+def error_envelope(error_id: int, desc: str) -> Row:
+    """maprcli's error envelope, for errors found before (or without) an answer from the
+    server, so `-json` callers read one shape whatever failed."""
+    now = datetime.now().astimezone()
+    return {"timestamp": int(now.timestamp() * 1000),
+            "timeofday": f"{now:%Y-%m-%d %I:%M:%S}.{now.microsecond // 1000:03d} "
+                         f"GMT{now:%z} {now:%p}",
+            "status": "ERROR", "errors": [{"id": error_id, "desc": desc}]}
+
+
+def fail(error_id: int, desc: str, as_json: bool, envelope: Row | None = None) -> int:
+    if as_json:
+        print(json.dumps(envelope or error_envelope(error_id, desc), indent="\t"))
+    else:
+        print(f"ERROR ({error_id}) - {desc}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    out, err = sys.stdout, sys.stderr
+    args = sys.argv[1:] if argv is None else list(argv)
     url = os.environ.get("STREAMGATE_URL") or DEFAULT_URL
     token = os.environ.get("STREAMGATE_TOKEN")
+    as_json = "-json" in args  # until the arguments parse; then the parsed flag decides
     try:
-        invocation = parse_args(sys.argv[1:] if argv is None else argv)
-        return run(invocation, Client(url, token), out)
+        invocation = parse_args(args)
+        as_json = "json" in invocation.flags
+        return run(invocation, Client(url, token), sys.stdout)
     except UsageError as error:
-        print(f"ERROR ({errno.EINVAL}) - {error}", file=err)
-        return EXIT_FAILED
+        return fail(errno.EINVAL, str(error), as_json)
     except CommandError as error:
-        print(f"ERROR ({error.id}) - {error.desc}", file=err)
+        code = fail(error.id, error.desc, as_json, error.envelope)
         if error.id == errno.EACCES and not token:
-            print("hint: set STREAMGATE_TOKEN to your API token", file=err)
-        return EXIT_FAILED
+            print("hint: set STREAMGATE_TOKEN to your API token", file=sys.stderr)
+        return code
     except ServerUnreachable as error:
         print(f"streamgate: cannot reach the server at {url} (set STREAMGATE_URL to the "
-              f"portal's address): {error.reason}", file=err)
+              f"portal's address): {error.reason}", file=sys.stderr)
         return EXIT_UNREACHABLE

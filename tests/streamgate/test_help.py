@@ -3,6 +3,7 @@ line, and those files cannot drift from the server's /rest registry."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -82,3 +83,18 @@ def test_help_for_an_unknown_word_is_a_mapr_error(nowhere):
     done = streamgate(nowhere, None, "help frobnicate")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("ERROR (2) - no command starts with 'frobnicate'")
+
+
+@pytest.mark.parametrize(("words", "error_id", "text"), [
+    ("help frobnicate -json", 2, "no command starts with 'frobnicate'"),
+    ("consume -path /mapr/a/b -json", 22, "-topic is required"),
+    ("stream info -json -path", 22, "option -path needs a value"),
+])
+def test_errors_found_by_the_command_line_print_the_error_envelope_with_json(
+        nowhere, words, error_id, text):
+    done = streamgate(nowhere, "x", words)
+    assert done.returncode == 1 and done.stderr == ""
+    envelope = json.loads(done.stdout)
+    assert list(envelope) == ["timestamp", "timeofday", "status", "errors"]
+    assert envelope["status"] == "ERROR" and envelope["errors"][0]["id"] == error_id
+    assert text in envelope["errors"][0]["desc"]
