@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from operations.models import AuditAction, AuditEvent, Interface
 from portal.accounts.models import Membership, Tenant
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
-from replication.signals import stream_purged
+from replication.services.purge import stream_purged
 
 
 @dataclass(frozen=True)

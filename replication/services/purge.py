@@ -20,16 +20,19 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.dispatch import Signal
 
 from replication.engine.replicator import pending
 from replication.engine.store import MessageStore, UnknownTopic
 from replication.models import ReplicaLink, Stream
 from replication.services.engine import carried_topics
 from replication.services.messages import stream_expire
-from replication.signals import stream_purged
 from replication.stores import store_for
 
 Key = tuple[str, int]
+# The seam to the audit trail (operations/audit.py connects to it; the domain never imports
+# the layers above): sent after a purge with stream=, actor=, details= (what went and stayed).
+stream_purged = Signal()
 
 
 def stream_purge(*, actor: AbstractBaseUser, stream: Stream, everything: bool = False
