@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench chaos screenshots clean
+.PHONY: run test install install-test lint prod bench chaos screenshots clean clihelp
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,3 +81,7 @@ chaos: install
 ## screenshots: docs/screenshots/*.png from the demo scene (Debian's chromium)
 screenshots: install-test
 	$(BIN)/python docs/screenshots.py
+
+## clihelp: regenerate streamgate/commands.json (the CLI's offline help) from the /rest registry
+clihelp: install
+	$(TEST_ENV) $(BIN)/python -m portal.rest.clihelp

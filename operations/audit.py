@@ -26,6 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from accounts.models import Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.signals import stream_purged
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,13 @@ def _after_delete(sender: type[models.Model], instance: models.Model, **kwargs: 
     record(instance, AuditAction.DELETE, values_of(instance), None)
 
 
+def _stream_purged(sender: type[models.Model], stream: Stream, actor: Any,
+                   details: dict[str, Any], **kwargs: Any) -> None:
+    record(stream, AuditAction.PURGE, None, details)
+
+
 def connect_signals() -> None:
+    stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")
     for model in AUDITED:
         uid = f"operations.audit.{model._meta.label_lower}"
         pre_save.connect(_before_save, sender=model, dispatch_uid=f"{uid}.pre")

@@ -94,6 +94,7 @@ class AuditAction(models.TextChoices):
     PAUSE = "pause"
     RESUME = "resume"
     APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
+    PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

@@ -13,3 +13,7 @@ job_submitted = Signal()
 # The operations app raises an alarm on each replica that has not received them yet
 # (operations/alarms.py retention_check). Receivers must not raise: retention runs regardless.
 stream_expiring = Signal()
+
+# stream, actor, details: a `stream purge` deleted messages (details: what went and stayed).
+# The operations app writes the audit record (operations/audit.py).
+stream_purged = Signal()

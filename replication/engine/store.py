@@ -232,6 +232,12 @@ class MessageStore(Protocol):
         """Delete up to `batch` messages older than before_ms (a prefix of each partition);
         raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
 
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        """`stream purge`: delete up to `batch` of the partition's messages below `end` (a
+        prefix, as retention removes); raises the low watermark, never touches the next
+        offset. Callers loop until it returns 0."""
+
     def commit_cursor(
         self, stream: UUID, group: str, topic: str, partition: int, offset: int
     ) -> None: ...

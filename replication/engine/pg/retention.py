@@ -32,21 +32,21 @@ class Retention(Catalog):
     def _expire_partition(
         conn: psycopg.Connection, pid: int, low: int, before_ms: int, limit: int
     ) -> int:
-        # The DELETE locks only the old rows, which appenders never touch; the partitions row
-        # (which appenders lock) is updated last, just before the commit, so an appender waits
-        # at most for that commit, never for the delete.
         with conn.transaction():
             young, last = conn.execute(EXPIRE_CUT, (before_ms, pid, low, limit)).fetchone()
             end = expire_end(young, last)
             if end is None or end <= low:
                 return 0
-            count, size = conn.execute(EXPIRE_DELETE, (pid, low, end)).fetchone()
-            conn.execute(
-                "UPDATE partitions SET low_offset = greatest(low_offset, %s), "
-                "rows = rows - %s, bytes = bytes - %s WHERE id = %s",
-                (end, count, size, pid),
-            )
-        return count
+            return _cut_prefix(conn, pid, low, end)
+
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        with self._pool.connection() as conn, conn.transaction():
+            pid = self._pid(conn, stream, topic, partition)
+            low, nxt = conn.execute("SELECT low_offset, next_offset FROM partitions "
+                                    "WHERE id = %s", (pid,)).fetchone()
+            cut = min(end, nxt, low + batch)
+            return _cut_prefix(conn, pid, low, cut) if cut > low else 0
 
     def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
         with self._pool.connection() as conn, conn.transaction():
@@ -91,3 +91,16 @@ class Retention(Catalog):
         self._pids = {k: v for k, v in self._pids.items() if v not in gone}
         self._topics = {k: v for k, v in self._topics.items()
                         if k[0] != stream or (topic is not None and k[1] != topic)}
+
+
+def _cut_prefix(conn: psycopg.Connection, pid: int, low: int, end: int) -> int:
+    """Delete offsets [low, end) of a partition. The DELETE locks only old rows, which appenders
+    never touch; the partitions row (which they lock) is updated last, just before the commit,
+    so an appender waits at most for that commit, never for the delete."""
+    count, size = conn.execute(EXPIRE_DELETE, (pid, low, end)).fetchone()
+    conn.execute(
+        "UPDATE partitions SET low_offset = greatest(low_offset, %s), "
+        "rows = rows - %s, bytes = bytes - %s WHERE id = %s",
+        (end, count, size, pid),
+    )
+    return count
