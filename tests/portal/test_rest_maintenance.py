@@ -13,14 +13,13 @@ from operations.models import AuditEvent
 from replication import services
 from replication.engine.store import Record
 from replication.lag_history import lag_latest
-from replication.models import ReplicaLink, ReplicaState, Stream, Topic, Upstream
+from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic, Upstream
 from replication.services.messages import messages_produce
 from replication.services.purge import watermarks
 from replication.stores import store_for
 from tests.factories import GatewayFactory, StreamFactory
 from tests.portal import test_rest
 from tests.portal.test_rest import call, error_of, ok, snapshot
-from workers.models import Job
 
 world = test_rest.world  # the fixture: alice's activity replicating (paused) to newyork
 

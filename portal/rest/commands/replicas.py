@@ -11,8 +11,7 @@ from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_
 from portal.rest.options import Bool, Choice, Str, StreamPath
 from replication import reports, services
 from replication.lag_history import lag_record
-from replication.models import Compression, ReplicaLink
-from workers.models import Job
+from replication.models import Compression, Job, ReplicaLink
 
 LINK = ("throttle", "synchronous", "networkcompression", "networkencryption")
 SOURCE = StreamPath("path", "the source stream", required=True)
