@@ -5,6 +5,7 @@ another tenant's streams read as absent, whatever the spelling."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -14,6 +15,7 @@ from replication import ace
 from replication.errors import AlreadyExists, StreamgateError
 from replication.models import Stream, Topic
 from replication.names import TopicName, parse_topic_name
+from replication.services.defaultstreams import default_stream_for, default_stream_open
 from replication.services.topics import topic_autocreate
 
 log = structlog.get_logger(__name__)
@@ -48,18 +50,21 @@ def topic_resolve(
     cluster: str | None = None,
     default_stream: str | None = None,
     create: bool = False,
+    on_missing: Callable[[str], None] | None = None,
 ) -> ResolvedTopic | None:
     """The stream and topic `name` means to `actor`; None when the name is malformed, the
     stream is invisible (another tenant's, another cluster's) or, unless `create` and the
-    stream allows autocreate, the topic does not exist."""
+    stream allows autocreate, the topic does not exist. A plain name goes to `default_stream`
+    (a listener's -defaultstream) or else the user's default stream on `cluster`; when there is
+    none, `on_missing` hears which setting is missing."""
     try:
         parsed = parse_topic_name(name)
     except StreamgateError:
         return None
-    path = parsed.stream_path or default_stream
-    if path is None:
-        return None
-    stream = _visible_stream(actor, path, cluster)
+    if parsed.stream_path is not None:
+        stream = _visible_stream(actor, parsed.stream_path, cluster)
+    else:
+        stream = _default_stream(actor, cluster, default_stream, on_missing)
     if stream is None:
         return None
     record = stream.topics.filter(name=parsed.topic).first()
@@ -68,6 +73,22 @@ def topic_resolve(
     if record is None:
         return None
     return ResolvedTopic(stream, parsed.topic, name, record)
+
+
+def _default_stream(actor: AbstractBaseUser, cluster: str | None, given: str | None,
+                    on_missing: Callable[[str], None] | None) -> Stream | None:
+    path = given
+    if path is None:
+        choice = default_stream_for(actor=actor, cluster=cluster)
+        if choice.path is None:
+            if on_missing:
+                on_missing(choice.missing)
+            return None
+        path = choice.path
+    stream = default_stream_open(actor=actor, path=path)
+    if stream is None or (cluster is not None and stream.cluster.name != cluster):
+        return None
+    return stream
 
 
 def _autocreate(actor: AbstractBaseUser, stream: Stream, parsed: TopicName) -> Topic | None:
@@ -92,6 +113,7 @@ def topic_listing(
 ) -> list[ResolvedTopic]:
     """Every topic `actor` sees and holds one of `perms` on; named plainly in the default
     stream, by MapR name elsewhere, so each topic is listed once."""
+    default_stream = default_stream or default_stream_for(actor=actor, cluster=cluster).path
     topics = Topic.objects.restrict(actor).select_related("stream__cluster", "stream__tenant")
     if cluster is not None:
         topics = topics.filter(stream__cluster__name=cluster)

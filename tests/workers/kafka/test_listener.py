@@ -6,6 +6,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from replication.models import Topic
+from replication.names import kafka_legal_name
+from replication.services.defaultstreams import default_stream_set
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
@@ -46,3 +49,36 @@ def test_outsider_does_not_see_another_tenants_topics(kafka, owner, outsider):
     assert "/mapr/c1/apps:orders" not in metadata.topics
     named = list_topics(kafka.as_user(outsider).confluent(), "/mapr/c1/apps:orders")
     assert named.topics["/mapr/c1/apps:orders"].error is not None
+
+
+def test_plain_name_resolves_in_the_tenants_default_stream_and_autocreates(kafka, owner,
+                                                                          outsider):
+    ClusterFactory(name="c1")
+    default_stream_set(actor=owner, cluster="c1", path="/mapr/c1/kafka")
+    producer = Producer(kafka.confluent())
+    metadata = producer.list_topics("orders", timeout=20)  # librdkafka producers autocreate
+    assert metadata.topics["orders"].error is None
+    assert Topic.objects.filter(stream__path="/mapr/c1/kafka", name="orders").exists()
+    assert "orders" in list_topics(kafka.confluent()).topics
+    # globex has no default stream: its plain name is unknown, and the listener says why once.
+    theirs = list_topics(kafka.as_user(outsider).confluent(), "orders").topics["orders"]
+    assert theirs.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert kafka.listeners.log().count("kafka_default_stream_missing") == 1
+
+
+def test_kafka_python_reaches_a_topic_by_its_kafka_legal_spelling(kafka, owner):
+    from kafka import KafkaAdminClient
+
+    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps/eu", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    TopicFactory(stream=stream, name="orders_v1", partitions=2)
+    legal = kafka_legal_name(stream.path, "orders_v1")
+    admin = KafkaAdminClient(**kafka.kafka_python())
+    try:
+        [described] = admin.describe_topics([legal])
+        assert described["error_code"] == 0 and described["topic"] == legal
+        assert len(described["partitions"]) == 2
+        listed = admin.list_topics()  # listings use MapR names
+        assert "/mapr/c1/apps/eu:orders_v1" in listed and legal not in listed
+    finally:
+        admin.close()
