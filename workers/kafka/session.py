@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from django.db import InterfaceError, OperationalError, close_old_connections
 
-from replication.services.names import ResolvedTopic, topic_resolve
+from replication.services.names import ResolvedTopic, topic_resolve, topic_target
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
+
+    from replication.models import Stream
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -111,6 +113,13 @@ class Session:
         if found is not None:
             self._resolved[(name, False)] = (now, found)
         return found
+
+    async def target(self, name: str) -> tuple[Stream, str] | None:
+        """The stream `name` points into and the topic's name there, existing or not (for
+        CreateTopics); not cached."""
+        return await self.run_sync(
+            topic_target, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, on_missing=self._missing_default)
 
     def _missing_default(self, reason: str) -> None:
         # Once per listener and user: every plain name of every connection would repeat it.
