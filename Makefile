@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+KAFKA_PORT ?= 9092
 DEMO ?= 1
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
@@ -47,7 +48,8 @@ run: install
 	$(BIN)/python manage.py ensureoperator
 	$(if $(filter 1,$(DEMO)),$(BIN)/python manage.py demoscene)
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
-	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) $(if $(filter 1,$(DEMO)),--demo)
+	@echo "Kafka listener: $(HOST):$(KAFKA_PORT) (SASL/PLAIN: your user name and an API token)"
+	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) --kafka $(HOST):$(KAFKA_PORT) $(if $(filter 1,$(DEMO)),--demo)
 
 ## test: every test, against real PostgreSQL and Redis
 test: install-test

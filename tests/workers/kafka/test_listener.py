@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -82,3 +86,34 @@ def test_kafka_python_reaches_a_topic_by_its_kafka_legal_spelling(kafka, owner):
         assert "/mapr/c1/apps/eu:orders_v1" in listed and legal not in listed
     finally:
         admin.close()
+
+
+def test_streamgate_kafka_run_execs_a_listener(kafka_listeners, owner, tmp_path):
+    from tests.workers.kafka.conftest import ROOT, free_port, sasl_token
+
+    port, log = free_port(), tmp_path / "cli.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from streamgate.cli import main; sys.exit(main())",
+             "kafka", "run", "-listen", f"127.0.0.1:{port}"],
+            cwd=ROOT, env=kafka_listeners.env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "kafka listener ready" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        config = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                  "sasl.password": sasl_token(owner)}
+        assert list_topics(config).brokers
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def test_streamgate_kafka_run_refuses_unknown_options_with_its_usage():
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from streamgate.cli import main; sys.exit(main())",
+         "kafka", "run", "-port", "9"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "usage: streamgate kafka run [-advertise <advertise>]" in done.stderr
