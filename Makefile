@@ -39,7 +39,18 @@ install: $(STAMP)
 /usr/bin/chromium:
 	apt-get update -qq && apt-get install -y -qq chromium
 
-install-test: $(TEST_STAMP) /usr/bin/chromium
+# Kafka clients the listener's tests drive beside the Python ones (pyproject's test extra):
+# kcat (librdkafka's command line) from Debian, kafkajs from npm at its locked version.
+/usr/bin/kcat:
+	apt-get update -qq && apt-get install -y -qq kcat
+
+KAFKAJS := tests/workers/kafka/js/node_modules/kafkajs/package.json
+$(KAFKAJS): tests/workers/kafka/js/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	cd tests/workers/kafka/js && npm ci --no-audit --no-fund
+	touch $@
+
+install-test: $(TEST_STAMP) /usr/bin/chromium /usr/bin/kcat $(KAFKAJS)
 
 ## run: the whole product on the embedded default (SQLite, in-process broker), no services needed
 run: install
