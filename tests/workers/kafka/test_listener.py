@@ -117,3 +117,35 @@ def test_streamgate_kafka_run_refuses_unknown_options_with_its_usage():
          "kafka", "run", "-port", "9"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "usage: streamgate kafka run [-advertise <advertise>]" in done.stderr
+
+
+def test_sasl_handshake_v0_takes_the_bare_plain_token_of_old_clients(kafka):
+    from tests.workers.kafka.wire import Wire
+
+    wire = Wire(kafka.bootstrap)
+    assert wire.call(17, 0, mechanism="PLAIN").mechanisms == ("PLAIN",)
+    token = f"\0{kafka.username}\0{kafka.password}".encode()
+    wire.send_raw(len(token).to_bytes(4, "big") + token)
+    assert wire.read_frame() == b""  # success is an empty frame
+    assert wire.call(3, 1, topics=None).brokers
+    wire.close()
+    refused = Wire(kafka.bootstrap)
+    refused.call(17, 0, mechanism="PLAIN")
+    bad = b"\0alice\0wrong"
+    refused.send_raw(len(bad).to_bytes(4, "big") + bad)
+    assert refused.closed()
+
+
+def test_listener_defaultstream_serves_plain_names_on_a_single_tenant_site(kafka_listeners,
+                                                                          owner, outsider):
+    from tests.workers.kafka.conftest import KafkaEndpoint, sasl_token
+
+    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="site", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    TopicFactory(stream=stream, name="orders", partitions=2)
+    bootstrap = kafka_listeners.start("site", "--defaultstream", "/mapr/c1/site")
+    mine = KafkaEndpoint(bootstrap, "alice", sasl_token(owner), kafka_listeners)
+    topics = list_topics(mine.confluent(), "orders").topics
+    assert topics["orders"].error is None and len(topics["orders"].partitions) == 2
+    theirs = list_topics(mine.as_user(outsider).confluent(), "orders").topics["orders"]
+    assert theirs.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART  # not their tenant's stream
