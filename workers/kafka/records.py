@@ -148,8 +148,9 @@ def compress(codec: int, data: bytes) -> bytes:
 # --- decode --------------------------------------------------------------------------------------
 
 
-def decode_batches(data: bytes | None) -> list[Batch]:
-    """Every batch in a Produce partition's `records` bytes, checked (magic, length, CRC)."""
+def decode_batches(data: bytes | None, partition: int | None = None) -> list[Batch]:
+    """Every batch in a Produce partition's `records` bytes, checked (magic, length, CRC); each
+    record names `partition`."""
     if not data:
         return []
     data, pos, batches = bytes(data), 0, []
@@ -160,12 +161,12 @@ def decode_batches(data: bytes | None) -> list[Batch]:
         end = pos + _LENGTH_FROM + head[1]
         if head[1] < HEAD_SIZE - _LENGTH_FROM or end > len(data):
             raise CorruptRecord(f"batch length {head[1]} does not fit the {len(data)} bytes sent")
-        batches.append(_decode_one(data, pos, end, head))
+        batches.append(_decode_one(data, pos, end, head, partition))
         pos = end
     return batches
 
 
-def _decode_one(data: bytes, pos: int, end: int, head: tuple) -> Batch:
+def _decode_one(data: bytes, pos: int, end: int, head: tuple, partition: int | None) -> Batch:
     (base_offset, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch,
      base_seq, count) = head
     if magic != MAGIC:
@@ -178,12 +179,14 @@ def _decode_one(data: bytes, pos: int, end: int, head: tuple) -> Batch:
     codec = attributes & 0x07
     if codec:
         body = decompress(codec, body)
-    records = decode_records(body, count, base_ts)
+    records = decode_records(body, count, base_ts, partition)
     return Batch(base_offset, attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq,
                  records)
 
 
-def decode_records(buf: bytes, count: int, base_ts: int) -> list[Record]:
+def decode_records(
+    buf: bytes, count: int, base_ts: int, partition: int | None = None
+) -> list[Record]:
     """`count` records from buf; each record's timestamp is the batch's plus its delta. One
     loop with one- and two-byte varints inlined (a 200-byte value's length takes two): this is
     the listener's hottest code, and a call per varint cost a third of it."""
@@ -237,7 +240,7 @@ def decode_records(buf: bytes, count: int, base_ts: int) -> list[Record]:
                 headers, pos = _headers(buf, pos)
             if pos != end:
                 raise CorruptRecord("a record's length does not match its contents")
-            append(Record(value, key, headers, None, base_ts + ts))
+            append(Record(value, key, headers, partition, base_ts + ts))
     except IndexError:
         raise CorruptRecord("the records end before the batch's record count is read") from None
     if pos != size:
