@@ -86,3 +86,18 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in self.ACTIVE
+
+
+class KafkaProducerId(models.Model):
+    """One row per producer id the Kafka listeners hand out (InitProducerId): the table's
+    sequence makes ids unique across listeners and restarts, which idempotent producers'
+    state in the message stores relies on."""
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    client_id = models.CharField(max_length=255, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"producer {self.pk}"

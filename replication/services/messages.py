@@ -334,3 +334,29 @@ def messages_fetch_partitions(
     if got:
         count_consumed(stream=stream.uuid, messages=got)
     return target
+
+
+EARLIEST, LATEST = -2, -1  # Kafka's ListOffsets special timestamps
+
+
+def partition_offsets(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, queries: Sequence[tuple[int, int]],
+) -> list[tuple[int, Exception | None, int, int]]:
+    """Kafka's ListOffsets for one topic (consumeperm): per (partition, timestamp) the
+    (partition, error, offset, timestamp) of the earliest (-2) or next (-1) offset, or of the
+    first message at or after the timestamp (offset -1 when none is)."""
+    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
+    store = store_for(stream.cluster)
+    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    out: list[tuple[int, Exception | None, int, int]] = []
+    for partition, ts in queries:
+        if partition not in marks:
+            out.append((partition, NotFound(f"partition {partition} does not exist: {target} "
+                                            f"has partitions 0 to {target.partitions - 1}"),
+                        -1, -1))
+        elif ts in (EARLIEST, LATEST):
+            out.append((partition, None, marks[partition][ts == LATEST], -1))
+        else:
+            found = store.offset_for_time(stream.uuid, target.name, partition, ts)
+            out.append((partition, None, *(found or (-1, -1))))
+    return out
