@@ -85,7 +85,7 @@ def _partition_entry(fetch: TopicFetch, read: PartitionRead) -> dict[str, Any]:
     return {"partition_index": read.partition, "error_code": code,
             "high_watermark": read.high, "last_stable_offset": read.high,
             "log_start_offset": read.low, "aborted_transactions": (),
-            "preferred_read_replica": -1, "records": fetch.records.get(read.partition)}
+            "preferred_read_replica": -1, "records": fetch.records.get(read.partition, b"")}
 
 
 @handles(1, 4, 12)
