@@ -23,6 +23,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=1_000_000, help="per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rest-seconds", type=float, default=5.0)
+    parser.add_argument("--profile", default="",
+                        help="write py-spy's collapsed stacks of the listener here (FILE.txt)")
 
 
 # --- the listener --------------------------------------------------------------------------------
@@ -123,6 +126,14 @@ def kafka_produce(config: dict, messages: int) -> float:
     if failed:
         raise RuntimeError(f"{failed} messages were not acknowledged")
     return rate
+
+
+def profile(listener: Listener, path: str) -> subprocess.Popen:
+    """py-spy sampling the listener (its threads too) until SIGINT, into collapsed stacks."""
+    spy = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen([str(spy), "record", "--pid", str(listener.process.pid),
+                             "--format", "raw", "--nonblocking", "--threads", "-o", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def kafka_consume(config: dict, starts: dict[int, int], messages: int) -> float:
@@ -234,6 +245,7 @@ def main(args: argparse.Namespace) -> int:
             token = portal.start()
             stream = setup_stream(portal.url, token, PARTITIONS)
             listener = Listener(portal.env)
+            spy = profile(listener, args.profile) if args.profile else None
             for n in range(args.runs):
                 got = one_run(portal, listener, token, stream, args)
                 for key, value in got.items():
@@ -243,6 +255,9 @@ def main(args: argparse.Namespace) -> int:
                       f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
                       f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k",
                       flush=True)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
         finally:
             if listener is not None:
                 listener.stop()
