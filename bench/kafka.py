@@ -35,6 +35,7 @@ from pathlib import Path
 import psycopg
 import requests
 
+from bench.peers import start_portal
 from bench.pgserver import PrivatePostgres
 from bench.produce import Portal, _free_port, setup_stream
 
@@ -242,7 +243,7 @@ def main(args: argparse.Namespace) -> int:
         portal = Portal(server.url("postgres"), "uvicorn")
         listener = None
         try:
-            token = portal.start()
+            token = start_portal(portal)  # type: ignore[arg-type]
             stream = setup_stream(portal.url, token, PARTITIONS)
             listener = Listener(portal.env)
             spy = profile(listener, args.profile) if args.profile else None
