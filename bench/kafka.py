@@ -35,7 +35,6 @@ from pathlib import Path
 import psycopg
 import requests
 
-from bench.peers import start_portal
 from bench.pgserver import PrivatePostgres
 from bench.produce import Portal, _free_port, setup_stream
 
@@ -238,6 +237,8 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
 
 
 def main(args: argparse.Namespace) -> int:
+    from bench.peers import start_portal  # here: bench.peers imports this module
+
     results: dict[str, list[float]] = {k: [] for k in MEASURES}
     with PrivatePostgres(prefix="sgbench-kafka-") as server:
         portal = Portal(server.url("postgres"), "uvicorn")
