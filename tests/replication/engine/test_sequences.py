@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
+from replication.engine import open_store
 from replication.engine.sequences import ProducerBatch, SequenceError
-from replication.engine.store import MessageStore, Record, open_store
+from replication.engine.store import MessageStore, Record
 
 
 def _batch(n: int, partition: int = 1, tag: str = "") -> list[Record]:
