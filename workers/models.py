@@ -86,3 +86,25 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in self.ACTIVE
+
+
+class KafkaGroup(models.Model):
+    """A Kafka consumer group's membership as its coordinator (a Kafka listener, another
+    process) last published it, for `stream assign list` in the portal. The listener rewrites
+    the row on every state change and refreshes it while the group lives; a row past
+    `expires` belongs to a group whose listener is gone. The database rather than a cache:
+    in the embedded default the listener and the portal are separate processes sharing only
+    the database."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    group_id = models.CharField(max_length=255)
+    state = models.JSONField(default=dict)  # workers/kafka/board.py's snapshot
+    expires = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "group_id"],
+                                               name="one_kafka_group_per_tenant")]
+        ordering = ["group_id"]
+
+    def __str__(self) -> str:
+        return self.group_id
