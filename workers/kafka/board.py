@@ -118,6 +118,10 @@ class GroupBoard:
         self._dirty.add(key)
         self._wake.set()
 
+    def streams_of(self, key: str) -> set[str]:
+        """Uuids of the streams the group's members are assigned partitions of."""
+        return {p.stream for placed in self._placements.get(key, {}).values() for p in placed}
+
     async def run(self) -> None:
         while True:
             try:

@@ -56,7 +56,7 @@ class Coordinator:
         group = self._groups.get(key)
         return group.view() if group else None
 
-    def keys(self) -> list[str]:
+    def group_keys(self) -> list[str]:
         return sorted(self._groups)
 
     def validate_commit(self, key: str, *, generation_id: int, member_id: str,
