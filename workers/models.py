@@ -88,6 +88,21 @@ class Job(models.Model):
         return self.state in self.ACTIVE
 
 
+class KafkaProducerId(models.Model):
+    """One row per producer id the Kafka listeners hand out (InitProducerId): the table's
+    sequence makes ids unique across listeners and restarts, which idempotent producers'
+    state in the message stores relies on."""
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    client_id = models.CharField(max_length=255, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"producer {self.pk}"
+
+
 class KafkaGroup(models.Model):
     """A Kafka consumer group's membership as its coordinator (a Kafka listener, another
     process) last published it, for `stream assign list` in the portal. The listener rewrites

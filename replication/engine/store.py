@@ -10,12 +10,15 @@ from __future__ import annotations
 import functools
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from replication.engine.sequences import ProducerBatch, ProducerState
 
 Key = tuple[str, int]  # (topic, partition)
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
@@ -180,9 +183,13 @@ class MessageStore(Protocol):
         origin: UUID,
         producer: str | None = None,
         log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         """Store a batch in one transaction; (partition, offset) per record, in input order.
-        Offsets are gap-free per partition whatever the number of concurrent appenders."""
+        Offsets are gap-free per partition whatever the number of concurrent appenders.
+        With `sequence` (an idempotent producer's batch; every record names one partition),
+        the producer's state is checked and kept in the same transaction (`sequence_check`):
+        a retried batch returns its original offsets and writes nothing."""
 
     def apply(
         self,
@@ -263,10 +270,34 @@ class MessageStore(Protocol):
         next offset back there (replication and consumer cursors with it), in one
         transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
 
+    def producer_state(
+        self, stream: UUID, topic: str, partition: int, producer_id: int
+    ) -> ProducerState | None:
+        """An idempotent producer's state on a partition (None before its first batch)."""
+
+    def offset_for_time(
+        self, stream: UUID, topic: str, partition: int, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: (offset, timestamp) of the first retained message with
+        a timestamp at or after `timestamp_ms`, None when there is none."""
+
     def drop_stream(self, stream: UUID) -> None: ...
     def drop_topic(self, stream: UUID, topic: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+def first_at_or_after(low: int, high: int, ts_at: Callable[[int], int], target: int) -> int:
+    """The first offset in [low, high) whose timestamp is at or after `target` (high when
+    none), by binary search over primary-key lookups: no index on timestamps (it would cost
+    every append), and timestamps grow with offsets as Kafka's time index assumes."""
+    while low < high:
+        mid = (low + high) // 2
+        if ts_at(mid) >= target:
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
 # --- partitioner -----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ from replication.engine.pg.schema import (
     ROW_OVERHEAD,
     SCHEMA,
     SCHEMA_LOCK,
+    SEQ_GET,
+    SEQ_PUT,
     SOURCE_RANGE,
     START,
     TRUNCATE,
@@ -48,6 +50,13 @@ from replication.engine.pg.schema import (
     piped_bytes,
 )
 from replication.engine.replicator import ReturnToOrigin
+from replication.engine.sequences import (
+    ProducerBatch,
+    ProducerState,
+    sequence_check,
+    sequence_next,
+    sequenced_partition,
+)
 from replication.engine.store import (
     PARTITION_STATS,
     Applied,
@@ -63,6 +72,7 @@ from replication.engine.store import (
     Record,
     StoreError,
     UnknownTopic,
+    first_at_or_after,
     partition_stats_from,
     plan_partitions,
 )
@@ -70,6 +80,13 @@ from replication.engine.store import (
 
 class _TopicChanged(Exception):
     """The topic's partitions changed since this store listed them."""
+
+
+class _Retried(Exception):
+    """An idempotent producer's batch was written before, at offset `first`."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
 
 
 class Overtaken(Exception):
@@ -227,19 +244,24 @@ class PostgresStore:
         origin: UUID,
         producer: str | None = None,
         log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         if not records:
             return []
         for _ in range(3):
             ids = self._topic_cache(stream, topic)
+            if sequence is not None:
+                sequenced_partition(records, len(ids))
             plan = plan_partitions(records, len(ids), self._rr)
             try:
-                placed = self._append(
-                    stream, topic, ids, records, plan, origin.bytes, producer, log_append_time
-                )
+                placed = self._append(stream, topic, ids, records, plan, origin.bytes, producer,
+                                      log_append_time, sequence)
             except _TopicChanged:
                 self._topics.pop((stream, topic), None)  # it grew or vanished: look again
                 continue
+            except _Retried as retried:
+                p = records[0].partition
+                return [(p, retried.first + i) for i in range(len(records))]
             self._rr = plan.counter
             return placed
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
@@ -254,15 +276,52 @@ class PostgresStore:
         origin: bytes,
         producer: str | None,
         log_append_time: bool,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         pids = {p: ids[p] for p in plan.totals}
         with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
             firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan)
+            if sequence is not None:
+                # Under the partition's row lock (taken by the reserve): the producer's state
+                # read here holds until the commit, which stores the batch and it together.
+                ((p, pid),) = pids.items()
+                self._sequence(cur, pid, sequence, firsts[p])
             with cur.copy(COPY_IN) as copy:
                 copy.set_types(COPY_TYPES)
                 return layout_batch(
                     records, plan, pids, firsts, origin, producer, log_append_time, copy.write_row
                 )
+
+    @staticmethod
+    def _sequence(cur: psycopg.Cursor, pid: int, batch: ProducerBatch, first: int) -> None:
+        row = cur.execute(SEQ_GET, (pid, batch.producer_id)).fetchone()
+        state = ProducerState(row[0], *map(tuple, row[1:])) if row else None
+        retried = sequence_check(state, batch)
+        if retried is not None:
+            raise _Retried(retried)  # rolls back: the reserved offsets are given back
+        new = sequence_next(state, batch, first)
+        cur.execute(SEQ_PUT, (pid, batch.producer_id, new.epoch, list(new.firsts),
+                              list(new.lasts), list(new.offsets)))
+
+    def offset_for_time(self, stream: UUID, topic: str, partition: int,
+                        timestamp_ms: int) -> tuple[int, int] | None:
+        with self._pool.connection() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, high = self._range(conn, stream, topic, pid)
+
+            def ts_at(offset: int) -> int:
+                return conn.execute('SELECT ts FROM messages WHERE pid = %s AND "offset" = %s',
+                                    (pid, offset)).fetchone()[0]
+
+            found = first_at_or_after(low, high, ts_at, timestamp_ms)
+            return (found, ts_at(found)) if found < high else None
+
+    def producer_state(self, stream: UUID, topic: str, partition: int,
+                       producer_id: int) -> ProducerState | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(SEQ_GET, (self._pid(conn, stream, topic, partition),
+                                         producer_id)).fetchone()
+        return ProducerState(row[0], *map(tuple, row[1:])) if row else None
 
     def _topic_cache(self, stream: UUID, topic: str) -> list[int]:
         ids = self._topics.get((stream, topic))
@@ -620,7 +679,8 @@ class PostgresStore:
                     "topic = %s) ORDER BY id FOR UPDATE", (stream, topic, topic)
                 ).fetchall()
             ]
-            for table in ("messages", "replication_cursors", "consumer_cursors", "partitions"):
+            for table in ("messages", "replication_cursors", "consumer_cursors",
+                          "producer_sequences", "partitions"):
                 column = "id" if table == "partitions" else "pid"
                 conn.execute(
                     sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0001_initial'),
-        ('workers', '0001_job'),
+        ('workers', '0002_kafka_producer_id'),
     ]
 
     operations = [
