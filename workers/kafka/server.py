@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import signal
 import ssl
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -138,3 +139,16 @@ def _stop_on_signals() -> asyncio.Event:
 
 def run_listener(options: ListenerOptions) -> None:
     asyncio.run(serve(options))
+
+
+def start_listener_thread(options: ListenerOptions) -> threading.Thread:
+    """A listener on an event loop of its own in this process (embedded mode: `make run`),
+    serving until the process exits."""
+
+    async def forever() -> None:
+        await serve(options, asyncio.Event())
+
+    thread = threading.Thread(target=asyncio.run, args=(forever(),), name="kafka-listener",
+                              daemon=True)
+    thread.start()
+    return thread

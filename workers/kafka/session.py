@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from django.db import InterfaceError, OperationalError, close_old_connections
 
-from replication.services.names import ResolvedTopic, topic_resolve
+from replication.services.names import ResolvedTopic, topic_resolve, topic_target
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
+
+    from replication.models import Stream
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -46,6 +48,7 @@ class Listener:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(16, thread_name_prefix="kafka-sync"))
     nodes: Callable[[], list[Node]] | None = None  # the live listeners (workers/kafka/nodes.py)
+    noted: set[str] = field(default_factory=set)  # what this listener has logged once
 
     @property
     def node_id(self) -> int:
@@ -104,11 +107,26 @@ class Session:
             return cached[1]
         found = await self.run_sync(
             topic_resolve, actor=self.user, name=name, cluster=self.listener.cluster,
-            default_stream=self.listener.default_stream, create=create)
+            default_stream=self.listener.default_stream, create=create,
+            on_missing=self._missing_default)
         self._resolved[key] = (now, found)
         if found is not None:
             self._resolved[(name, False)] = (now, found)
         return found
+
+    async def target(self, name: str) -> tuple[Stream, str] | None:
+        """The stream `name` points into and the topic's name there, existing or not (for
+        CreateTopics); not cached."""
+        return await self.run_sync(
+            topic_target, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, on_missing=self._missing_default)
+
+    def _missing_default(self, reason: str) -> None:
+        # Once per listener and user: every plain name of every connection would repeat it.
+        key = f"default_stream_missing:{self.user.pk if self.user else ''}"
+        if key not in self.listener.noted:
+            self.listener.noted.add(key)
+            self.log.warning("kafka_default_stream_missing", reason=reason)
 
     def forget(self, name: str | None = None) -> None:
         """Drop cached resolutions (all, or of one name) after this session changed topics."""

@@ -5,6 +5,7 @@ from portal.rest.commands import (
     audit,
     clusters,
     cursors,
+    defaultstreams,
     jobs,
     replicas,
     streams,
@@ -13,6 +14,6 @@ from portal.rest.commands import (
 from portal.rest.commands.registry import REGISTRY, Command
 
 __all__ = [
-    "REGISTRY", "Command", "alarms", "audit", "clusters", "cursors", "jobs", "replicas",
-    "streams", "topics",
+    "REGISTRY", "Command", "alarms", "audit", "clusters", "cursors", "defaultstreams", "jobs",
+    "replicas", "streams", "topics",
 ]

@@ -14,8 +14,9 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from replication import ace
 from replication.errors import StreamgateError
-from replication.models import Topic
+from replication.models import Stream, Topic
 from replication.names import parse_topic_name
 from replication.services.names import ResolvedTopic, topic_listing
 from workers.kafka import errors
@@ -26,6 +27,15 @@ from workers.kafka.session import Node, Session
 CLUSTER_ID = "streamgate"
 NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN), as Kafka answers without the flag
 PERMS = ("produceperm", "consumeperm", "topicperm")
+# Kafka's AclOperation codes a holder of each permission may perform on a topic.
+DESCRIBE, DESCRIBE_CONFIGS = 8, 10
+OPERATIONS = {"consumeperm": (3,), "produceperm": (4,), "topicperm": (5, 6, 7, 11)}
+
+
+def operations_of(held: frozenset[str]) -> int:
+    """The topic_authorized_operations bit field for a user holding `held` (KIP-430)."""
+    codes = {DESCRIBE, DESCRIBE_CONFIGS} | {c for p in held for c in OPERATIONS.get(p, ())}
+    return sum(1 << code for code in codes)
 
 
 def leader_of(key: str, partition: int, nodes: list[Node]) -> int:
@@ -71,15 +81,17 @@ class Describer:
     create: bool
     nodes: list[Node]
 
-    def __post_init__(self) -> None:
-        self.allowed: dict[int, bool] = {}
+    operations: bool = False  # include_topic_authorized_operations
 
-    async def may_describe(self, resolved: ResolvedTopic) -> bool:
+    def __post_init__(self) -> None:
+        self.held: dict[int, frozenset[str]] = {}
+
+    async def perms_held(self, resolved: ResolvedTopic) -> frozenset[str]:
         stream = resolved.stream
-        if stream.pk not in self.allowed:
-            self.allowed[stream.pk] = await self.session.run_sync(
-                _holds_any, stream, self.session.user)
-        return self.allowed[stream.pk]
+        if stream.pk not in self.held:
+            self.held[stream.pk] = await self.session.run_sync(
+                perms_held, stream, self.session.user)
+        return self.held[stream.pk]
 
     async def entry(self, name: str) -> dict[str, Any]:
         try:
@@ -89,16 +101,19 @@ class Describer:
         resolved = await self.session.resolve(name, create=self.create)
         if resolved is None:
             return topic_entry(name, errors.UNKNOWN_TOPIC_OR_PARTITION)
-        if not await self.may_describe(resolved):
+        held = await self.perms_held(resolved)
+        if not held:
             return topic_entry(name, errors.TOPIC_AUTHORIZATION_FAILED)
-        return topic_entry(name, resolved=resolved, nodes=self.nodes)
+        entry = topic_entry(name, resolved=resolved, nodes=self.nodes)
+        if self.operations:
+            entry["topic_authorized_operations"] = operations_of(held)
+        return entry
 
 
-def _holds_any(stream: Any, user: AbstractBaseUser) -> bool:
+def perms_held(stream: Stream, user: AbstractBaseUser) -> frozenset[str]:
+    """Which of PERMS `user` holds on `stream` (one identity lookup for all of them)."""
     identity = stream.identity_of(user)
-    from replication import ace
-
-    return any(ace.allows(getattr(stream, perm), identity) for perm in PERMS)
+    return frozenset(p for p in PERMS if ace.allows(getattr(stream, p), identity))
 
 
 def _requested_names(request: Any) -> list[str] | None:
@@ -108,23 +123,35 @@ def _requested_names(request: Any) -> list[str] | None:
     return [t.name for t in request.topics if t.name is not None]
 
 
-async def _all_topics(session: Session, nodes: list[Node]) -> list[dict[str, Any]]:
+async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
+    session = describer.session
     listing = await session.run_sync(
         topic_listing, actor=session.user, cluster=session.listener.cluster,
         default_stream=session.listener.default_stream, perms=PERMS)
-    return [topic_entry(r.client_name, resolved=r, nodes=nodes) for r in listing]
+    entries = []
+    for resolved in listing:
+        entry = topic_entry(resolved.client_name, resolved=resolved, nodes=describer.nodes)
+        if describer.operations:
+            entry["topic_authorized_operations"] = operations_of(
+                await describer.perms_held(resolved))
+        entries.append(entry)
+    return entries
 
 
 @handles(3, 0, 12)
 async def metadata(session: Session, header: RequestHeader, request: Any) -> Any:
     nodes = session.listener.live_nodes()
     names = _requested_names(request)
+    create = bool(getattr(request, "allow_auto_topic_creation", request.__version__ < 4))
+    operations = bool(getattr(request, "include_topic_authorized_operations", False))
+    describer = Describer(session, create, nodes, operations)
     if names is None:
-        topics = await _all_topics(session, nodes)
+        topics = await _all_topics(describer)
     else:
-        create = bool(getattr(request, "allow_auto_topic_creation", request.__version__ < 4))
-        describer = Describer(session, create, nodes)
         topics = [await describer.entry(name) for name in names]
     brokers = [{"node_id": n.node_id, "host": n.host, "port": n.port} for n in nodes]
+    cluster_operations = (1 << DESCRIBE if getattr(
+        request, "include_cluster_authorized_operations", False) else NO_OPERATIONS)
     return build(response_class(request), throttle_time=0, brokers=brokers,
-                 cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id, topics=topics)
+                 cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id, topics=topics,
+                 cluster_authorized_operations=cluster_operations)
