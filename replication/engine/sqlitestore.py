@@ -372,6 +372,19 @@ class SqliteStore:
         limit: int = 1000,
         max_bytes: int = 1 << 20,
     ) -> list[Message]:
+        rows = self.read_rows(stream, topic, partition, offset, limit=limit, max_bytes=max_bytes)
+        return messages_from_rows(topic, partition, rows, self._origins)
+
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
         conn = self._conn()
         pid = self._pid(conn, stream, topic, partition)
         rows = conn.execute(READ, (pid, offset, offset + limit)).fetchall()
@@ -384,8 +397,7 @@ class SqliteStore:
                 raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
             if not row[0] <= offset <= row[1]:
                 raise OffsetOutOfRange(offset, *row)
-        rows = rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
-        return messages_from_rows(topic, partition, rows, self._origins)
+        return rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
 
     def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
         rows = (

@@ -12,6 +12,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -224,6 +225,20 @@ class MessageStore(Protocol):
         """Messages from `offset` in order, at least one if any (even past max_bytes); [] at
         the high watermark; OffsetOutOfRange below the low one or past the high one."""
 
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
+        """`read` without building Messages, for the Kafka fetch path that re-encodes them at
+        once: rows (offset, ts, key, value, encoded headers or None, origin bytes, producer,
+        logical bytes), the same rules and errors as `read`."""
+
     def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
         """partition -> (low, high): earliest retained offset, next offset."""
 
@@ -349,6 +364,9 @@ class Plan:
     totals: dict[int, tuple[int, int]]  # partition -> (records, logical bytes)
     counter: int  # round-robin counter after the batch
     plain: bool = False  # no record has a key, a partition or headers
+    # Records without keys or headers that name their partitions, in contiguous runs of
+    # (partition, count): a Kafka produce's partitions, laid out without a per-record branch.
+    runs: list[tuple[int, int]] | None = None
 
 
 def plan_partitions(records: Sequence[Record], partitions: int, counter: int) -> Plan:
@@ -356,8 +374,12 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
     exist. Runs before the COPY starts, so the common batch (no keys, partitions or headers)
     takes a path without per-record Python calls."""
     simple = not any(map(attrgetter("headers"), records))
-    if simple and all_none(records, "key") and all_none(records, "partition"):
-        return _plan_round_robin(records, partitions, counter)
+    if simple and all_none(records, "key"):
+        named = list(map(attrgetter("partition"), records))
+        if named.count(None) == len(named):
+            return _plan_round_robin(records, partitions, counter)
+        if None not in named:
+            return _plan_named(records, named, partitions, counter)
     parts, totals = [], {}
     for record in records:
         p = record.partition
@@ -372,6 +394,24 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
         totals[p] = (n + 1, size + record_size(record))
         parts.append(p)
     return Plan(parts, totals, counter)
+
+
+def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
+                counter: int) -> Plan:
+    if not 0 <= min(parts) <= max(parts) < partitions:
+        wrong = next(p for p in parts if not 0 <= p < partitions)
+        raise PartitionOutOfRange(
+            f"partition {wrong} does not exist: the topic has partitions 0..{partitions - 1}"
+        )
+    runs, totals, at = [], {}, 0
+    sizes = list(map(len, map(attrgetter("value"), records)))
+    for p, group in groupby(parts):
+        n = len(list(group))
+        runs.append((p, n))
+        had, size = totals.get(p, (0, 0))
+        totals[p] = (had + n, size + sum(sizes[at : at + n]))
+        at += n
+    return Plan(parts, totals, counter, runs=runs)
 
 
 def _plan_round_robin(records: Sequence[Record], partitions: int, counter: int) -> Plan:

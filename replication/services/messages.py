@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from operations.alarms import retention_check
-from operations.counters import count_consumed, count_produced
+from operations.counters import CONSUMED, count_consumed, count_produced, count_traffic
 from replication.engine.sequences import ProducerBatch, SequenceError
 from replication.engine.store import (
     Message,
@@ -215,7 +215,7 @@ class PartitionRead:
     partition: int
     offset: int
     max_bytes: int
-    messages: list[Message] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)  # the store's read_rows
     low: int = -1
     high: int = -1
     error: Exception | None = None
@@ -315,7 +315,7 @@ def messages_fetch_partitions(
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
     marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
-    left, got = max_bytes, []
+    left, count = max_bytes, 0
     for read in reads:
         if read.partition not in marks:
             read.error = NotFound(f"partition {read.partition} does not exist: {target} has "
@@ -325,14 +325,15 @@ def messages_fetch_partitions(
         if not read.low <= read.offset <= read.high:
             read.error = OffsetOutOfRange(read.offset, read.low, read.high)
         elif read.offset < read.high and left > 0:
-            budget = min(read.max_bytes, left) if got else read.max_bytes
-            read.messages = store.read(stream.uuid, target.name, read.partition, read.offset,
-                                       limit=min(MAX_BATCH, max(budget // 64, 1)),
-                                       max_bytes=budget)
-            left -= sum(len(m.value) for m in read.messages)
-            got += read.messages
-    if got:
-        count_consumed(stream=stream.uuid, messages=got)
+            budget = min(read.max_bytes, left) if count else read.max_bytes
+            read.rows = store.read_rows(stream.uuid, target.name, read.partition, read.offset,
+                                        limit=min(MAX_BATCH, max(budget // 64, 1)),
+                                        max_bytes=budget)
+            left -= sum(map(itemgetter(7), read.rows))  # their logical bytes
+            count += len(read.rows)
+    if count:
+        count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count,
+                      nbytes=max_bytes - left)
     return target
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from uuid import UUID
 
 import psycopg
@@ -494,6 +495,19 @@ class PostgresStore:
         limit: int = 1000,
         max_bytes: int = 1 << 20,
     ) -> list[Message]:
+        rows = self.read_rows(stream, topic, partition, offset, limit=limit, max_bytes=max_bytes)
+        return messages_from_rows(topic, partition, rows, self._origins)
+
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
         with self._pool.connection() as conn:
             pid = self._pid(conn, stream, topic, partition)
             rows = conn.cursor(binary=True).execute(READ, (pid, offset, offset + limit)).fetchall()
@@ -501,8 +515,7 @@ class PostgresStore:
                 low, high = self._range(conn, stream, topic, pid)
                 if not low <= offset <= high:
                     raise OffsetOutOfRange(offset, low, high)
-        rows = rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
-        return messages_from_rows(topic, partition, rows, self._origins)
+        return rows[: cut_to_bytes(map(itemgetter(7), rows), max_bytes)]
 
     def _range(
         self, conn: psycopg.Connection, stream: UUID, topic: str, pid: int

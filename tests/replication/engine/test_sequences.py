@@ -94,3 +94,16 @@ def test_offset_for_time_finds_the_first_message_at_or_after(
     assert store.offset_for_time(stream, "t", 0, 255) == (16, 260)
     assert store.offset_for_time(stream, "t", 0, 590) == (49, 590)
     assert store.offset_for_time(stream, "t", 0, 591) is None
+
+
+def test_records_naming_partitions_in_runs_keep_their_timestamps_and_offsets(
+    store: MessageStore, stream: uuid.UUID
+) -> None:
+    store.ensure_topic(stream, "t", 3)
+    records = [Record(b"a%d" % i, partition=p, timestamp_ms=500 + i)
+               for i, p in enumerate([2, 2, 0, 0, 0, 2, 1])]
+    placed = store.append(stream, "t", records, origin=stream)
+    assert placed == [(2, 0), (2, 1), (0, 0), (0, 1), (0, 2), (2, 2), (1, 0)]
+    assert [m.timestamp_ms for m in store.read(stream, "t", 2, 0)] == [500, 501, 505]
+    assert store.read_rows(stream, "t", 0, 1)[0][:4] == (1, 503, None, b"a3")
+    assert store.partition_stats(stream, "t")[2].bytes == 6

@@ -18,6 +18,7 @@ from workers.kafka.records import (
     CorruptRecord,
     decode_batches,
     encode_batch,
+    encode_rows,
 )
 
 _records = st.lists(
@@ -111,3 +112,18 @@ def test_old_magic_is_corrupt() -> None:
 def test_random_bytes_never_decode_to_anything_but_corrupt(junk: bytes) -> None:
     with contextlib.suppress(CorruptRecord):
         decode_batches(junk)
+
+
+def test_store_rows_encode_as_a_batch_with_their_offsets_and_headers() -> None:
+    from replication.engine.store import encode_headers
+
+    rows = [(7 + i, 1000 + i * 3, b"k" if i % 2 else None, b"v%d" % i,
+             encode_headers([("h", b"%d" % i)]) if i == 2 else None, b"o" * 16, None, 2)
+            for i in range(4)]
+    raw = encode_rows(rows)
+    assert struct.unpack_from(">q", raw)[0] == 7
+    (batch,) = decode_batches(raw)
+    assert [(r.key, r.value, r.timestamp_ms) for r in batch.records] == [
+        (None, b"v0", 1000), (b"k", b"v1", 1003), (None, b"v2", 1006), (b"k", b"v3", 1009)]
+    assert batch.records[2].headers == (("h", b"2"),)
+    assert batch.max_timestamp == 1009

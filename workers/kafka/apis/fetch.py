@@ -24,7 +24,7 @@ from workers.kafka.apis.produce import error_of
 from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, response_class
 from workers.kafka.notify import wait_for_data
-from workers.kafka.records import encode_batch
+from workers.kafka.records import encode_rows
 from workers.kafka.session import Session
 
 POLL_SECONDS = 0.05  # how soon data produced elsewhere is seen by a waiting fetch
@@ -48,7 +48,7 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
             fetch.codes[read.partition] = (errors.UNKNOWN_TOPIC_OR_PARTITION, None)
         return 0
     for read in fetch.reads:
-        read.messages, read.error = [], None
+        read.rows, read.error = [], None
     try:
         messages_fetch_partitions(actor=actor, stream=fetch.resolved.stream,
                                   topic=fetch.resolved.topic, reads=fetch.reads,
@@ -64,8 +64,8 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
             fetch.codes[read.partition] = (errors.OFFSET_OUT_OF_RANGE, str(read.error))
         elif read.error is not None:
             fetch.codes[read.partition] = error_of(read.error)
-        elif read.messages:
-            data = fetch.records[read.partition] = encode_batch(read.messages)
+        elif read.rows:
+            data = fetch.records[read.partition] = encode_rows(read.rows)
             total += len(data)
     return total
 
@@ -85,7 +85,7 @@ def _partition_entry(fetch: TopicFetch, read: PartitionRead) -> dict[str, Any]:
     return {"partition_index": read.partition, "error_code": code,
             "high_watermark": read.high, "last_stable_offset": read.high,
             "log_start_offset": read.low, "aborted_transactions": (),
-            "preferred_read_replica": -1, "records": fetch.records.get(read.partition)}
+            "preferred_read_replica": -1, "records": fetch.records.get(read.partition, b"")}
 
 
 @handles(1, 4, 12)

@@ -146,9 +146,13 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
                                 f"acks {request.acks}: use 0, 1 or -1 (all)")
     topics = [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
     answers = await session.run_sync(produce_request, session.user, topics)
-    for (resolved, _), parts in zip(topics, answers, strict=True):
+    for (resolved, data), parts in zip(topics, answers, strict=True):
         if resolved is not None and any(a.code == errors.NONE for a in parts):
             data_arrived(resolved.stream.uuid, resolved.topic)
+        for a in parts:
+            if a.code != errors.NONE:  # once per connection and kind (session.note)
+                session.note(f"produce_{a.code.name}", topic=data.name, partition=a.index,
+                             message=a.message)
     if request.acks == 0:
         return None
     return build(response_class(request), throttle_time=0, responses=[
