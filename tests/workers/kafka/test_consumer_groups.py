@@ -4,8 +4,10 @@ offsets they commit are the stream's cursors (`stream cursor list`)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +19,7 @@ from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
 TOPIC = "/mapr/c1/apps:orders"
+LEGAL = "__mapr.c1_sapps_corders"  # the same topic, spelled for kafka-python and aiokafka
 PARTITIONS = 4
 DEADLINE = 90.0
 
@@ -36,70 +39,135 @@ def produce(kafka, values: list[str], topic: str = TOPIC) -> None:
     assert producer.flush(30) == 0
 
 
-def wait_for(check: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+def wait_for(check: Callable[[], bool], what: str, kafka=None,  # type: ignore[no-untyped-def]
+             deadline: float = DEADLINE) -> None:
     end = time.monotonic() + deadline
     while not check():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
+        if time.monotonic() > end:
+            log = kafka.listeners.log()[-3000:] if kafka else ""
+            raise AssertionError(f"timed out waiting for {what}; listener log:\n{log}")
         time.sleep(0.1)
 
 
 @dataclass
 class Member:
-    """A consumer polling in a thread, committing each message before the next poll."""
+    """A consumer running in a thread (`body`), committing what it consumed before it polls
+    again; `seen` and `partitions` are what it consumed and what it is assigned now."""
 
     name: str
-    make: Callable[[], object]
+    body: Callable[[Member], None]
     seen: list[str] = field(default_factory=list)
     partitions: set[int] = field(default_factory=set)
     stop: threading.Event = field(default_factory=threading.Event)
-    errors: list[BaseException] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self) -> Member:
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.thread.start()
+        return self
 
     def _run(self) -> None:
         try:
-            consumer = self.make()
-            consumer.subscribe([TOPIC])
-            while not self.stop.is_set():
-                message = consumer.poll(0.2)
-                self.partitions = {tp.partition for tp in consumer.assignment()}
-                if message is None or message.error():
-                    continue
-                self.seen.append(message.value().decode())
-                consumer.commit(message=message, asynchronous=False)
-            consumer.close()  # LeaveGroup: the others rebalance at once
-        except BaseException as error:  # reported by the test thread
-            self.errors.append(error)
+            self.body(self)
+        except BaseException:  # reported by the test thread, with the client's traceback
+            self.errors.append(traceback.format_exc())
 
     def leave(self) -> None:
         self.stop.set()
         self.thread.join(30)
-        assert not self.errors, self.errors
+        assert not self.errors, self.errors[0]
 
 
 def confluent_member(kafka, name: str, group: str) -> Member:
     config = kafka.confluent(**{
         "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "client.id": name})
-    return Member(name, lambda: Consumer(config))
+
+    def body(member: Member) -> None:
+        consumer = Consumer(config)
+        consumer.subscribe([TOPIC])
+        while not member.stop.is_set():
+            message = consumer.poll(0.2)
+            member.partitions = {tp.partition for tp in consumer.assignment()}
+            if message is None or message.error():
+                continue
+            member.seen.append(message.value().decode())
+            consumer.commit(message=message, asynchronous=False)
+        consumer.close()  # LeaveGroup: the others rebalance at once
+
+    return Member(name, body)
 
 
-def test_confluent_group_shares_partitions_and_rebalances_when_one_leaves(kafka, owner, orders):
+def kafka_python_member(kafka, name: str, group: str) -> Member:
+    from kafka import KafkaConsumer
+
+    def body(member: Member) -> None:
+        consumer = KafkaConsumer(**kafka.kafka_python(
+            group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=6000, heartbeat_interval_ms=300, client_id=name))
+        consumer.subscribe([LEGAL])  # kafka-python takes only Kafka-legal names
+        while not member.stop.is_set():
+            batches = consumer.poll(timeout_ms=200)
+            member.partitions = {tp.partition for tp in consumer.assignment()}
+            for records in batches.values():
+                member.seen += [r.value.decode() for r in records]
+            if batches:
+                consumer.commit()
+        consumer.close()
+
+    return Member(name, body)
+
+
+def aiokafka_member(kafka, name: str, group: str) -> Member:
+    from aiokafka import AIOKafkaConsumer
+
+    async def consume(member: Member) -> None:
+        options = kafka.kafka_python()
+        consumer = AIOKafkaConsumer(
+            LEGAL, bootstrap_servers=options["bootstrap_servers"],
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+            sasl_plain_username=options["sasl_plain_username"],
+            sasl_plain_password=options["sasl_plain_password"], group_id=group,
+            auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+            heartbeat_interval_ms=300, client_id=name)
+        await consumer.start()
+        try:
+            while not member.stop.is_set():
+                batches = await consumer.getmany(timeout_ms=200)
+                member.partitions = {tp.partition for tp in consumer.assignment()}
+                for records in batches.values():
+                    member.seen += [r.value.decode() for r in records]
+                if batches:
+                    await consumer.commit()
+        finally:
+            await consumer.stop()
+
+    return Member(name, lambda member: asyncio.run(consume(member)))
+
+
+CLIENTS = {"confluent": confluent_member, "kafka-python": kafka_python_member,
+           "aiokafka": aiokafka_member}
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(kafka, owner, orders,
+                                                                        client):
     first = [f"a{i}" for i in range(200)]
     produce(kafka, first)
-    a, b = confluent_member(kafka, "m-a", "billing"), confluent_member(kafka, "m-b", "billing")
-    a.start()
-    b.start()
-    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) and a.partitions and b.partitions
-             and len(a.partitions | b.partitions) == PARTITIONS, "both members consuming")
-    assert not a.partitions & b.partitions, (a.partitions, b.partitions)
+    member = CLIENTS[client]
+    a, b = member(kafka, "m-a", "billing").start(), member(kafka, "m-b", "billing").start()
+    # Each member reports its assignment after its poll returns, so wait for the settled
+    # split: both hold partitions, none twice, all of them.
+    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) and a.partitions
+             and b.partitions and not a.partitions & b.partitions
+             and len(a.partitions | b.partitions) == PARTITIONS, "a disjoint split", kafka)
     b.leave()
-    wait_for(lambda: a.partitions == set(range(PARTITIONS)), "a taking every partition")
+    wait_for(lambda: a.errors or a.partitions == set(range(PARTITIONS)),
+             "a taking every partition", kafka)
+    assert not a.errors, a.errors[0]
     second = [f"b{i}" for i in range(100)]
     produce(kafka, second)
-    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) + len(second), "the second batch")
+    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) + len(second), "the second batch", kafka)
     a.leave()
     consumed = a.seen + b.seen
     assert sorted(consumed) == sorted(first + second)  # each message once, none lost
