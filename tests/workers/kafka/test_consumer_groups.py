@@ -167,7 +167,8 @@ def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(kafka, ow
     assert not a.errors, a.errors[0]
     second = [f"b{i}" for i in range(100)]
     produce(kafka, second)
-    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) + len(second), "the second batch", kafka)
+    wait_for(lambda: len(a.seen) + len(b.seen) >= len(first) + len(second), "the second batch",
+             kafka)
     a.leave()
     consumed = a.seen + b.seen
     assert sorted(consumed) == sorted(first + second)  # each message once, none lost
