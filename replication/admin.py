@@ -19,6 +19,7 @@ from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     Cluster,
+    DefaultStream,
     Gateway,
     ModeSwitch,
     ReplicaLink,
@@ -256,3 +257,13 @@ class UpstreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
     @admin.display(description="agreed (replica registered at source)", boolean=True)
     def agreed(self, upstream: Upstream) -> bool:
         return upstream.has_link  # type: ignore[attr-defined]
+
+
+@admin.register(DefaultStream)
+class DefaultStreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """Where plain Kafka names live; tenants set them (CLI, API, the Kafka page)."""
+
+    list_display = ("tenant", "cluster", "user", "path", "set_by", "modified")
+    list_filter = ("cluster", "tenant")
+    list_select_related = ("tenant", "cluster", "user", "set_by")
+    search_fields = ("path", "tenant__name", "user__username")

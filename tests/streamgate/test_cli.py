@@ -251,3 +251,13 @@ def test_synchronous_replicas_wire_options_and_gateway_counters(cli, clusters, o
         "UNKNOWN", None, None)
     table = cli(alice, "cluster gateway get -dstcluster newyork").stdout
     assert "batchesApplied" in table and "messagesApplied" in table and "bytesApplied" in table
+
+
+def test_cli_sets_and_lists_the_default_stream_for_plain_kafka_names(cli, clusters, owner,
+                                                                     outsider):
+    mine = token_for(owner)
+    cli(mine, "tenant defaultstream set -cluster sanfrancisco -path /mapr/sanfrancisco/kafka")
+    listed = cli(mine, "tenant defaultstream list -json")
+    assert [(r["scope"], r["path"]) for r in rows(listed)] == [
+        ("tenant", "/mapr/sanfrancisco/kafka")]
+    assert rows(cli(token_for(outsider), "tenant defaultstream list -json")) == []

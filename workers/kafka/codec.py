@@ -47,7 +47,19 @@ def _is_tuple(kind: Any) -> bool:
     return typing.get_origin(kind) is tuple
 
 
+def _unwrap(kind: Any) -> Any:
+    """X for `X | None` (nullable arrays and entities), `kind` itself otherwise."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        others = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        if len(others) == 1:
+            return others[0]
+    return kind
+
+
 def _convert(kind: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = _unwrap(kind)
     entity = _entity_of(kind)
     if _is_tuple(kind):
         if entity is not None:

@@ -91,6 +91,7 @@ class Session:
         self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
         self.sasl_mechanism: str | None = None
         self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
+        self._perms: dict[int, tuple[float, frozenset[str]]] = {}
         self._noted: set[str] = set()
         self.log = log.bind(peer=peer)
 
@@ -113,6 +114,16 @@ class Session:
         if found is not None:
             self._resolved[(name, False)] = (now, found)
         return found
+
+    async def perms(self, stream: Stream) -> frozenset[str]:
+        """The permissions this connection's user holds on `stream` (Stream.perms_of), cached
+        as briefly as resolutions are, so a busy connection checks its ACEs once a while."""
+        now, cached = time.monotonic(), self._perms.get(stream.pk)
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
+            return cached[1]
+        held = await self.run_sync(stream.perms_of, self.user)
+        self._perms[stream.pk] = (now, held)
+        return held
 
     async def target(self, name: str) -> tuple[Stream, str] | None:
         """The stream `name` points into and the topic's name there, existing or not (for

@@ -20,7 +20,7 @@ from replication.models import Stream, Topic
 from replication.names import parse_topic_name
 from replication.services.topics import topic_create, topic_delete, topic_edit
 from workers.kafka import errors
-from workers.kafka.apis.metadata import perms_held, topic_id
+from workers.kafka.apis.metadata import topic_id
 from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, response_class
 from workers.kafka.errors import KafkaError
@@ -155,7 +155,7 @@ async def _describe_topic(session: Session, resource: Any, documented: bool) -> 
     if resolved is None:
         raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION,
                          f"topic {resource.resource_name} does not exist")
-    if not await session.run_sync(perms_held, resolved.stream, session.user):
+    if not await session.perms(resolved.stream):
         raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED,
                          f"you hold no permission on {resolved.stream.path}")
     configs = topic_configs(resolved.stream, resolved.record)

@@ -12,11 +12,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
-
-from replication import ace
 from replication.errors import StreamgateError
-from replication.models import Stream, Topic
+from replication.models import Topic
 from replication.names import parse_topic_name
 from replication.services.names import ResolvedTopic, topic_listing
 from workers.kafka import errors
@@ -26,7 +23,7 @@ from workers.kafka.session import Node, Session
 
 CLUSTER_ID = "streamgate"
 NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN), as Kafka answers without the flag
-PERMS = ("produceperm", "consumeperm", "topicperm")
+PERMS = ("produceperm", "consumeperm", "topicperm", "adminperm")  # MapR's topic list rule
 # Kafka's AclOperation codes a holder of each permission may perform on a topic.
 DESCRIBE, DESCRIBE_CONFIGS = 8, 10
 OPERATIONS = {"consumeperm": (3,), "produceperm": (4,), "topicperm": (5, 6, 7, 11)}
@@ -75,7 +72,7 @@ def topic_entry(name: str, code: errors.ErrorCode = errors.NONE, *,
 
 @dataclass
 class Describer:
-    """Answers for named topics, with ACE results cached per stream for the request."""
+    """Answers for named topics (ACE results cached by the session)."""
 
     session: Session
     create: bool
@@ -83,15 +80,8 @@ class Describer:
 
     operations: bool = False  # include_topic_authorized_operations
 
-    def __post_init__(self) -> None:
-        self.held: dict[int, frozenset[str]] = {}
-
     async def perms_held(self, resolved: ResolvedTopic) -> frozenset[str]:
-        stream = resolved.stream
-        if stream.pk not in self.held:
-            self.held[stream.pk] = await self.session.run_sync(
-                perms_held, stream, self.session.user)
-        return self.held[stream.pk]
+        return await self.session.perms(resolved.stream) & frozenset(PERMS)
 
     async def entry(self, name: str) -> dict[str, Any]:
         try:
@@ -108,12 +98,6 @@ class Describer:
         if self.operations:
             entry["topic_authorized_operations"] = operations_of(held)
         return entry
-
-
-def perms_held(stream: Stream, user: AbstractBaseUser) -> frozenset[str]:
-    """Which of PERMS `user` holds on `stream` (one identity lookup for all of them)."""
-    identity = stream.identity_of(user)
-    return frozenset(p for p in PERMS if ace.allows(getattr(stream, p), identity))
 
 
 def _requested_names(request: Any) -> list[str] | None:
