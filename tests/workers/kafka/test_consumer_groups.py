@@ -78,10 +78,11 @@ class Member:
         assert not self.errors, self.errors[0]
 
 
-def confluent_member(kafka, name: str, group: str) -> Member:
+def confluent_member(kafka, name: str, group: str, strategy: str = "range") -> Member:
     config = kafka.confluent(**{
         "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "client.id": name})
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "client.id": name,
+        "partition.assignment.strategy": strategy})
 
     def body(member: Member) -> None:
         consumer = Consumer(config)
@@ -145,8 +146,14 @@ def aiokafka_member(kafka, name: str, group: str) -> Member:
     return Member(name, lambda member: asyncio.run(consume(member)))
 
 
-CLIENTS = {"confluent": confluent_member, "kafka-python": kafka_python_member,
-           "aiokafka": aiokafka_member}
+def cooperative_member(kafka, name: str, group: str) -> Member:
+    """librdkafka's incremental protocol: members rejoin with what they still own, and the
+    coordinator completes the follow-up rebalance."""
+    return confluent_member(kafka, name, group, "cooperative-sticky")
+
+
+CLIENTS = {"confluent": confluent_member, "confluent-cooperative-sticky": cooperative_member,
+           "kafka-python": kafka_python_member, "aiokafka": aiokafka_member}
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
