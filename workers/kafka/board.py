@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
+import structlog
 from django.utils import timezone
 
 from workers.kafka.groupmodel import GroupView
 from workers.models import KafkaGroup
 
+log = structlog.get_logger(__name__)
 TTL = 60.0  # seconds a published snapshot stays valid without a refresh
 REFRESH = TTL / 3
 RunSync = Callable[..., Awaitable[Any]]
@@ -85,6 +87,8 @@ def snapshot(view: GroupView, placements: dict[str, list[Placement]]) -> dict[st
 def publish(key: str, state: dict[str, Any] | None) -> None:
     """Write (or, for a group that is gone or empty, delete) a group's row. Blocking."""
     tenant_id, group_id = split_key(key)
+    if not tenant_id:
+        return  # a user of no tenant (an operator): no tenant's portal could show the group
     rows = KafkaGroup.objects.filter(tenant_id=tenant_id, group_id=group_id)
     if state is None:
         rows.delete()
@@ -137,6 +141,11 @@ class GroupBoard:
         for key in dirty:
             view = self._views.get(key)
             state = None if view is None else snapshot(view, self._placements.get(key, {}))
-            await self._run_sync(publish, key, state)
+            try:
+                await self._run_sync(publish, key, state)
+            except Exception:  # the database is away: the next change or refresh retries
+                log.warning("group_publish_failed", group=key, exc_info=True)
+                self._dirty.add(key)
+                continue
             if view is None:
                 self._views.pop(key, None)

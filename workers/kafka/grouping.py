@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import InterfaceError, OperationalError, connection
 
 from portal.accounts.models import Membership
 from replication.services.names import topic_listing
@@ -67,7 +68,15 @@ def state_of(session: Session) -> ListenerGroups:
 
 async def _in_pool(listener: Listener, fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(
-        listener.executor, functools.partial(fn, *args))
+        listener.executor, functools.partial(_reconnecting, fn, *args))
+
+
+def _reconnecting(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (InterfaceError, OperationalError):
+        connection.close()  # a dead connection (database restart): the next call opens anew
+        raise
 
 
 def _session(session: Session) -> SessionGroups:
