@@ -182,3 +182,24 @@ def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(kafka, ow
     cursors = cursor_report(actor=owner, stream=orders, group="billing")
     assert sorted((c["partitionid"], c["committedoffset"]) for c in cursors) == [
         (p, 75) for p in range(PARTITIONS)]
+
+
+def test_group_survives_a_listener_killed_and_restarted(kafka, owner, orders):
+    """Group state lives in the listener's memory; committed offsets in the store. A killed
+    coordinator's members rejoin the restarted one and go on from their commits."""
+    first, second = [f"a{i}" for i in range(100)], [f"b{i}" for i in range(100)]
+    produce(kafka, first)
+    a = confluent_member(kafka, "m-a", "billing").start()
+
+    def committed() -> int:
+        return sum(c["committedoffset"] for c in cursor_report(actor=owner, stream=orders,
+                                                               group="billing"))
+
+    wait_for(lambda: committed() == len(first), "the first batch committed", kafka)
+    port = kafka.listeners.processes["k1"][1]
+    kafka.listeners.stop("k1", kill=True)
+    kafka.listeners.start("k1", port=port)
+    produce(kafka, second)
+    wait_for(lambda: committed() == len(first) + len(second), "the second batch", kafka)
+    a.leave()
+    assert sorted(a.seen) == sorted(first + second)
