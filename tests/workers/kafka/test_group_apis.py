@@ -170,3 +170,7 @@ def test_one_live_listener_coordinates_a_group_the_other_says_not_coordinator(ka
     assert sorted(answers.values()) == sorted([MEMBER_ID_REQUIRED, NOT_COORDINATOR])
     found = wires[0].call(10, 3, key="billing", key_type=0)
     assert ports[found.port] == coordinator and found.node_id == node
+    other = wires[1] if coordinator == "k1" else wires[0]
+    assert commit(other, "", -1) == [NOT_COORDINATOR]  # per partition: no request-level code
+    fetched = other.call(9, 7, group_id="billing", require_stable=False, topics=None)
+    assert fetched.error_code == NOT_COORDINATOR and fetched.topics == ()

@@ -45,16 +45,19 @@ async def _resolve_all(session: Session, names: list[str]) -> dict[str, Resolved
 
 @handles(8, 2, 8)
 async def offset_commit(session: Session, header: RequestHeader, request: Any) -> Any:
-    key = await coordinated_key(session, request.group_id)
     generation = getattr(request, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = request.generation_id
-    refused = state_of(session).coordinator.validate_commit(
-        key, generation_id=generation, member_id=request.member_id,
-        instance_id=getattr(request, "group_instance_id", None))
+    try:  # OffsetCommit has no request-level error: NOT_COORDINATOR goes to every partition
+        key = await coordinated_key(session, request.group_id)
+        refused = int(state_of(session).coordinator.validate_commit(
+            key, generation_id=generation, member_id=request.member_id,
+            instance_id=getattr(request, "group_instance_id", None)))
+    except KafkaError as error:
+        refused = int(error.code)
     wanted = [(t.name, p.partition_index, p.committed_offset)
               for t in request.topics for p in t.partitions]
-    codes: Codes = {(n, p): int(refused) for n, p, _ in wanted}
+    codes: Codes = {(n, p): refused for n, p, _ in wanted}
     if not refused:
         codes = await _commit(session, request.group_id, wanted)
     return build(response_class(request), topics=[
@@ -99,7 +102,14 @@ async def offset_fetch(session: Session, header: RequestHeader, request: Any) ->
             except KafkaError as error:
                 groups.append({"group_id": group.group_id, "error_code": error.code})
         return build(response_class(request), groups=groups)
-    topics = await _fetch_group(session, request.group_id, request.topics)
+    try:
+        topics = await _fetch_group(session, request.group_id, request.topics)
+    except KafkaError as error:
+        if request.__version__ >= 2:
+            raise  # the response's own error_code carries it
+        topics = [{"name": t.name, "partitions": [_fetched(p, None, error.code)
+                                                  for p in t.partition_indexes]}
+                  for t in request.topics or ()]  # v1 has per-partition errors only
     return build(response_class(request), topics=topics)
 
 
