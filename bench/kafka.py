@@ -237,12 +237,14 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
 
 
 def main(args: argparse.Namespace) -> int:
+    from bench.peers import start_portal  # here: bench.peers imports this module
+
     results: dict[str, list[float]] = {k: [] for k in MEASURES}
     with PrivatePostgres(prefix="sgbench-kafka-") as server:
         portal = Portal(server.url("postgres"), "uvicorn")
         listener = None
         try:
-            token = portal.start()
+            token = start_portal(portal)  # type: ignore[arg-type]
             stream = setup_stream(portal.url, token, PARTITIONS)
             listener = Listener(portal.env)
             spy = profile(listener, args.profile) if args.profile else None

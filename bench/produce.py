@@ -93,9 +93,9 @@ class Portal:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
-                requests.get(f"{self.url}/rest/", timeout=5)
+                requests.get(f"{self.url}/rest/", timeout=1)
                 return token
-            except (requests.ConnectionError, requests.Timeout):  # still starting, or busy
+            except requests.ConnectionError:
                 time.sleep(0.1)
         raise RuntimeError("the portal did not start")
 

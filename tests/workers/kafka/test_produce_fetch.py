@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from replication.stores import store_for
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
@@ -128,3 +128,47 @@ def test_outsider_cannot_produce_or_fetch(kafka, topic, outsider):
     finally:
         consumer.close()
     assert store_for(topic.stream.cluster).watermarks(topic.stream.uuid, "orders")[0] == (0, 1)
+
+
+def test_member_without_consumeperm_cannot_fetch_or_list_offsets(kafka, topic, member):
+    produce(kafka.confluent(), [(b"private", None, None, 0)])
+    seen: list = []
+    consumer = Consumer({**kafka.as_user(member).confluent(), "group.id": "m",
+                         "error_cb": seen.append})
+    consumer.assign([TopicPartition(NAME, 0, 0)])
+    try:
+        msg = consumer.poll(5)
+        assert msg is None or msg.error() is not None
+        with pytest.raises(KafkaException, match=r"(?i)authoriz|unknown partition"):
+            consumer.get_watermark_offsets(TopicPartition(NAME, 0), timeout=10)
+    finally:
+        consumer.close()
+
+
+def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(kafka, topic):
+    import threading
+    import time
+
+    consumer = Consumer({**kafka.confluent(), "group.id": "lp", "fetch.wait.max.ms": 5000,
+                         "fetch.min.bytes": 1})
+    consumer.assign([TopicPartition(NAME, 2, 0)])
+    consumer.poll(1)  # connected, and its first long poll is waiting at the listener
+    sent_at: list[float] = []
+
+    def later() -> None:
+        time.sleep(1.5)
+        sent_at.append(time.monotonic())
+        produce(kafka.confluent(), [(b"wake", None, None, 2)])
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    try:
+        msg = consumer.poll(15)
+        arrived = time.monotonic()
+    finally:
+        thread.join()
+        consumer.close()
+    assert msg is not None and msg.value() == b"wake"
+    # Well before the fetch's 5 s max wait would have ended (the produce's own round trips
+    # and librdkafka's start-up take part of it).
+    assert arrived - sent_at[0] < 3.0
