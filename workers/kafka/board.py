@@ -110,6 +110,8 @@ class GroupBoard:
 
     def on_change(self, view: GroupView) -> None:
         """The coordinator's hook: runs on the event loop, never blocks."""
+        log.info("group_state", group=view.group_id, state=view.state,
+                 generation=view.generation_id, members=len(view.members))
         gone = view.state in ("Empty", "Dead")
         self._views[view.group_id] = None if gone else view
         if gone:
