@@ -179,6 +179,11 @@ class Coordinator:
         return await self._wait_join(group, member)
 
     async def _wait_join(self, group: Group, member: Member) -> JoinResult:
+        # A member joining again while its earlier join waits (a client that gave up on it and
+        # reconnected): the earlier request is answered, never left hanging.
+        if member.join_waiter is not None and not member.join_waiter.done():
+            member.join_waiter.set_result(JoinResult(Err.REBALANCE_IN_PROGRESS,
+                                                     member_id=member.member_id))
         waiter = member.join_waiter = self._loop().create_future()
         self._changed(group)
         self._maybe_complete_join(group)
@@ -284,6 +289,7 @@ class Coordinator:
         if group.state is State.STABLE:
             self._schedule_expiry(group, member)
             return self._sync_result(group, member)
+        self._resolve_sync(member, SyncResult(Err.REBALANCE_IN_PROGRESS))  # an earlier one
         waiter = member.sync_waiter = self._loop().create_future()
         if member_id == group.leader:
             for other in group.members.values():

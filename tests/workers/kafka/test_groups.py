@@ -241,3 +241,17 @@ def test_every_state_change_is_published() -> None:
     run(scenario)
     states = [view.state for view in seen]
     assert states[0] == "PreparingRebalance" and "Stable" in states and states[-1] == "Empty"
+
+
+def test_a_repeated_join_answers_the_earlier_one_instead_of_leaving_it_hanging() -> None:
+    async def scenario(co: Coordinator) -> None:
+        a, b = await join_two(co)
+        await settle(co, [a, b])
+        earlier = asyncio.ensure_future(join(co, a.member_id, protocols=[("range", b"new")]))
+        await asyncio.sleep(0.01)
+        again = asyncio.ensure_future(join(co, a.member_id, protocols=[("range", b"new")]))
+        assert (await earlier).error is Err.REBALANCE_IN_PROGRESS
+        await join(co, b.member_id)
+        assert (await again).generation_id == 3
+
+    run(scenario)
