@@ -13,6 +13,7 @@ from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
 from replication.models import Cluster, DefaultStream
 from replication.services.defaultstreams import default_stream_set
+from workers.kafka.nodes import live_listeners
 
 
 @login_required
@@ -21,8 +22,19 @@ def kafka_settings(request: HttpRequest) -> HttpResponse:
     settings = DefaultStream.objects.restrict(request.user).filter(tenant=tenant).select_related(
         "cluster", "user")
     rows = [s for s in settings if s.user_id in (None, request.user.pk)]
+    clusters = list(Cluster.objects.all())
     return render_page(request, "web/kafka.html", {
-        "default_streams": rows, "clusters": Cluster.objects.all()})
+        "default_streams": rows, "clusters": clusters, "listeners": _listeners(clusters)})
+
+
+def _listeners(clusters: list[Cluster]) -> list[tuple[str, str]]:
+    """(what it serves, bootstrap address) of each live Kafka listener."""
+    try:
+        live = live_listeners(["*", *(c.name for c in clusters)])
+    except Exception:  # Redis unreachable: the page still shows the settings
+        return []
+    return [("every cluster" if scope == "*" else scope, f"{node.host}:{node.port}")
+            for scope, nodes in live.items() for node in nodes]
 
 
 @login_required

@@ -71,3 +71,20 @@ def test_browser_form_sets_the_tenant_default_stream(owner, sanfrancisco):
     assert response.status_code == 302
     page = browser.get("/kafka/").content.decode()
     assert "/mapr/sanfrancisco/kafka" in page and 'id="set-default-stream"' in page
+
+
+def test_kafka_page_shows_the_live_listeners(owner, sanfrancisco, settings):
+    from workers.kafka.nodes import beat, leave
+    from workers.kafka.session import Listener, Node
+
+    settings.STREAMGATE_NAMESPACE = "sgt-kafka-page:"
+    listener = Listener(node=Node(7, "kafka.example", 9093), cluster="sanfrancisco")
+    beat(listener, 30)
+    try:
+        browser = Client()
+        browser.force_login(owner)
+        page = browser.get("/kafka/").content.decode()
+        assert "kafka.example:9093" in page and "sanfrancisco" in page
+    finally:
+        leave(listener)
+        listener.executor.shutdown()

@@ -28,8 +28,12 @@ _local: dict[str, dict[Node, float]] = {}
 _local_lock = threading.Lock()
 
 
+def _scope_key(scope: str) -> str:
+    return f"{namespace()}sg:kafka:{scope}"
+
+
 def _key(listener: Listener) -> str:
-    return f"{namespace()}sg:kafka:{listener.cluster or '*'}"
+    return _scope_key(listener.cluster or "*")
 
 
 def beat(listener: Listener, ttl: float) -> list[Node]:
@@ -46,6 +50,22 @@ def beat(listener: Listener, ttl: float) -> list[Node]:
     pipe.expire(key, int(ttl * 10) + 1).zrangebyscore(key, now, "+inf")
     members = pipe.execute()[-1]
     return sorted(Node(*json.loads(m)) for m in members)
+
+
+def live_listeners(scopes: list[str]) -> dict[str, list[Node]]:
+    """The live listeners of each scope (a cluster name, or "*" for those serving every
+    cluster), for the pages that tell users where to connect."""
+    now = time.time()
+    if not settings.REDIS_URL:
+        with _local_lock:
+            return {scope: sorted(n for n, until in _local.get(_scope_key(scope), {}).items()
+                                  if until > now) for scope in scopes}
+    pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+    for scope in scopes:
+        pipe.zrangebyscore(_scope_key(scope), now, "+inf")
+    found = pipe.execute()
+    return {scope: sorted(Node(*json.loads(m)) for m in members)
+            for scope, members in zip(scopes, found, strict=True)}
 
 
 def leave(listener: Listener) -> None:

@@ -23,6 +23,7 @@ from django.conf import settings
 import workers.kafka.apis  # noqa: F401  (registers the handlers)
 from workers.kafka.dispatch import dispatch
 from workers.kafka.errors import CloseConnection
+from workers.kafka.nodes import Beacon
 from workers.kafka.session import Listener, Node, Session
 
 log = structlog.get_logger(__name__)
@@ -112,14 +113,15 @@ async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> 
     stop = stop or _stop_on_signals()
     host, port = split_address(options.listen)
     holder: list[Listener] = []
+    # Bound first and serving only once the listener exists (port 0 is known after binding),
+    # so a client reconnecting the instant a restarted listener binds is served, not dropped.
     server = await asyncio.start_server(
         lambda r, w: serve_connection(holder[0], r, w), host, port, ssl=tls_context(),
-        limit=1 << 20)
+        limit=1 << 20, start_serving=False)
     bound = server.sockets[0].getsockname()[1]
     listener = make_listener(options, bound)
     holder.append(listener)
-    from workers.kafka.nodes import Beacon
-
+    await server.start_serving()
     async with server, Beacon(listener):
         log.info("kafka_listening", listen=f"{host}:{bound}", node_id=listener.node_id,
                  advertise=f"{listener.host}:{listener.port}", cluster=options.cluster,
