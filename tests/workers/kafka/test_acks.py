@@ -12,7 +12,8 @@ from confluent_kafka import KafkaError, Producer
 from replication.services import replica_add, topic_create, upstream_add
 from replication.stores import store_for
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
-from tests.workers.conftest import test_database_url, wait_until
+from tests.workers import conftest as workers_conftest
+from tests.workers.conftest import wait_until
 from tests.workers.kafka.conftest import (
     LISTENER_SETTINGS,
     KafkaEndpoint,
@@ -44,7 +45,7 @@ def test_acks_all_returns_only_once_the_synchronous_replica_holds_it(
     running_engine(engine, owner, newyork, activity, activity_ny)
     # The listener shares the engine's presence namespace, where gateways announce batches.
     listeners = KafkaListeners(tmp_path, {**os.environ, **LISTENER_SETTINGS,
-                                          "DATABASE_URL": test_database_url(),
+                                          "DATABASE_URL": workers_conftest.test_database_url(),
                                           "STREAMGATE_NAMESPACE": engine.namespace})
     try:
         kafka = KafkaEndpoint(listeners.start("k1"), owner.get_username(), sasl_token(owner),
