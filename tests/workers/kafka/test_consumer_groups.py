@@ -5,6 +5,9 @@ offsets they commit are the stream's cursors (`stream cursor list`)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -221,3 +224,31 @@ def test_group_survives_a_listener_killed_and_restarted(kafka, owner, orders):
     wait_for(lambda: committed() == len(first) + len(second), "the second batch", kafka)
     a.leave()
     assert sorted(a.seen) == sorted(first + second)
+
+
+KILLABLE = """
+import json, sys
+from confluent_kafka import Consumer
+consumer = Consumer(json.loads(sys.argv[1]))
+consumer.subscribe([sys.argv[2]])
+while True:
+    consumer.poll(0.2)
+"""
+
+
+def test_a_member_killed_without_leaving_expires_after_its_session_timeout(kafka, owner,
+                                                                          orders):
+    a = confluent_member(kafka, "m-a", "billing").start()
+    wait_for(lambda: a.errors or a.partitions == set(range(PARTITIONS)), "a alone", kafka)
+    config = kafka.confluent(**{"group.id": "billing", "session.timeout.ms": 6000,
+                                "heartbeat.interval.ms": 300, "client.id": "m-b"})
+    b = subprocess.Popen([sys.executable, "-c", KILLABLE, json.dumps(config), TOPIC])
+    try:
+        wait_for(lambda: a.errors or 0 < len(a.partitions) < PARTITIONS, "b sharing", kafka)
+    finally:
+        b.kill()  # no LeaveGroup: only its silence tells the coordinator
+        b.wait()
+    killed = time.monotonic()
+    wait_for(lambda: a.errors or a.partitions == set(range(PARTITIONS)), "b expired", kafka)
+    assert time.monotonic() - killed >= 5.0  # not before b's 6 s session timeout (less a poll)
+    a.leave()
