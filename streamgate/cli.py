@@ -30,6 +30,8 @@ from streamgate.client import Client, CommandError, Row, ServerUnreachable, data
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 LOCAL_FLAGS = ("json", "noheader", "long", "help")  # maprcli's flags; they take no value
+VALUELESS = ("detail",)  # sent to the server as "true" when no true/false follows (maprcli's)
+BOOL_WORDS = ("true", "false", "yes", "no", "1", "0")
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 2
 
 
@@ -57,6 +59,8 @@ def parse_args(args: Sequence[str]) -> Invocation:
         if name in LOCAL_FLAGS:
             invocation.flags.add(name)
             continue
+        if name in VALUELESS and (not rest or rest[0].lower() not in BOOL_WORDS):
+            rest.insert(0, "true")
         # Whatever follows an option is its value, even when it starts with '-'.
         if not rest:
             raise UsageError(f"option -{name} needs a value")

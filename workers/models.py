@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from accounts.models import Tenant
+
 
 class KafkaProducerId(models.Model):
     """One row per producer id the Kafka listeners hand out (InitProducerId): the table's
@@ -20,3 +22,25 @@ class KafkaProducerId(models.Model):
 
     def __str__(self) -> str:
         return f"producer {self.pk}"
+
+
+class KafkaGroup(models.Model):
+    """A Kafka consumer group's membership as its coordinator (a Kafka listener, another
+    process) last published it, for `stream assign list` in the portal. The listener rewrites
+    the row on every state change and refreshes it while the group lives; a row past
+    `expires` belongs to a group whose listener is gone. The database rather than a cache:
+    in the embedded default the listener and the portal are separate processes sharing only
+    the database."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    group_id = models.CharField(max_length=255)
+    state = models.JSONField(default=dict)  # workers/kafka/board.py's snapshot
+    expires = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "group_id"],
+                                               name="one_kafka_group_per_tenant")]
+        ordering = ["group_id"]
+
+    def __str__(self) -> str:
+        return self.group_id

@@ -500,6 +500,28 @@ class SqliteStore:
                 (self._pid(conn, stream, topic, partition), group, offset),
             )
 
+    def commit_cursors(
+        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
+    ) -> None:
+        with self._write() as conn:
+            rows = [(self._pid(conn, stream, topic, partition), group, offset)
+                    for topic, partition, offset in cursors]
+            conn.executemany(
+                'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (?, ?, ?) '
+                'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"', rows)
+
+    def delete_cursors(
+        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
+        partition: int | None = None,
+    ) -> int:
+        with self._write() as conn:
+            return conn.execute(
+                "DELETE FROM consumer_cursors WHERE (? IS NULL OR grp = ?) AND pid IN "
+                "(SELECT id FROM partitions WHERE stream = ? AND (? IS NULL OR topic = ?) "
+                "AND (? IS NULL OR partition = ?))",
+                (group, group, stream.bytes, topic, topic, partition, partition),
+            ).rowcount
+
     def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
         conn = self._conn()
         row = conn.execute(

@@ -264,6 +264,18 @@ class MessageStore(Protocol):
         self, stream: UUID, group: str, topic: str, partition: int, offset: int
     ) -> None: ...
 
+    def commit_cursors(
+        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
+    ) -> None:
+        """A group's (topic, partition, offset) commits in one transaction (Kafka's
+        OffsetCommit carries many partitions)."""
+
+    def delete_cursors(
+        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
+        partition: int | None = None,
+    ) -> int:
+        """Delete the committed cursors matching every filter given; returns how many."""
+
     def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None: ...
 
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:

@@ -34,6 +34,29 @@ class Cursors(Catalog):
                 (pid, group, offset),
             )
 
+    def commit_cursors(
+        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
+    ) -> None:
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            rows = [(self._pid(conn, stream, topic, partition), group, offset)
+                    for topic, partition, offset in cursors]
+            cur.executemany(
+                'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (%s, %s, %s) '
+                'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"', rows)
+
+    def delete_cursors(
+        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
+        partition: int | None = None,
+    ) -> int:
+        with self._pool.connection() as conn:
+            return conn.execute(
+                "DELETE FROM consumer_cursors c USING partitions p WHERE p.id = c.pid "
+                "AND p.stream = %s AND (%s::text IS NULL OR c.grp = %s) "
+                "AND (%s::text IS NULL OR p.topic = %s) "
+                "AND (%s::int IS NULL OR p.partition = %s)",
+                (stream, group, group, topic, topic, partition, partition),
+            ).rowcount
+
     def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
         with self._pool.connection() as conn:
             pid = self._pid(conn, stream, topic, partition)
