@@ -6,6 +6,7 @@ class OperationsConfig(AppConfig):
     verbose_name = "Operations: alarms and audit trail"
 
     def ready(self) -> None:
-        from operations import audit
+        from operations import alarms, audit
 
         audit.connect_signals()
+        alarms.connect_signals()

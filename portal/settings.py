@@ -280,6 +280,14 @@ JOB_STALE_SECONDS = env.float("STREAMGATE_JOB_STALE_SECONDS", default=300.0)
 if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
     raise ImproperlyConfigured("STREAMGATE_CATCHUP_THRESHOLD must be 0 or more and "
                                "STREAMGATE_JOB_STALE_SECONDS positive")
+# `stream replica failover`: a planned failover drains the link for at most DRAIN seconds
+# (then gives up, changing nothing); a source store that does not answer within PROBE seconds
+# counts as unreachable (only -force true fails over then).
+FAILOVER_DRAIN_SECONDS = env.float("STREAMGATE_FAILOVER_DRAIN_SECONDS", default=120.0)
+FAILOVER_PROBE_SECONDS = env.float("STREAMGATE_FAILOVER_PROBE_SECONDS", default=5.0)
+if FAILOVER_DRAIN_SECONDS <= 0 or FAILOVER_PROBE_SECONDS <= 0:
+    raise ImproperlyConfigured("STREAMGATE_FAILOVER_DRAIN_SECONDS and _PROBE_SECONDS must be "
+                               "positive")
 # Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)

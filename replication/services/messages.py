@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
 
 from operations.alarms import retention_check
 from operations.counters import count_consumed, count_produced
@@ -18,7 +19,7 @@ from replication.engine.store import (
     Record,
     UnknownTopic,
 )
-from replication.errors import InvalidInput, NotFound
+from replication.errors import Conflict, InvalidInput, NotFound
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
@@ -60,6 +61,21 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     return topic
 
 
+def producers_admitted(stream: Stream) -> None:
+    """Refuse a produce to a stream whose producers a failover stopped. Under a share lock on
+    the stream's row, held until the append is stored: stopping producers (an UPDATE of the
+    row) waits for every produce in flight, so once it commits none can still land."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT producers_stopped FROM replication_stream WHERE id = %s "
+                           "FOR SHARE", [stream.pk])
+            row = cursor.fetchone()
+    else:  # SQLite (embedded mode) has one writer at a time already
+        row = Stream.objects.filter(pk=stream.pk).values_list("producers_stopped").first()
+    if row and row[0]:
+        raise Conflict(f"{stream.path} accepts no producers: {row[0]}", field="path")
+
+
 def _check_records(records: Sequence[Record], topic: Topic) -> None:
     if not records:
         raise InvalidInput("no records to produce: send at least one", field="records")
@@ -90,10 +106,12 @@ def messages_produce(
     target = _producible_topic(stream, topic)
     _check_records(records, target)
     store = store_for(stream.cluster)
-    offsets = _on_store(target, lambda: store.append(
-        stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
-        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-    ))
+    with transaction.atomic():
+        producers_admitted(stream)
+        offsets = _on_store(target, lambda: store.append(
+            stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
+            log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
+        ))
     stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
     replicas_await(stream=stream, topic=target.name, offsets=offsets)
     count_produced(stream=stream.uuid, records=records)  # /metrics (operations/counters.py)
