@@ -27,6 +27,7 @@ from replication.engine.store import PartitionStats, UnknownTopic
 from replication.models import (
     PERMISSIONS,
     Cluster,
+    Failover,
     Gateway,
     ReplicaLink,
     ReplicaState,
@@ -409,3 +410,21 @@ def job_row(job: Job, *, detail: bool = False) -> Row:
     if detail:
         row["options"], row["result"] = job.options, job.result
     return row
+
+
+def failover_row(failover: Failover) -> Row:
+    """What `stream replica failover` answers, and the API and pages show of a failover."""
+    return {
+        "replicaPath": failover.replica.path,
+        "sourcePath": failover.source_path,
+        "at": epoch_ms(failover.at),
+        "forced": failover.forced,
+        "sourceReachable": failover.source_reachable,
+        "topics": failover.topics,
+        "messagesMissing": failover.missing_messages,
+        "timeMissingMs": failover.missing_ms,
+        "missingFrom": failover.missing_from,
+        "partitions": failover.partitions,
+        "endedLinks": [f"{link['source']} -> {link['replica']}"
+                       for link in failover.ended_links],
+    }
