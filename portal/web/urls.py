@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, jobs, setup, streams, views
+from portal.web import approvals, failover, jobs, setup, streams, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -20,6 +20,7 @@ urlpatterns = [
     path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action,
          name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
+    path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
     path("audit/", audit_log, name="audit"),
     path("overview/alarms/", alarms_fragment, name="overview-alarms"),
