@@ -76,6 +76,14 @@ def origin_of(stream: Stream, topic: str = "clicks") -> object:
     return Topic.objects.get(stream=stream, name=topic).origin_uuid
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(settings, request):
+    # Lag samples live in the cache keyed by link id: concurrent runs sharing one Redis would
+    # read each other's, so each test gets a cache of its own.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": request.node.nodeid}}
+
+
 @pytest.fixture
 def pair(owner, activity, activity_ny):
     topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
