@@ -271,8 +271,14 @@ def connect_signals() -> None:
 
 def _failed_over(sender: type, instance: Failover, created: bool, raw: bool = False,
                  **kwargs: object) -> None:
-    if created and not raw:
+    if raw:
+        return
+    if created:
         alarm_raise(condition=failover_condition(instance))
+    elif instance.failed_back_at is not None:  # a failback brought the two together again
+        for alarm in Alarm.objects.open().filter(kind=AlarmKind.FAILOVER,
+                                                 key=f"failover:{instance.pk}"):
+            alarm_clear(alarm=alarm)
 
 
 def failover_condition(failover: Failover) -> Condition:

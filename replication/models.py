@@ -376,6 +376,10 @@ class Failover(models.Model):
     topics = models.JSONField(default=list)  # the topics the replica now originates
     # The links the switch ended, as {"source", "replica", options}, for a failback.
     ended_links = models.JSONField(default=list)
+    # Set once a failback brought the old source back (replication/services/failback.py), with
+    # what it did per partition (common prefix, kept aside, copied).
+    failed_back_at = models.DateTimeField(null=True, blank=True)
+    failback = models.JSONField(default=dict, blank=True)
 
     objects = FailoverQuerySet.as_manager()
 

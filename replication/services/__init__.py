@@ -9,6 +9,7 @@ from replication.services.clusters import (
     cluster_gateway_delete,
     cluster_gateway_set,
 )
+from replication.services.failback import replica_failback
 from replication.services.failover import replica_failover
 from replication.services.replicas import (
     replica_add,
@@ -29,6 +30,7 @@ __all__ = [
     "replica_add",
     "replica_autosetup",
     "replica_edit",
+    "replica_failback",
     "replica_failover",
     "replica_pause",
     "replica_remove",

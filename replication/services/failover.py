@@ -188,16 +188,24 @@ def _restart_producers(source: Stream) -> None:
     source.producers_stopped = ""
 
 
-def _carried(link: ReplicaLink) -> dict[str, UUID]:
+def carried_of(link: ReplicaLink) -> dict[str, UUID]:
     return carried_topics(link.replica.uuid, dict(
         link.source.topics.values_list("name", "origin_uuid")))
 
 
 def _drain(link: ReplicaLink) -> Tail:
     """Apply what the replica still lacks, until none is pending, then copy the cursors."""
+    topics = link_drain(link, why=f"{link.source.path}'s producers write again")
+    return _measured_tail(link, topics)
+
+
+def link_drain(link: ReplicaLink, *, why: str) -> dict[str, UUID]:
+    """Apply here, as a gateway would, what the link's replica lacks until nothing is pending,
+    then copy the committed cursors; returns the topics the link carries. A link handed to
+    the Spark catch-up job (large backlogs) is waited for, not raced."""
     source, replica = link.source, link.replica
     src, dst = store_for(source.cluster), store_for(replica.cluster)
-    topics = _carried(link)
+    topics = carried_of(link)
     deadline = time.monotonic() + settings.FAILOVER_DRAIN_SECONDS
     while specs := plan_batches(src, source.uuid, dst, replica.uuid, topics,
                                 max_messages=settings.REPLICATION_BATCH_MESSAGES,
@@ -205,8 +213,11 @@ def _drain(link: ReplicaLink) -> Tail:
         if time.monotonic() > deadline:
             raise Conflict(f"{replica.path} did not catch up with {source.path} within "
                            f"{settings.FAILOVER_DRAIN_SECONDS:g}s: nothing was switched and "
-                           "its producers write again; retry, or raise "
-                           "STREAMGATE_FAILOVER_DRAIN_SECONDS", field="path")
+                           f"{why}; retry, or raise STREAMGATE_FAILOVER_DRAIN_SECONDS",
+                           field="path")
+        if not ReplicaLink.objects.moving().filter(pk=link.pk).exists():
+            time.sleep(0.2)  # a Spark copy has the link: it moves the bulk
+            continue
         for spec in specs:
             try:
                 batch_apply(link_id=link.pk, topic=spec.topic, partition=spec.partition,
@@ -214,7 +225,7 @@ def _drain(link: ReplicaLink) -> Tail:
             except Misordered:
                 break  # a gateway moved the partition meanwhile: plan again
     sync_cursors(src, source.uuid, dst, replica.uuid, topics, {})
-    return _measured_tail(link, topics)
+    return topics
 
 
 # --- what may be missing -----------------------------------------------------------------------
@@ -262,7 +273,7 @@ def _row(topic: str, partition: int, replica_end: int, source_end: int | None,
 
 
 def _forced_tail(link: ReplicaLink) -> Tail:
-    topics = _carried(link)
+    topics = carried_of(link)
     if _probe(link) is None:
         try:
             return _measured_tail(link, topics)
@@ -297,10 +308,10 @@ def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseU
     if not ReplicaLink.objects.filter(pk=link.pk).exists():
         raise Conflict(f"{replica.path} no longer replicates from {source.path}: another "
                        "failover or a removal came first", field="path")
-    carried = _carried(link)
+    carried = carried_of(link)
     ended = [_end(link)]
-    closure = _downstream(replica.pk, without=source.pk)
-    _reorigin(closure, carried, replica)
+    closure = downstream_of(replica.pk, without=source.pk)
+    reorigin(closure, carried, replica)
     # Links between the old source and the side that now originates its topics would feed two
     # origins of one topic into a stream (invariant 4): they end too, and a failback restores.
     ended += [_end(other) for other in ReplicaLink.objects.filter(
@@ -330,7 +341,7 @@ def _end(link: ReplicaLink) -> dict[str, Any]:
     return record
 
 
-def _downstream(start: int, *, without: int) -> set[int]:
+def downstream_of(start: int, *, without: int) -> set[int]:
     """`start` and the streams it feeds, directly or along chains, not through `without`."""
     seen, frontier = {start}, {start}
     while frontier:
@@ -341,7 +352,7 @@ def _downstream(start: int, *, without: int) -> set[int]:
     return seen
 
 
-def _reorigin(closure: set[int], carried: dict[str, UUID], replica: Stream) -> None:
+def reorigin(closure: set[int], carried: dict[str, UUID], replica: Stream) -> None:
     for topic in Topic.objects.filter(stream_id__in=closure, name__in=list(carried)):
         if topic.origin_uuid == carried[topic.name]:
             topic.origin_uuid = replica.uuid
