@@ -428,3 +428,16 @@ def failover_row(failover: Failover) -> Row:
         "endedLinks": [f"{link['source']} -> {link['replica']}"
                        for link in failover.ended_links],
     }
+
+
+def failback_rows(report: dict[str, Any]) -> list[Row]:
+    """`stream replica failback`: a row per partition, then the totals."""
+    rows: list[Row] = [
+        {key: part[key] for key in ("topic", "partition", "commonPrefix", "keepAside", "copy")}
+        for part in report["partitions"]
+    ]
+    rows.append({"topic": "(total)", "keepAside": report["toKeepAside"],
+                 "copy": report["toCopy"], "estimatedSeconds": report["estimatedSeconds"],
+                 "keptAside": report["keptAside"], "dryrun": report["dryrun"],
+                 "reverse": report["reverse"]})
+    return rows

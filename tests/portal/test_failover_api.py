@@ -149,3 +149,71 @@ def test_the_failover_alarm_is_seen_by_the_owner_and_not_an_outsider(api, owner,
     assert [a["kind"] for a in mine] == ["STREAM_ALARM_REPLICA_FAILOVER"]
     assert api(outsider).get("/api/v1/alarms/").json()["results"] == []
     assert store_for(replica.cluster).watermarks(replica.uuid, "clicks")[0][1] == 6
+
+
+# --- failback ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def failed_over(api, owner, pair):
+    """pair failed over (6 per partition replicated, all of it), then 4 produced on the
+    promoted stream."""
+    source, replica = pair
+    rest(api(owner), "stream/replica/failover", path=replica.path, force="true")
+    messages_produce(actor=owner, stream=replica, topic="clicks",
+                     records=[Record(value=b"second-%d" % i) for i in range(4)])
+    return source, replica
+
+
+def test_rest_failback_dryrun_reports_per_partition_and_changes_nothing(api, owner,
+                                                                      failed_over):
+    source, replica = failed_over
+    before = snapshot()
+    response = rest(api(owner), "stream/replica/failback", path=source.path,
+                    replica=replica.path, dryrun="true")
+    rows = response.json()["data"]
+    assert [(r["partition"], r["commonPrefix"], r["keepAside"], r["copy"]) for r in rows[:2]] \
+        == [(0, 6, 0, 2), (1, 6, 0, 2)]
+    assert rows[-1]["topic"] == "(total)" and rows[-1]["dryrun"] is True
+    assert snapshot() == before
+
+
+def test_rest_failback_switches_back(api, owner, failed_over):
+    source, replica = failed_over
+    rows = rest(api(owner), "stream/replica/failback", path=source.path,
+                replica=replica.path).json()["data"]
+    assert rows[-1]["copy"] == 4
+    assert set(ReplicaLink.objects.values_list("source", "replica")) == {(source.pk,
+                                                                          replica.pk)}
+    assert Topic.objects.get(stream=replica, name="clicks").origin_uuid == source.uuid
+
+
+SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
+
+
+@pytest.mark.parametrize(("who", "path", "replica", "status", "says"), [
+    ("alice", NY, SF, 400, "did not take over from"),  # the promoted stream is no old source
+    ("bob", SF, NY, 403, "adminperm"),
+    ("mallory", SF, NY, 404, "does not exist"),
+])
+def test_rest_failback_refusals_change_nothing(api, owner, member, outsider, failed_over, who,
+                                               path, replica, status, says):
+    user = {"alice": owner, "bob": member, "mallory": outsider}[who]
+    before = snapshot()
+    response = rest(api(user), "stream/replica/failback", path=path, replica=replica)
+    code, _errno, desc = rest_error(response)
+    assert code == status and says in desc, desc
+    assert snapshot() == before
+
+
+def test_api_failback_dryrun_and_outsider(api, owner, outsider, failed_over):
+    source, replica = failed_over
+    before = snapshot()
+    url = f"/api/v1/streams/{replica.uuid}/failovers/failback/"
+    response = api(owner).post(url, {"source": source.path, "dryrun": True}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["toCopy"] == 4 and response.json()["dryrun"] is True
+    assert api(outsider).post(url, {"source": source.path}, format="json").status_code == 404
+    response = api(owner).post(url, {}, format="json")
+    assert response.status_code == 400 and "source" in response.json()
+    assert snapshot() == before

@@ -26,3 +26,23 @@ def replica_failover(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     failover = services.replica_failover(replica=stream_at(user, opts), source=source,
                                          force=opts["force"], actor=user)
     return [reports.failover_row(failover)]
+
+
+@command(
+    "stream/replica/failback",
+    StreamPath("path", "the old source: the stream a failover left", required=True),
+    StreamPath("replica", "the stream that took over from it", required=True),
+    Bool("dryrun", "report per partition the common prefix, the messages to keep aside and to "
+         "copy, and the estimated time, changing nothing (default false)", default=False),
+    Bool("reverse", "leave the old source a replica of the stream that took over, rather than "
+         "switching back (default false)", default=False),
+    summary="Bring the old source back after a failover: its divergent messages kept in "
+            "<topic>.diverged, cut back, caught up, then switched back (needs adminperm on "
+            "both).",
+)
+def replica_failback(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    report = services.replica_failback(source=stream_at(user, opts),
+                                       replica=stream_at(user, opts, "replica"),
+                                       dryrun=opts["dryrun"], reverse=opts["reverse"],
+                                       actor=user)
+    return reports.failback_rows(report)
