@@ -88,6 +88,13 @@ def _private_cache(settings, request):
 
 def test_forced_failover_after_the_source_store_dies_loses_nothing_replicated(
         engine, owner, newyork, private_postgres, live_server, _private_cache):
+    forced_failover_after_losing_the_source(engine, owner, newyork, private_postgres,
+                                            live_server)
+
+
+def forced_failover_after_losing_the_source(engine, owner, newyork, private_postgres,  # type: ignore[no-untyped-def]
+                                            live_server) -> tuple:
+    """The whole failover scenario; returns what the failback test goes on with."""
     lost = ClusterFactory(name="lost", store_url=private_postgres.url("lost_store"))
     store_for(lost), store_for(newyork)
     source = StreamFactory(cluster=lost, name="activity", created_by=owner)
@@ -165,10 +172,59 @@ def test_forced_failover_after_the_source_store_dies_loses_nothing_replicated(
 
     # Nothing acknowledged was discarded: the unreplicated tail waits on the source (failback).
     private_postgres.start()
-    wait_until(lambda: _ends_or_none(source) is not None, timeout=30, every=0.3)
+    # Every pooled connection of this process died with the server: each fails once.
+    wait_until(lambda: all(_ends_or_none(source) is not None for _ in range(10)), timeout=30,
+               every=0.3)
     assert {p: high - ends[p] for p, high in _ends_or_none(source).items()} == {0: 30, 1: 30,
                                                                                2: 30}
     assert Failover.objects.get().missing_messages == 90
+    return source, replica, downstream, first, second, ends, kept
+
+
+def test_failback_after_the_source_returns_keeps_every_message_of_both_periods_once(
+        engine, owner, newyork, private_postgres, live_server, _private_cache):
+    source, replica, downstream, first, second, ends, kept = \
+        forced_failover_after_losing_the_source(engine, owner, newyork, private_postgres,
+                                                live_server)
+    token = AuthToken.objects.create(owner)[1]
+    cursors = {p: store_for(newyork).fetch_cursor(replica.uuid, "g", "clicks", p)
+               for p in ends}
+    dry = json.loads(cli(live_server.url, token, f"stream replica failback -path {source.path} "
+                         f"-replica {replica.path} -dryrun true -json").stdout)["data"]
+    assert [(r["partition"], r["commonPrefix"], r["keepAside"], r["copy"]) for r in dry[:3]] \
+        == [(p, ends[p], 30, 100) for p in range(3)]
+    done = json.loads(cli(live_server.url, token, f"stream replica failback -path "
+                          f"{source.path} -replica {replica.path} -json").stdout)["data"]
+    assert done[-1]["keptAside"] == 90
+
+    # Every acknowledged message of both periods: once, in the primary or kept aside.
+    primary, diverged = _ids(source, "clicks"), _ids(source, "clicks.diverged")
+    both = primary + diverged
+    assert len(both) == len(set(both)) == 990
+    assert set(both) == set(first.ids.values()) | set(second.values())
+    assert set(diverged) == {i for (p, o), i in first.ids.items() if o >= ends[p]}
+    # The original direction is back; the checker finds nothing wrong on either link.
+    assert Topic.objects.get(stream=source, name="clicks").origin_uuid == source.uuid
+    wait_until(lambda: replicated(source, replica) and replicated(replica, downstream),
+               timeout=60, every=0.3)
+    for origin, copy in ((source, replica), (replica, downstream)):
+        report = check_replica(store_for(origin.cluster), origin.uuid, store_for(copy.cluster),
+                               copy.uuid, ["clicks"], acknowledged=kept)
+        assert report.ok, report.summary()
+    # The consumer group's cursors followed to the primary.
+    assert {p: store_for(source.cluster).fetch_cursor(source.uuid, "g", "clicks", p)
+            for p in ends} == cursors
+
+
+def _ids(stream: Stream, topic: str) -> list[str]:
+    store, found = store_for(stream.cluster), []
+    for partition, (low, high) in store.watermarks(stream.uuid, topic).items():
+        offset = low
+        while offset < high:
+            batch = store.read(stream.uuid, topic, partition, offset)
+            found += [dict(m.headers)["id"].decode() for m in batch]
+            offset = batch[-1].offset + 1
+    return found
 
 
 def _ends_or_none(stream: Stream) -> dict[int, int] | None:
