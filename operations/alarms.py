@@ -102,6 +102,8 @@ def _link_conditions(links: list[ReplicaLink], unknown: set[str]) -> Iterator[Co
         if link.last_error and not link.last_error.startswith(WAITING_PREFIX):
             by = f" (gateway {link.last_error_gateway})" if link.last_error_gateway else ""
             yield link_condition(link, AlarmKind.REPLICATION_ERROR, f"{link.last_error}{by}")
+        if link.verify_error:
+            yield link_condition(link, AlarmKind.DIVERGED, link.verify_error)
         if link.synchronous and link.mode == SyncMode.ASYNC:
             since = f" since {link.mode_since:%Y-%m-%d %H:%M:%S} UTC" if link.mode_since else ""
             yield link_condition(link, AlarmKind.ASYNC_FALLBACK, (

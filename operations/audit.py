@@ -54,7 +54,8 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
     Stream: frozenset({"created", "modified"}),
     ReplicaLink: frozenset({"created", "state", "copy_percentage", "last_error",
                             "last_error_gateway", "last_progress", "mode", "mode_since",
-                            "mode_reason"}),
+                            "mode_reason", "last_verified", "verified_upto",
+                            "verify_duration_ms", "verify_error"}),
     Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
                         "messages_applied", "bytes_applied", "errors"}),
 }

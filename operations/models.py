@@ -24,6 +24,7 @@ class AlarmKind(models.TextChoices):
                             "Replica waiting for upstream approval")
     RETENTION_UNREPLICATED = ("STREAM_ALARM_RETENTION_UNREPLICATED",
                               "Retention deleted unreplicated messages")
+    DIVERGED = "STREAM_ALARM_REPLICA_DIVERGED", "A replica differs from its source"
     # An event, not a state: raised by a failover, open until someone clears it.
     FAILOVER = "STREAM_ALARM_REPLICA_FAILOVER", "A replica took over from its source"
 

@@ -285,6 +285,8 @@ if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
 # counts as unreachable (only -force true fails over then).
 FAILOVER_DRAIN_SECONDS = env.float("STREAMGATE_FAILOVER_DRAIN_SECONDS", default=120.0)
 FAILOVER_PROBE_SECONDS = env.float("STREAMGATE_FAILOVER_PROBE_SECONDS", default=5.0)
+# Continuous verification: messages compared per link per run, at most (the rest next run).
+VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the
 # copy of what the promoted stream gained (a PostgreSQL pipe) and the divergent tail kept aside.
 FAILBACK_COPY_RATE = env.float("STREAMGATE_FAILBACK_COPY_RATE", default=200_000.0)

@@ -269,6 +269,14 @@ class ReplicaLink(models.Model):
     mode = models.CharField(max_length=8, choices=SyncMode.choices, default=SyncMode.ASYNC)
     mode_since = models.DateTimeField(null=True, blank=True)
     mode_reason = models.CharField(max_length=255, blank=True)
+    # Continuous verification (replication/services/verify.py): how often, when last, how far
+    # (per "topic:partition", the offset below which the replica was found equal), and what.
+    verify_interval = models.PositiveIntegerField(default=3600, help_text="seconds")
+    last_verified = models.DateTimeField(null=True, blank=True)
+    verified_upto = models.JSONField(default=dict, blank=True)
+    verify_duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # "" while the replica matches; else where it diverges first, for the alarm.
+    verify_error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

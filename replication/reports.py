@@ -266,6 +266,10 @@ def replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
         "timeLag": time_lag(pending),
         "stalled": link_is_stalled(link, pending.messagesPending),
+        # Continuous verification (replication/services/verify.py).
+        "lastVerified": epoch_ms(link.last_verified),
+        "verifiedUpTo": link.verified_upto,
+        "verifyError": link.verify_error,
         # `synchronous` above is what the owner asked for; the mode is what the link does now
         # (a synchronous link drops to async by itself and returns), since when and why.
         **mode_fields(link),

@@ -22,6 +22,7 @@ from replication.services.replicas import (
 from replication.services.streams import stream_create, stream_delete, stream_edit
 from replication.services.topics import topic_create, topic_delete, topic_edit
 from replication.services.upstreams import upstream_add, upstream_remove
+from replication.services.verify import replica_verify
 
 __all__ = [
     "cluster_create",
@@ -35,6 +36,7 @@ __all__ = [
     "replica_pause",
     "replica_remove",
     "replica_resume",
+    "replica_verify",
     "stream_create",
     "stream_delete",
     "stream_edit",

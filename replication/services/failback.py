@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
-from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from replication.engine.store import MessageStore, Record, UnknownTopic
+from replication.engine.store import MessageStore, Record
 from replication.errors import Conflict, InvalidInput
 from replication.models import Compression, Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.paths import validate_topic_name
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
+from replication.services.compare import first_difference, marks_of
 from replication.services.engine import stream_wake
 from replication.services.failover import (
     LINK_FIELDS,
@@ -43,7 +43,6 @@ from replication.stores import store_for
 DIVERGED_SUFFIX = ".diverged"
 HEADER = "streamgate.original."  # headers of a kept-aside message: where it was
 VERIFY_WINDOW = 100  # messages before the common prefix compared on both sides
-READ_LIMIT = 5000
 
 
 @dataclass
@@ -129,39 +128,15 @@ def failback_plan(failover: Failover, source: Stream, replica: Stream) -> list[P
     hints = {(p["topic"], p["partition"]): p["replicaEnd"] for p in failover.partitions}
     plans = []
     for topic in failover.topics:
-        a, b = _marks(src, source.uuid, topic), _marks(dst, replica.uuid, topic)
+        a, b = marks_of(src, source.uuid, topic), marks_of(dst, replica.uuid, topic)
         for partition in sorted(set(a) | set(b)):
             (a_low, a_high), (b_low, b_high) = a.get(partition, (0, 0)), b.get(partition, (0, 0))
             hint = min(hints.get((topic, partition), a_high), a_high, b_high)
-            common = _common_prefix(src, source.uuid, dst, replica.uuid, topic, partition,
+            common = first_difference(src, source.uuid, dst, replica.uuid, topic, partition,
                                     max(a_low, b_low, hint - VERIFY_WINDOW), min(a_high, b_high))
             plans.append(PartitionPlan(topic, partition, common, a_high - common, b_high - common,
                                        a_high, b_high))
     return plans
-
-
-def _marks(store: MessageStore, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
-    try:
-        return store.watermarks(stream, topic)
-    except UnknownTopic:
-        return {}
-
-
-def _common_prefix(a: MessageStore, a_uuid: UUID, b: MessageStore, b_uuid: UUID, topic: str,
-                   partition: int, start: int, stop: int) -> int:
-    """The first offset in [start, stop) where the two partitions differ (stop when none):
-    both copies of a replicated message are the same message, origin and timestamp too."""
-    offset = start
-    while offset < stop:
-        left = a.read(a_uuid, topic, partition, offset, limit=min(READ_LIMIT, stop - offset))
-        right = b.read(b_uuid, topic, partition, offset, limit=len(left) or 1)
-        for x, y in zip(left, right, strict=False):
-            if x != y:
-                return x.offset
-        if not left or len(right) < len(left):
-            return offset + len(right)
-        offset = left[-1].offset + 1
-    return stop
 
 
 def _report(plans: list[PartitionPlan], *, dryrun: bool, reverse: bool) -> dict[str, Any]:
@@ -190,7 +165,7 @@ def _keep_aside(src: MessageStore, source: Stream, failover: Failover,
     offset, kept = max(plan.commonPrefix, _kept_upto(src, source, name, plan, failover)), 0
     while offset < plan.sourceEnd:
         batch = src.read(source.uuid, plan.topic, plan.partition, offset,
-                         limit=min(READ_LIMIT, plan.sourceEnd - offset), max_bytes=16 << 20)
+                         limit=min(5000, plan.sourceEnd - offset), max_bytes=16 << 20)
         records = [_kept(m, failover) for m in batch if m.offset < plan.sourceEnd]
         src.append(source.uuid, name, records, origin=source.uuid, producer=None)
         kept += len(records)
@@ -210,7 +185,7 @@ def _kept(message: Any, failover: Failover) -> Record:
 
 def _kept_upto(src: MessageStore, source: Stream, name: str, plan: PartitionPlan,
                failover: Failover) -> int:
-    high = _marks(src, source.uuid, name).get(plan.partition, (0, 0))[1]
+    high = marks_of(src, source.uuid, name).get(plan.partition, (0, 0))[1]
     if not high:
         return 0
     last = dict(src.read(source.uuid, name, plan.partition, high - 1, limit=1)[0].headers)

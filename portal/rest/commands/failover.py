@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import Row, command, stream_at
-from portal.rest.options import Bool, StreamPath
+from portal.rest.options import Bool, Int, StreamPath
 from replication import reports, services
 
 
@@ -46,3 +46,20 @@ def replica_failback(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
                                        dryrun=opts["dryrun"], reverse=opts["reverse"],
                                        actor=user)
     return reports.failback_rows(report)
+
+
+@command(
+    "stream/replica/verify",
+    StreamPath("path", "the source stream", required=True),
+    StreamPath("replica", "the replica to verify", required=True),
+    Int("interval", "seconds between the periodic verifications of this replica from now on "
+        "(0 turns them off; default: left as it is, hourly for a new replica)", min=0,
+        max=31_536_000),
+    summary="Verify a replica against its source now, from where the last verification "
+            "stopped (needs adminperm on the source or the replica).",
+)
+def replica_verify(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    source, replica = stream_at(user, opts), stream_at(user, opts, "replica")
+    result = services.replica_verify(actor=user, source=source, replica=replica,
+                                     interval=opts["interval"])
+    return [result]
