@@ -34,8 +34,8 @@ from replication.services.failover import (
     LINK_FIELDS,
     downstream_of,
     link_drain,
+    planned_failover,
     reorigin,
-    replica_failover,
 )
 from replication.services.topics import topic_autocreate
 from replication.stores import store_for
@@ -80,7 +80,7 @@ def replica_failback(
     link = _reverse(failover, source, replica, actor)
     link_drain(link, why=f"{source.path} stays a replica of {replica.path}; fail back again")
     if not reverse:
-        replica_failover(replica=source, source=replica, actor=actor)
+        planned_failover(link=link, actor=actor, topics=failover.topics)
         _restore(failover, source, replica, actor)
     _done(failover, report)
     return report

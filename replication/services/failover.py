@@ -64,12 +64,20 @@ def replica_failover(
     link = failover_link(replica, source, force=force)
     if force:
         return _switch(link, tail=_forced_tail(link), forced=True, actor=actor)
+    return planned_failover(link=link, actor=actor)
+
+
+def planned_failover(*, link: ReplicaLink, actor: AbstractBaseUser,
+                     topics: list[str] | None = None) -> Failover:
+    """Stop the source's producers, drain the link, switch. `topics` limits the topics that
+    change origin (a failback's switch back: only those the failover took, not the promoted
+    stream's own topics of a multi-master pair)."""
     link.source.require(actor, "adminperm", action="stop its producers for a planned failover")
     _require_reachable(link)
     _stop_producers(link)
     try:
         tail = _drain(link)
-        return _switch(link, tail=tail, forced=False, actor=actor)
+        return _switch(link, tail=tail, forced=False, actor=actor, topics=topics)
     except BaseException:
         _restart_producers(link.source)  # a failover that did not happen changes nothing
         raise
@@ -302,13 +310,15 @@ def _sampled_tail(link: ReplicaLink, topics: dict[str, UUID]) -> Tail:
 
 
 @transaction.atomic
-def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseUser) -> Failover:
+def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseUser,
+            topics: list[str] | None = None) -> Failover:
     topology_lock()
     source, replica = link.source, link.replica
     if not ReplicaLink.objects.filter(pk=link.pk).exists():
         raise Conflict(f"{replica.path} no longer replicates from {source.path}: another "
                        "failover or a removal came first", field="path")
-    carried = carried_of(link)
+    carried = {name: origin for name, origin in carried_of(link).items()
+               if topics is None or name in topics}
     ended = [_end(link)]
     closure = downstream_of(replica.pk, without=source.pk)
     reorigin(closure, carried, replica)

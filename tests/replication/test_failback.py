@@ -148,6 +148,7 @@ def test_multi_master_pair_fails_back_with_both_directions(owner, sanfrancisco, 
     a = StreamFactory(cluster=sanfrancisco, name="a", created_by=owner)
     b = StreamFactory(cluster=newyork, name="b", created_by=owner)
     topic_create(actor=owner, stream=a, name="clicks")
+    topic_create(actor=owner, stream=b, name="views")  # b's own: its origin never moves
     for source, replica in ((a, b), (b, a)):
         replica_add(actor=owner, source=source, replica=replica)
         upstream_add(actor=owner, replica=replica, source=source)
@@ -159,6 +160,7 @@ def test_multi_master_pair_fails_back_with_both_directions(owner, sanfrancisco, 
     assert set(ReplicaLink.objects.values_list("source", "replica")) == {(a.pk, b.pk),
                                                                           (b.pk, a.pk)}
     assert (origin_of(a), origin_of(b)) == (a.uuid, a.uuid)
+    assert (origin_of(a, "views"), origin_of(b, "views")) == (b.uuid, b.uuid)
     ids = [dict(m.headers)["id"].decode()
            for m in read_all(a, "clicks") + read_all(a, "clicks.diverged")]
     assert len(ids) == len(set(ids)) == 14 and set(ids) == first | second

@@ -18,7 +18,7 @@ from knox.models import AuthToken
 from replication.engine.checker import check_replica
 from replication.engine.store import Key, Record
 from replication.lag_history import lag_record
-from replication.models import Failover, Stream, Topic
+from replication.models import Failover, ReplicaLink, Stream, Topic
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
@@ -232,3 +232,77 @@ def _ends_or_none(stream: Stream) -> dict[int, int] | None:
         return highs(stream)
     except Exception:  # the pool's connections died with the server; it reconnects
         return None
+
+
+def test_multi_master_pair_fails_over_and_back_keeping_every_message_once(
+        engine, owner, newyork, private_postgres, live_server, _private_cache):
+    lost = ClusterFactory(name="lost", store_url=private_postgres.url("lost_store"))
+    store_for(lost), store_for(newyork)
+    a = StreamFactory(cluster=lost, name="a", created_by=owner)
+    b = StreamFactory(cluster=newyork, name="b", created_by=owner)
+    topic_create(actor=owner, stream=a, name="clicks", partitions=2)
+    topic_create(actor=owner, stream=b, name="views", partitions=2)
+    for source, replica in ((a, b), (b, a)):
+        replica_add(actor=owner, source=source, replica=replica)
+        upstream_add(actor=owner, replica=replica, source=source)
+    for cluster in ("newyork", "lost"):
+        GatewayFactory(cluster=ClusterFactory._meta.model.objects.get(name=cluster), name="gw1")
+        engine.gateway(cluster, "gw1")
+    wait_until(lambda: len(presence().live([("newyork", "gw1"), ("lost", "gw1")])) == 2,
+               timeout=30)
+    engine.replicator()
+    clicks, views = Producer(owner, a, "clicks"), Producer(owner, b, "views")
+    clicks(300)
+    _produce_topic(views, 150)
+    wait_until(lambda: replicated(a, b) and _replicated_topic(b, a, "views"), timeout=60,
+               every=0.3)
+    engine.stop("gw-newyork-gw1", kill=True)  # a -> b stops: the next 60 stay on a
+    clicks(60)
+    lag_record()
+    ends = highs(b)
+    private_postgres.stop("immediate")
+
+    token = AuthToken.objects.create(owner)[1]
+    [row] = json.loads(cli(live_server.url, token, f"stream replica failover -path {b.path} "
+                           f"-source {a.path} -force true -json").stdout)["data"]
+    assert row["messagesMissing"] == 60 and len(row["endedLinks"]) == 2
+    second = Producer(owner, Stream.objects.get(pk=b.pk), "second")
+    second(90)
+    _produce_topic(views, 30)
+
+    private_postgres.start()
+    wait_until(lambda: all(_ends_or_none(a) is not None for _ in range(10)), timeout=30,
+               every=0.3)
+    engine.gateway("newyork", "gw1")
+    done = json.loads(cli(live_server.url, token, f"stream replica failback -path {a.path} "
+                          f"-replica {b.path} -json").stdout)["data"]
+    assert done[-1]["keptAside"] == 60
+    # Both directions are back, each topic with its own origin again.
+    assert {(link.source.name, link.replica.name) for link in
+            ReplicaLink.objects.select_related("source", "replica")} == {("a", "b"), ("b", "a")}
+    assert Topic.objects.get(stream=b, name="clicks").origin_uuid == a.uuid
+    assert Topic.objects.get(stream=a, name="views").origin_uuid == b.uuid
+    both = _ids(a, "clicks") + _ids(a, "clicks.diverged")
+    assert len(both) == len(set(both)) == 450
+    assert set(both) == set(clicks.ids.values()) | set(second.ids.values())
+    wait_until(lambda: replicated(a, b) and _replicated_topic(b, a, "views"), timeout=60,
+               every=0.3)
+    assert len(_ids(a, "views")) == len(set(_ids(a, "views"))) == 180
+    assert sum(ends.values()) == 300
+
+
+def _produce_topic(producer: Producer, count: int) -> None:
+    ids = [f"{producer.prefix}-{i}" for i in range(producer.sent, producer.sent + count)]
+    placed = messages_produce(actor=producer.owner, stream=producer.stream, topic="views",
+                              records=[Record(value=i.encode(), headers=(("id", i.encode()),))
+                                       for i in ids])
+    producer.ids.update(dict(zip(placed, ids, strict=True)))
+    producer.sent += count
+
+
+def _replicated_topic(origin: Stream, replica: Stream, topic: str) -> bool:
+    try:
+        return check_replica(store_for(origin.cluster), origin.uuid, store_for(replica.cluster),
+                             replica.uuid, [topic]).ok
+    except Exception:  # the restarted store's pool reconnects once
+        return False
