@@ -6,14 +6,14 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import get_object_or_404, redirect
 
 from portal.web.streams import visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
-from replication.models import ReplicaLink
+from replication.models import Failover, ReplicaLink, Stream
 from replication.reports import failover_row
-from replication.services import replica_failover
+from replication.services import replica_failback, replica_failover
 
 
 @login_required
@@ -38,3 +38,34 @@ def stream_failover(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("stream-detail", pk)
     return render_page(request, "web/failover_confirm.html",
                        {"stream": stream, "sources": sources})
+
+
+@login_required
+def stream_failback(request: HttpRequest, pk: int, failover_pk: int) -> HttpResponse:
+    """The failback wizard on the promoted stream's page: GET runs the dry run and shows it
+    per partition; POST (confirmed) fails back."""
+    replica = visible_stream(request, pk)
+    failover = get_object_or_404(Failover.objects.restrict(request.user), pk=failover_pk,
+                                 replica=replica, failed_back_at=None)
+    source = get_object_or_404(Stream.objects.restrict(request.user), pk=failover.source_id)
+    if request.method == "POST":
+        if request.POST.get("confirm") != "yes":
+            messages.error(request, "tick the confirmation box to fail back")
+            return redirect("stream-failback", pk, failover_pk)
+        try:
+            report = replica_failback(source=source, replica=replica, actor=request.user,
+                                      reverse=request.POST.get("reverse") == "on")
+        except StreamgateError as err:
+            messages.error(request, err.desc)
+            return redirect("stream-failback", pk, failover_pk)
+        messages.success(request, f"{source.path} is back: {report['keptAside']} messages kept "
+                                  f"in its .diverged topics, {report['toCopy']} copied")
+        return redirect("stream-detail", pk)
+    try:
+        report, error = replica_failback(source=source, replica=replica, dryrun=True,
+                                         actor=request.user), ""
+    except StreamgateError as err:
+        report, error = None, err.desc
+    return render_page(request, "web/failback_wizard.html", {
+        "stream": replica, "source": source, "failover": failover, "report": report,
+        "error": error})

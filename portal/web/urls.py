@@ -21,6 +21,8 @@ urlpatterns = [
          name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
     path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
+    path("streams/<int:pk>/failback/<int:failover_pk>/", failover.stream_failback,
+         name="stream-failback"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
     path("audit/", audit_log, name="audit"),
     path("overview/alarms/", alarms_fragment, name="overview-alarms"),

@@ -75,8 +75,9 @@ def replica_failback(
         return report
     src = store_for(source.cluster)
     for plan in plans:
-        report["keptAside"] += _keep_aside(src, source, failover, plan)
-        src.truncate(source.uuid, plan.topic, plan.partition, plan.commonPrefix)
+        if plan.keepAside > 0:  # kept before it is cut: nothing is deleted without a copy
+            report["keptAside"] += _keep_aside(src, source, failover, plan)
+            src.truncate(source.uuid, plan.topic, plan.partition, plan.commonPrefix)
     link = _reverse(failover, source, replica, actor)
     link_drain(link, why=f"{source.path} stays a replica of {replica.path}; fail back again")
     if not reverse:

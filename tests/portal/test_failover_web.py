@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from replication.engine.store import Record
 from replication.models import Failover, ReplicaLink, Stream, Topic
-from replication.services import replica_add, topic_create, upstream_add
+from replication.services import replica_add, replica_failover, topic_create, upstream_add
+from replication.services.messages import messages_produce
 
 
 @pytest.fixture
@@ -68,3 +70,36 @@ def test_an_outsider_gets_404_and_changes_nothing(outsider, pair):
     assert client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}).status_code == 404
     assert ReplicaLink.objects.count() == 1
     assert Stream.objects.get(pk=source.pk).producers_stopped == ""
+
+
+@pytest.fixture
+def failed_over(owner, pair):
+    source, replica = pair
+    replica_failover(replica=replica, force=True, actor=owner)
+    messages_produce(actor=owner, stream=replica, topic="clicks",
+                     records=[Record(value=b"second-%d" % i) for i in range(3)])
+    return source, replica, Failover.objects.get()
+
+
+def test_the_failback_wizard_shows_the_dry_run_then_fails_back(owner, failed_over):
+    source, replica, failover = failed_over
+    client = signed_in(owner)
+    page = client.get(f"/streams/{replica.pk}/").content.decode()
+    assert f"/streams/{replica.pk}/failback/{failover.pk}/" in page
+    wizard = client.get(f"/streams/{replica.pk}/failback/{failover.pk}/").content.decode()
+    assert 'id="failback-plan"' in wizard and "3 to copy" in wizard
+    assert ReplicaLink.objects.count() == 0  # the dry run changed nothing
+    response = client.post(f"/streams/{replica.pk}/failback/{failover.pk}/",
+                           {"confirm": "yes"}, follow=True)
+    assert f"{source.path} is back" in response.content.decode()
+    assert set(ReplicaLink.objects.values_list("source", "replica")) == {(source.pk,
+                                                                          replica.pk)}
+
+
+def test_the_failback_wizard_is_404_to_an_outsider(outsider, failed_over):
+    _source, replica, failover = failed_over
+    client = signed_in(outsider)
+    url = f"/streams/{replica.pk}/failback/{failover.pk}/"
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"confirm": "yes"}).status_code == 404
+    assert Failover.objects.get().failed_back_at is None
