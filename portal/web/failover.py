@@ -7,13 +7,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
 
 from portal.web.streams import visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
 from replication.models import Failover, ReplicaLink, Stream
 from replication.reports import failover_row
-from replication.services import replica_failback, replica_failover
+from replication.services import replica_failback, replica_failover, replica_verify
 
 
 @login_required
@@ -69,3 +70,23 @@ def stream_failback(request: HttpRequest, pk: int, failover_pk: int) -> HttpResp
     return render_page(request, "web/failback_wizard.html", {
         "stream": replica, "source": source, "failover": failover, "report": report,
         "error": error})
+
+
+@login_required
+@require_POST
+def link_verify_now(request: HttpRequest, pk: int, link_pk: int) -> HttpResponse:
+    """The stream page's "Verify now" on one of its replicas."""
+    source = visible_stream(request, pk)
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
+                             pk=link_pk, source=source)
+    try:
+        result = replica_verify(actor=request.user, source=source, replica=link.replica)
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+    else:
+        if result["error"]:
+            messages.error(request, result["error"])
+        else:
+            messages.success(request, f"{link.replica.path} verified: "
+                                      f"{result['messagesChecked']} new messages equal")
+    return redirect("stream-detail", pk)

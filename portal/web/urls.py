@@ -23,6 +23,7 @@ urlpatterns = [
     path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
     path("streams/<int:pk>/failback/<int:failover_pk>/", failover.stream_failback,
          name="stream-failback"),
+    path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
     path("audit/", audit_log, name="audit"),
     path("overview/alarms/", alarms_fragment, name="overview-alarms"),

@@ -103,3 +103,15 @@ def test_the_failback_wizard_is_404_to_an_outsider(outsider, failed_over):
     assert client.get(url).status_code == 404
     assert client.post(url, {"confirm": "yes"}).status_code == 404
     assert Failover.objects.get().failed_back_at is None
+
+
+def test_verify_now_on_the_source_page_records_the_result(owner, outsider, pair):
+    source, replica = pair
+    client = signed_in(owner)
+    page = client.get(f"/streams/{source.pk}/").content.decode()
+    link = ReplicaLink.objects.get()
+    assert f"/streams/{source.pk}/verify/{link.pk}/" in page
+    response = client.post(f"/streams/{source.pk}/verify/{link.pk}/", follow=True)
+    assert f"{replica.path} verified" in response.content.decode()
+    assert ReplicaLink.objects.get().last_verified is not None
+    assert signed_in(outsider).post(f"/streams/{source.pk}/verify/{link.pk}/").status_code == 404
