@@ -132,12 +132,31 @@ def failback_plan(failover: Failover, source: Stream, replica: Stream) -> list[P
         a, b = marks_of(src, source.uuid, topic), marks_of(dst, replica.uuid, topic)
         for partition in sorted(set(a) | set(b)):
             (a_low, a_high), (b_low, b_high) = a.get(partition, (0, 0)), b.get(partition, (0, 0))
+            low = max(a_low, b_low)
             hint = min(hints.get((topic, partition), a_high), a_high, b_high)
+            start = max(low, hint - VERIFY_WINDOW)
             common = first_difference(src, source.uuid, dst, replica.uuid, topic, partition,
-                                    max(a_low, b_low, hint - VERIFY_WINDOW), min(a_high, b_high))
+                                      start, min(a_high, b_high))
+            if common == start > low:  # they differ already where the hint said they agree
+                common = _search(src, source.uuid, dst, replica.uuid, topic, partition, low,
+                                 start)
             plans.append(PartitionPlan(topic, partition, common, a_high - common, b_high - common,
                                        a_high, b_high))
     return plans
+
+
+def _search(a: MessageStore, a_uuid: Any, b: MessageStore, b_uuid: Any, topic: str,
+            partition: int, low: int, high: int) -> int:
+    """The first differing offset in [low, high], knowing `high` differs: the two hold the
+    same messages up to it and different ones from it on (their tails have different
+    origins), so a binary search over single messages finds it."""
+    while low < high:
+        middle = (low + high) // 2
+        if first_difference(a, a_uuid, b, b_uuid, topic, partition, middle, middle + 1) == middle:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _report(plans: list[PartitionPlan], *, dryrun: bool, reverse: bool) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from replication.engine.store import Record, UnknownTopic
 from replication.errors import Conflict, InvalidInput, PermissionDenied
 from replication.models import Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.services import (
+    failback,
     replica_add,
     replica_failback,
     replica_failover,
@@ -197,3 +198,13 @@ def test_failback_while_producers_write_to_both_is_refused(owner, failed_over):
     assert sum(h for _l, h in store_for(source.cluster).watermarks(source.uuid,
                                                                    "clicks").values()) == 60
     assert not ReplicaLink.objects.exists()
+
+
+def test_the_common_prefix_is_found_even_without_the_failovers_record_of_it(
+        owner, failed_over, monkeypatch):
+    source, replica, _first, _second = failed_over
+    Failover.objects.update(partitions=[])  # no replica end recorded: search the partitions
+    monkeypatch.setattr(failback, "VERIFY_WINDOW", 2)  # so the search starts past it
+    report = replica_failback(source=source, replica=replica, dryrun=True, actor=owner)
+    assert [(p["commonPrefix"], p["keepAside"], p["copy"]) for p in report["partitions"]] == [
+        (15, 5, 10)] * 3
