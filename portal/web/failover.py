@@ -42,34 +42,42 @@ def stream_failover(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def stream_failback(request: HttpRequest, pk: int, failover_pk: int) -> HttpResponse:
-    """The failback wizard on the promoted stream's page: GET runs the dry run and shows it
-    per partition; POST (confirmed) fails back."""
+def stream_failback(request: HttpRequest, pk: int) -> HttpResponse:
+    """The failback wizard on the promoted stream's page, for its latest failover not yet
+    failed back: GET runs the dry run and shows it per partition; POST (confirmed) fails back."""
     replica = visible_stream(request, pk)
-    failover = get_object_or_404(Failover.objects.restrict(request.user), pk=failover_pk,
-                                 replica=replica, failed_back_at=None)
-    source = get_object_or_404(Stream.objects.restrict(request.user), pk=failover.source_id)
+    failover = (Failover.objects.restrict(request.user)
+                .filter(replica=replica, failed_back_at=None).exclude(source=None)
+                .select_related("source").order_by("-at").first())
+    if failover is None:
+        return render_page(request, "web/failback_wizard.html", {
+            "stream": replica, "error": f"{replica.path} took over from no stream that is "
+                                        "not back yet: there is nothing to fail back"})
     if request.method == "POST":
-        if request.POST.get("confirm") != "yes":
-            messages.error(request, "tick the confirmation box to fail back")
-            return redirect("stream-failback", pk, failover_pk)
-        try:
-            report = replica_failback(source=source, replica=replica, actor=request.user,
-                                      reverse=request.POST.get("reverse") == "on")
-        except StreamgateError as err:
-            messages.error(request, err.desc)
-            return redirect("stream-failback", pk, failover_pk)
-        messages.success(request, f"{source.path} is back: {report['keptAside']} messages kept "
-                                  f"in its .diverged topics, {report['toCopy']} copied")
-        return redirect("stream-detail", pk)
+        return _failback(request, replica, failover)
     try:
-        report, error = replica_failback(source=source, replica=replica, dryrun=True,
+        report, error = replica_failback(source=failover.source, replica=replica, dryrun=True,
                                          actor=request.user), ""
     except StreamgateError as err:
         report, error = None, err.desc
     return render_page(request, "web/failback_wizard.html", {
-        "stream": replica, "source": source, "failover": failover, "report": report,
+        "stream": replica, "source": failover.source, "failover": failover, "report": report,
         "error": error})
+
+
+def _failback(request: HttpRequest, replica: Stream, failover: Failover) -> HttpResponse:
+    if request.POST.get("confirm") != "yes":
+        messages.error(request, "tick the confirmation box to fail back")
+        return redirect("stream-failback", replica.pk)
+    try:
+        report = replica_failback(source=failover.source, replica=replica, actor=request.user,
+                                  reverse=request.POST.get("reverse") == "on")
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+        return redirect("stream-failback", replica.pk)
+    messages.success(request, f"{failover.source.path} is back: {report['keptAside']} messages "
+                              f"kept in its .diverged topics, {report['toCopy']} copied")
+    return redirect("stream-detail", replica.pk)
 
 
 @login_required

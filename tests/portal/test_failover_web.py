@@ -82,14 +82,14 @@ def failed_over(owner, pair):
 
 
 def test_the_failback_wizard_shows_the_dry_run_then_fails_back(owner, failed_over):
-    source, replica, failover = failed_over
+    source, replica, _failover = failed_over
     client = signed_in(owner)
     page = client.get(f"/streams/{replica.pk}/").content.decode()
-    assert f"/streams/{replica.pk}/failback/{failover.pk}/" in page
-    wizard = client.get(f"/streams/{replica.pk}/failback/{failover.pk}/").content.decode()
+    assert f"/streams/{replica.pk}/failback/" in page
+    wizard = client.get(f"/streams/{replica.pk}/failback/").content.decode()
     assert 'id="failback-plan"' in wizard and "3 to copy" in wizard
     assert ReplicaLink.objects.count() == 0  # the dry run changed nothing
-    response = client.post(f"/streams/{replica.pk}/failback/{failover.pk}/",
+    response = client.post(f"/streams/{replica.pk}/failback/",
                            {"confirm": "yes"}, follow=True)
     assert f"{source.path} is back" in response.content.decode()
     assert set(ReplicaLink.objects.values_list("source", "replica")) == {(source.pk,
@@ -97,9 +97,9 @@ def test_the_failback_wizard_shows_the_dry_run_then_fails_back(owner, failed_ove
 
 
 def test_the_failback_wizard_is_404_to_an_outsider(outsider, failed_over):
-    _source, replica, failover = failed_over
+    _source, replica, _failover = failed_over
     client = signed_in(outsider)
-    url = f"/streams/{replica.pk}/failback/{failover.pk}/"
+    url = f"/streams/{replica.pk}/failback/"
     assert client.get(url).status_code == 404
     assert client.post(url, {"confirm": "yes"}).status_code == 404
     assert Failover.objects.get().failed_back_at is None
@@ -115,3 +115,9 @@ def test_verify_now_on_the_source_page_records_the_result(owner, outsider, pair)
     assert f"{replica.path} verified" in response.content.decode()
     assert ReplicaLink.objects.get().last_verified is not None
     assert signed_in(outsider).post(f"/streams/{source.pk}/verify/{link.pk}/").status_code == 404
+
+
+def test_the_failback_page_of_a_stream_that_took_over_from_none_says_so(owner, pair):
+    _source, replica = pair
+    page = signed_in(owner).get(f"/streams/{replica.pk}/failback/").content.decode()
+    assert "nothing to fail back" in page and 'id="failback-form"' not in page
