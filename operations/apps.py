@@ -7,6 +7,8 @@ class OperationsConfig(AppConfig):
 
     def ready(self) -> None:
         from operations import alarms, audit
+        from replication.signals import stream_expiring
 
         audit.connect_signals()
         alarms.connect_signals()
+        stream_expiring.connect(alarms.on_stream_expiring, dispatch_uid="retention_check")

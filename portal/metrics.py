@@ -21,14 +21,13 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from operations.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from operations.models import Alarm, AlarmKind
 from replication import reports
+from replication.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from replication.engine.store import UnknownTopic
-from replication.models import Gateway, ReplicaLink, Stream, SyncMode, Topic
+from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
 from replication.services.engine import link_is_stalled
 from replication.stores import store_for
-from workers.models import Job
 
 LINK = ["source", "replica"]
 
@@ -107,7 +106,7 @@ def message_metrics() -> Iterator[Metric]:
 
 
 def traffic_metrics() -> Iterator[Metric]:
-    """What producers and consumers moved through the portal, per stream (operations/counters.py:
+    """What producers and consumers moved through the portal, per stream (replication/counters.py:
     totals in the shared cache, so every web worker reports all of it)."""
     streams = dict(Stream.objects.values_list("uuid", "path"))
     for direction, verb in ((PRODUCED, "produced to"), (CONSUMED, "consumed from")):

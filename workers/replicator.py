@@ -37,6 +37,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
+from replication.presence import GatewayId, Presence, gateway_queue
 from replication.services.engine import (
     LINKS_CHANGED,
     MovingLink,
@@ -51,7 +52,6 @@ from replication.stores import store_for
 from workers.gateway import presence_watch
 from workers.lagevents import LagEvents
 from workers.linkcache import LinkCache
-from workers.presence import GatewayId, Presence, gateway_queue
 from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)

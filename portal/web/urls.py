@@ -1,8 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, failover, jobs, setup, streams, views
+from portal.web import approvals, audit, failover, jobs, setup, streams, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -24,8 +23,8 @@ urlpatterns = [
     path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
     path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
-    path("audit/", audit_log, name="audit"),
-    path("overview/alarms/", alarms_fragment, name="overview-alarms"),
+    path("audit/", audit.audit_log, name="audit"),
+    path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/pending/", approvals.approvals_list, name="approvals-list"),
     path("approvals/<int:pk>/", approvals.approval_detail, name="approval-detail"),

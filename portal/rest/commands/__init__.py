@@ -1,6 +1,16 @@
 """maprcli's commands over HTTP. Importing the handler modules registers their commands."""
 
-from portal.rest.commands import alarms, audit, clusters, failover, jobs, replicas, streams, topics
+from portal.rest.commands import (
+    alarms,
+    audit,
+    clusters,
+    failover,
+    jobs,
+    maintenance,
+    replicas,
+    streams,
+    topics,
+)
 from portal.rest.commands.registry import REGISTRY, Command
 
 __all__ = [
@@ -11,6 +21,7 @@ __all__ = [
     "clusters",
     "failover",
     "jobs",
+    "maintenance",
     "replicas",
     "streams",
     "topics",
