@@ -19,12 +19,12 @@ from replication.engine.checker import check_replica
 from replication.engine.store import Key, Record
 from replication.lag_history import lag_record
 from replication.models import Failover, ReplicaLink, Stream, Topic
+from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
-from workers.presence import presence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 STREAMGATE = Path(sys.executable).with_name("streamgate")
