@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('operations', '0002_audit_action_purge'),
-        ('replication', '0006_failover_and_verification'),
+        ('replication', '0007_failover_and_verification'),
     ]
 
     operations = [

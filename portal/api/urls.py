@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import failover, jobs, messages, operations, views
+from portal.api import defaultstreams, failover, jobs, messages, operations, views
 
 app_name = "api"
 
@@ -31,6 +31,7 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages
 router.register("alarms", operations.AlarmViewSet, basename="alarm")
 router.register("audit", operations.AuditEventViewSet, basename="audit")
 router.register("jobs", jobs.JobViewSet, basename="job")
+router.register("defaultstreams", defaultstreams.DefaultStreamViewSet, basename="defaultstream")
 
 urlpatterns = [
     *router.urls,

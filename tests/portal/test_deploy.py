@@ -100,3 +100,13 @@ def test_run_production_starts_the_compose_commands():
     for variable in PROCESS_ENV:
         assert variable in script, variable
     assert subprocess.run(["bash", "-n", str(ROOT / "bin" / "run-production")]).returncode == 0
+
+
+def test_compose_and_run_production_start_a_kafka_listener():
+    kafka = compose()["services"]["kafka"]
+    assert kafka["command"][:3] == ["streamgate", "kafka", "run"]
+    assert "9092:9092" in kafka["ports"]
+    assert set(PROCESS_ENV) <= set(kafka["environment"])
+    script = (ROOT / "bin" / "run-production").read_text()
+    assert 'streamgate kafka run -listen "$KAFKA_LISTEN"' in script
+    assert "KAFKA_LISTEN=${KAFKA_LISTEN:-127.0.0.1:9092}" in script

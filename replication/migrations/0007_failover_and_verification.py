@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('replication', '0005_job_moved_from_workers'),
+        ('replication', '0006_merge_0005_default_stream_0005_job_moved_from_workers'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
