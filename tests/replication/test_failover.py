@@ -20,10 +20,12 @@ from replication.services import (
 from replication.services.common import component, holdings
 from replication.services.engine import batch_apply
 from replication.services.messages import (
+    PartitionWrite,
     cursor_commit,
     cursor_list,
     messages_consume,
     messages_produce,
+    messages_produce_partitions,
 )
 from replication.stores import store_for
 from replication.topology import origin_conflicts
@@ -310,3 +312,20 @@ def test_failover_from_a_stream_that_is_not_the_source_is_refused(owner, pair, s
     with pytest.raises(InvalidInput, match=f"is not a replica of {other.path}"):
         replica_failover(replica=replica, source=other, actor=owner)
     assert_unchanged(source, replica)
+
+
+def test_the_kafka_produce_path_is_fenced_too(owner, pair):
+    source, replica = pair
+    replica_failover(replica=replica, force=True, actor=owner)
+    with pytest.raises(Conflict, match=f"failed over to {replica.path}"):
+        messages_produce_partitions(actor=owner, stream=Stream.objects.get(pk=source.pk),
+                                    topic="clicks", writes=[PartitionWrite(0, [Record(b"x")])])
+    assert not store_knows(source)  # nothing was stored
+
+
+def store_knows(stream: Stream) -> bool:
+    try:
+        ends(stream)
+    except Exception:  # the store never heard of the topic: nothing was written
+        return False
+    return True
