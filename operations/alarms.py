@@ -18,6 +18,7 @@ from uuid import UUID
 import structlog
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from operations.models import Alarm, AlarmKind
@@ -25,14 +26,14 @@ from replication import reports
 from replication.engine.replicator import PartitionPending, pending
 from replication.engine.store import MessageStore, OffsetOutOfRange
 from replication.events import publish_after_commit
-from replication.models import Gateway, ReplicaLink, Stream, SyncMode
+from replication.models import Failover, Gateway, ReplicaLink, Stream, SyncMode
 from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)
 
 # The kinds `alarms_evaluate` owns: an open one whose condition is gone is cleared.
-EVALUATED = frozenset(AlarmKind) - {AlarmKind.RETENTION_UNREPLICATED}
+EVALUATED = frozenset(AlarmKind) - {AlarmKind.RETENTION_UNREPLICATED, AlarmKind.FAILOVER}
 # The replicator's own words when a destination cluster has no live gateway
 # (replication/services/engine.py link_waiting): reported as the cluster's alarm instead.
 WAITING_PREFIX = "waiting: no live gateway"
@@ -48,6 +49,7 @@ class Condition:
     link_id: int | None = None
     cluster_id: int | None = None
     tenant_ids: frozenset[int] = field(default_factory=frozenset)
+    stream_id: int | None = None
 
 
 def alarms_evaluate(*, now: datetime | None = None) -> dict[str, int]:
@@ -100,6 +102,8 @@ def _link_conditions(links: list[ReplicaLink], unknown: set[str]) -> Iterator[Co
         if link.last_error and not link.last_error.startswith(WAITING_PREFIX):
             by = f" (gateway {link.last_error_gateway})" if link.last_error_gateway else ""
             yield link_condition(link, AlarmKind.REPLICATION_ERROR, f"{link.last_error}{by}")
+        if link.verify_error:
+            yield link_condition(link, AlarmKind.DIVERGED, link.verify_error)
         if link.synchronous and link.mode == SyncMode.ASYNC:
             since = f" since {link.mode_since:%Y-%m-%d %H:%M:%S} UTC" if link.mode_since else ""
             yield link_condition(link, AlarmKind.ASYNC_FALLBACK, (
@@ -163,7 +167,8 @@ def alarm_raise(*, condition: Condition, now: datetime | None = None) -> bool:
             alarm = Alarm.objects.create(
                 kind=condition.kind, key=condition.key, entity=condition.entity[:2100],
                 link_id=condition.link_id, cluster_id=condition.cluster_id,
-                description=condition.description, raised=now, last_seen=now,
+                stream_id=condition.stream_id, description=condition.description, raised=now,
+                last_seen=now,
             )
     except IntegrityError:
         return False  # another evaluator raised it a moment ago
@@ -184,6 +189,9 @@ def alarm_clear(*, alarm: Alarm, now: datetime | None = None) -> int:
 def _tenants_of(alarm: Alarm) -> frozenset[int]:
     if alarm.cluster_id is not None:
         return _cluster_tenants(alarm.cluster_id)
+    if alarm.stream_id is not None:
+        return frozenset(Stream.objects.filter(pk=alarm.stream_id)
+                         .values_list("tenant_id", flat=True))
     ends = Stream.objects.filter(source_links__pk=alarm.link_id) | Stream.objects.filter(
         replica_links__pk=alarm.link_id)
     return frozenset(ends.values_list("tenant_id", flat=True))
@@ -257,3 +265,62 @@ def _older(store: MessageStore, stream: UUID, part: PartitionPending, before_ms:
             break
         count += 1
     return count
+
+
+# --- failovers ----------------------------------------------------------------------------------
+
+
+def connect_signals() -> None:
+    """The alarm of a failover, raised in the failover's own transaction: the replication
+    layer records the Failover, this layer (above it) raises what operators read."""
+    post_save.connect(_failed_over, sender=Failover, dispatch_uid="operations.alarms.failover")
+
+
+def _failed_over(sender: type, instance: Failover, created: bool, raw: bool = False,
+                 **kwargs: object) -> None:
+    if raw:
+        return
+    if created:
+        alarm_raise(condition=failover_condition(instance))
+    elif instance.failed_back_at is not None:  # a failback brought the two together again
+        for alarm in Alarm.objects.open().filter(kind=AlarmKind.FAILOVER,
+                                                 key=f"failover:{instance.pk}"):
+            alarm_clear(alarm=alarm)
+
+
+def failover_condition(failover: Failover) -> Condition:
+    replica = failover.replica
+    tenants = {replica.tenant_id}
+    if failover.source is not None:
+        tenants.add(failover.source.tenant_id)
+    return Condition(AlarmKind.FAILOVER, f"failover:{failover.pk}",
+                     f"{failover.source_path} -> {replica.path}", failover_text(failover),
+                     stream_id=replica.pk, tenant_ids=frozenset(tenants))
+
+
+def failover_text(failover: Failover) -> str:
+    how = "forced failover (source unreachable)" if not failover.source_reachable else (
+        "forced failover" if failover.forced else "planned failover")
+    head = (f"{how}: {failover.replica.path} took over from {failover.source_path} at "
+            f"{failover.at:%Y-%m-%d %H:%M:%S} UTC and is now the origin of "
+            f"{len(failover.topics)} topics; ")
+    return head + missing_text(failover)
+
+
+def missing_text(failover: Failover) -> str:
+    """What may be missing on the replica: the source's unreplicated tail."""
+    if failover.missing_messages is None:
+        return ("what may be missing is unknown (the source was unreachable and no lag sample "
+                "was recorded): compare with the source when it returns (failback)")
+    if failover.missing_messages == 0:
+        return f"nothing is missing ({failover.missing_from})"
+    age = f", the oldest {failover.missing_ms / 1000:.1f}s old" if failover.missing_ms else ""
+    gaps = [p for p in failover.partitions
+            if p.get("sourceEnd") is not None and p["sourceEnd"] > p["replicaEnd"]]
+    where = ", ".join(f"{p['topic']} partition {p['partition']} offsets {p['replicaEnd']}-"
+                      f"{p['sourceEnd'] - 1}" for p in gaps[:5])
+    more = f" and {len(gaps) - 5} more partitions" if len(gaps) > 5 else ""
+    return (f"{failover.missing_messages} messages produced on {failover.source_path} had not "
+            f"reached the replica{age} ({failover.missing_from})"
+            + (f": {where}{more}" if where else "")
+            + "; they stay on the source and a failback keeps them")

@@ -10,4 +10,5 @@ class OperationsConfig(AppConfig):
         from replication.signals import stream_expiring
 
         audit.connect_signals()
+        alarms.connect_signals()
         stream_expiring.connect(alarms.on_stream_expiring, dispatch_uid="retention_check")

@@ -25,7 +25,15 @@ from django.http import HttpRequest, HttpResponse
 
 from accounts.models import Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
-from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.models import (
+    Cluster,
+    Failover,
+    Gateway,
+    ReplicaLink,
+    Stream,
+    Topic,
+    Upstream,
+)
 from replication.signals import stream_purged
 
 
@@ -47,12 +55,13 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
     Stream: frozenset({"created", "modified"}),
     ReplicaLink: frozenset({"created", "state", "copy_percentage", "last_error",
                             "last_error_gateway", "last_progress", "mode", "mode_since",
-                            "mode_reason"}),
+                            "mode_reason", "last_verified", "verified_upto",
+                            "verify_duration_ms", "verify_error"}),
     Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
                         "messages_applied", "bytes_applied", "errors"}),
 }
 AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Cluster, Gateway, Stream, Topic,
-                                           ReplicaLink, Upstream)
+                                           ReplicaLink, Upstream, Failover)
 
 
 def interface_of(path: str) -> str:
@@ -111,6 +120,11 @@ def _tenants(instance: models.Model) -> tuple[int | None, int | None]:
         # The source side first: its owner registered the link.
         source, replica = _stream_tenant(instance.source_id), _stream_tenant(instance.replica_id)
         return source, replica if replica != source else None
+    if isinstance(instance, Failover):
+        # The replica's owner acted; the source's owner sees it too.
+        replica = _stream_tenant(instance.replica_id)
+        source = _stream_tenant(instance.source_id) if instance.source_id else None
+        return replica, source if source != replica else None
     return None, None  # clusters and gateways: infrastructure, operators only
 
 
@@ -139,6 +153,8 @@ def _describe(instance: models.Model) -> str:
 
 
 def _action(instance: models.Model, created: bool, changed: dict[str, Any]) -> str:
+    if created and isinstance(instance, Failover):
+        return AuditAction.FAILOVER
     if isinstance(instance, ReplicaLink) and set(changed) == {"paused"}:
         return AuditAction.PAUSE if instance.paused else AuditAction.RESUME
     if created and isinstance(instance, Upstream) and ReplicaLink.objects.filter(

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from accounts.scoping import RestrictedQuerySet
-from replication.models import Cluster, ReplicaLink
+from replication.models import Cluster, ReplicaLink, Stream
 
 
 class AlarmKind(models.TextChoices):
@@ -24,6 +24,9 @@ class AlarmKind(models.TextChoices):
                             "Replica waiting for upstream approval")
     RETENTION_UNREPLICATED = ("STREAM_ALARM_RETENTION_UNREPLICATED",
                               "Retention deleted unreplicated messages")
+    DIVERGED = "STREAM_ALARM_REPLICA_DIVERGED", "A replica differs from its source"
+    # An event, not a state: raised by a failover, open until someone clears it.
+    FAILOVER = "STREAM_ALARM_REPLICA_FAILOVER", "A replica took over from its source"
 
 
 CLUSTER_KINDS = frozenset({AlarmKind.GATEWAYS_DOWN})
@@ -32,7 +35,8 @@ CLUSTER_KINDS = frozenset({AlarmKind.GATEWAYS_DOWN})
 class AlarmQuerySet(RestrictedQuerySet):
     # A link's alarm is seen by the tenants of both ends (as the link itself is); a cluster's
     # by the tenants with streams on that cluster.
-    tenant_paths = ("link__source__tenant", "link__replica__tenant", "cluster__streams__tenant")
+    tenant_paths = ("link__source__tenant", "link__replica__tenant", "cluster__streams__tenant",
+                    "stream__tenant")
 
     def open(self) -> AlarmQuerySet:
         return self.filter(cleared__isnull=True)
@@ -51,6 +55,9 @@ class Alarm(models.Model):
                              db_constraint=False, related_name="+")
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL,
                                 db_constraint=False, related_name="+")
+    # A stream's own alarm (a failover: the link it was about is gone), seen by its tenant.
+    stream = models.ForeignKey(Stream, null=True, blank=True, on_delete=models.SET_NULL,
+                               db_constraint=False, related_name="+")
     description = models.TextField()
     raised = models.DateTimeField(default=timezone.now)
     # When the condition was last seen true (retention losses are events: they stay raised a
@@ -94,6 +101,7 @@ class AuditAction(models.TextChoices):
     PAUSE = "pause"
     RESUME = "resume"
     APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
+    FAILOVER = "failover"  # a replica taking over from its source
     PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
 
 

@@ -280,6 +280,21 @@ JOB_STALE_SECONDS = env.float("STREAMGATE_JOB_STALE_SECONDS", default=300.0)
 if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
     raise ImproperlyConfigured("STREAMGATE_CATCHUP_THRESHOLD must be 0 or more and "
                                "STREAMGATE_JOB_STALE_SECONDS positive")
+# `stream replica failover`: a planned failover drains the link for at most DRAIN seconds
+# (then gives up, changing nothing); a source store that does not answer within PROBE seconds
+# counts as unreachable (only -force true fails over then).
+FAILOVER_DRAIN_SECONDS = env.float("STREAMGATE_FAILOVER_DRAIN_SECONDS", default=120.0)
+FAILOVER_PROBE_SECONDS = env.float("STREAMGATE_FAILOVER_PROBE_SECONDS", default=5.0)
+# Continuous verification: messages compared per link per run, at most (the rest next run).
+VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
+# `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the
+# copy of what the promoted stream gained (a PostgreSQL pipe) and the divergent tail kept aside.
+FAILBACK_COPY_RATE = env.float("STREAMGATE_FAILBACK_COPY_RATE", default=200_000.0)
+FAILBACK_KEEP_RATE = env.float("STREAMGATE_FAILBACK_KEEP_RATE", default=50_000.0)
+if min(FAILOVER_DRAIN_SECONDS, FAILOVER_PROBE_SECONDS, FAILBACK_COPY_RATE,
+       FAILBACK_KEEP_RATE) <= 0:
+    raise ImproperlyConfigured("STREAMGATE_FAILOVER_DRAIN_SECONDS, _PROBE_SECONDS and "
+                               "STREAMGATE_FAILBACK_COPY_RATE, _KEEP_RATE must be positive")
 # Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)

@@ -139,6 +139,9 @@ class Stream(models.Model):
     topicperm = models.TextField()
     copyperm = models.TextField()
     adminperm = models.TextField()
+    # Why producers are refused here ("" while they are not): a stream a failover moved its
+    # producers away from (replication/services/failover.py), so none writes to both sides.
+    producers_stopped = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
     modified = models.DateTimeField(auto_now=True)
 
@@ -272,6 +275,14 @@ class ReplicaLink(models.Model):
     mode = models.CharField(max_length=8, choices=SyncMode.choices, default=SyncMode.ASYNC)
     mode_since = models.DateTimeField(null=True, blank=True)
     mode_reason = models.CharField(max_length=255, blank=True)
+    # Continuous verification (replication/services/verify.py): how often, when last, how far
+    # (per "topic:partition", the offset below which the replica was found equal), and what.
+    verify_interval = models.PositiveIntegerField(default=3600, help_text="seconds")
+    last_verified = models.DateTimeField(null=True, blank=True)
+    verified_upto = models.JSONField(default=dict, blank=True)
+    verify_duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # "" while the replica matches; else where it diverges first, for the alarm.
+    verify_error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -465,3 +476,45 @@ class DefaultStream(models.Model):
     def __str__(self) -> str:
         who = f" for {self.user}" if self.user_id else ""
         return f"{self.tenant} on {self.cluster}{who}: {self.path}"
+
+
+class FailoverQuerySet(RestrictedQuerySet):
+    # The owners of both ends see it, as they see the link it ended.
+    tenant_paths = ("replica__tenant", "source__tenant")
+
+
+class Failover(models.Model):
+    """A replica that took over from its source (replication/services/failover.py): what was
+    switched, and what may be missing, as known at the moment of the switch."""
+
+    replica = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="failovers")
+    source = models.ForeignKey(Stream, null=True, on_delete=models.SET_NULL, related_name="+")
+    source_path = models.CharField(max_length=1024)  # kept if the source is deleted later
+    forced = models.BooleanField(default=False)
+    source_reachable = models.BooleanField(default=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    # Per partition: {"topic", "partition", "replicaEnd", "sourceEnd" (None when unknown)}.
+    partitions = models.JSONField(default=list)
+    # The unreplicated tail: messages and the age of its oldest one; None when unknown.
+    missing_messages = models.BigIntegerField(null=True)
+    missing_ms = models.BigIntegerField(null=True)
+    # Where the tail figures come from: the source's store, a lag sample, or nothing.
+    missing_from = models.CharField(max_length=255, blank=True)
+    topics = models.JSONField(default=list)  # the topics the replica now originates
+    # The links the switch ended, as {"source", "replica", options}, for a failback.
+    ended_links = models.JSONField(default=list)
+    # Set once a failback brought the old source back (replication/services/failback.py), with
+    # what it did per partition (common prefix, kept aside, copied).
+    failed_back_at = models.DateTimeField(null=True, blank=True)
+    failback = models.JSONField(default=dict, blank=True)
+
+    objects = FailoverQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.replica.path} took over from {self.source_path}"

@@ -27,6 +27,7 @@ from replication.engine.store import PartitionStats, UnknownTopic
 from replication.models import (
     PERMISSIONS,
     Cluster,
+    Failover,
     Gateway,
     Job,
     ReplicaLink,
@@ -264,6 +265,10 @@ def replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
         # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
         "timeLag": time_lag(pending),
         "stalled": link_is_stalled(link, pending.messagesPending),
+        # Continuous verification (replication/services/verify.py).
+        "lastVerified": epoch_ms(link.last_verified),
+        "verifiedUpTo": link.verified_upto,
+        "verifyError": link.verify_error,
         # `synchronous` above is what the owner asked for; the mode is what the link does now
         # (a synchronous link drops to async by itself and returns), since when and why.
         **mode_fields(link),
@@ -406,3 +411,34 @@ def job_row(job: Job, *, detail: bool = False) -> Row:
     if detail:
         row["options"], row["result"] = job.options, job.result
     return row
+
+
+def failover_row(failover: Failover) -> Row:
+    """What `stream replica failover` answers, and the API and pages show of a failover."""
+    return {
+        "replicaPath": failover.replica.path,
+        "sourcePath": failover.source_path,
+        "at": epoch_ms(failover.at),
+        "forced": failover.forced,
+        "sourceReachable": failover.source_reachable,
+        "topics": failover.topics,
+        "messagesMissing": failover.missing_messages,
+        "timeMissingMs": failover.missing_ms,
+        "missingFrom": failover.missing_from,
+        "partitions": failover.partitions,
+        "endedLinks": [f"{link['source']} -> {link['replica']}"
+                       for link in failover.ended_links],
+    }
+
+
+def failback_rows(report: dict[str, Any]) -> list[Row]:
+    """`stream replica failback`: a row per partition, then the totals."""
+    rows: list[Row] = [
+        {key: part[key] for key in ("topic", "partition", "commonPrefix", "keepAside", "copy")}
+        for part in report["partitions"]
+    ]
+    rows.append({"topic": "(total)", "keepAside": report["toKeepAside"],
+                 "copy": report["toCopy"], "estimatedSeconds": report["estimatedSeconds"],
+                 "keptAside": report["keptAside"], "dryrun": report["dryrun"],
+                 "reverse": report["reverse"]})
+    return rows

@@ -27,6 +27,9 @@ app.conf.beat_schedule = {
     # Lag over time for the portal's charts; a run that waited past the next one is dropped.
     "record-lag": {"task": "workers.tasks.record_lag_task", "schedule": 5.0,
                    "options": {"expires": 5.0}},
+    # Continuous verification of each agreed link, at its own interval (default hourly).
+    "verify-links": {"task": "workers.tasks.verify_links_task", "schedule": 60.0,
+                     "options": {"expires": 60.0}},
     # Alarms raised and cleared from the engine's state (operations/alarms.py); idempotent.
     "evaluate-alarms": {"task": "operations.tasks.evaluate_alarms_task", "schedule": 10.0,
                         "options": {"expires": 10.0}},

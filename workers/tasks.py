@@ -11,6 +11,7 @@ from replication.models import Stream
 from replication.presence import Presence, presence
 from replication.services.engine import batch_apply
 from replication.services.messages import stream_expire
+from replication.services.verify import links_verify_due
 from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
 
@@ -91,6 +92,13 @@ def record_lag_task() -> int:
     a gap in a chart."""
     gateways_record()
     return lag_record()
+
+
+@shared_task(name="workers.tasks.verify_links_task", ignore_result=True)
+def verify_links_task() -> int:
+    """Beat's entry: verify the agreed links whose interval has passed, incrementally
+    (replication/services/verify.py); a divergence becomes an alarm at the next evaluation."""
+    return links_verify_due()
 
 
 @shared_task(name="workers.tasks.run_job_task", acks_late=True, ignore_result=True)

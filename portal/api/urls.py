@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import defaultstreams, jobs, messages, operations, views
+from portal.api import defaultstreams, failover, jobs, messages, operations, views
 
 app_name = "api"
 
@@ -22,6 +22,8 @@ router.register("streams/<uuid:stream_uuid>/replicas", views.ReplicaViewSet,
 router.register("streams/<uuid:stream_uuid>/upstreams", views.UpstreamViewSet,
                 basename="stream-upstream")
 router.register("replicas", views.ReplicaLinkViewSet, basename="replica")
+router.register("streams/<uuid:stream_uuid>/failovers", failover.FailoverViewSet,
+                basename="stream-failover")
 router.register("streams/<uuid:stream_uuid>/topics/<str:name>/messages", messages.MessageViewSet,
                 basename="stream-topic-messages")
 router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages.CursorViewSet,

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.web import approvals, audit, jobs, kafka, setup, streams, views
+from portal.web import approvals, audit, failover, jobs, kafka, setup, streams, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -19,6 +19,9 @@ urlpatterns = [
     path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action,
          name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
+    path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
+    path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
+    path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
     path("audit/", audit.audit_log, name="audit"),
     path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),

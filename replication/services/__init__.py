@@ -9,6 +9,8 @@ from replication.services.clusters import (
     cluster_gateway_delete,
     cluster_gateway_set,
 )
+from replication.services.failback import replica_failback
+from replication.services.failover import replica_failover
 from replication.services.replicas import (
     replica_add,
     replica_autosetup,
@@ -20,6 +22,7 @@ from replication.services.replicas import (
 from replication.services.streams import stream_create, stream_delete, stream_edit
 from replication.services.topics import topic_create, topic_delete, topic_edit
 from replication.services.upstreams import upstream_add, upstream_remove
+from replication.services.verify import replica_verify
 
 __all__ = [
     "cluster_create",
@@ -28,9 +31,12 @@ __all__ = [
     "replica_add",
     "replica_autosetup",
     "replica_edit",
+    "replica_failback",
+    "replica_failover",
     "replica_pause",
     "replica_remove",
     "replica_resume",
+    "replica_verify",
     "stream_create",
     "stream_delete",
     "stream_edit",

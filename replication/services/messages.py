@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
 
 from replication.counters import (
     CONSUMED,
@@ -29,7 +30,7 @@ from replication.engine.store import (
     UnknownTopic,
     record_size,
 )
-from replication.errors import InvalidInput, NotFound, NotOrigin, TooLarge
+from replication.errors import Conflict, InvalidInput, NotFound, NotOrigin, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
@@ -72,6 +73,21 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     return topic
 
 
+def producers_admitted(stream: Stream) -> None:
+    """Refuse a produce to a stream whose producers a failover stopped. Under a share lock on
+    the stream's row, held until the append is stored: stopping producers (an UPDATE of the
+    row) waits for every produce in flight, so once it commits none can still land."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT producers_stopped FROM replication_stream WHERE id = %s "
+                           "FOR SHARE", [stream.pk])
+            row = cursor.fetchone()
+    else:  # SQLite (embedded mode) has one writer at a time already
+        row = Stream.objects.filter(pk=stream.pk).values_list("producers_stopped").first()
+    if row and row[0]:
+        raise Conflict(f"{stream.path} accepts no producers: {row[0]}", field="path")
+
+
 def _check_records(records: Sequence[Record], topic: Topic) -> None:
     if not records:
         raise InvalidInput("no records to produce: send at least one", field="records")
@@ -102,10 +118,12 @@ def messages_produce(
     target = _producible_topic(stream, topic)
     _check_records(records, target)
     store = store_for(stream.cluster)
-    offsets = _on_store(target, lambda: store.append(
-        stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
-        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-    ))
+    with transaction.atomic():
+        producers_admitted(stream)
+        offsets = _on_store(target, lambda: store.append(
+            stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
+            log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
+        ))
     stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
     replicas_await(stream=stream, topic=target.name, offsets=offsets)
     count_produced(stream=stream.uuid, records=records)  # /metrics (replication/counters.py)
@@ -285,6 +303,14 @@ def messages_produce_partitions(
     append = functools.partial(
         store.append, stream.uuid, target.name, origin=stream.uuid, producer=producer,
         log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME)
+    with transaction.atomic():  # the failover fence, held while storing (producers_admitted)
+        producers_admitted(stream)
+        _append_writes(target, append, good)
+    _produced(stream, target, [w for w in good if w.error is None])
+    return target
+
+
+def _append_writes(target: Topic, append: Callable, good: list[PartitionWrite]) -> None:
     plain = [w for w in good if w.sequence is None]
     if plain:
         records = list(chain.from_iterable(w.records for w in plain))
@@ -300,8 +326,6 @@ def messages_produce_partitions(
                     target, lambda w=write: append(w.records, sequence=w.sequence))[0][1]
             except SequenceError as error:
                 write.error = error
-    _produced(stream, target, [w for w in good if w.error is None])
-    return target
 
 
 def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> None:

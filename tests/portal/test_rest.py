@@ -228,7 +228,7 @@ def test_replica_list_shows_mapr_fields(api, world):
         "networkencryption", "synchronous", "networkcompression", "isUptodate", "minPendingTS",
         "maxPendingTS", "bytesPending", "messagesPending", "uuid",
         "copyTableCompletionPercentage", "errors", "waitingForUpstream", "timeLag", "stalled",
-        "mode", "modeSince", "modeReason",
+        "lastVerified", "verifiedUpTo", "verifyError", "mode", "modeSince", "modeReason",
     ]
     row = rows[0]
     assert (row["cluster"], row["stream"], row["replicaPath"]) == (

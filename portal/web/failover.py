@@ -1,0 +1,100 @@
+"""The stream page's failover: a confirmation page, then the same service as the API and the
+CLI (`replica_failover`), with the page's user as the actor."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
+
+from portal.web.streams import visible_stream
+from portal.web.tenancy import render_page
+from replication.errors import StreamgateError
+from replication.models import Failover, ReplicaLink, Stream
+from replication.reports import failover_row
+from replication.services import replica_failback, replica_failover, replica_verify
+
+
+@login_required
+def stream_failover(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: what a failover of this stream would do, and a form to confirm it; POST: do it."""
+    stream = visible_stream(request, pk)
+    sources = list(ReplicaLink.objects.restrict(request.user).filter(replica=stream)
+                   .select_related("source"))
+    if request.method == "POST":
+        if request.POST.get("confirm") != "yes":
+            messages.error(request, "tick the confirmation box to fail over")
+            return redirect("stream-failover", pk)
+        force = request.POST.get("force") == "on"
+        try:
+            failover = replica_failover(replica=stream, force=force, actor=request.user)
+        except StreamgateError as err:
+            messages.error(request, err.desc)
+            return redirect("stream-failover", pk)
+        row = failover_row(failover)
+        messages.success(request, f"{stream.path} took over from {row['sourcePath']}; "
+                                  f"messages possibly missing: {row['messagesMissing']}")
+        return redirect("stream-detail", pk)
+    return render_page(request, "web/failover_confirm.html",
+                       {"stream": stream, "sources": sources})
+
+
+@login_required
+def stream_failback(request: HttpRequest, pk: int) -> HttpResponse:
+    """The failback wizard on the promoted stream's page, for its latest failover not yet
+    failed back: GET runs the dry run and shows it per partition; POST (confirmed) fails back."""
+    replica = visible_stream(request, pk)
+    failover = (Failover.objects.restrict(request.user)
+                .filter(replica=replica, failed_back_at=None).exclude(source=None)
+                .select_related("source").order_by("-at").first())
+    if failover is None:
+        return render_page(request, "web/failback_wizard.html", {
+            "stream": replica, "error": f"{replica.path} took over from no stream that is "
+                                        "not back yet: there is nothing to fail back"})
+    if request.method == "POST":
+        return _failback(request, replica, failover)
+    try:
+        report, error = replica_failback(source=failover.source, replica=replica, dryrun=True,
+                                         actor=request.user), ""
+    except StreamgateError as err:
+        report, error = None, err.desc
+    return render_page(request, "web/failback_wizard.html", {
+        "stream": replica, "source": failover.source, "failover": failover, "report": report,
+        "error": error})
+
+
+def _failback(request: HttpRequest, replica: Stream, failover: Failover) -> HttpResponse:
+    if request.POST.get("confirm") != "yes":
+        messages.error(request, "tick the confirmation box to fail back")
+        return redirect("stream-failback", replica.pk)
+    try:
+        report = replica_failback(source=failover.source, replica=replica, actor=request.user,
+                                  reverse=request.POST.get("reverse") == "on")
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+        return redirect("stream-failback", replica.pk)
+    messages.success(request, f"{failover.source.path} is back: {report['keptAside']} messages "
+                              f"kept in its .diverged topics, {report['toCopy']} copied")
+    return redirect("stream-detail", replica.pk)
+
+
+@login_required
+@require_POST
+def link_verify_now(request: HttpRequest, pk: int, link_pk: int) -> HttpResponse:
+    """The stream page's "Verify now" on one of its replicas."""
+    source = visible_stream(request, pk)
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
+                             pk=link_pk, source=source)
+    try:
+        result = replica_verify(actor=request.user, source=source, replica=link.replica)
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+    else:
+        if result["error"]:
+            messages.error(request, result["error"])
+        else:
+            messages.success(request, f"{link.replica.path} verified: "
+                                      f"{result['messagesChecked']} new messages equal")
+    return redirect("stream-detail", pk)

@@ -1,0 +1,105 @@
+"""Continuous verification of agreed replica links (issue 16): before anyone fails over, they
+need to know the replica is right.
+
+Each run compares, per partition of every topic the link carries, the replica with its source
+message by message over the replicated prefix, starting where the last run stopped: offsets are
+written once and only a repair (store truncate) rewrites them, so what was found equal stays
+equal and a run costs what was written since (bounded by VERIFY_MAX_MESSAGES per link). The
+result lands on the link (lastVerified, verifiedUpTo in `stream replica list`); a divergence
+is kept as `verify_error`, which the alarm evaluator raises with its first differing offset
+(operations/alarms.py), until a repair (diffstreams -repair true) and the next run clear it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from replication.errors import Conflict, NotFound, PermissionDenied
+from replication.models import ReplicaLink, Stream
+from replication.services.compare import first_difference, marks_of
+from replication.services.engine import carried_topics
+from replication.stores import store_for
+
+
+def link_verify(*, link: ReplicaLink) -> dict[str, Any]:
+    """Verify the link's replicated prefix from where the last run stopped; record and
+    return the result (`messagesChecked`, `firstDifference` or None, ...)."""
+    source, replica = link.source, link.replica
+    src, dst = store_for(source.cluster), store_for(replica.cluster)
+    topics = carried_topics(replica.uuid, dict(source.topics.values_list("name", "origin_uuid")))
+    upto, budget = dict(link.verified_upto), settings.VERIFY_MAX_MESSAGES
+    began, checked, difference = time.monotonic(), 0, None
+    for topic in sorted(topics):
+        theirs, mine = marks_of(src, source.uuid, topic), marks_of(dst, replica.uuid, topic)
+        for partition in sorted(mine):
+            key = f"{topic}:{partition}"
+            (s_low, s_high), (r_low, r_high) = theirs.get(partition, (0, 0)), mine[partition]
+            stop = min(s_high, r_high)  # the replicated prefix; beyond it is lag, not error
+            start = min(max(upto.get(key, 0), s_low, r_low), stop)  # a repair may cut back
+            end = min(stop, start + max(budget, 0))
+            found = first_difference(src, source.uuid, dst, replica.uuid, topic, partition,
+                                     start, end)
+            checked, budget = checked + (found - start), budget - (found - start)
+            upto[key] = found
+            if found < end and difference is None:
+                difference = {"topic": topic, "partition": partition, "offset": found}
+    return _record(link, upto, difference, checked, began)
+
+
+def _record(link: ReplicaLink, upto: dict[str, int], difference: dict | None, checked: int,
+            began: float) -> dict[str, Any]:
+    error = ""
+    if difference is not None:
+        error = (f"{link.replica.path} differs from {link.source.path} at {difference['topic']} "
+                 f"partition {difference['partition']} offset {difference['offset']}: repair "
+                 f"with 'streamgate diffstreams -src {link.source.path} -dst "
+                 f"{link.replica.path} -repair true'")
+    values = {"last_verified": timezone.now(), "verified_upto": upto, "verify_error": error,
+              "verify_duration_ms": int((time.monotonic() - began) * 1000)}
+    # update(), not save(): runtime state, like the link's progress (not audited).
+    ReplicaLink.objects.filter(pk=link.pk).update(**values)
+    for name, value in values.items():
+        setattr(link, name, value)
+    return {"lastVerified": values["last_verified"].isoformat(), "verifiedUpTo": upto,
+            "messagesChecked": checked, "firstDifference": difference,
+            "durationMs": values["verify_duration_ms"], "error": error}
+
+
+def replica_verify(*, actor: AbstractBaseUser, source: Stream, replica: Stream,
+                   interval: int | None = None) -> dict[str, Any]:
+    """Verify now (on demand), and set the link's interval when given. The owner of either
+    end may: the replica's owner is the one deciding whether to fail over to it."""
+    try:
+        source.require(actor, "adminperm", action="verify replicas")
+    except PermissionDenied:
+        replica.require(actor, "adminperm", action="verify this replica")
+    link = (ReplicaLink.objects.with_agreement().filter(source=source, replica=replica)
+            .select_related("source__cluster", "replica__cluster").first())
+    if link is None:
+        raise NotFound(f"{replica.path} is not a replica of {source.path}: see 'streamgate "
+                       f"stream replica list -path {source.path}'", field="replica")
+    if not link.agreed:
+        raise Conflict(f"{replica.path} has not accepted {source.path} as its upstream, so it "
+                       "holds nothing of it to verify", field="replica")
+    if interval is not None:
+        link.verify_interval = interval
+        link.save(update_fields=["verify_interval"])  # configuration: audited
+    return link_verify(link=link)
+
+
+def links_verify_due(*, now: datetime | None = None) -> int:
+    """Beat's entry: verify each agreed link whose interval has passed; returns how many."""
+    now = now or timezone.now()
+    links = (ReplicaLink.objects.agreed().filter(verify_interval__gt=0)
+             .select_related("source__cluster", "replica__cluster"))
+    due = [link for link in links if link.last_verified is None
+           or link.last_verified + timedelta(seconds=link.verify_interval) <= now]
+    for link in due:
+        link_verify(link=link)
+    return len(due)

@@ -1,0 +1,123 @@
+"""The stream page's failover: a button on a replica's page, a confirmation page, the same
+service as the API; members without adminperm and outsiders get nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from replication.engine.store import Record
+from replication.models import Failover, ReplicaLink, Stream, Topic
+from replication.services import replica_add, replica_failover, topic_create, upstream_add
+from replication.services.messages import messages_produce
+
+
+@pytest.fixture
+def pair(owner, activity, activity_ny):
+    topic_create(actor=owner, stream=activity, name="clicks")
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    return activity, activity_ny
+
+
+def signed_in(user) -> Client:  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_replicas_page_offers_the_failover_and_its_source_page_does_not(owner, pair):
+    source, replica = pair
+    client = signed_in(owner)
+    assert 'id="failover-link"' in client.get(f"/streams/{replica.pk}/").content.decode()
+    assert 'id="failover-link"' not in client.get(f"/streams/{source.pk}/").content.decode()
+
+
+def test_the_confirmation_page_names_the_source_and_a_confirmed_form_fails_over(owner, pair):
+    source, replica = pair
+    client = signed_in(owner)
+    page = client.get(f"/streams/{replica.pk}/failover/").content.decode()
+    assert source.path in page and 'id="failover-form"' in page
+    response = client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}, follow=True)
+    assert f"took over from {source.path}" in response.content.decode()
+    assert Topic.objects.get(stream=replica).origin_uuid == replica.uuid
+    page = client.get(f"/streams/{replica.pk}/").content.decode()
+    assert 'id="failovers"' in page and "planned" in page
+
+
+def test_an_unconfirmed_form_changes_nothing(owner, pair):
+    _source, replica = pair
+    response = signed_in(owner).post(f"/streams/{replica.pk}/failover/", {}, follow=True)
+    assert "tick the confirmation box" in response.content.decode()
+    assert ReplicaLink.objects.count() == 1 and not Failover.objects.exists()
+
+
+def test_a_member_without_adminperm_sees_no_button_and_is_refused(owner, member, pair):
+    _source, replica = pair
+    replica.consumeperm = f"u:{owner.username} | u:{member.username}"
+    replica.save()
+    client = signed_in(member)
+    assert 'id="failover-link"' not in client.get(f"/streams/{replica.pk}/").content.decode()
+    response = client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}, follow=True)
+    assert "adminperm" in response.content.decode()
+    assert ReplicaLink.objects.count() == 1 and not Failover.objects.exists()
+
+
+def test_an_outsider_gets_404_and_changes_nothing(outsider, pair):
+    source, replica = pair
+    client = signed_in(outsider)
+    assert client.get(f"/streams/{replica.pk}/failover/").status_code == 404
+    assert client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}).status_code == 404
+    assert ReplicaLink.objects.count() == 1
+    assert Stream.objects.get(pk=source.pk).producers_stopped == ""
+
+
+@pytest.fixture
+def failed_over(owner, pair):
+    source, replica = pair
+    replica_failover(replica=replica, force=True, actor=owner)
+    messages_produce(actor=owner, stream=replica, topic="clicks",
+                     records=[Record(value=b"second-%d" % i) for i in range(3)])
+    return source, replica, Failover.objects.get()
+
+
+def test_the_failback_wizard_shows_the_dry_run_then_fails_back(owner, failed_over):
+    source, replica, _failover = failed_over
+    client = signed_in(owner)
+    page = client.get(f"/streams/{replica.pk}/").content.decode()
+    assert f"/streams/{replica.pk}/failback/" in page
+    wizard = client.get(f"/streams/{replica.pk}/failback/").content.decode()
+    assert 'id="failback-plan"' in wizard and "3 to copy" in wizard
+    assert ReplicaLink.objects.count() == 0  # the dry run changed nothing
+    response = client.post(f"/streams/{replica.pk}/failback/",
+                           {"confirm": "yes"}, follow=True)
+    assert f"{source.path} is back" in response.content.decode()
+    assert set(ReplicaLink.objects.values_list("source", "replica")) == {(source.pk,
+                                                                          replica.pk)}
+
+
+def test_the_failback_wizard_is_404_to_an_outsider(outsider, failed_over):
+    _source, replica, _failover = failed_over
+    client = signed_in(outsider)
+    url = f"/streams/{replica.pk}/failback/"
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"confirm": "yes"}).status_code == 404
+    assert Failover.objects.get().failed_back_at is None
+
+
+def test_verify_now_on_the_source_page_records_the_result(owner, outsider, pair):
+    source, replica = pair
+    client = signed_in(owner)
+    page = client.get(f"/streams/{source.pk}/").content.decode()
+    link = ReplicaLink.objects.get()
+    assert f"/streams/{source.pk}/verify/{link.pk}/" in page
+    response = client.post(f"/streams/{source.pk}/verify/{link.pk}/", follow=True)
+    assert f"{replica.path} verified" in response.content.decode()
+    assert ReplicaLink.objects.get().last_verified is not None
+    assert signed_in(outsider).post(f"/streams/{source.pk}/verify/{link.pk}/").status_code == 404
+
+
+def test_the_failback_page_of_a_stream_that_took_over_from_none_says_so(owner, pair):
+    _source, replica = pair
+    page = signed_in(owner).get(f"/streams/{replica.pk}/failback/").content.decode()
+    assert "nothing to fail back" in page and 'id="failback-form"' not in page
