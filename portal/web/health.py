@@ -8,37 +8,48 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from replication.lag_history import Point, lag_latest
-from replication.models import ReplicaLink, ReplicaState
+from replication.models import ReplicaLink, ReplicaState, SyncMode
 
 
 @dataclass(frozen=True)
 class Health:
+    """How a person reads a link's state: `label` first on every page, MapR's replicaState
+    as secondary text; `css` is also the topology's edge class and the filter's value."""
+
     label: str
     css: str
     rank: int  # higher is worse
 
 
-IN_SYNC = Health("in sync", "up", 0)
-UNKNOWN = Health("not sampled yet", "unknown", 1)
-PENDING = Health("pending", "pending", 2)
-WAITING = Health("waiting for upstream approval", "waiting", 3)
-STALLED = Health("stalled", "down", 4)
-BROKEN = Health("broken", "down", 5)
+IN_SYNC = Health("In sync", "insync", 0)
+SYNCHRONOUS = Health("Synchronous", "sync", 0)
+UNKNOWN = Health("Not sampled yet", "unknown", 1)
+PENDING = Health("Pending", "pending", 2)
+FELL_BACK = Health("Fell back to asynchronous", "fellback", 3)
+PAUSED = Health("Paused", "paused", 4)
+WAITING = Health("Waiting for approval", "waiting", 5)
+STALLED = Health("Stalled", "stalled", 6)
+BROKEN = Health("Broken", "broken", 7)
+ALL = (IN_SYNC, SYNCHRONOUS, UNKNOWN, PENDING, FELL_BACK, PAUSED, WAITING, STALLED, BROKEN)
 COPYING = (ReplicaState.COPY_SCHEDULE, ReplicaState.COPY_IN_PROGRESS,
            ReplicaState.COPY_IN_RECOVER, ReplicaState.CREATE_SCHEDULE)
 
 
 def link_health(link: ReplicaLink, point: Point | None) -> Health:
-    if not link.agreed:
-        return WAITING
     if link.last_error or link.state == ReplicaState.UNEXPECTED:
         return BROKEN
+    if not link.agreed:
+        return WAITING
+    if link.paused:
+        return PAUSED
     if link.state in COPYING:
         return PENDING
     if point is None:
         return UNKNOWN
     if point[4]:
         return STALLED
+    if link.synchronous:
+        return SYNCHRONOUS if link.mode == SyncMode.SYNC else FELL_BACK
     return PENDING if point[1] else IN_SYNC
 
 

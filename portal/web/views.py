@@ -7,9 +7,11 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
 from portal.accounts.throttle import login_blocked
+from portal.web.attention import attention
 from portal.web.health import Health, links_health, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.lag_history import gateway_rates
@@ -25,14 +27,6 @@ def _links(request: HttpRequest) -> list[ReplicaLink]:
     if tenant is not None:
         links = links.filter(Q(source__tenant=tenant) | Q(replica__tenant=tenant))
     return list(links.select_related("source", "replica").with_agreement())
-
-
-def _alarms(links: list[ReplicaLink], gateways: list[Gateway]) -> list[str]:
-    """What needs a person: gateways that stopped heartbeating, replica links with an error."""
-    alarms = [f"gateway {gw} is down: no heartbeat since {gw.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC"
-              for gw in gateways if gw.status == Gateway.Status.DOWN]
-    alarms += [f"{link}: {link.last_error}" for link in links if link.last_error]
-    return alarms
 
 
 def _gateways() -> list[Gateway]:
@@ -51,7 +45,7 @@ def _live_context(request: HttpRequest) -> dict[str, Any]:
                   key=lambda row: (-row[2].rank, row[0].source.path, row[0].replica.path))
     return {
         "links": rows[:LINKS_SHOWN], "links_hidden": max(0, len(rows) - LINKS_SHOWN),
-        "alarms": _alarms(links, gateways),
+        **attention(rows, gateways, request.user),
         "gateways": gateways,
         "stream_health": streams_health(links, health),
     }
@@ -73,7 +67,7 @@ def _stream_page(request: HttpRequest, stream_health: dict[int, Health]) -> dict
     summary: Counter[str] = Counter()
     for row in rows:
         row["health"] = stream_health.get(row["pk"])
-        summary[row["health"].label if row["health"] else "not replicated"] += 1
+        summary[row["health"].label if row["health"] else "Not replicated"] += 1
     rows.sort(key=lambda r: (-(r["health"].rank if r["health"] else -1), r["path"]))
     page = Paginator(rows, STREAMS_PER_PAGE).get_page(request.GET.get("page"))
     return {"stream_rows": page, "stream_count": len(rows),
@@ -103,8 +97,12 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def overview_links(request: HttpRequest) -> HttpResponse:
-    """The overview's replication table alone, re-fetched by static/js/live.js on events."""
-    return render(request, "web/_overview_links.html", _live_context(request))
+    """The overview's replication table, re-fetched by static/js/live.js on events, with the
+    counts and to-do list swapped in out of band (htmx): one fetch, one context."""
+    context = _live_context(request)
+    table = render_to_string("web/_overview_links.html", context, request)
+    status = render_to_string("web/_overview_status.html", {**context, "oob": True}, request)
+    return HttpResponse(table + status)
 
 
 @login_required
