@@ -2,12 +2,15 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, jobs, setup, streams, views
+from portal.web import approvals, jobs, setup, streams, topology, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("overview/replication/", views.overview_links, name="overview-links"),
     path("overview/live/", views.overview_live, name="overview-live"),
+    path("topology/", topology.topology, name="topology"),
+    path("topology/data/", topology.topology_json, name="topology-data"),
+    path("topology/links/<int:pk>/lag/", topology.link_lag, name="topology-link-lag"),
     path("tenant/", views.switch_tenant, name="switch-tenant"),
     path("login/", views.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
