@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
@@ -55,19 +56,21 @@ def _aces(data: Any) -> dict[str, str]:
 def stream_list(request: HttpRequest) -> HttpResponse:
     tenant = current_tenant(request)
     form: dict[str, str] = {}
+    errors: dict[str, str] = {}
     if request.method == "POST":
         form = {key: request.POST.get(key, "") for key in ("path", *PERMISSIONS)}
         try:
             stream = stream_create(actor=request.user, path=form["path"].strip(),
                                    tenant=tenant.name if tenant else None, **_aces(form))
         except StreamgateError as err:
-            messages.error(request, err.desc)
+            errors = field_errors(err, form)
         else:
             return redirect("stream-detail", stream.pk)
     streams = Stream.objects.restrict(request.user).select_related("cluster")
     if tenant is not None:
         streams = streams.filter(tenant=tenant)
     context = {"streams": streams.annotate(num_topics=Count("topics")), "form": form,
+               "errors": errors,
                "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}
     return render_page(request, "web/streams.html", context, status=400 if form else 200)
 
@@ -127,17 +130,24 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     }), content_type="application/json")
 
 
-@login_required
-def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    stream = visible_stream(request, pk)
+def _detail_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
+                 errors: dict[str, str] | None = None) -> HttpResponse:
+    """The stream page; after a refused form, with what was typed and the errors by field."""
     context = _replica_context(request, stream)
     topics = list(stream.topics.all())
+    typed = typed or {}
     context.update(
         info=stream_info(stream, show_aces=context["is_admin"]),
         topics=[(topic, partition_rows(topic)) for topic in topics],
-        ace_fields=[(perm, getattr(stream, perm)) for perm in PERMISSIONS],
+        ace_fields=[(perm, typed.get(perm, getattr(stream, perm))) for perm in PERMISSIONS],
+        typed=typed, errors=errors or {},
     )
-    return render_page(request, "web/stream_detail.html", context)
+    return render_page(request, "web/stream_detail.html", context, status=400 if errors else 200)
+
+
+@login_required
+def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _detail_page(request, visible_stream(request, pk))
 
 
 @login_required
@@ -157,12 +167,26 @@ def _act(request: HttpRequest, pk: int, call: Callable[[], object], done: str) -
     return redirect("stream-detail", pk)
 
 
+def _form(request: HttpRequest, stream: Stream, call: Callable[[], object], done: str,
+          fields: tuple[str, ...]) -> HttpResponse:
+    """A stream page form: on success back to the page with a message; refused, the page
+    again with the error beside its field and what was typed."""
+    try:
+        call()
+    except StreamgateError as err:
+        typed = {name: request.POST.get(name, "") for name in fields}
+        return _detail_page(request, stream, typed, field_errors(err, fields))
+    messages.success(request, done)
+    return redirect("stream-detail", stream.pk)
+
+
 @login_required
 @require_POST
 def stream_edit_aces(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
-    return _act(request, pk, lambda: stream_edit(actor=request.user, stream=stream,
-                                                 **_aces(request.POST)), "ACEs saved")
+    return _form(request, stream, lambda: stream_edit(actor=request.user, stream=stream,
+                                                      **_aces(request.POST)), "ACEs saved",
+                 PERMISSIONS)
 
 
 @login_required
@@ -176,7 +200,7 @@ def replica_create(request: HttpRequest, pk: int) -> HttpResponse:
         replica_add(actor=request.user, source=source, replica=replica,
                     paused=request.POST.get("paused") == "on")
 
-    return _act(request, pk, add, "replica registered")
+    return _form(request, source, add, "replica registered", ("replica", "paused"))
 
 
 REPLICA_ACTIONS = {"pause": replica_pause, "resume": replica_resume, "remove": replica_remove}

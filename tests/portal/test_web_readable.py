@@ -182,3 +182,48 @@ def test_overview_live_fetch_brings_the_counts_and_todo_out_of_band(owner, agree
     assert fragment.lstrip().startswith('<div id="overview-links"')
     assert '<div id="overview-status" hx-swap-oob="true">' in fragment
     assert _todo(fragment) == ["paused"]
+
+
+# -- forms: the error beside its field, what was typed kept ---------------------------------
+
+def _error_beside(page: str, name: str) -> str:
+    field = re.search(rf'<input name="{name}"[^>]*>\s*<span class="field-error" id="err-{name}" '
+                      r'role="alert">([^<]+)</span>', page)
+    assert field, f"no error beside {name}"
+    assert f'aria-describedby="err-{name}"' in field.group(0)
+    return field.group(1)
+
+
+def test_replica_form_shows_an_unknown_path_beside_the_field_and_keeps_it(owner, activity):
+    response = signed_in(owner).post(f"/streams/{activity.pk}/replicas/add/",
+                                     {"replica": "/mapr/newyork/nowhere", "paused": "on"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "/mapr/newyork/nowhere does not exist" in _error_beside(page, "replica")
+    assert 'value="/mapr/newyork/nowhere"' in page and 'name="paused" checked' in page
+    assert not ReplicaLink.objects.exists()
+
+
+def test_job_form_shows_a_bad_destination_beside_the_field_and_keeps_the_input(owner,
+                                                                             activity):
+    response = signed_in(owner).post("/jobs/start/", {
+        "kind": "diffstreams", "source": activity.path, "destination": "nowhere",
+        "repair": "on"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "write it as /mapr/" in _error_beside(page, "destination")
+    assert f'name="source" value="{activity.path}"' in page
+    assert 'value="nowhere"' in page and 'name="repair" checked' in page
+
+
+def test_stream_form_shows_a_taken_path_beside_the_field(owner, activity):
+    response = signed_in(owner).post("/streams/", {"path": activity.path})
+    assert response.status_code == 400
+    assert "already exists" in _error_beside(response.content.decode(), "path")
+
+
+def test_another_tenants_stream_form_posts_are_refused(outsider, activity):
+    client = signed_in(outsider)
+    response = client.post(f"/streams/{activity.pk}/replicas/add/", {"replica": activity.path})
+    assert response.status_code == 404
+    assert client.post(f"/streams/{activity.pk}/aces/", {"consumeperm": "p"}).status_code == 404

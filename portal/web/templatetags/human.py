@@ -168,3 +168,9 @@ def alarm_fix(alarm: Any) -> dict[str, str]:
         if link is not None:
             return {"label": label, "url": reverse("stream-detail", args=[link.source_id]) + where}
     return {"label": label, "url": reverse("overview") + where}
+
+
+@register.filter
+def error_of(errors: dict[str, str] | None, name: str) -> str:
+    """The error of one input, for `{% include "web/_field_error.html" %}`."""
+    return (errors or {}).get(name, "")
