@@ -26,6 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from operations.models import AuditAction, AuditEvent, Interface
 from portal.accounts.models import Membership, Tenant
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.services.groups import group_offsets_reset_done
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,18 @@ def _after_delete(sender: type[models.Model], instance: models.Model, **kwargs: 
     record(instance, AuditAction.DELETE, values_of(instance), None)
 
 
+def _group_offsets_reset(sender: type[models.Model], stream: Stream, actor: Any,
+                         details: dict[str, Any], **kwargs: Any) -> None:
+    # A group's cursors live in the message store, not in a model: recorded on the stream,
+    # the offsets per partition before and after.
+    common = {k: details[k] for k in ("group", "topic", "to", "timestamp_ms")}
+    record(stream, AuditAction.RESET, {**common, "offsets": details["before"]},
+           {**common, "offsets": details["after"]})
+
+
 def connect_signals() -> None:
+    group_offsets_reset_done.connect(_group_offsets_reset,
+                                     dispatch_uid="operations.audit.group_offsets_reset")
     for model in AUDITED:
         uid = f"operations.audit.{model._meta.label_lower}"
         pre_save.connect(_before_save, sender=model, dispatch_uid=f"{uid}.pre")

@@ -94,6 +94,7 @@ class AuditAction(models.TextChoices):
     PAUSE = "pause"
     RESUME = "resume"
     APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
+    RESET = "reset"  # a consumer group's offsets moved by hand (no model row changes)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

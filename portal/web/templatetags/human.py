@@ -174,3 +174,8 @@ def alarm_fix(alarm: Any) -> dict[str, str]:
 def error_of(errors: dict[str, str] | None, name: str) -> str:
     """The error of one input, for `{% include "web/_field_error.html" %}`."""
     return (errors or {}).get(name, "")
+
+
+@register.filter
+def index(items: list[Any], position: int) -> Any:
+    return items[position]
