@@ -1,4 +1,5 @@
-"""Stream pages: list and create, detail, replica actions, ACE edit, message browser.
+"""Stream pages: list and create, detail, replica actions, ACE edit (the message browser:
+portal/web/messages.py; consumer groups: portal/web/groups.py).
 
 Every stream is fetched through `Stream.objects.restrict(user)` (another tenant's: 404) and
 every change goes through the same service as the API, with `actor=request.user`, so the
@@ -7,7 +8,6 @@ permission rules (ACEs) are the API's own; a refusal shows the service's `desc`.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
@@ -36,9 +36,6 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
-from replication.services.messages import messages_consume
-
-PAGE_SIZES = (10, 50, 100)
 
 
 def visible_stream(request: HttpRequest, pk: int) -> Stream:
@@ -217,46 +214,3 @@ def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> 
     service = REPLICA_ACTIONS[action]
     return _act(request, pk, lambda: service(actor=request.user, source=source,
                                              replica=link.replica), f"replica {action}d")
-
-
-def _int(value: str | None, default: int, low: int = 0) -> int:
-    try:
-        return max(low, int(value or default))
-    except ValueError:
-        return default
-
-
-def _shown(data: bytes | None) -> dict[str, str] | None:
-    if data is None:
-        return None
-    try:
-        return {"text": data.decode("utf-8"), "kind": "text"}
-    except UnicodeDecodeError:
-        return {"text": base64.b64encode(data).decode("ascii"), "kind": "base64"}
-
-
-@login_required
-def stream_messages(request: HttpRequest, pk: int) -> HttpResponse:
-    stream = visible_stream(request, pk)
-    topics = list(stream.topics.values_list("name", flat=True))
-    topic = request.GET.get("topic") or (topics[0] if topics else "")
-    partition, offset = _int(request.GET.get("partition"), 0), _int(request.GET.get("offset"), 0)
-    limit = _int(request.GET.get("limit"), PAGE_SIZES[0], low=1)
-    limit = limit if limit in PAGE_SIZES else PAGE_SIZES[0]
-    rows, error = [], ""
-    if topic:
-        try:
-            found = messages_consume(actor=request.user, stream=stream, topic=topic,
-                                     partition=partition, offset=offset, limit=limit)
-        except StreamgateError as err:
-            error = err.desc
-        else:
-            rows = [{"m": m, "key": _shown(m.key), "value": _shown(m.value),
-                     "headers": [(k, _shown(v)) for k, v in m.headers]} for m in found]
-    context = {
-        "stream": stream, "topics": topics, "topic": topic, "partition": partition,
-        "offset": offset, "limit": limit, "page_sizes": PAGE_SIZES, "rows": rows,
-        "error": error, "next_offset": rows[-1]["m"].offset + 1 if rows else None,
-        "prev_offset": max(0, offset - limit) if offset else None,
-    }
-    return render_page(request, "web/messages.html", context)

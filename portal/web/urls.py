@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, groups, jobs, setup, streams, topology, views
+from portal.web import approvals, groups, jobs, messages, setup, streams, topology, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -23,7 +23,8 @@ urlpatterns = [
     path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action,
          name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
-    path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
     path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
     path("audit/", audit_log, name="audit"),
     path("overview/alarms/", alarms_fragment, name="overview-alarms"),

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser
 from django.dispatch import Signal
 
-from replication.engine.store import MessageStore, OffsetOutOfRange
+from replication.engine.store import MessageStore
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink, Stream, Topic
+from replication.services.browse import offset_for_time
 from replication.services.engine import stream_wake
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
@@ -92,24 +93,6 @@ def group_offsets(*, actor: AbstractBaseUser, stream: Stream) -> tuple[list[Grou
     return [GroupOffsets(g, rows) for g, rows in groups.items()], [r.path for r in replicas]
 
 
-def _first_at(store: MessageStore, stream: Stream, topic: Topic, partition: int,
-              low: int, high: int, at_ms: int) -> int:
-    """The first offset whose timestamp is at or after at_ms (high when none): a binary
-    search over the partition, as Kafka's offsetsForTimes over its time index."""
-    while low < high:
-        mid = (low + high) // 2
-        try:
-            found = store.read(stream.uuid, topic.name, partition, mid, limit=1)
-        except OffsetOutOfRange:  # expired meanwhile: search above it
-            low = mid + 1
-            continue
-        if found and found[0].timestamp_ms >= at_ms:
-            high = mid
-        else:
-            low = mid + 1
-    return low
-
-
 def _targets(store: MessageStore, stream: Stream, topic: Topic, to: str,
              marks: dict[int, tuple[int, int]], at_ms: int | None,
              offset: int | None) -> dict[int, int]:
@@ -120,7 +103,7 @@ def _targets(store: MessageStore, stream: Stream, topic: Topic, to: str,
     if to == "timestamp":
         if at_ms is None:
             raise InvalidInput("give the time to reset to", field="timestamp")
-        return {p: _first_at(store, stream, topic, p, low, high, at_ms)
+        return {p: offset_for_time(store, stream, topic, p, low, high, at_ms)
                 for p, (low, high) in marks.items()}
     if offset is None:
         raise InvalidInput("give the offset to reset to", field="offset")
