@@ -2,7 +2,17 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, groups, jobs, messages, setup, streams, topology, views
+from portal.web import (
+    approvals,
+    groups,
+    jobs,
+    messages,
+    setup,
+    streams,
+    throughput,
+    topology,
+    views,
+)
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -26,6 +36,8 @@ urlpatterns = [
     path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
     path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
     path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
+    path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
+    path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit_log, name="audit"),
     path("overview/alarms/", alarms_fragment, name="overview-alarms"),
     path("approvals/", approvals.approvals, name="approvals"),

@@ -358,7 +358,8 @@ def test_overview_counts_only_visible_streams_per_cluster(outsider, activity):
 def test_pages_load_htmx_and_live_updates_from_local_static_files(owner):
     page = signed_in(owner).get("/").content.decode()
     scripts = re.findall(r'<script src="([^"]+)"', page)
-    assert scripts == ["/static/vendor/htmx/htmx.min.js", "/static/js/live.js"]
+    assert scripts == ["/static/vendor/htmx/htmx.min.js", "/static/js/live.js",
+                       "/static/js/throughput.js"]
 
 
 def test_overview_raises_alarms_for_down_gateways_and_failing_links(owner, pending,
