@@ -14,7 +14,6 @@ from datetime import datetime
 from django.urls import reverse
 
 from portal.web import health as h
-from replication.lag_history import Point
 from replication.models import Gateway, ReplicaLink
 
 SHOWN = 20
@@ -84,20 +83,24 @@ def _link_item(link: ReplicaLink, health: h.Health, user: object) -> Item | None
     return item
 
 
-def attention(rows: list[tuple[ReplicaLink, str, h.Health, Point | None]],
+def needing_attention(rows: list[dict]) -> list[dict]:
+    """The link rows (worst first already) the to-do list shows."""
+    return [row for row in rows if row["health"].rank >= h.FELL_BACK.rank][:SHOWN]
+
+
+def attention(rows: list[dict], needy: list[tuple[ReplicaLink, h.Health]],
               gateways: list[Gateway], user: object) -> dict[str, object]:
     """The counts (links per health, gateways down) and the to-do items, worst first."""
-    per_health = Counter(row[2].css for row in rows)
+    per_health = Counter(row["health"].css for row in rows)
     counts = [(health, per_health[health.css]) for health in reversed(h.ALL)
               if per_health[health.css]]
     down = [gw for gw in gateways if gw.status == Gateway.Status.DOWN]
-    candidates = [row for row in rows if row[2].rank >= h.FELL_BACK.rank]
-    candidates.sort(key=lambda row: -row[2].rank)
     items = [_gateway_item(gw) for gw in down]
-    for link, _state, health, _point in candidates[:SHOWN]:
+    for link, health in needy:
         item = _link_item(link, health, user)
         if item is not None:
             items.append(item)
+    total = len(down) + sum(n for health, n in counts if health.rank >= h.FELL_BACK.rank)
     return {"health_counts": counts, "gateways_down": len(down),
             "gateways_up": len(gateways) - len(down), "todo": items[:SHOWN],
-            "todo_hidden": max(0, len(down) + len(candidates) - SHOWN)}
+            "todo_hidden": max(0, total - SHOWN)}

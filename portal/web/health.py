@@ -53,6 +53,31 @@ def link_health(link: ReplicaLink, point: Point | None) -> Health:
     return PENDING if point[1] else IN_SYNC
 
 
+# What link_health reads, as values() fetches it: the overview and the topology classify
+# thousands of links without building a model instance each.
+LINK_VALUES = ("pk", "source_id", "replica_id", "paused", "synchronous", "mode", "state",
+               "last_error", "is_agreed")
+
+
+class LinkValues:
+    """A links' values() row with the attributes `link_health` reads."""
+
+    __slots__ = ("agreed", "last_error", "mode", "paused", "state", "synchronous")
+
+    def __init__(self, row: dict) -> None:
+        self.agreed = row["is_agreed"]
+        for name in ("last_error", "state", "paused", "synchronous", "mode"):
+            setattr(self, name, row[name])
+
+
+def rows_health(rows: list[dict]) -> None:
+    """Set "health" and "point" (the last lag sample) on each values() row, in place."""
+    latest = lag_latest(row["pk"] for row in rows)
+    for row in rows:
+        row["point"] = latest.get(row["pk"])
+        row["health"] = link_health(LinkValues(row), row["point"])  # type: ignore[arg-type]
+
+
 def state_css(state: str) -> str:
     if state == ReplicaState.WAITING_FOR_UPSTREAM:
         return "waiting"
@@ -70,12 +95,12 @@ def links_health(links: Iterable[ReplicaLink]) -> dict[int, tuple[Health, Point 
             for link in links}
 
 
-def streams_health(links: Iterable[ReplicaLink],
-                   health: dict[int, tuple[Health, Point | None]]) -> dict[int, Health]:
+def streams_health(rows: Iterable[dict]) -> dict[int, Health]:
+    """Per stream id, the worst health of the links it is a source or a replica of."""
     worst: dict[int, Health] = {}
-    for link in links:
-        found = health[link.pk][0]
-        for stream_id in (link.source_id, link.replica_id):
+    for row in rows:
+        found = row["health"]
+        for stream_id in (row["source_id"], row["replica_id"]):
             if stream_id not in worst or found.rank > worst[stream_id].rank:
                 worst[stream_id] = found
     return worst

@@ -22,22 +22,8 @@ from django.views.decorators.http import require_GET
 from portal.web import health as h
 from portal.web.templatetags.human import lag_text
 from portal.web.tenancy import current_tenant, render_page
-from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history, lag_latest
+from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
 from replication.models import Cluster, ReplicaLink, Stream
-
-LINK_FIELDS = ("pk", "source_id", "replica_id", "paused", "synchronous", "mode", "state",
-               "last_error", "is_agreed")
-
-
-class _Row:
-    """A links' values() row with the attributes `link_health` reads, without a model."""
-
-    __slots__ = ("agreed", "last_error", "mode", "paused", "state", "synchronous")
-
-    def __init__(self, row: dict[str, Any]) -> None:
-        self.agreed = row["is_agreed"]
-        for name in ("last_error", "state", "paused", "synchronous", "mode"):
-            setattr(self, name, row[name])
 
 
 def _link_rows(request: HttpRequest) -> list[dict[str, Any]]:
@@ -45,7 +31,7 @@ def _link_rows(request: HttpRequest) -> list[dict[str, Any]]:
     tenant = current_tenant(request)
     if tenant is not None:
         links = links.filter(Q(source__tenant=tenant) | Q(replica__tenant=tenant))
-    return list(links.values(*LINK_FIELDS).order_by())
+    return list(links.values(*h.LINK_VALUES).order_by())
 
 
 def _stream_rows(request: HttpRequest, ends: set[int]) -> list[tuple[int, str, int, bool]]:
@@ -66,13 +52,9 @@ def _stream_rows(request: HttpRequest, ends: set[int]) -> list[tuple[int, str, i
 
 def topology_data(request: HttpRequest) -> dict[str, Any]:
     links = _link_rows(request)
-    latest = lag_latest(row["pk"] for row in links)
-    edges = []
-    for row in links:
-        point = latest.get(row["pk"])
-        health = h.link_health(_Row(row), point)  # type: ignore[arg-type]
-        edges.append([row["pk"], row["source_id"], row["replica_id"], health.css,
-                      lag_text(point, health)])
+    h.rows_health(links)
+    edges = [[row["pk"], row["source_id"], row["replica_id"], row["health"].css,
+              lag_text(row["point"], row["health"])] for row in links]
     streams = _stream_rows(request, {r["source_id"] for r in links} |
                            {r["replica_id"] for r in links})
     used = {row[2] for row in streams}

@@ -11,8 +11,8 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
 from portal.accounts.throttle import login_blocked
-from portal.web.attention import attention
-from portal.web.health import Health, links_health, streams_health
+from portal.web.attention import attention, needing_attention
+from portal.web.health import LINK_VALUES, Health, rows_health, state_css, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.lag_history import gateway_rates
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
@@ -21,12 +21,28 @@ STREAMS_PER_PAGE = 50
 LINKS_SHOWN = 50
 
 
-def _links(request: HttpRequest) -> list[ReplicaLink]:
+def _link_rows(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every link of the tenant as a values() row with its health and last sample, the worst
+    first: a tenant may have thousands, and model instances would cost more than the page."""
     links = ReplicaLink.objects.restrict(request.user)
     tenant = current_tenant(request)
     if tenant is not None:
         links = links.filter(Q(source__tenant=tenant) | Q(replica__tenant=tenant))
-    return list(links.select_related("source", "replica").with_agreement())
+    rows = list(links.with_agreement().values(*LINK_VALUES, "source__path", "replica__path")
+                .order_by())
+    rows_health(rows)
+    rows.sort(key=lambda r: (-r["health"].rank, r["source__path"], r["replica__path"]))
+    return rows
+
+
+def _instances(rows: list[dict[str, Any]]) -> dict[int, ReplicaLink]:
+    """The few links a page shows in full (its table, its to-do list), in one query."""
+    found = (ReplicaLink.objects.filter(pk__in={r["pk"] for r in rows})
+             .select_related("source", "replica").with_agreement())
+    links = {link.pk: link for link in found}
+    for link in links.values():
+        link.state_css = state_css(link.replica_state())  # type: ignore[attr-defined]
+    return links
 
 
 def _gateways() -> list[Gateway]:
@@ -38,16 +54,18 @@ def _gateways() -> list[Gateway]:
 
 
 def _live_context(request: HttpRequest) -> dict[str, Any]:
-    links, gateways = _links(request), _gateways()
-    health = links_health(links)
+    rows, gateways = _link_rows(request), _gateways()
     # The worst first, and only so many: a stream's own page lists all its replicas.
-    rows = sorted(((link, link.replica_state(), *health[link.pk]) for link in links),
-                  key=lambda row: (-row[2].rank, row[0].source.path, row[0].replica.path))
+    shown, needy = rows[:LINKS_SHOWN], needing_attention(rows)
+    full = _instances([*shown, *needy])
+    table = [(full[r["pk"]], full[r["pk"]].replica_state(), r["health"], r["point"])
+             for r in shown if r["pk"] in full]
     return {
-        "links": rows[:LINKS_SHOWN], "links_hidden": max(0, len(rows) - LINKS_SHOWN),
-        **attention(rows, gateways, request.user),
+        "links": table, "links_hidden": max(0, len(rows) - LINKS_SHOWN),
+        **attention(rows, [(full[r["pk"]], r["health"]) for r in needy if r["pk"] in full],
+                    gateways, request.user),
         "gateways": gateways,
-        "stream_health": streams_health(links, health),
+        "stream_health": streams_health(rows),
     }
 
 
