@@ -17,6 +17,11 @@
   var SETTLED = { insync: true, pending: true, stalled: true, unknown: true };
   var GROUP_AT = 200;   // more streams than this: open on the clusters view
   var TABLE_ROWS = 300; // the table under the graph lists at most this many links
+  // Past this many arrows the graph drops the arrows' text (a canvas redraw per changed
+  // label would not keep up with hundreds of events a second) and applies events at most
+  // every FLUSH_BIG_MS: a colour changes only when a link's health does.
+  var LABELS_MAX = 300;
+  var FLUSH_BIG_MS = 500;
   var S = { labels: {}, ranks: {}, links: {}, streams: {}, clusters: {}, cy: null, version: 0,
             shown: null, lagQueue: {}, lagFrame: 0, refetch: 0, regroup: 0 };
   var root, table, fmt;
@@ -63,7 +68,8 @@
   }
 
   function edgeLabel(l) {
-    return l.health === "insync" || l.health === "sync" ? "" : (S.labels[l.health] + (l.text ? " " + l.text : ""));
+    if (S.big || l.health === "insync" || l.health === "sync") { return ""; }
+    return S.labels[l.health] + (l.text ? " " + l.text : "");
   }
 
   function streamElements(f, visible) {
@@ -120,7 +126,8 @@
     var rules = [
       { selector: "node", style: { label: "data(label)", "font-size": 10, color: "#1d2330",
         "text-valign": "bottom", "text-margin-y": 3, width: 14, height: 14, "background-color": "#2459c4",
-        "text-background-color": "#ffffff", "text-background-opacity": 0.8, "text-wrap": "wrap" } },
+        "text-background-color": "#ffffff", "text-background-opacity": 0.8, "text-wrap": "wrap",
+        "min-zoomed-font-size": 7 } },
       { selector: "node[own = 0]", style: { "background-color": "#ffffff", "border-width": 2,
         "border-color": "#596173", "border-style": "dashed" } },
       { selector: "node[cluster]", style: { "background-color": "#e9eef8", "background-opacity": 0.6,
@@ -129,7 +136,8 @@
       { selector: "node[big]", style: { width: 90, height: 50, "text-valign": "center", "text-margin-y": 0 } },
       { selector: "edge", style: { width: 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
         "arrow-scale": 0.9, label: "data(label)", "font-size": 9, "text-rotation": "autorotate",
-        "text-background-color": "#ffffff", "text-background-opacity": 0.85, color: "#1d2330" } },
+        "text-background-color": "#ffffff", "text-background-opacity": 0.85, color: "#1d2330",
+        "min-zoomed-font-size": 7 } },
       { selector: "edge[agg]", style: { width: "mapData(count, 1, 200, 2, 10)" } },
       { selector: ":selected", style: { "overlay-color": "#f59e0b", "overlay-opacity": 0.25 } }
     ];
@@ -152,6 +160,7 @@
     var visible = Object.keys(S.links).map(function (id) { return S.links[id]; })
       .filter(function (l) { return linkVisible(l, f); })
       .sort(function (x, y) { return (S.ranks[y.health] - S.ranks[x.health]) || (x.id - y.id); });
+    S.big = f.group === "streams" && visible.length > LABELS_MAX;
     var els = f.group === "clusters" ? clusterElements(f, visible) : streamElements(f, visible);
     S.cy.batch(function () { S.cy.elements().remove(); S.cy.add(els); });
     layout();
@@ -252,7 +261,11 @@
     var changed = l.health !== css;
     l.health = css; l.text = text;
     var edge = S.cy.getElementById("link-" + l.id);
-    if (edge.nonempty()) { edge.data({ health: css, label: edgeLabel(l) }); }
+    var label = edgeLabel(l);
+    // Touch the graph only when what it shows changed: each change restyles and redraws.
+    if (edge.nonempty() && (changed || edge.data("label") !== label)) {
+      edge.data({ health: css, label: label });
+    }
     var row = table.querySelector('tr[data-link="' + l.id + '"]');
     if (row) { row.dataset.health = css; row.replaceChild(healthCell(l), row.lastChild); }
     if (S.shown === l.id) { updatePanel(l); }
@@ -282,7 +295,9 @@
 
   function onLag(p) {
     S.lagQueue[p.link] = p;
-    if (!S.lagFrame) { S.lagFrame = window.requestAnimationFrame(flushLag); }
+    if (S.lagFrame) { return; }
+    S.lagFrame = S.big ? setTimeout(function () { window.requestAnimationFrame(flushLag); }, FLUSH_BIG_MS)
+                       : window.requestAnimationFrame(flushLag);
   }
 
   function sameShape(data) {
@@ -347,7 +362,11 @@
     if (data.streams.length > GROUP_AT) { el("f-group").value = "clusters"; }
     else if (data.streams.length <= 50) { el("f-lonely").checked = true; }
     S.cy = window.cytoscape({ container: root, style: style(), wheelSensitivity: 0.3,
-                              minZoom: 0.05, maxZoom: 4, boxSelectionEnabled: false });
+                              minZoom: 0.05, maxZoom: 4, boxSelectionEnabled: false,
+                              // cheaper frames while panning and zooming a large graph
+                              hideEdgesOnViewport: data.links.length > LABELS_MAX,
+                              textureOnViewport: data.links.length > LABELS_MAX,
+                              pixelRatio: data.links.length > LABELS_MAX ? 1 : "auto" });
     S.cy.on("tap", "node, edge", onTap);
     el("topology-filters").addEventListener("change", draw);
     el("topology-filters").addEventListener("submit", function (e) { e.preventDefault(); draw(); });

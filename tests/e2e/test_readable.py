@@ -39,6 +39,7 @@ def _job(activity) -> int:
 
 
 PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
+         "/streams/{a}/groups/",
          "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/"]
 
 
