@@ -150,6 +150,10 @@
 
   function layout() {
     var name = window.cytoscapeFcose ? "fcose" : "cose";
+    // A few nodes fitted to the box would be drawn huge: no closer than 1.2x.
+    S.cy.one("layoutstop", function () {
+      if (S.cy.zoom() > 1.2) { S.cy.zoom(1.2); S.cy.center(); }
+    });
     S.cy.layout({ name: name, animate: false, randomize: true, fit: true, padding: 24,
                   nodeDimensionsIncludeLabels: true, packComponents: true, idealEdgeLength: 80,
                   nodeRepulsion: 6000, quality: S.cy.nodes().length > 400 ? "draft" : "default" }).run();

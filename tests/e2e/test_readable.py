@@ -100,7 +100,7 @@ def test_todo_resume_button_resumes_the_paused_replica(portal_url, page: Page, o
     item = page.locator('#todo li[data-kind="paused"]')
     expect(item).to_contain_text("/mapr/newyork/archive")
     item.get_by_role("button", name="Resume").click()
-    expect(page.locator(".messages")).to_contain_text("replica resumed")
+    expect(page.locator("ul.messages")).to_contain_text("replica resumed")
     page.goto(f"{portal_url}/")
     expect(page.locator('#todo li[data-kind="paused"]')).to_have_count(0)
 

@@ -35,7 +35,7 @@ def test_groups_tab_shows_a_committed_group_and_resets_it(portal_url, page: Page
     page.fill("#reset-offsets input[name=group]", "billing")
     page.check("#reset-offsets input[value=latest]")
     page.click("#reset-offsets button[type=submit]")
-    expect(page.locator(".messages")).to_contain_text("partition 0 to 6, partition 1 to 6")
+    expect(page.locator("ul.messages")).to_contain_text("partition 0 to 6, partition 1 to 6")
     expect(group.locator('[data-field="total-lag"]')).to_have_text("0 msgs behind")
 
 
@@ -62,7 +62,7 @@ def test_message_browser_filters_decodes_and_produces(portal_url, page: Page, ow
     page.fill("#produce textarea[name=value]", "hello from the portal")
     page.fill("#produce textarea[name=headers]", "trace=t1")
     page.click("#produce button[type=submit]")
-    expect(page.locator(".messages")).to_contain_text("produced to orders")
+    expect(page.locator("ul.messages")).to_contain_text("produced to orders")
     first = page.locator("#messages tbody tr[data-offset]").first
     expect(first).to_contain_text("hello from the portal")
     expect(first).to_contain_text("trace=t1")
