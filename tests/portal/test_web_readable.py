@@ -109,7 +109,7 @@ def test_health_label_comes_first_with_figures_and_the_mapr_state_second(owner, 
     cell = re.search(r'class="health-cell">(.*?)</td>', row, re.S).group(1)
     assert cell.index(">Pending<") < cell.index("REPLICA_STATE_REPLICATING")
     assert re.search(r'data-field="lag_text">2 msgs / [\d.]+ (ms|s)<', cell)
-    assert 'class="mapr"' in cell
+    assert 'class="mapr replica-state"' in cell
 
 
 def test_paused_and_synchronous_links_read_as_such(owner, agreed, activity, activity_ny):
