@@ -17,7 +17,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench chaos screenshots clean clihelp
+.PHONY: run test install install-test lint prod bench chaos screenshots clean clihelp vendor-js
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,21 @@ $(KAFKAJS): tests/workers/kafka/js/package-lock.json
 	touch $@
 
 install-test: $(TEST_STAMP) /usr/bin/chromium /usr/bin/kcat $(KAFKAJS)
+
+# Browser libraries are vendored (committed) from the npm registry, so no run or test needs the
+# network: cytoscape.js and its fcose layout for the topology page (static/vendor/cytoscape),
+# axe-core for the browser tests' accessibility check only (tests/e2e/vendor/axe-core).
+# This target re-fetches those exact versions; bump a version here to upgrade.
+NPM_VENDOR := cytoscape@3.34.4 layout-base@2.0.1 cose-base@2.2.0 cytoscape-fcose@2.2.0 axe-core@4.14.1
+vendor-js:
+	rm -rf var/npm && mkdir -p var/npm && cd var/npm && npm pack --silent $(NPM_VENDOR) >/dev/null \
+	  && for f in *.tgz; do mkdir -p "$${f%.tgz}" && tar xzf "$$f" -C "$${f%.tgz}"; done
+	cp var/npm/cytoscape-3.34.4/package/dist/cytoscape.min.js static/vendor/cytoscape/
+	cp var/npm/cytoscape-3.34.4/package/LICENSE static/vendor/cytoscape/LICENSE
+	for p in layout-base-2.0.1 cose-base-2.2.0 cytoscape-fcose-2.2.0; do \
+	  cp var/npm/$$p/package/$${p%-*}.js static/vendor/cytoscape/ \
+	  && cp var/npm/$$p/package/LICENSE static/vendor/cytoscape/LICENSE.$${p%-*}; done
+	cp var/npm/axe-core-4.14.1/package/{axe.min.js,LICENSE,LICENSE-3RD-PARTY.txt} tests/e2e/vendor/axe-core/
 
 ## run: the whole product on the embedded default (SQLite, in-process broker), no services needed
 run: install

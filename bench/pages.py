@@ -36,11 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "bench-pages-password"
 HUB = "/mapr/sanfrancisco/hub"
 TARGET_MS = 150.0
+# The overview and topology of a tenant with 1,000 streams and 2,000 links (issue 17).
+GRAPH_TARGET_MS = 300.0
+GRAPH_PAGES = ("overview", "topology")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=64)
+    parser.add_argument("--links", type=int, default=2000,
+                        help="replica links in all: the hub's, then among the other streams")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per page")
     parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres",
@@ -78,13 +83,13 @@ class Scene:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stderr[-4000:]}")
         return done.stdout
 
-    def create(self, streams: int, replicas: int) -> dict:
+    def create(self, streams: int, replicas: int, links: int = 0) -> dict:
         with psycopg.connect(self.server, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
         self.manage("migrate", "--no-input", "-v0")
         self.manage("collectstatic", "--no-input", "-v0")  # the manifest the pages name
-        out = self.manage("shell", "-c", f"from bench.pages import seed; "
-                                         f"seed(streams={streams}, replicas={replicas})")
+        out = self.manage("shell", "-c", f"from bench.pages import seed; seed(streams="
+                                         f"{streams}, replicas={replicas}, links={links})")
         return json.loads(out.strip().splitlines()[-1])
 
     def start(self, *extra: list[str]) -> None:
@@ -162,7 +167,7 @@ class Scene:
         raise RuntimeError(f"no log line for {path}")
 
 
-def seed(*, streams: int, replicas: int) -> None:
+def seed(*, streams: int, replicas: int, links: int = 0) -> None:
     """The scene, inside Django (`manage.py shell -c`); prints ids as JSON."""
     from django.contrib.auth import get_user_model
     from django.utils import timezone
@@ -205,6 +210,7 @@ def seed(*, streams: int, replicas: int) -> None:
         for i, c in ((i, (sf, ny)[i % 2]) for i in range(streams - 1 - replicas)))
     Topic.objects.bulk_create(Topic(stream=s, name="events", origin_uuid=s.uuid)
                               for s in filler)
+    _more_links(filler, links - replicas, alice)
     now = time.time()
     lag_history.lag_record()  # the latest sample of each link, from the stores
     _fill_history(hub.pk, now)
@@ -213,6 +219,36 @@ def seed(*, streams: int, replicas: int) -> None:
     Gateway.objects.update(messages_applied=6000, last_heartbeat=timezone.now())
     lag_history.gateways_record(now=now)
     print(json.dumps({"hub": hub.pk}))
+
+
+def _more_links(streams: list, count: int, alice: object) -> None:
+    """`count` agreed links among the filler streams (each to the next few streams, both
+    clusters), written in bulk as the services would leave them; a few paused, waiting
+    (no upstream) or in error, so every health shows."""
+    from replication.models import Compression, ReplicaLink, Upstream
+
+    n = len(streams)
+    if count <= 0 or n < 2:
+        return
+    pairs = [(streams[j % n], streams[(j % n + 1 + j // n) % n]) for j in range(count)]
+    pairs = [(a, b) for a, b in pairs if a.pk != b.pk]
+    idx: dict[int, int] = {}
+    rows = []
+    for j, (a, b) in enumerate(pairs):
+        idx[a.pk] = idx.get(a.pk, -1) + 1
+        rows.append(ReplicaLink(source=a, replica=b, idx=idx[a.pk], paused=j % 97 == 0,
+                                networkcompression=Compression.LZ4, created_by=alice,
+                                last_error="gateway gw2 refused a batch" if j % 211 == 0
+                                else ""))
+    ReplicaLink.objects.bulk_create(rows)
+    upstream_idx: dict[int, int] = {}
+    upstreams = []
+    for k, (a, b) in enumerate(pairs):
+        if k % 53:  # every 53rd waits for its replica's owner
+            upstream_idx[b.pk] = upstream_idx.get(b.pk, -1) + 1
+            upstreams.append(Upstream(replica=b, source=a, idx=upstream_idx[b.pk],
+                                      created_by=alice))
+    Upstream.objects.bulk_create(upstreams)
 
 
 def _fill_history(hub_id: int, now: float) -> None:
@@ -272,11 +308,13 @@ def main(args: argparse.Namespace) -> int:
     scene = Scene(args.url, args.server, "pages")
     try:
         started = time.perf_counter()
-        ids = scene.create(args.streams, args.replicas)
+        ids = scene.create(args.streams, args.replicas, args.links)
         print(f"scene ready in {time.perf_counter() - started:.0f} s", flush=True)
         scene.start()
         hub = ids["hub"]
-        pages = {"overview": "/", "stream page (64 replicas)": f"/streams/{hub}/",
+        pages = {"overview": "/", "topology": "/topology/",
+                 "topology data JSON": "/topology/data/",
+                 "stream page (64 replicas)": f"/streams/{hub}/",
                  "overview live fragment": "/overview/live/",
                  "stream replicas fragment": f"/streams/{hub}/replicas/",
                  "lag history JSON (64 x 720 points)": f"/streams/{hub}/lag/"}
@@ -285,11 +323,12 @@ def main(args: argparse.Namespace) -> int:
     finally:
         scene.stop()
     print()
-    print(f"{args.streams:,} streams, {args.replicas} replicas on one stream, {args.server} "
-          f"(2 workers), {args.requests} sequential requests per page after 10 warm-up")
+    print(f"{args.streams:,} streams, {args.links:,} replica links ({args.replicas} of them "
+          f"on one stream), {args.server} (2 workers), {args.requests} sequential requests "
+          f"per page after 10 warm-up")
     print()
     print("| page | server p50 (ms) | server p95 (ms) | server max (ms) | round trip p95 (ms) "
-          "| size (kB) | p95 < 150 ms |")
+          "| size (kB) | target met (p95 < 150 ms; overview and topology < 300 ms) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     if failures:
         print(f"({len(failures)} requests answered 5xx and were asked again: "
@@ -298,7 +337,7 @@ def main(args: argparse.Namespace) -> int:
     ok = True
     for label, path, server, trips, size in rows:
         p95 = _percentile(server, 0.95)
-        met = p95 < TARGET_MS
+        met = p95 < (GRAPH_TARGET_MS if label in GRAPH_PAGES else TARGET_MS)
         ok &= met or "JSON" in label or "fragment" in label
         print(f"| {label} `{path}` | {statistics.median(server):.1f} | {p95:.1f} | "
               f"{max(server):.1f} | {_percentile(trips, 0.95):.1f} | {size / 1024:.0f} | "

@@ -42,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="channels-redis layer: the settings' own (pubsub) or, to compare, "
                              "core (bench/core_settings.py)")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--topology-rate", type=float, default=200.0,
+                        help="link events a second at the open topology page")
+    parser.add_argument("--topology-seconds", type=float, default=20.0)
+    parser.add_argument("--topology-view", choices=("streams", "clusters"), default=None,
+                        help="the page's view (default: the page's own choice, clusters for "
+                             "a tenant this large)")
+    parser.add_argument("--only", choices=("sockets", "topology"), default=None,
+                        help="run one of the two measures (default: both)")
 
 
 def trickle(rate: float) -> None:
@@ -178,6 +186,15 @@ def _measure(scene: Scene, args: argparse.Namespace) -> tuple[list, tuple[int, i
 
 
 def main(args: argparse.Namespace) -> int:
+    ok = True
+    if args.only != "topology":
+        ok &= sockets_main(args) == 0
+    if args.only != "sockets":
+        ok &= topology_main(args) == 0
+    return 0 if ok else 1
+
+
+def sockets_main(args: argparse.Namespace) -> int:
     scene = Scene(args.url, args.server, "sockets")
     if args.layer == "core":
         scene.env["DJANGO_SETTINGS_MODULE"] = "bench.core_settings"
@@ -217,3 +234,128 @@ def main(args: argparse.Namespace) -> int:
     print(f"| p99 < 1 s and every delivery arrived | {'yes' if ok else 'no'} |")
     return 0 if ok else 1
 
+
+
+# --- the topology page under a storm of link events ---------------------------------------------
+
+TOPOLOGY_STREAMS, TOPOLOGY_LINKS = 1000, 2000
+MONITOR = """() => {
+  window.__mon = {stalls: [], events: 0};
+  let last = performance.now();
+  setInterval(() => { const now = performance.now(); __mon.stalls.push(now - last - 50);
+                      last = now; }, 50);
+  document.addEventListener("streamgate:event", e => {
+    if (e.detail.event === "replica.lag") { __mon.events += 1; } });
+}"""
+
+
+def storm(rate: float) -> None:
+    """"replica.lag" events of every link in turn, `rate` a second, through the channel layer
+    the portal's sockets listen on (as replication.events.publish_after_commit sends them),
+    from one asyncio loop: the publisher's own cost is not what is measured."""
+    import asyncio
+
+    import orjson
+    from channels.layers import get_channel_layer
+
+    from replication.events import tenant_group
+    from replication.models import ReplicaLink
+
+    links = list(ReplicaLink.objects.values_list("pk", "source_id", "replica_id",
+                                                 "source__tenant_id"))
+    layer = get_channel_layer()
+
+    async def run() -> None:
+        start, n = time.monotonic(), 0
+        while True:
+            pk, source, replica, tenant = links[n % len(links)]
+            text = orjson.dumps({"event": "replica.lag", "payload": {
+                "link": pk, "source": source, "replica": replica, "messagesPending": n % 50,
+                "bytesPending": n % 50 * 100, "timeLagMs": n % 5000, "stalled": n % 7 == 0,
+                "t": time.time() * 1000}}).decode()
+            await layer.group_send(tenant_group(tenant), {"type": "replication.event",
+                                                          "text": text})
+            n += 1
+            await asyncio.sleep(max(0.0, start + n / rate - time.monotonic()))
+
+    asyncio.run(run())
+
+
+def _page_probe(page, seconds: float) -> dict:  # type: ignore[no-untyped-def]
+    """While the storm runs: main-thread stalls (a 50 ms timer's lateness) and events the page
+    handled, with a script round trip every half second; then, storm still on, how long three
+    redraws (what a filter change costs: elements rebuilt, layout run) take."""
+    page.evaluate(MONITOR)
+    trips = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        page.evaluate("1")
+        trips.append((time.perf_counter() - started) * 1000)
+        time.sleep(0.5)
+    found = page.evaluate("() => ({stalls: __mon.stalls, events: __mon.events})")
+    redraws = [page.evaluate("""() => { const t = performance.now();
+        streamgateTopology.draw(); return performance.now() - t; }""") for _ in range(3)]
+    return {"stalls": [max(0.0, s) for s in found["stalls"]] or [0.0], "events": found["events"],
+            "trips": trips, "redraws": redraws}
+
+
+def _topology_measure(scene: Scene, args: argparse.Namespace) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    from bench.pages import PASSWORD
+
+    with sync_playwright() as play:
+        browser = play.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(f"{scene.url}/login/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.goto(f"{scene.url}/topology/")
+        page.wait_for_selector('#topology[data-ready="1"]', timeout=60_000)
+        page.wait_for_selector('#live-status[data-state="open"]', timeout=60_000)
+        if args.topology_view:
+            page.select_option("#f-group", args.topology_view)
+            page.wait_for_selector('#topology[data-ready="1"]')
+        view = page.eval_on_selector("#f-group", "el => el.value")
+        stormer = scene.spawn(["manage.py", "shell", "-c",
+                               f"from bench.sockets import storm; storm({args.topology_rate})"])
+        time.sleep(5)  # the storm's Django start-up
+        result = _page_probe(page, args.topology_seconds)
+        stormer.terminate()
+        result["view"] = view
+        result["edges"] = int(page.eval_on_selector("#topology", "el => el.dataset.edges"))
+        browser.close()
+    return result
+
+
+def topology_main(args: argparse.Namespace) -> int:
+    scene = Scene(args.url, args.server, "topology")
+    try:
+        scene.create(TOPOLOGY_STREAMS, 64, TOPOLOGY_LINKS)
+        scene.start()
+        found = _topology_measure(scene, args)
+    finally:
+        scene.stop()
+    stall95, trip95 = _percentile(found["stalls"], 0.95), _percentile(found["trips"], 0.95)
+    rate = found["events"] / args.topology_seconds
+    print()
+    print(f"topology page of {TOPOLOGY_STREAMS:,} streams and {TOPOLOGY_LINKS:,} links in "
+          f"Debian's chromium ({found['view']} view, {found['edges']} arrows drawn), "
+          f"{args.topology_rate:.0f} link events/s for {args.topology_seconds:.0f} s")
+    print()
+    print("| measure | value |")
+    print("| --- | ---: |")
+    print(f"| link events handled by the page per second | {rate:.0f} |")
+    print(f"| main-thread stall p95 / max (ms, a 50 ms timer's lateness) | {stall95:.0f} / "
+          f"{max(found['stalls']):.0f} |")
+    print(f"| script round trip p95 (ms) | {trip95:.0f} |")
+    print(f"| redraw after a filter change p50 / p95 (ms) | "
+          f"{statistics.median(found['redraws']):.0f} / "
+          f"{_percentile(found['redraws'], 0.95):.0f} |")
+    ok = rate >= 0.9 * args.topology_rate and stall95 < 100 and trip95 < 250
+    print(f"| responsive (events kept up, stall p95 < 100 ms, round trip p95 < 250 ms) | "
+          f"{'yes' if ok else 'no'} |")
+    return 0 if ok else 1

@@ -3,8 +3,10 @@ up: `make screenshots` (Debian's chromium through Playwright; nothing is downloa
 
 It starts the embedded portal on a scratch data directory and a free port, registers a second
 replica so the approvals page has a request to show, waits for the demo's messages to reach the
-replica, and captures the overview, the stream page with its lag chart, the approvals page,
-the set-up wizard (a manual step and autosetup's live copy) and the jobs page."""
+replica, and captures the overview (also on a phone and in dark mode), the topology with a
+link's lag chart, the streams list, the stream page with its lag chart, its consumer groups and
+messages tabs, the approvals and audit pages, the set-up wizard (a manual step and autosetup's
+live copy) and the jobs page."""
 
 from __future__ import annotations
 
@@ -49,7 +51,13 @@ def prepare(env: dict) -> None:
         "admin = User.objects.get(username='admin')\n"
         "src = Stream.objects.get(path='/mapr/sanfrancisco/activity')\n"
         "dst = stream_create(actor=admin, path='/mapr/newyork/audit')\n"
-        "replica_add(actor=admin, source=src, replica=dst)\n"))
+        "replica_add(actor=admin, source=src, replica=dst)\n"
+        # A consumer group for the groups tab: it committed the start of the first topic.
+        "from replication.services.messages import cursor_commit\n"
+        "topic = src.topics.order_by('name').first()\n"
+        "if topic is not None:\n"
+        "    cursor_commit(actor=admin, stream=src, group='billing', topic=topic.name,\n"
+        "                  partition=0, offset=0)\n"))
 
 
 def serve(env: dict, port: int) -> subprocess.Popen:
@@ -76,11 +84,14 @@ def capture(base: str) -> None:
         page.click("button[type=submit]")
         page.wait_for_load_state()
         time.sleep(3)  # let the trickle producer's messages reach the replica
-        shots = {"overview": "/", "approvals": "/approvals/"}
+        shots = {"overview": "/", "approvals": "/approvals/", "streams": "/streams/",
+                 "audit": "/audit/"}
         for name, path in shots.items():
             page.goto(base + path)
             page.wait_for_load_state("networkidle")
             page.screenshot(path=str(OUT / f"{name}.png"), full_page=True)
+        topology(page, base)
+        views(browser, base)
         page.goto(f"{base}/streams/")
         page.get_by_role("link", name="/mapr/sanfrancisco/activity", exact=True).first.click()
         page.wait_for_load_state("networkidle")
@@ -92,6 +103,40 @@ def capture(base: str) -> None:
         wizard(page, base)
         jobs(page, base)
         browser.close()
+
+
+def topology(page, base: str) -> None:  # type: ignore[no-untyped-def]
+    """The topology, with the first link's lag chart open beside it."""
+    page.goto(f"{base}/topology/")
+    page.wait_for_selector('#topology[data-ready="1"]')
+    page.evaluate("() => { const e = streamgateTopology.state.cy.edges()[0];"
+                  " if (e) { e.emit('tap'); } }")
+    time.sleep(1)
+    page.screenshot(path=str(OUT / "topology.png"), full_page=True)
+
+
+def views(browser, base: str) -> None:  # type: ignore[no-untyped-def]
+    """The stream's groups and messages tabs; the overview on a phone and in dark mode."""
+    for name, options in (("overview-phone", {"viewport": {"width": 390, "height": 844}}),
+                          ("overview-dark", {"viewport": {"width": 1280, "height": 900},
+                                             "color_scheme": "dark"})):
+        page = browser.new_page(**options)
+        page.goto(f"{base}/login/")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(OUT / f"{name}.png"), full_page=name == "overview-phone")
+        if name == "overview-dark":
+            page.goto(f"{base}/streams/")
+            page.get_by_role("link", name="/mapr/sanfrancisco/activity", exact=True).first.click()
+            stream_url = page.url
+            for tab, path in (("groups", "groups/"), ("messages", "messages/")):
+                page.emulate_media(color_scheme="light")
+                page.goto(stream_url + path)
+                page.wait_for_load_state("networkidle")
+                page.screenshot(path=str(OUT / f"{tab}.png"), full_page=True)
+        page.close()
 
 
 def wizard(page, base: str) -> None:  # type: ignore[no-untyped-def]

@@ -34,7 +34,7 @@ from replication.models import (
     Topic,
     Upstream,
 )
-from replication.signals import stream_purged
+from replication.signals import group_offsets_reset_done, stream_purged
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,19 @@ def _stream_purged(sender: type[models.Model], stream: Stream, actor: Any,
     record(stream, AuditAction.PURGE, None, details)
 
 
+def _group_offsets_reset(sender: type[models.Model], stream: Stream, actor: Any,
+                         details: dict[str, Any], **kwargs: Any) -> None:
+    # A group's cursors live in the message store, not in a model: recorded on the stream,
+    # the offsets per partition before and after.
+    common = {k: details[k] for k in ("group", "topic", "to", "timestamp_ms")}
+    record(stream, AuditAction.RESET, {**common, "offsets": details["before"]},
+           {**common, "offsets": details["after"]})
+
+
 def connect_signals() -> None:
     stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")
+    group_offsets_reset_done.connect(_group_offsets_reset,
+                                     dispatch_uid="operations.audit.group_offsets_reset")
     for model in AUDITED:
         uid = f"operations.audit.{model._meta.label_lower}"
         pre_save.connect(_before_save, sender=model, dispatch_uid=f"{uid}.pre")

@@ -103,6 +103,7 @@ class AuditAction(models.TextChoices):
     APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
     FAILOVER = "failover"  # a replica taking over from its source
     PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
+    RESET = "reset"  # a consumer group's offsets moved by hand (no model row changes)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

@@ -115,6 +115,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # portal.web is not an app of its own: its template filters are named here.
+            "libraries": {"human": "portal.web.templatetags.human"},
         },
     },
 ]

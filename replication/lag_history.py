@@ -32,6 +32,8 @@ SAMPLE_SECONDS = 5.0
 KEEP_SECONDS = 3600
 MAX_POINTS = int(KEEP_SECONDS / SAMPLE_SECONDS)
 LAG_EVENT = "replica.lag"
+ALL_LAST_KEY = "lag:last:all"
+MANY_LINKS = 100  # from this many links on, lag_latest reads ALL_LAST_KEY
 
 Point = list[int]
 
@@ -97,6 +99,11 @@ def _append(points: dict[int, Point]) -> None:
         ring.append(point)
         updated[_ring_key(pk)] = ring[-MAX_POINTS:]
         updated[_last_key(pk)] = point
+    # Every link's last sample in one value too: a page of thousands of links reads one key
+    # rather than thousands (the recorder is the one writer: read-modify-write is safe).
+    every = cache.get(ALL_LAST_KEY) or {}
+    every.update(points)
+    updated[ALL_LAST_KEY] = every
     cache.set_many(updated, timeout=KEEP_SECONDS * 2)
 
 
@@ -110,6 +117,9 @@ def lag_history(link_ids: Iterable[int]) -> dict[int, list[Point]]:
 def lag_latest(link_ids: Iterable[int]) -> dict[int, Point]:
     """Per link id, its last sample; links never sampled are absent. One cache round trip."""
     ids = list(link_ids)
+    if len(ids) > MANY_LINKS:
+        every = cache.get(ALL_LAST_KEY) or {}
+        return {pk: every[pk] for pk in ids if pk in every}
     found = cache.get_many([_last_key(pk) for pk in ids])
     return {pk: found[_last_key(pk)] for pk in ids if _last_key(pk) in found}
 

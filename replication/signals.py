@@ -17,3 +17,7 @@ stream_expiring = Signal()
 # stream, actor, details: a `stream purge` deleted messages (details: what went and stayed).
 # The operations app writes the audit record (operations/audit.py).
 stream_purged = Signal()
+
+# stream, actor, details {group, topic, to, before, after}: a consumer group's offsets were
+# moved by hand (the stream page's reset). The operations app writes the audit record.
+group_offsets_reset_done = Signal()

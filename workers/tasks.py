@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 from celery import shared_task
 
+from operations.throughput import throughput_record
 from replication.engine.store import Applied, Misordered
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
@@ -91,7 +92,9 @@ def record_lag_task() -> int:
     the portal's charts and throughput (replication/lag_history.py). A missed run only leaves
     a gap in a chart."""
     gateways_record()
-    return lag_record()
+    sampled = lag_record()
+    throughput_record()  # every 30 s of these runs (operations/throughput.py)
+    return sampled
 
 
 @shared_task(name="workers.tasks.verify_links_task", ignore_result=True)

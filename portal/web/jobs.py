@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from portal.web.forms import field_errors
 from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
 from replication.models import Job
@@ -67,21 +68,30 @@ def _start(request: HttpRequest, kind: str) -> Job:
                              repair=request.POST.get("repair") == "on")
 
 
+JOB_FIELDS = ("kind", "source", "destination", "numthreads", "repair")
+JOB_ALIASES = {"src": "source", "dst": "destination"}  # the services' (CLI) field names
+
+
 @login_required
 @require_POST
 def job_start(request: HttpRequest) -> HttpResponse:
+    """Start a job; refused, the jobs page again with the error beside its field and what
+    was typed."""
     kind = request.POST.get("kind", "")
+    errors: dict[str, str] = {}
     if kind not in (Job.Kind.COPYSTREAM, Job.Kind.DIFFSTREAMS):
-        messages.error(request, "choose copystream or diffstreams")
-        return redirect("jobs")
-    try:
-        job = _start(request, kind)
-    except StreamgateError as err:
-        messages.error(request, err.desc)
+        errors = {"kind": "Choose copystream or diffstreams."}
     else:
-        messages.success(request, f"{kind} started")
-        return redirect("job-detail", job.pk)
-    return redirect("jobs")
+        try:
+            job = _start(request, kind)
+        except StreamgateError as err:
+            errors = field_errors(err, JOB_FIELDS, JOB_ALIASES)
+        else:
+            messages.success(request, f"{kind} started")
+            return redirect("job-detail", job.pk)
+    typed = {name: request.POST.get(name, "") for name in JOB_FIELDS}
+    return render_page(request, "web/jobs.html", {**_table_context(request), "form": typed,
+                                                  "errors": errors}, status=400)
 
 
 def _result_tables(result: dict[str, Any]) -> tuple[list[tuple[str, Any]], list[str],

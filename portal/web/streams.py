@@ -1,4 +1,5 @@
-"""Stream pages: list and create, detail, replica actions, ACE edit, message browser.
+"""Stream pages: list and create, detail, replica actions, ACE edit (the message browser:
+portal/web/messages.py; consumer groups: portal/web/groups.py).
 
 Every stream is fetched through `Stream.objects.restrict(user)` (another tenant's: 404) and
 every change goes through the same service as the API, with `actor=request.user`, so the
@@ -7,7 +8,6 @@ permission rules (ACEs) are the API's own; a refusal shows the service's `desc`.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
@@ -35,9 +36,6 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
-from replication.services.messages import messages_consume
-
-PAGE_SIZES = (10, 50, 100)
 
 
 def visible_stream(request: HttpRequest, pk: int) -> Stream:
@@ -55,19 +53,21 @@ def _aces(data: Any) -> dict[str, str]:
 def stream_list(request: HttpRequest) -> HttpResponse:
     tenant = current_tenant(request)
     form: dict[str, str] = {}
+    errors: dict[str, str] = {}
     if request.method == "POST":
         form = {key: request.POST.get(key, "") for key in ("path", *PERMISSIONS)}
         try:
             stream = stream_create(actor=request.user, path=form["path"].strip(),
                                    tenant=tenant.name if tenant else None, **_aces(form))
         except StreamgateError as err:
-            messages.error(request, err.desc)
+            errors = field_errors(err, form)
         else:
             return redirect("stream-detail", stream.pk)
     streams = Stream.objects.restrict(request.user).select_related("cluster")
     if tenant is not None:
         streams = streams.filter(tenant=tenant)
     context = {"streams": streams.annotate(num_topics=Count("topics")), "form": form,
+               "errors": errors,
                "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}
     return render_page(request, "web/streams.html", context, status=400 if form else 200)
 
@@ -127,17 +127,24 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     }), content_type="application/json")
 
 
-@login_required
-def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    stream = visible_stream(request, pk)
+def _detail_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
+                 errors: dict[str, str] | None = None) -> HttpResponse:
+    """The stream page; after a refused form, with what was typed and the errors by field."""
     context = _replica_context(request, stream)
     topics = list(stream.topics.all())
+    typed = typed or {}
     context.update(
         info=stream_info(stream, show_aces=context["is_admin"]),
         topics=[(topic, partition_rows(topic)) for topic in topics],
-        ace_fields=[(perm, getattr(stream, perm)) for perm in PERMISSIONS],
+        ace_fields=[(perm, typed.get(perm, getattr(stream, perm))) for perm in PERMISSIONS],
+        typed=typed, errors=errors or {},
     )
-    return render_page(request, "web/stream_detail.html", context)
+    return render_page(request, "web/stream_detail.html", context, status=400 if errors else 200)
+
+
+@login_required
+def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _detail_page(request, visible_stream(request, pk))
 
 
 @login_required
@@ -157,12 +164,26 @@ def _act(request: HttpRequest, pk: int, call: Callable[[], object], done: str) -
     return redirect("stream-detail", pk)
 
 
+def _form(request: HttpRequest, stream: Stream, call: Callable[[], object], done: str,
+          fields: tuple[str, ...]) -> HttpResponse:
+    """A stream page form: on success back to the page with a message; refused, the page
+    again with the error beside its field and what was typed."""
+    try:
+        call()
+    except StreamgateError as err:
+        typed = {name: request.POST.get(name, "") for name in fields}
+        return _detail_page(request, stream, typed, field_errors(err, fields))
+    messages.success(request, done)
+    return redirect("stream-detail", stream.pk)
+
+
 @login_required
 @require_POST
 def stream_edit_aces(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
-    return _act(request, pk, lambda: stream_edit(actor=request.user, stream=stream,
-                                                 **_aces(request.POST)), "ACEs saved")
+    return _form(request, stream, lambda: stream_edit(actor=request.user, stream=stream,
+                                                      **_aces(request.POST)), "ACEs saved",
+                 PERMISSIONS)
 
 
 @login_required
@@ -176,7 +197,7 @@ def replica_create(request: HttpRequest, pk: int) -> HttpResponse:
         replica_add(actor=request.user, source=source, replica=replica,
                     paused=request.POST.get("paused") == "on")
 
-    return _act(request, pk, add, "replica registered")
+    return _form(request, source, add, "replica registered", ("replica", "paused"))
 
 
 REPLICA_ACTIONS = {"pause": replica_pause, "resume": replica_resume, "remove": replica_remove}
@@ -193,46 +214,3 @@ def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> 
     service = REPLICA_ACTIONS[action]
     return _act(request, pk, lambda: service(actor=request.user, source=source,
                                              replica=link.replica), f"replica {action}d")
-
-
-def _int(value: str | None, default: int, low: int = 0) -> int:
-    try:
-        return max(low, int(value or default))
-    except ValueError:
-        return default
-
-
-def _shown(data: bytes | None) -> dict[str, str] | None:
-    if data is None:
-        return None
-    try:
-        return {"text": data.decode("utf-8"), "kind": "text"}
-    except UnicodeDecodeError:
-        return {"text": base64.b64encode(data).decode("ascii"), "kind": "base64"}
-
-
-@login_required
-def stream_messages(request: HttpRequest, pk: int) -> HttpResponse:
-    stream = visible_stream(request, pk)
-    topics = list(stream.topics.values_list("name", flat=True))
-    topic = request.GET.get("topic") or (topics[0] if topics else "")
-    partition, offset = _int(request.GET.get("partition"), 0), _int(request.GET.get("offset"), 0)
-    limit = _int(request.GET.get("limit"), PAGE_SIZES[0], low=1)
-    limit = limit if limit in PAGE_SIZES else PAGE_SIZES[0]
-    rows, error = [], ""
-    if topic:
-        try:
-            found = messages_consume(actor=request.user, stream=stream, topic=topic,
-                                     partition=partition, offset=offset, limit=limit)
-        except StreamgateError as err:
-            error = err.desc
-        else:
-            rows = [{"m": m, "key": _shown(m.key), "value": _shown(m.value),
-                     "headers": [(k, _shown(v)) for k, v in m.headers]} for m in found]
-    context = {
-        "stream": stream, "topics": topics, "topic": topic, "partition": partition,
-        "offset": offset, "limit": limit, "page_sizes": PAGE_SIZES, "rows": rows,
-        "error": error, "next_offset": rows[-1]["m"].offset + 1 if rows else None,
-        "prev_offset": max(0, offset - limit) if offset else None,
-    }
-    return render_page(request, "web/messages.html", context)

@@ -1,12 +1,28 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.web import approvals, audit, failover, jobs, kafka, setup, streams, views
+from portal.web import (
+    approvals,
+    audit,
+    failover,
+    groups,
+    jobs,
+    kafka,
+    messages,
+    setup,
+    streams,
+    throughput,
+    topology,
+    views,
+)
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("overview/replication/", views.overview_links, name="overview-links"),
     path("overview/live/", views.overview_live, name="overview-live"),
+    path("topology/", topology.topology, name="topology"),
+    path("topology/data/", topology.topology_json, name="topology-data"),
+    path("topology/links/<int:pk>/lag/", topology.link_lag, name="topology-link-lag"),
     path("tenant/", views.switch_tenant, name="switch-tenant"),
     path("login/", views.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -22,7 +38,11 @@ urlpatterns = [
     path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
     path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
     path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
-    path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
+    path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
+    path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
+    path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit.audit_log, name="audit"),
     path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),
     path("approvals/", approvals.approvals, name="approvals"),

@@ -7,10 +7,12 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
 from accounts.throttle import login_blocked
-from portal.web.health import Health, links_health, streams_health
+from portal.web.attention import attention, needing_attention
+from portal.web.health import LINK_VALUES, Health, rows_health, state_css, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.lag_history import gateway_rates
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
@@ -19,20 +21,28 @@ STREAMS_PER_PAGE = 50
 LINKS_SHOWN = 50
 
 
-def _links(request: HttpRequest) -> list[ReplicaLink]:
+def _link_rows(request: HttpRequest) -> list[dict[str, Any]]:
+    """Every link of the tenant as a values() row with its health and last sample, the worst
+    first: a tenant may have thousands, and model instances would cost more than the page."""
     links = ReplicaLink.objects.restrict(request.user)
     tenant = current_tenant(request)
     if tenant is not None:
         links = links.filter(Q(source__tenant=tenant) | Q(replica__tenant=tenant))
-    return list(links.select_related("source", "replica").with_agreement())
+    rows = list(links.with_agreement().values(*LINK_VALUES, "source__path", "replica__path")
+                .order_by())
+    rows_health(rows)
+    rows.sort(key=lambda r: (-r["health"].rank, r["source__path"], r["replica__path"]))
+    return rows
 
 
-def _alarms(links: list[ReplicaLink], gateways: list[Gateway]) -> list[str]:
-    """What needs a person: gateways that stopped heartbeating, replica links with an error."""
-    alarms = [f"gateway {gw} is down: no heartbeat since {gw.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC"
-              for gw in gateways if gw.status == Gateway.Status.DOWN]
-    alarms += [f"{link}: {link.last_error}" for link in links if link.last_error]
-    return alarms
+def _instances(rows: list[dict[str, Any]]) -> dict[int, ReplicaLink]:
+    """The few links a page shows in full (its table, its to-do list), in one query."""
+    found = (ReplicaLink.objects.filter(pk__in={r["pk"] for r in rows})
+             .select_related("source", "replica").with_agreement())
+    links = {link.pk: link for link in found}
+    for link in links.values():
+        link.state_css = state_css(link.replica_state())  # type: ignore[attr-defined]
+    return links
 
 
 def _gateways() -> list[Gateway]:
@@ -44,16 +54,18 @@ def _gateways() -> list[Gateway]:
 
 
 def _live_context(request: HttpRequest) -> dict[str, Any]:
-    links, gateways = _links(request), _gateways()
-    health = links_health(links)
+    rows, gateways = _link_rows(request), _gateways()
     # The worst first, and only so many: a stream's own page lists all its replicas.
-    rows = sorted(((link, link.replica_state(), *health[link.pk]) for link in links),
-                  key=lambda row: (-row[2].rank, row[0].source.path, row[0].replica.path))
+    shown, needy = rows[:LINKS_SHOWN], needing_attention(rows)
+    full = _instances([*shown, *needy])
+    table = [(full[r["pk"]], full[r["pk"]].replica_state(), r["health"], r["point"])
+             for r in shown if r["pk"] in full]
     return {
-        "links": rows[:LINKS_SHOWN], "links_hidden": max(0, len(rows) - LINKS_SHOWN),
-        "alarms": _alarms(links, gateways),
+        "links": table, "links_hidden": max(0, len(rows) - LINKS_SHOWN),
+        **attention(rows, [(full[r["pk"]], r["health"]) for r in needy if r["pk"] in full],
+                    gateways, request.user),
         "gateways": gateways,
-        "stream_health": streams_health(links, health),
+        "stream_health": streams_health(rows),
     }
 
 
@@ -73,7 +85,7 @@ def _stream_page(request: HttpRequest, stream_health: dict[int, Health]) -> dict
     summary: Counter[str] = Counter()
     for row in rows:
         row["health"] = stream_health.get(row["pk"])
-        summary[row["health"].label if row["health"] else "not replicated"] += 1
+        summary[row["health"].label if row["health"] else "Not replicated"] += 1
     rows.sort(key=lambda r: (-(r["health"].rank if r["health"] else -1), r["path"]))
     page = Paginator(rows, STREAMS_PER_PAGE).get_page(request.GET.get("page"))
     return {"stream_rows": page, "stream_count": len(rows),
@@ -103,8 +115,12 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def overview_links(request: HttpRequest) -> HttpResponse:
-    """The overview's replication table alone, re-fetched by static/js/live.js on events."""
-    return render(request, "web/_overview_links.html", _live_context(request))
+    """The overview's replication table, re-fetched by static/js/live.js on events, with the
+    counts and to-do list swapped in out of band (htmx): one fetch, one context."""
+    context = _live_context(request)
+    table = render_to_string("web/_overview_links.html", context, request)
+    status = render_to_string("web/_overview_status.html", {**context, "oob": True}, request)
+    return HttpResponse(table + status)
 
 
 @login_required

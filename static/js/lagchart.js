@@ -123,11 +123,23 @@
     draw(p.link);
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    root = document.getElementById("lag-charts");
-    if (!root) { return; }
+  var listening = false;
+
+  function start(el) {
+    root = el;
     load();
+    if (listening) { return; }
+    listening = true;
     document.addEventListener("streamgate:event", onEvent);
-    document.addEventListener("streamgate:reconnected", load);
+    document.addEventListener("streamgate:reconnected", function () { if (root) { load(); } });
+  }
+
+  // The topology page charts the link a person clicks: it points the element's
+  // data-lag-url at that link and calls show(element).
+  window.streamgateLagChart = { show: start };
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var el = document.getElementById("lag-charts");
+    if (el && el.dataset.lagUrl) { start(el); }
   });
 })();

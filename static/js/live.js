@@ -14,7 +14,29 @@
   var LAG_REFRESH_MS = 10000;
   var pending = null;
   var lagPending = null;
-  var SETTLED = { "in sync": "up", "pending": "pending", "stalled": "down", "not sampled yet": "unknown" };
+  // Healths the figures decide (css class -> label); waiting, broken, paused, synchronous and
+  // fell-back come from the link itself: a lag event leaves those pills alone.
+  var SETTLED = { insync: "In sync", pending: "Pending", stalled: "Stalled", unknown: "Not sampled yet" };
+  var UNITS = ["bytes", "KB", "MB", "GB", "TB"];
+
+  // The same readings as portal/web/templatetags/human.py: sizes, durations, counts.
+  function size(n) {
+    var unit = 0;
+    while (Math.abs(n) >= 1024 && unit < UNITS.length - 1) { n /= 1024; unit += 1; }
+    return unit === 0 ? n + (n === 1 ? " byte" : " bytes") : n.toFixed(1) + " " + UNITS[unit];
+  }
+
+  function duration(ms) {
+    if (ms < 1000) { return Math.floor(ms) + " ms"; }
+    var s = ms / 1000;
+    if (s < 60) { return s < 10 ? s.toFixed(1) + " s" : Math.floor(s) + " s"; }
+    if (s < 3600) { return Math.floor(s / 60) + " min"; }
+    if (s < 86400) { return (s / 3600).toFixed(1).replace(".0", "") + " h"; }
+    return Math.floor(s / 86400) + " d";
+  }
+
+  function msgs(n) { return n.toLocaleString("en-US") + (n === 1 ? " msg" : " msgs"); }
+  window.streamgateFormat = { size: size, duration: duration, msgs: msgs };
 
   function setStatus(state) {
     var dot = document.getElementById("live-status");
@@ -51,15 +73,21 @@
   function applyLag(p) {
     document.querySelectorAll('[data-lag-link="' + p.link + '"]').forEach(function (row) {
       setField(row, "messages_pending", String(p.messagesPending));
-      setField(row, "bytes_pending", String(p.bytesPending));
-      setField(row, "time_lag_ms", Math.round(p.timeLagMs) + " ms");
+      setField(row, "bytes_pending", size(p.bytesPending));
+      setField(row, "time_lag_ms", duration(p.timeLagMs));
       var pill = row.querySelector(".health");
-      // Waiting and broken come from the link itself, not from the figures: leave them.
-      if (pill && SETTLED[pill.textContent] !== undefined) {
-        var label = p.stalled ? "stalled" : (p.messagesPending ? "pending" : "in sync");
-        pill.textContent = label;
-        pill.className = "pill health " + SETTLED[label];
+      var css = pill && pill.className.replace("pill health ", "");
+      if (pill && SETTLED[css] !== undefined) {
+        css = p.stalled ? "stalled" : (p.messagesPending ? "pending" : "insync");
+        pill.textContent = SETTLED[css];
+        pill.className = "pill health " + css;
       }
+      var text = "";
+      if (css === "stalled") { text = duration(p.timeLagMs); }
+      else if (p.messagesPending && css !== "insync" && css !== "waiting" && css !== "broken") {
+        text = msgs(p.messagesPending) + " / " + duration(p.timeLagMs);
+      }
+      setField(row, "lag_text", text);
     });
     refreshLagFragments();
   }

@@ -1,0 +1,140 @@
+"""Throughput over the last hour, per stream and per cluster, from counters the engine
+already keeps: messages and bytes produced per stream (operations/counters.py), applied per
+gateway (Gateway.messages_applied / bytes_applied), and the replicas' backlog the lag
+recorder samples (replication/lag_history.py).
+
+The lag recorder's beat entry calls `throughput_record` every run; it samples at most every
+SAMPLE_SECONDS into a capped ring per stream and per cluster in Django's cache (so an hour
+is 120 samples a ring, cheap to read and write whole even for thousands of streams). Rates
+are differences between consecutive samples, computed when a chart asks:
+- a stream's "in": messages (bytes) produced into it per second;
+- a stream's "replicated": what its replicas applied per second, all replicas together:
+  each replica must receive every produced message, so it is replicas x in minus the growth
+  of their backlog (clamped at 0);
+- a cluster's "in": produced into the tenant's streams of the cluster; its "replicated":
+  applied by the cluster's gateways (replication into the cluster, all tenants: the figure
+  the overview's gateway table shows already).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from itertools import pairwise
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import Sum
+
+from replication.counters import PRODUCED, traffic_totals
+from replication.lag_history import lag_latest
+from replication.models import Gateway, ReplicaLink, Stream
+
+SAMPLE_SECONDS = 30.0
+KEEP_SECONDS = 3600
+MAX_POINTS = int(KEEP_SECONDS / SAMPLE_SECONDS) + 1
+LAST_KEY = "tp:last"
+
+
+def _stream_key(stream_id: int) -> str:
+    return f"tp:stream:{stream_id}"
+
+
+def _cluster_key(cluster_id: int) -> str:
+    return f"tp:cluster:{cluster_id}"
+
+
+def _backlogs() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Per source stream: [pending messages, pending bytes] over its agreed links, and how
+    many such links it has."""
+    links = list(ReplicaLink.objects.agreed().values_list("pk", "source_id"))
+    latest = lag_latest(pk for pk, _ in links)
+    pending: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    replicas: dict[int, int] = defaultdict(int)
+    for pk, source in links:
+        replicas[source] += 1
+        point = latest.get(pk)
+        if point:
+            pending[source][0] += point[1]
+            pending[source][1] += point[2]
+    return pending, replicas
+
+
+def throughput_record(*, now: float | None = None, force: bool = False) -> bool:
+    """One sample of every stream and cluster, unless the last is under SAMPLE_SECONDS old."""
+    now = now or time.time()
+    last = cache.get(LAST_KEY)
+    if not force and last is not None and now - last < SAMPLE_SECONDS * 0.95:
+        return False
+    streams = list(Stream.objects.values_list("pk", "uuid"))
+    totals = traffic_totals(PRODUCED, (uuid for _, uuid in streams))
+    pending, replicas = _backlogs()
+    t_ms = int(now * 1000)
+    points: dict[str, list[int]] = {}
+    for pk, uuid in streams:
+        messages, nbytes = totals[uuid]
+        backlog = pending.get(pk, [0, 0])
+        points[_stream_key(pk)] = [t_ms, messages, nbytes, replicas.get(pk, 0), *backlog]
+    applied = Gateway.objects.values("cluster_id").annotate(
+        m=Sum("messages_applied"), b=Sum("bytes_applied"))
+    for row in applied:
+        points[_cluster_key(row["cluster_id"])] = [t_ms, row["m"] or 0, row["b"] or 0]
+    _append(points)
+    cache.set(LAST_KEY, now, timeout=KEEP_SECONDS)
+    return True
+
+
+def _append(points: dict[str, list[int]]) -> None:
+    rings = cache.get_many(list(points))
+    updated = {}
+    for key, point in points.items():
+        ring = rings.get(key) or []
+        ring.append(point)
+        updated[key] = ring[-MAX_POINTS:]
+    cache.set_many(updated, timeout=KEEP_SECONDS * 2)
+
+
+def _rates(ring: list[list[int]], series: Any) -> list[list[float]]:
+    """[t_ms, *per-second rates] between consecutive samples; a counter that went back (a
+    cache flush) gives no point rather than a negative rate."""
+    out = []
+    for before, after in pairwise(ring):
+        seconds = (after[0] - before[0]) / 1000
+        if seconds <= 0:
+            continue
+        rates = series(before, after, seconds)
+        if all(r >= 0 for r in rates):
+            out.append([after[0], *(round(r, 2) for r in rates)])
+    return out
+
+
+def _stream_series(before: list[int], after: list[int], seconds: float) -> list[float]:
+    in_m, in_b = (after[1] - before[1]) / seconds, (after[2] - before[2]) / seconds
+    n = after[3]
+    grew_m, grew_b = (after[4] - before[4]) / seconds, (after[5] - before[5]) / seconds
+    return [in_m, in_b, max(0.0, n * in_m - grew_m), max(0.0, n * in_b - grew_b)]
+
+
+def stream_throughput(stream_ids: Iterable[int]) -> dict[int, list[list[float]]]:
+    """Per stream: [t_ms, in msg/s, in bytes/s, replicated msg/s, replicated bytes/s]."""
+    ids = list(stream_ids)
+    rings = cache.get_many([_stream_key(pk) for pk in ids])
+    return {pk: _rates(rings.get(_stream_key(pk)) or [], _stream_series) for pk in ids}
+
+
+def cluster_throughput(cluster_id: int, stream_ids: Iterable[int]) -> list[list[float]]:
+    """The cluster's [t_ms, in msg/s, in bytes/s, replicated msg/s, replicated bytes/s]:
+    in over `stream_ids` (the tenant's streams there), replicated by its gateways."""
+    per_stream = stream_throughput(stream_ids)
+    inflow: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for rows in per_stream.values():
+        for t, in_m, in_b, *_rest in rows:
+            inflow[t][0] += in_m
+            inflow[t][1] += in_b
+    applied = _rates(cache.get(_cluster_key(cluster_id)) or [],
+                     lambda b, a, s: [(a[1] - b[1]) / s, (a[2] - b[2]) / s])
+    out = {t: [t, m, b, 0.0, 0.0] for t, (m, b) in inflow.items()}
+    for t, m, b in applied:
+        out.setdefault(t, [t, 0.0, 0.0, 0.0, 0.0])[3:] = [m, b]
+    return [out[t] for t in sorted(out)]

@@ -1,0 +1,75 @@
+"""A stream's consumer groups: committed offsets and lag per partition and in all, the
+replicas' copies of the cursors (can the group fail over?), and a form that resets a group's
+offsets (consumeperm, audited through replication.services.groups)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+
+from portal.web.forms import FORM, field_errors
+from portal.web.streams import visible_stream
+from portal.web.tenancy import render_page
+from replication.errors import InvalidInput, StreamgateError
+from replication.models import Stream
+from replication.services.groups import RESET_TO, group_offsets, group_offsets_reset
+
+RESET_FIELDS = ("group", "topic", "to", "timestamp", "offset")
+RESET_LABELS = {"earliest": "the earliest message kept", "latest": "the end (skip everything)",
+                "timestamp": "the first message at or after a time", "offset": "an offset"}
+
+
+def _reset(request: HttpRequest, stream: Stream, typed: dict[str, str]) -> dict[int, int]:
+    """The reset the form asks for; InvalidInput names the field a value is wrong in."""
+    timestamp_ms = offset = None
+    if typed["to"] == "timestamp" and typed["timestamp"]:
+        try:
+            at = datetime.fromisoformat(typed["timestamp"]).replace(tzinfo=UTC)
+        except ValueError as err:
+            raise InvalidInput("write the time as 2026-11-25 14:30 (UTC)",
+                               field="timestamp") from err
+        timestamp_ms = int(at.timestamp() * 1000)
+    if typed["to"] == "offset" and typed["offset"]:
+        if not typed["offset"].isdigit():
+            raise InvalidInput("an offset is a whole number, 0 or more", field="offset")
+        offset = int(typed["offset"])
+    return group_offsets_reset(actor=request.user, stream=stream, group=typed["group"].strip(),
+                               topic=typed["topic"], to=typed["to"],
+                               timestamp_ms=timestamp_ms, offset=offset)
+
+
+def _context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
+    try:
+        groups, replicas = group_offsets(actor=request.user, stream=stream)
+    except StreamgateError as err:
+        return {"denied": err.desc, "groups": [], "replicas": []}
+    return {"groups": [(g, [g.failover(path) for path in replicas]) for g in groups],
+            "replicas": replicas}
+
+
+@login_required
+def stream_groups(request: HttpRequest, pk: int) -> HttpResponse:
+    stream = visible_stream(request, pk)
+    typed = {name: request.POST.get(name, "") for name in RESET_FIELDS}
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        try:
+            moved = _reset(request, stream, typed)
+        except StreamgateError as err:
+            errors = field_errors(err, RESET_FIELDS)
+        else:
+            shown = ", ".join(f"partition {p} to {o}" for p, o in sorted(moved.items()))
+            messages.success(request, f"offsets of group {typed['group'].strip()} on "
+                                      f"{typed['topic']} reset: {shown}")
+            return redirect("stream-groups", stream.pk)
+    context = {**_context(request, stream), "stream": stream, "typed": typed, "errors": errors,
+               "topics": list(stream.topics.values_list("name", flat=True)),
+               "reset_to": [(to, RESET_LABELS[to]) for to in RESET_TO], "FORM": FORM,
+               "can_reset": stream.allows(request.user, "consumeperm")}
+    return render_page(request, "web/stream_groups.html", context,
+                       status=400 if errors else 200)

@@ -1,0 +1,175 @@
+"""The message browser of a stream (consumeperm): filters by partition, offset range, time
+range, key and a text in the value; values decoded as UTF-8, pretty JSON or hex; headers and
+the origin stream of each message; newest first, with a live tail (the results re-fetched
+every few seconds by htmx); and a form producing a test message (produceperm).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages as flash
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from portal.web.forms import field_errors
+from portal.web.streams import visible_stream
+from portal.web.tenancy import render_page
+from replication.engine.store import Message, Record
+from replication.errors import InvalidInput, StreamgateError
+from replication.models import Stream
+from replication.services.browse import BrowseQuery, messages_browse
+from replication.services.messages import messages_produce
+
+PAGE_SIZES = (10, 50, 100)
+DECODINGS = (("utf8", "UTF-8 text"), ("json", "JSON, pretty"), ("hex", "Hex bytes"))
+FILTERS = ("topic", "partition", "from_offset", "to_offset", "since", "until", "key", "text",
+           "decode", "limit", "order", "tail")
+PRODUCE_FIELDS = ("topic", "partition", "key", "value", "headers")
+
+
+def _number(data: QueryDict, name: str) -> int | None:
+    text = data.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidInput(f"{text!r} is not a whole number: write 0 or more", field=name)
+    return int(text)
+
+
+def _time(data: QueryDict, name: str) -> int | None:
+    text = data.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+    except ValueError as err:
+        raise InvalidInput(f"{text!r} is not a time: write it as 2026-11-25 14:30 (UTC)",
+                           field=name) from err
+
+
+def _query(data: QueryDict, topic: str) -> BrowseQuery:
+    limit = _number(data, "limit") or PAGE_SIZES[1]
+    return BrowseQuery(
+        topic=topic, partition=_number(data, "partition"),
+        from_offset=_number(data, "from_offset"), to_offset=_number(data, "to_offset"),
+        since_ms=_time(data, "since"), until_ms=_time(data, "until"),
+        key=data.get("key", ""), text=data.get("text", ""),
+        newest_first=data.get("order", "newest") != "oldest",
+        limit=limit if limit in PAGE_SIZES else PAGE_SIZES[1])
+
+
+def decode(data: bytes | None, how: str) -> dict[str, str] | None:
+    """{"text", "kind"}: as asked when the bytes allow it, else hex (binary keeps its bytes)."""
+    if data is None:
+        return None
+    if how != "hex":
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"text": data.hex(" "), "kind": "hex (not UTF-8)"}
+        if how == "json":
+            try:
+                return {"text": json.dumps(json.loads(text), indent=2, ensure_ascii=False),
+                        "kind": "json"}
+            except ValueError:
+                return {"text": text, "kind": "text (not JSON)"}
+        return {"text": text, "kind": "text"}
+    return {"text": data.hex(" "), "kind": "hex"}
+
+
+def _rows(found: list[Message], how: str, stream: Stream) -> list[dict[str, Any]]:
+    origins: set[UUID] = {m.origin for m in found}
+    paths = dict(Stream.objects.filter(uuid__in=origins).values_list("uuid", "path"))
+    return [{"m": m, "key": decode(m.key, how if how != "json" else "utf8"),
+             "value": decode(m.value, how),
+             "headers": [(k, decode(v, "utf8")) for k, v in m.headers],
+             "at": datetime.fromtimestamp(m.timestamp_ms / 1000, tz=UTC),
+             "origin": paths.get(m.origin, str(m.origin)),
+             "is_here": m.origin == stream.uuid} for m in found]
+
+
+def _browse_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
+    topics = list(stream.topics.values_list("name", flat=True))
+    data = request.GET
+    topic = data.get("topic") or (topics[0] if topics else "")
+    context: dict[str, Any] = {
+        "stream": stream, "topics": topics, "topic": topic, "f": data, "rows": [],
+        "errors": {}, "error": "", "page_sizes": PAGE_SIZES, "decodings": DECODINGS,
+        "decode": data.get("decode", "utf8"), "tail": data.get("tail") == "on",
+        "fragment_url": f"{request.path}?{_with(data, fragment='1')}",
+    }
+    if not topic:
+        return context
+    try:
+        q = _query(data, topic)
+        result = messages_browse(actor=request.user, stream=stream, q=q)
+    except StreamgateError as err:
+        errors = field_errors(err, FILTERS)
+        context.update(errors=errors, error=errors.get("form", ""))
+        return context
+    context.update(rows=_rows(result.messages, context["decode"], stream), result=result,
+                   limit=q.limit)
+    return context
+
+
+def _with(data: QueryDict, **values: str) -> str:
+    query = data.copy()
+    for name, value in values.items():
+        query[name] = value
+    return query.urlencode()
+
+
+@login_required
+def stream_messages(request: HttpRequest, pk: int) -> HttpResponse:
+    stream = visible_stream(request, pk)
+    context = _browse_context(request, stream)
+    if request.GET.get("fragment"):
+        return render(request, "web/_messages_results.html", context)
+    context.update(produce={"topic": context["topic"]}, produce_errors={},
+                   can_produce=stream.allows(request.user, "produceperm"))
+    return render_page(request, "web/messages.html", context,
+                       status=400 if context["errors"] else 200)
+
+
+def _headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    headers = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            raise InvalidInput(f"header line {number} is not name=value", field="headers")
+        headers.append((name.strip(), value.encode()))
+    return tuple(headers)
+
+
+@login_required
+@require_POST
+def stream_produce(request: HttpRequest, pk: int) -> HttpResponse:
+    """Produce one test message; refused, the browser again with the error beside its field
+    and what was typed."""
+    stream = visible_stream(request, pk)
+    typed = {name: request.POST.get(name, "") for name in PRODUCE_FIELDS}
+    try:
+        record = Record(typed["value"].encode(), key=typed["key"].encode() or None,
+                        headers=_headers(typed["headers"]),
+                        partition=_number(request.POST, "partition"))
+        ((partition, offset),) = messages_produce(actor=request.user, stream=stream,
+                                                  topic=typed["topic"], records=[record])
+    except StreamgateError as err:
+        request.GET = QueryDict(f"topic={typed['topic']}")
+        context = _browse_context(request, stream)
+        context.update(produce=typed, produce_errors=field_errors(err, PRODUCE_FIELDS),
+                       can_produce=True)
+        return render_page(request, "web/messages.html", context, status=400)
+    flash.success(request, f"produced to {typed['topic']} partition {partition} at offset "
+                           f"{offset}")
+    url = reverse("stream-messages", args=[stream.pk])
+    return redirect(f"{url}?topic={typed['topic']}")

@@ -1,0 +1,137 @@
+"""Consumer groups of a stream, as the portal shows them: each group's committed offset and
+lag per partition (from the store's cursors and watermarks), beside the cursors the replicas
+hold (the replicator copies committed cursors along every link, so a group that fails over
+to a replica resumes there), and resetting a group's offsets (Kafka's
+`kafka-consumer-groups --reset-offsets`: to earliest, latest, a timestamp or an offset).
+
+Live members of a group come from the Kafka listener (another branch): not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from replication.engine.store import MessageStore
+from replication.errors import InvalidInput
+from replication.models import ReplicaLink, Stream, Topic
+from replication.services.browse import offset_for_time
+from replication.services.engine import stream_wake
+from replication.services.messages import _check_group, _on_store
+from replication.services.topics import topic_of
+from replication.signals import group_offsets_reset_done
+from replication.stores import store_for
+
+# MapR's rule for `stream cursor list`: any of these; a reset moves cursors, so consumeperm.
+LIST_PERMS = ("consumeperm", "adminperm", "produceperm", "topicperm")
+RESET_TO = ("earliest", "latest", "timestamp", "offset")
+
+@dataclass
+class PartitionOffsets:
+    topic: str
+    partition: int
+    committed: int
+    low: int
+    high: int
+    replicas: dict[str, int | None] = field(default_factory=dict)  # replica path -> cursor
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.high - max(self.committed, self.low))
+
+
+@dataclass
+class GroupOffsets:
+    group: str
+    partitions: list[PartitionOffsets]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+    def failover(self, replica: str) -> tuple[bool, int]:
+        """Whether every committed cursor reached `replica`, and by how many messages the
+        replica's cursors are behind in all."""
+        behind = 0
+        for p in self.partitions:
+            there = p.replicas.get(replica)
+            behind += p.committed - there if there is not None else p.committed
+        return behind <= 0, max(0, behind)
+
+
+def _readable_replicas(actor: AbstractBaseUser, stream: Stream) -> list[Stream]:
+    links = (ReplicaLink.objects.restrict(actor).filter(source=stream)
+             .select_related("replica__cluster").order_by("idx"))
+    return [link.replica for link in links
+            if any(link.replica.allows(actor, perm) for perm in LIST_PERMS)]
+
+
+def group_offsets(*, actor: AbstractBaseUser, stream: Stream) -> tuple[list[GroupOffsets],
+                                                                       list[str]]:
+    """Every group with a committed cursor on the stream, with lag per partition, and the
+    paths of the replicas (those the actor may read) whose cursors are shown beside."""
+    stream.require(actor, *LIST_PERMS, action="list consumer groups")
+    store = store_for(stream.cluster)
+    topics = {t.name: t for t in stream.topics.all()}
+    marks = {name: _on_store(t, lambda t=t: store.watermarks(stream.uuid, t.name))
+             for name, t in topics.items()}
+    replicas = _readable_replicas(actor, stream)
+    copies = {r.path: {(g, t, p): o for g, t, p, o in store_for(r.cluster).cursors(r.uuid)}
+              for r in replicas}
+    groups: dict[str, list[PartitionOffsets]] = {}
+    for g, t, p, committed in sorted(store.cursors(stream.uuid)):
+        low, high = marks.get(t, {}).get(p, (0, 0))
+        row = PartitionOffsets(t, p, committed, low, high,
+                               {path: found.get((g, t, p)) for path, found in copies.items()})
+        groups.setdefault(g, []).append(row)
+    return [GroupOffsets(g, rows) for g, rows in groups.items()], [r.path for r in replicas]
+
+
+def _targets(store: MessageStore, stream: Stream, topic: Topic, to: str,
+             marks: dict[int, tuple[int, int]], at_ms: int | None,
+             offset: int | None) -> dict[int, int]:
+    if to == "earliest":
+        return {p: low for p, (low, _high) in marks.items()}
+    if to == "latest":
+        return {p: high for p, (_low, high) in marks.items()}
+    if to == "timestamp":
+        if at_ms is None:
+            raise InvalidInput("give the time to reset to", field="timestamp")
+        return {p: offset_for_time(store, stream, topic, p, low, high, at_ms)
+                for p, (low, high) in marks.items()}
+    if offset is None:
+        raise InvalidInput("give the offset to reset to", field="offset")
+    bad = [f"partition {p} holds {low} to {high}" for p, (low, high) in sorted(marks.items())
+           if not low <= offset <= high]
+    if bad:
+        raise InvalidInput(f"offset {offset} is outside what the topic holds: "
+                           f"{'; '.join(bad)}", field="offset")
+    return dict.fromkeys(marks, offset)
+
+
+def group_offsets_reset(
+    *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, to: str,
+    timestamp_ms: int | None = None, offset: int | None = None,
+) -> dict[int, int]:
+    """Move the group's cursors on every partition of `topic` (consumeperm); returns
+    partition -> new offset. Replicas keep theirs until the group commits past them there:
+    a replica's cursor never moves back (merge_cursors)."""
+    stream.require(actor, "consumeperm", action="reset consumer group offsets")
+    _check_group(group)
+    if to not in RESET_TO:
+        raise InvalidInput(f"reset to one of {', '.join(RESET_TO)}, not {to!r}", field="to")
+    target = topic_of(stream, topic)
+    store = store_for(stream.cluster)
+    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    new = _targets(store, stream, target, to, marks, timestamp_ms, offset)
+    before = {p: store.fetch_cursor(stream.uuid, group, target.name, p) for p in new}
+    for partition, moved in sorted(new.items()):
+        store.commit_cursor(stream.uuid, group, target.name, partition, moved)
+    stream_wake(stream=stream.uuid)
+    group_offsets_reset_done.send(
+        sender=Stream, stream=stream, actor=actor,
+        details={"group": group, "topic": target.name, "to": to, "timestamp_ms": timestamp_ms,
+                 "before": {str(p): o for p, o in before.items()},
+                 "after": {str(p): o for p, o in new.items()}})
+    return new

@@ -1,0 +1,114 @@
+"""Every page in Debian's chromium: no serious or critical accessibility violation (axe-core),
+in light and dark mode; the overview fits a 390 px phone with no horizontal scroll; the
+replica table's buttons stay inside their card at 1280 px; the overview's to-do item fixes
+what it names."""
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from replication.services import replica_add, replica_pause, topic_create, upstream_add
+from tests.e2e.a11y import assert_accessible
+from tests.e2e.conftest import off_loop
+from tests.e2e.test_portal import sign_in
+from tests.factories import StreamFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def scene(owner, activity, activity_ny, newyork):
+    """A replicated pair, a paused one, and one waiting for approval: every state on a page."""
+    off_loop(topic_create, actor=owner, stream=activity, name="clicks", partitions=2)
+    link = off_loop(replica_add, actor=owner, source=activity, replica=activity_ny)
+    off_loop(upstream_add, actor=owner, replica=activity_ny, source=activity)
+    paused_to = StreamFactory(cluster=newyork, name="archive", created_by=owner)
+    off_loop(replica_add, actor=owner, source=activity, replica=paused_to)
+    off_loop(upstream_add, actor=owner, replica=paused_to, source=activity)
+    off_loop(replica_pause, actor=owner, source=activity, replica=paused_to)
+    off_loop(replica_add, actor=owner, source=activity_ny,
+             replica=StreamFactory(cluster=newyork, name="waits", created_by=owner))
+    return link
+
+
+def _job(activity) -> int:
+    from replication.models import Job
+
+    return Job.objects.create(kind="diffstreams", tenant=activity.tenant, source=activity,
+                              source_path=activity.path, destination_path="/mapr/newyork/x",
+                              options={"repair": False}).pk
+
+
+PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
+         "/streams/{a}/groups/",
+         "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/"]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_page_has_no_serious_accessibility_violation(portal_url, browser: Browser,
+                                                           scheme, owner, activity, scene):
+    job = _job(activity)
+    page = browser.new_context(color_scheme=scheme).new_page()
+    page.goto(f"{portal_url}/login/")
+    assert_accessible(page)
+    sign_in(page, portal_url, "alice")
+    for path in PAGES:
+        page.goto(portal_url + path.format(a=activity.pk, job=job))
+        if path == "/topology/":
+            expect(page.locator("#topology")).to_have_attribute("data-ready", "1")
+        assert_accessible(page)
+
+
+def test_overview_fits_a_phone_with_no_horizontal_scroll(portal_url, browser: Browser, owner,
+                                                         activity, scene):
+    page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    sign_in(page, portal_url, "alice")
+    for path in ("/", f"/streams/{activity.pk}/", "/topology/"):
+        page.goto(portal_url + path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} scrolls sideways: {width}px wide"
+    page.goto(portal_url + "/")
+    expect(page.locator("#todo")).to_be_in_viewport()  # what needs you, above the fold
+
+
+@pytest.mark.parametrize("width", [1280, 390, 1920])
+def test_replica_buttons_stay_inside_their_card(portal_url, browser: Browser, width, owner,
+                                                activity, scene):
+    page = browser.new_context(viewport={"width": width, "height": 900}).new_page()
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/streams/{activity.pk}/")
+    card = page.locator("section.card", has=page.locator("#replicas")).bounding_box()
+    buttons = page.locator("#replicas td.actions button")
+    assert buttons.count() == 4
+    for i in range(buttons.count()):
+        box = buttons.nth(i).bounding_box()
+        assert card["x"] <= box["x"] and box["x"] + box["width"] <= card["x"] + card["width"], (
+            f"button {i} at {box} outside the card {card}")
+
+
+def test_keyboard_focus_is_visible(portal_url, page: Page, owner, activity, scene):
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/")
+    page.keyboard.press("Tab")
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline == "solid"
+
+
+def test_todo_resume_button_resumes_the_paused_replica(portal_url, page: Page, owner,
+                                                       activity, scene):
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/")
+    item = page.locator('#todo li[data-kind="paused"]')
+    expect(item).to_contain_text("/mapr/newyork/archive")
+    item.get_by_role("button", name="Resume").click()
+    expect(page.locator("ul.messages")).to_contain_text("replica resumed")
+    page.goto(f"{portal_url}/")
+    expect(page.locator('#todo li[data-kind="paused"]')).to_have_count(0)
+
+
+def test_the_accessibility_check_catches_a_violation(page: Page):
+    # The check itself: an unlabelled input and low-contrast text are reported.
+    page.set_content('<html lang="en"><title>t</title><main><input type="text">'
+                     '<p style="color:#ccc;background:#fff">faint</p></main></html>')
+    from tests.e2e.a11y import violations
+
+    assert {v["id"] for v in violations(page)} >= {"label", "color-contrast"}

@@ -1,0 +1,140 @@
+"""Consumer groups on a stream's page: committed offset and lag per partition and in all,
+the replicas' copies of the cursors (can the group fail over), and resetting a group's
+offsets to earliest, latest, a time or an offset with consumeperm, audited; the outsider
+from another tenant sees none of it."""
+
+import re
+import time
+
+import pytest
+from django.test import Client
+
+from operations.models import AuditEvent
+from replication.engine.store import Record
+from replication.services import replica_add, topic_create, upstream_add
+from replication.services.groups import group_offsets_reset
+from replication.services.messages import cursor_commit, messages_produce
+from replication.stores import store_for
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def clicks(owner, activity):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=2)
+    for partition in (0, 1):
+        messages_produce(actor=owner, stream=activity, topic="clicks",
+                         records=[Record(f"m{i}".encode(), partition=partition)
+                                  for i in range(10)])
+    return "clicks"
+
+
+def group_block(page: str, group: str) -> str:
+    return re.search(rf'<article class="group" data-group="{group}">.*?</article>', page,
+                     re.S).group(0)
+
+
+def test_groups_tab_shows_committed_offsets_and_lag_per_partition_and_in_all(
+        owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=4)
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=1,
+                  offset=10)
+    page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
+    block = group_block(page, "billing")
+    assert 'data-field="total-lag">6 msgs behind<' in block
+    p0 = re.search(r'data-partition="clicks:0".*?</tr>', block, re.S).group(0)
+    assert 'data-field="committed">4<' in p0 and 'data-field="lag">6<' in p0
+    p1 = re.search(r'data-partition="clicks:1".*?</tr>', block, re.S).group(0)
+    assert 'data-field="lag">0<' in p1
+    assert "no live members known" in block
+    assert 'aria-current="page">Consumer groups<' in page
+
+
+def test_groups_tab_shows_the_replicas_cursors_and_whether_the_group_can_fail_over(
+        owner, activity, activity_ny, clicks):
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=4)
+    page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
+    block = group_block(page, "billing")
+    assert "Not yet</span> to <code>/mapr/newyork/activity</code>: its cursors are 4 msgs" in block
+    assert "none yet" in block
+    # the cursor as the replicator leaves it on the replica once it has caught up
+    store = store_for(activity_ny.cluster)
+    store.ensure_topic(activity_ny.uuid, "clicks", 2)
+    store.commit_cursor(activity_ny.uuid, "billing", "clicks", 0, 4)
+    page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
+    assert "Can fail over</span> to <code>/mapr/newyork/activity</code>" in group_block(
+        page, "billing")
+
+
+@pytest.mark.parametrize(("to", "extra", "expected"), [
+    ("earliest", {}, {0: 0, 1: 0}),
+    ("latest", {}, {0: 10, 1: 10}),
+    ("offset", {"offset": "3"}, {0: 3, 1: 3}),
+])
+def test_reset_offsets_from_the_form_moves_every_partition_and_is_audited(
+        owner, activity, clicks, to, extra, expected):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=5)
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "to": to, **extra})
+    assert response.status_code == 302
+    store = store_for(activity.cluster)
+    assert {p: store.fetch_cursor(activity.uuid, "billing", "clicks", p)
+            for p in (0, 1)} == expected
+    event = AuditEvent.objects.get(action="reset")
+    assert event.object_repr == activity.path and event.actor_name == "alice"
+    assert event.before["offsets"] == {"0": 5, "1": None}
+    assert event.after["offsets"] == {str(p): o for p, o in expected.items()}
+    assert event.after["group"] == "billing" and event.interface == "web"
+
+
+def test_reset_to_a_time_finds_the_first_message_at_or_after_it(owner, activity):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    base = int(time.time() * 1000) - 100_000
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=[
+        Record(b"x", timestamp_ms=base + i * 1000) for i in range(10)])
+    moved = group_offsets_reset(actor=owner, stream=activity, group="g", topic="clicks",
+                                to="timestamp", timestamp_ms=base + 6500)
+    assert moved == {0: 7}
+    assert group_offsets_reset(actor=owner, stream=activity, group="g", topic="clicks",
+                               to="timestamp", timestamp_ms=base + 10**9) == {0: 10}
+
+
+def test_reset_form_shows_a_bad_offset_beside_the_field_and_keeps_the_input(owner, activity,
+                                                                          clicks):
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "to": "offset", "offset": "99"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    error = re.search(r'id="err-offset" role="alert">([^<]+)<', page).group(1)
+    assert "outside what the topic holds" in error and "0 to 10" in error
+    assert 'name="group" list="group-names" value="billing"' in page
+    assert 'value="99"' in page and 'value="offset" checked' in page
+    assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) is None
+    assert not AuditEvent.objects.filter(action="reset").exists()
+
+
+def test_reset_needs_consumeperm(member, activity, clicks):
+    response = signed_in(member).post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "to": "earliest"})
+    assert response.status_code == 400
+    assert "may not reset consumer group offsets" in response.content.decode()
+    assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) is None
+
+
+def test_another_tenant_sees_no_groups(outsider, owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=1)
+    client = signed_in(outsider)
+    assert client.get(f"/streams/{activity.pk}/groups/").status_code == 404
+    assert client.post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "to": "latest"}).status_code == 404
+    assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) == 1

@@ -1,0 +1,109 @@
+"""Throughput per stream and per cluster over the last hour, from the produce counters, the
+gateways' applied counters and the replicas' backlog: sampled by the lag recorder's beat
+entry, served as rates for the charts; the outsider from another tenant sees none of it."""
+
+import pytest
+from django.test import Client
+
+from operations import throughput
+from replication import lag_history
+from replication.engine.store import Record
+from replication.models import Gateway
+from replication.services import replica_add, replica_pause, topic_create, upstream_add
+from replication.services.messages import messages_produce
+from tests.factories import GatewayFactory
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(settings, request):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": request.node.nodeid}}
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def produce(owner, stream, count: int) -> None:
+    messages_produce(actor=owner, stream=stream, topic="clicks",
+                     records=[Record(b"0123456789") for _ in range(count)])
+
+
+@pytest.fixture
+def paused_pair(owner, activity, activity_ny):
+    topic_create(actor=owner, stream=activity, name="clicks")
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    replica_pause(actor=owner, source=activity, replica=activity_ny)
+
+
+def test_stream_rates_show_messages_and_bytes_in_and_replicated(owner, activity, paused_pair):
+    throughput.throughput_record(now=1_000.0)
+    produce(owner, activity, 300)  # 30 s later: 10 msg/s, 100 B/s in
+    lag_history.lag_record()  # paused: all 300 pending, nothing replicated
+    throughput.throughput_record(now=1_030.0)
+    data = signed_in(owner).get(f"/streams/{activity.pk}/throughput/").json()
+    assert data["fields"] == ["t", "in_messages", "in_bytes", "replicated_messages",
+                              "replicated_bytes"]
+    (chart,) = data["charts"]
+    assert chart["title"] == activity.path
+    assert chart["points"] == [[1_030_000, 10.0, 100.0, 0.0, 0.0]]
+
+
+def test_replicated_rate_is_what_the_backlog_did_not_keep(owner, activity, paused_pair):
+    produce(owner, activity, 300)
+    lag_history.lag_record()
+    throughput.throughput_record(now=1_000.0)
+    # nothing produced; the backlog of 300 drained in 30 s: 10 msg/s replicated
+    from replication.models import ReplicaLink
+
+    link = ReplicaLink.objects.get()
+    lag_history._append({link.pk: [0, 0, 0, 0, 0]})
+    throughput.throughput_record(now=1_030.0)
+    (point,) = throughput.stream_throughput([activity.pk])[activity.pk]
+    assert point[1] == 0.0 and point[3] == 10.0 and point[4] == 100.0
+
+
+def test_cluster_rates_count_the_tenants_streams_in_and_the_gateways_applied(
+        owner, activity, newyork, sanfrancisco, paused_pair):
+    gw = GatewayFactory(cluster=newyork, name="gw1")
+    throughput.throughput_record(now=1_000.0)
+    produce(owner, activity, 60)
+    Gateway.objects.filter(pk=gw.pk).update(messages_applied=120, bytes_applied=1200)
+    throughput.throughput_record(now=1_030.0)
+    charts = {c["title"]: c["points"] for c in
+              signed_in(owner).get("/overview/throughput/").json()["charts"]}
+    assert charts["sanfrancisco"] == [[1_030_000, 2.0, 20.0, 0.0, 0.0]]
+    assert charts["newyork"] == [[1_030_000, 0.0, 0.0, 4.0, 40.0]]
+
+
+def test_samples_at_most_every_thirty_seconds_from_the_recorders_beat(owner, activity):
+    assert throughput.throughput_record(now=2_000.0)
+    assert not throughput.throughput_record(now=2_010.0)
+    assert throughput.throughput_record(now=2_030.0)
+    from django.core.cache import cache
+
+    from workers.tasks import record_lag_task
+
+    cache.delete(throughput.LAST_KEY)
+    record_lag_task.apply()
+    assert cache.get(throughput.LAST_KEY) is not None
+
+
+def test_pages_carry_the_throughput_charts(owner, activity):
+    client = signed_in(owner)
+    assert 'data-throughput-url="/overview/throughput/"' in client.get("/").content.decode()
+    page = client.get(f"/streams/{activity.pk}/").content.decode()
+    assert f'data-throughput-url="/streams/{activity.pk}/throughput/"' in page
+    assert "/static/js/throughput.js" in page
+
+
+def test_another_tenant_sees_no_throughput(outsider, owner, activity, paused_pair):
+    throughput.throughput_record(now=1_000.0)
+    produce(owner, activity, 30)
+    throughput.throughput_record(now=1_030.0)
+    client = signed_in(outsider)
+    assert client.get(f"/streams/{activity.pk}/throughput/").status_code == 404
+    assert client.get("/overview/throughput/").json()["charts"] == []
