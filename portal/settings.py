@@ -284,8 +284,12 @@ if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
+# Replicators split the moving links with a lease per link in presence (workers/leases.py):
+# held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
+# by the others within about 1.25 times this.
+REPLICATOR_LEASE_SECONDS = env.float("STREAMGATE_REPLICATOR_LEASE_SECONDS", default=3.0)
 for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
-              "REPLICATION_WINDOW",
+              "REPLICATION_WINDOW", "REPLICATOR_LEASE_SECONDS",
               "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
               "REPLICATION_THROTTLE_MESSAGES_PER_S", "REPLICATION_THROTTLE_BYTES_PER_S",
               "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):

@@ -21,6 +21,10 @@ a retry timer for links waiting for a gateway or newly moving, and a slow sweep 
 moving link in case a wake-up was lost. Links are cached between wake-ups (workers/
 linkcache.py); progress events for the browser come from what the plans read (workers/
 lagevents.py). Idle, it blocks in one BLPOP.
+
+Any number run at once (`streamgate replicator run` on several nodes): each plans only the
+links it holds a lease on, and the live ones split the moving links between them
+(workers/leases.py); one that dies has its links taken by the others within its lease.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from replication.services.engine import (
 from replication.stores import store_for
 from workers.gateway import presence_watch
 from workers.lagevents import LagEvents
+from workers.leases import LinkLeases
 from workers.linkcache import LinkCache
 from workers.presence import GatewayId, Presence, gateway_queue
 from workers.throttle import Throttle
@@ -106,8 +111,21 @@ class Replicator:
     _gateways_read: float = float("-inf")
     # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
     _live: dict[str, list[Chosen]] = field(default_factory=dict)
+    leases: LinkLeases = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
 
     def run(self, stop: threading.Event) -> None:
+        try:
+            self._loop(stop)
+        finally:
+            try:
+                self.leases.close()
+            except Exception as error:  # Redis gone too: the leases expire by themselves
+                log.warning("replicator_lease_release_failed", error=str(error))
+
+    def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 self.step()
@@ -146,7 +164,7 @@ class Replicator:
 
     def _timeout(self) -> float:
         now = self.clock()
-        due = [self.next_sweep, self.next_watch]
+        due = [self.next_sweep, self.next_watch, self.leases.next_tick]
         if self.retry or self.handed_off:
             due.append(self.next_retry)
         if self.dirty_links:
@@ -236,6 +254,18 @@ class Replicator:
         presence_watch(self.presence)
         self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
 
+    def _lease_tick(self, now: float) -> None:
+        try:
+            taken = self.leases.tick(self.moving, now)
+        except Exception as error:  # presence unreachable: held leases lapse on their own
+            log.warning("replicator_lease_failed", error=str(error))
+            self.leases.next_tick = now + 1.0
+            return
+        if taken:
+            log.info("replicator_links_taken", links=sorted(taken))
+        self.dirty_links |= taken  # a dead peer's links move on now, not at the next sweep
+        self.lag_events.keep(self.moving & self.leases.held)
+
     # --- planning and dispatch ---------------------------------------------------------------
 
     def _plan(self, now: float) -> None:
@@ -248,6 +278,8 @@ class Replicator:
         self._refilled(now)
         if now >= self.next_watch:
             self._watch(now)
+        if now >= self.leases.next_tick:
+            self._lease_tick(now)
         if not (sweep or lingered or self.dirty_links):
             return
         streams = self.dirty_streams if lingered else set()
@@ -270,9 +302,18 @@ class Replicator:
         links = self.cache.links
         ids = set(links) if sweep else self.dirty_links | self.cache.of_sources(streams)
         self.dirty_links = set()
+        ids = self._held(ids & set(links))
         due = [links[i] for i in sorted(ids) if i in links]
         return [link for link in due
                 if link.id not in self.handed_off or sweep or str(link.source) in streams]
+
+    def _held(self, ids: set[int]) -> set[int]:
+        """The links among `ids` this replicator holds a lease on (another plans the rest)."""
+        try:
+            return self.leases.holds(ids, self.clock())
+        except Exception as error:  # presence unreachable: plan what is held still
+            log.warning("replicator_lease_failed", error=str(error))
+            return ids & self.leases.held if self.clock() < self.leases.valid_until else set()
 
     def _pump(self, link: MovingLink, now: float, *, cursors: bool = True) -> None:
         try:

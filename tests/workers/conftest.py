@@ -97,8 +97,8 @@ class Engine:
         return self._start(f"gw-{cluster}-{name}", "rungateway", "--cluster", cluster,
                            "--name", name, "--loglevel", "WARNING")
 
-    def replicator(self) -> subprocess.Popen:
-        return self._start("replicator", "runreplicator")
+    def replicator(self, label: str = "replicator") -> subprocess.Popen:
+        return self._start(label, "runreplicator")
 
     def log(self, label: str) -> str:
         return (self.logs / f"{label}.log").read_text(errors="replace")
