@@ -276,3 +276,13 @@ class LinkLeases:
 
     def _mine(self, link: int) -> bool:
         return ranked_first(link, self.peers) == self.me
+
+
+def replicator_rows(signals: Presence) -> list[dict[str, Any]]:
+    """`replicator list` (and the overview's card, and /metrics): every replicator heard of
+    in the last hour, the live ones first, with the links it held at its last beat."""
+    now = time.time()
+    states = sorted(signals.replicators(), key=lambda s: (not s.alive, s.host, s.pid, s.id))
+    return [{"replicator": s.id, "host": s.host, "pid": s.pid, "alive": s.alive,
+             "linksHeld": s.links if s.alive else 0, "lastHeartbeat": int(s.heartbeat * 1000),
+             "heartbeatAge": round(max(now - s.heartbeat, 0.0), 3)} for s in states]

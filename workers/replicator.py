@@ -44,7 +44,6 @@ from replication.engine.store import CursorKey
 from replication.services.engine import (
     LINKS_CHANGED,
     MovingLink,
-    gateways_configured,
     link_catchup_request,
     link_error,
     link_ids_moving,
@@ -53,6 +52,7 @@ from replication.services.engine import (
 )
 from replication.stores import store_for
 from workers.gateway import presence_watch
+from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
 from workers.leases import LinkLeases
 from workers.linkcache import LinkCache
@@ -61,9 +61,7 @@ from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)
 Key = tuple[int, str, int]  # (link id, topic, partition)
-Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
-GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways
 
 
 @dataclass
@@ -76,7 +74,7 @@ class InFlight:
 
 
 @dataclass
-class Replicator:
+class Replicator(GatewayChoice):
     presence: Presence
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
@@ -428,36 +426,6 @@ class Replicator:
             self.owed.add(link.id)
         else:
             self.owed.discard(link.id)
-
-    def _live_gateways(self, cluster: str, now: float) -> list[Chosen]:
-        if now - self._gateways_read > GATEWAYS_REFRESH:
-            self._gateways, self._gateways_read = gateways_configured(), now
-        if cluster not in self._live:
-            gateways = [(cluster, name) for name in self._gateways.get(cluster, ())]
-            live = self.presence.live(gateways)
-            self._live[cluster] = [(g, live[g]) for g in gateways
-                                   if g in live and not self._suspected(g, live[g], now)]
-        return self._live[cluster]
-
-    def _choose(self, cluster: str, now: float) -> Chosen | None:
-        """The next live gateway of the cluster, round-robin; None when all are down."""
-        live = self._live_gateways(cluster, now)
-        if not live:
-            return None
-        turn = self.rr.get(cluster, 0)
-        self.rr[cluster] = turn + 1
-        return live[turn % len(live)]
-
-    def _sticky(self, flight: InFlight, now: float) -> Chosen | None:
-        """The gateway a partition's flights went to, while it is live: its queue keeps the
-        partition's batches in order. None once it is down or suspected."""
-        chosen = (flight.gateway, flight.incarnation)
-        return chosen if chosen in self._live_gateways(flight.gateway[0], now) else None
-
-    def _suspected(self, gateway: GatewayId, incarnation: str, now: float) -> bool:
-        until, then = self.suspect.get(gateway, (0.0, ""))
-        # A restarted gateway (a new incarnation) is trusted again at once.
-        return until > now and then == incarnation
 
     def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec, chosen: Chosen,
                   now: float) -> None:

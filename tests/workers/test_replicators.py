@@ -4,6 +4,7 @@ its lease and still sends batches changes nothing (invariant 2)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -14,7 +15,8 @@ from replication.models import ReplicaLink, Stream
 from replication.services import replica_add, upstream_add
 from replication.stores import store_for
 from tests.factories import StreamFactory
-from tests.workers.conftest import Engine, wait_until
+from tests.streamgate.test_cli import STREAMGATE
+from tests.workers.conftest import ROOT, Engine, wait_until
 from tests.workers.test_replication import (  # noqa: F401 (fixtures)
     Producer,
     check,
@@ -130,7 +132,7 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
     now = stale.clock()
     live = stale._choose("newyork", now)
     assert live is not None
-    sent = 0
+    sent, known = 0, set(stale.tickets)  # earlier batches' acknowledgements may still come
     for partition, (_low, old_end) in ends.items():
         key = (link.pk, "clicks", partition)
         redelivery = BatchSpec(source.uuid, replica.uuid, "clicks", partition, 0, old_end)
@@ -142,13 +144,29 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
             stale._dispatch(stale.cache.links[link.pk], key, gap, live, now)
             sent += 1
         sent += 1
+    tickets = set(stale.tickets) - known
+    assert len(tickets) == sent
     acks: list[dict] = []  # they come to the stale replicator's inbox
     deadline = time.monotonic() + 30
     while len(acks) < sent and time.monotonic() < deadline:
-        acks += presence().wait(0.5, stale.inbox).acks
+        acks += [a for a in presence().wait(0.5, stale.inbox).acks if a["ticket"] in tickets]
     assert len(acks) == sent
     assert all(a.get("applied", 0) == 0 for a in acks), acks
     assert any(a.get("misordered") for a in acks), acks  # the gap is refused, not filled
     assert replica_count(replica) == before
     report = check(source, replica, ["clicks"])
     assert not (report.duplicates or report.reordered or report.inconsistent), report.summary()
+
+
+def test_streamgate_replicator_run_is_the_replicator_process_and_is_listed(engine, tmp_path):
+    """The CLI execs the server's command (so signals reach it): the pid it started with is
+    the replicator's, alive in the list; SIGTERM takes it off the live ones at once."""
+    log = (tmp_path / "cli-replicator.log").open("ab")
+    process = subprocess.Popen([str(STREAMGATE), "replicator", "run"], cwd=ROOT, env=engine.env,
+                               stdout=log, stderr=subprocess.STDOUT)
+    engine.processes["replicator-cli"] = process
+    wait_until(lambda: any(s.pid == process.pid and s.alive
+                           for s in presence().replicators()), timeout=30)
+    engine.stop("replicator-cli")  # SIGTERM: gives its leases back and leaves the registry
+    assert process.returncode == 0
+    assert not [s for s in presence().replicators() if s.pid == process.pid]

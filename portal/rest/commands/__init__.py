@@ -1,8 +1,18 @@
 """maprcli's commands over HTTP. Importing the handler modules registers their commands."""
 
-from portal.rest.commands import alarms, audit, clusters, jobs, replicas, streams, topics
+from portal.rest.commands import (
+    alarms,
+    audit,
+    clusters,
+    jobs,
+    replicas,
+    replicators,
+    streams,
+    topics,
+)
 from portal.rest.commands.registry import REGISTRY, Command
 
 __all__ = [
-    "REGISTRY", "Command", "alarms", "audit", "clusters", "jobs", "replicas", "streams", "topics",
+    "REGISTRY", "Command", "alarms", "audit", "clusters", "jobs", "replicas", "replicators",
+    "streams", "topics",
 ]
