@@ -166,6 +166,14 @@ class RedisLeases:
         held = self._scripts()["lease"](keys=keys, args=[replicator, int(ttl * 1000), len(want)])
         return {want[i - 1] for i in held}
 
+    def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
+        links = list(links)
+        if not links:
+            return {}
+        owners = self.client.mget([self._lease_key(link) for link in links])
+        return {link: owner.decode() for link, owner in zip(links, owners, strict=True)
+                if owner is not None}
+
     def _wake_replicators(self, streams: list[str], ttl: int) -> None:
         for i in range(0, len(streams), WAKE_CHUNK):
             self._scripts()["wake"](keys=[self._registry],
@@ -221,6 +229,12 @@ class LocalLeases:
                 if current is not None and current.owner == replicator:
                     del self._leases[link]
         return held
+
+    def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
+        now = time.monotonic()
+        with self._lease_lock:
+            held = {link: self._leases.get(link) for link in links}
+        return {link: h.owner for link, h in held.items() if h is not None and h.until > now}
 
     def _live_replicators(self) -> list[str]:
         now = time.monotonic()

@@ -92,6 +92,10 @@ class Presence(Protocol):
         seconds, give back `release`; returns the links of `want` now held."""
         ...
 
+    def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
+        """Which replicator holds each of `links` now (those leased)."""
+        ...
+
 
 class AppliedBoard:
     """A counter per link, bumped for each "applied" notification this process hears.

@@ -246,9 +246,11 @@ class Driver:
     next_restart: float = 0.0
     next_spark: float = 0.0
     _seq: int = 0
-    # Faults whose replication has not moved again yet: (kind, when, replica ends then).
-    pending: list[tuple[str, float, dict[Key, dict[int, int] | None]]] = field(
+    # Faults whose replication has not moved again yet: (kind, when, the replica clusters it
+    # stopped, their replica topics' ends then).
+    pending: list[tuple[str, float, set[str], dict[Key, dict[int, int] | None]]] = field(
         default_factory=list)
+    hit: set[str] = field(default_factory=set)  # the replica clusters the last fault stopped
     recovered: dict[str, list[float]] = field(default_factory=dict)  # kind -> seconds each
     next_look: float = 0.0
 
@@ -287,12 +289,12 @@ class Driver:
         return self.options.spark and spark_built()
 
     def inject(self, kind: str) -> None:
-        before = sum(self.faults.values())
+        before, self.hit = sum(self.faults.values()), set(GATEWAYS)
         {"gateway kill -9": self.kill_gateway, "replica pause": self.pause_replica,
          "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
          "Spark catch-up": lambda: spark_catchup(self)}[kind]()
         if sum(self.faults.values()) > before:
-            self.pending.append((kind, time.monotonic(), replica_ends(self.topology)))
+            self.pending.append((kind, time.monotonic(), self.hit, replica_ends(self.topology)))
 
     def look(self, every: float = 0.25) -> None:
         """Faults after which every replica topic has moved on (or caught up): the time from
@@ -303,11 +305,11 @@ class Driver:
         self.next_look = now + every
         ends, origins = replica_ends(self.topology), origin_ends(self.topology)
         still = []
-        for kind, at, before in self.pending:
-            if moved(before, ends, origins):
+        for kind, at, clusters, before in self.pending:
+            if moved(before, ends, origins, clusters):
                 self.recovered.setdefault(kind, []).append(now - at)
             else:
-                still.append((kind, at, before))
+                still.append((kind, at, clusters, before))
         self.pending = still
 
     def run_due(self) -> None:
@@ -325,6 +327,7 @@ class Driver:
             return
         cluster, name = self.rng.choice(running)
         self.engine.stop(f"gw-{cluster}-{name}", kill=True)  # SIGKILL: no goodbye, no flush
+        self.hit = {cluster}
         self.faults["gateway kill -9"] += 1
         self.options.say(f"  kill -9 gateway {name} of {cluster}")
         self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name))
@@ -334,6 +337,7 @@ class Driver:
         if len(running) < len(REPLICATORS):
             return  # one is down already: the fault is a replicator dying with another live
         label = self.rng.choice(running)
+        self.hit = held_by(self.engine.processes[label].pid, self.topology)
         self.engine.stop(label, kill=True)
         self.faults["replicator kill -9"] += 1
         self.options.say(f"  kill -9 {label}")
@@ -349,6 +353,7 @@ class Driver:
         streams, actor = self.topology.streams, self.topology.actor
         replica_pause(actor=actor, source=streams[source], replica=streams[replica])
         self.paused.add((source, replica))
+        self.hit = {replica}
         self.faults["replica pause"] += 1
         self.options.say(f"  pause {source} -> {replica}")
 
@@ -440,10 +445,25 @@ def origin_ends(topology: Topology) -> dict[Key, dict[int, int] | None]:
             for origin, stream, topics in topology.pairs() for topic in topics}
 
 
+def held_by(pid: int, topology: Topology) -> set[str]:
+    """The replica clusters of the links the replicator process `pid` holds leases on."""
+    from replication.models import ReplicaLink
+    from workers.presence import presence
+
+    signals = presence()
+    ids = {s.id for s in signals.replicators() if s.pid == pid}
+    links = dict(ReplicaLink.objects.filter(replica__path__in=[
+        s.path for s in topology.streams.values()]).values_list("pk", "replica__cluster__name"))
+    return {links[link] for link, owner in signals.lease_holders(links).items() if owner in ids}
+
+
 def moved(before: dict[Key, dict[int, int] | None], now: dict[Key, dict[int, int] | None],
-          origins: dict[Key, dict[int, int] | None]) -> bool:
-    """Every replica topic advanced since `before`, or holds all its origin has."""
+          origins: dict[Key, dict[int, int] | None], clusters: set[str]) -> bool:
+    """Every replica topic of `clusters` advanced since `before`, or holds all its origin has
+    (nothing stopped: moving at once)."""
     for key, ends_now in now.items():
+        if key[0].split("/")[2] not in clusters:
+            continue
         if ends_now is None:
             return False  # its store is down
         if ends_now == origins.get(key):

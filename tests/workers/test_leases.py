@@ -36,6 +36,7 @@ def test_a_link_is_leased_to_one_replicator_at_a_time(signals):
     assert signals.lease("b", [2, 3], [], 5.0) == {2, 3}
     signals.lease("a", [], [3], 5.0)  # not a's to give back: b keeps it
     assert signals.lease("a", [3], [], 5.0) == set()
+    assert signals.lease_holders([1, 2, 3, 4]) == {1: "a", 2: "b", 3: "b"}
 
 
 def test_a_lease_not_renewed_expires_and_another_takes_it(signals):
