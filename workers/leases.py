@@ -281,6 +281,11 @@ class LinkLeases:
             self.held |= self.presence.lease(self.me, claim, (), self.ttl)
         return links & self.held
 
+    def leads(self) -> bool:
+        """Whether this replicator does the chores one of the live ones is enough for: the
+        first ranked for a pseudo-link no real link has (ids start at 1)."""
+        return not self.peers or ranked_first(0, self.peers) == self.me
+
     def close(self) -> None:
         """A clean stop: give every lease back and leave the registry, so the others take
         over at their next tick rather than a lease later."""

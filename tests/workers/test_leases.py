@@ -103,3 +103,15 @@ def test_a_clean_stop_gives_the_leases_back_at_once(signals):
     b.tick({1, 2, 3}, 0.0)
     assert b.held == {1, 2, 3}
     assert [s.id for s in signals.replicators()] == ["b"]
+
+
+def test_one_live_replicator_leads_and_another_takes_over_when_it_dies(signals):
+    a, b = LinkLeases(signals, "a", 0.5), LinkLeases(signals, "b", 0.5)
+    a.tick(set(), 0.0)
+    b.tick(set(), 0.0)
+    a.tick(set(), 0.0)
+    assert [a.leads(), b.leads()].count(True) == 1
+    other = b if a.leads() else a
+    time.sleep(0.6)  # the leader dies
+    other.tick(set(), 1.0)
+    assert other.leads()
