@@ -16,7 +16,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench chaos screenshots clean
+.PHONY: run test install install-test lint prod bench chaos screenshots clean clihelp
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,12 +49,14 @@ run: install
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
 	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) $(if $(filter 1,$(DEMO)),--demo)
 
-## test: every test, against real PostgreSQL and Redis
-test: install-test
+## test: the lint, then every test, against real PostgreSQL and Redis
+test: lint
 	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## lint: ruff, and import-linter's contracts on the direction of imports (pyproject.toml)
 lint: install-test
 	$(BIN)/ruff check .
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) var
@@ -79,3 +81,7 @@ chaos: install
 ## screenshots: docs/screenshots/*.png from the demo scene (Debian's chromium)
 screenshots: install-test
 	$(BIN)/python docs/screenshots.py
+
+## clihelp: regenerate streamgate/commands.json (the CLI's offline help) from the /rest registry
+clihelp: install
+	$(TEST_ENV) $(BIN)/python -m portal.rest.clihelp

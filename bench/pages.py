@@ -167,7 +167,7 @@ def seed(*, streams: int, replicas: int) -> None:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal.accounts.models import Membership, Role, Tenant
+    from accounts.models import Membership, Role, Tenant
     from replication import lag_history
     from replication.engine.store import Record
     from replication.models import Gateway, Stream, Topic

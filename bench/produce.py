@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -59,6 +60,8 @@ def _free_port() -> int:
 class Portal:
     """A production-mode portal on a scratch database, served by daphne."""
 
+    probe_timeout = 1.0  # seconds the start-up probe waits for an answer
+
     def __init__(self, server_url: str, server: str) -> None:
         self.command = SERVERS[server]
         self.name = f"streamgate_bench_{os.getpid()}"
@@ -87,14 +90,18 @@ class Portal:
         self.manage("migrate", "--no-input", "-v0")
         token = self.manage("createtenantuser", "--tenant", "bench", "--username", "bench",
                             "--operator").strip().splitlines()[-1]
+        self.serve(subprocess.DEVNULL)
+        return token
+
+    def serve(self, output: Any) -> None:
+        """Start the server, its output into `output`, and return once it answers."""
         self.process = subprocess.Popen(
             [sys.executable, *(arg.format(port=self.port) for arg in self.command)],
-            cwd=ROOT, env=self.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT)
         for _ in range(100):
             try:
-                requests.get(f"{self.url}/rest/", timeout=1)
-                return token
+                requests.get(f"{self.url}/rest/", timeout=self.probe_timeout)
+                return
             except requests.ConnectionError:
                 time.sleep(0.1)
         raise RuntimeError("the portal did not start")

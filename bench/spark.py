@@ -210,7 +210,7 @@ def gateway_run(deploy: replication.Deployment, client, stores: list,  # type: i
 
 def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> int:
     """Fills `figures` run by run; returns how many messages the source holds."""
-    from replication.engine.store import create_database, open_store
+    from replication.engine.factory import create_database, open_store
     from workers.spark import Side, Spec, copystream, diffstreams, spark_context
     from workers.spark.submit import spec_to_json
 

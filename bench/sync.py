@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
 import requests
 
-from bench.produce import ROOT
 from bench.replication import PARTITIONS, REPLICA, SOURCE, TOPIC, Deployment, setup
 
 VALUE_BYTES = 200
@@ -97,17 +95,8 @@ class SyncDeployment(Deployment):
         assert self.process is not None
         self.process.terminate()  # started logging nowhere: again, logging to a file
         self.process.wait(timeout=10)
-        log = (self.logs / "portal.log").open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, *(arg.format(port=self.port) for arg in self.command)],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            try:
-                requests.get(f"{self.url}/rest/", timeout=5)
-                return token
-            except requests.RequestException:
-                time.sleep(0.2)
-        raise RuntimeError("the portal did not start")
+        self.serve((self.logs / "portal.log").open("ab"))
+        return token
 
 
 def main(args: argparse.Namespace) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from accounts.admin import ReadOnlyAccess
 from operations.models import Alarm, AuditEvent
-from portal.accounts.admin import ReadOnlyAccess
 
 
 @admin.register(Alarm)

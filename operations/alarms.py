@@ -214,6 +214,11 @@ def retention_check(*, stream: Stream, before_ms: int) -> int:
         return 0
 
 
+def on_stream_expiring(sender: object, *, stream: Stream, before_ms: int, **_: object) -> None:
+    """The receiver of replication.signals.stream_expiring (connected in apps.py)."""
+    retention_check(stream=stream, before_ms=before_ms)
+
+
 def _link_loss(link: ReplicaLink, stream: Stream, before_ms: int) -> int:
     topics = carried_topics(link.replica.uuid, dict(
         stream.topics.values_list("name", "origin_uuid")))

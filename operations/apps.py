@@ -6,6 +6,8 @@ class OperationsConfig(AppConfig):
     verbose_name = "Operations: alarms and audit trail"
 
     def ready(self) -> None:
-        from operations import audit
+        from operations import alarms, audit
+        from replication.signals import stream_expiring
 
         audit.connect_signals()
+        stream_expiring.connect(alarms.on_stream_expiring, dispatch_uid="retention_check")

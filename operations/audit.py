@@ -23,9 +23,10 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
 
+from accounts.models import Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
-from portal.accounts.models import Membership, Tenant
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.signals import stream_purged
 
 
 @dataclass(frozen=True)
@@ -85,18 +86,6 @@ class AuditContextMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         with audit_context(interface_of(request.path_info), request):
             return self.get_response(request)
-
-
-def save_each(queryset: models.QuerySet, **values: Any) -> int:
-    """QuerySet.update() for control-plane rows: one save per changed row, so each change is
-    audited (update() sends no signals). For admin bulk actions, never for hot paths."""
-    changed = 0
-    for row in queryset.exclude(**values):
-        for name, value in values.items():
-            setattr(row, name, value)
-        row.save(update_fields=list(values))
-        changed += 1
-    return changed
 
 
 # --- what a record says -----------------------------------------------------------------------
@@ -214,7 +203,13 @@ def _after_delete(sender: type[models.Model], instance: models.Model, **kwargs: 
     record(instance, AuditAction.DELETE, values_of(instance), None)
 
 
+def _stream_purged(sender: type[models.Model], stream: Stream, actor: Any,
+                   details: dict[str, Any], **kwargs: Any) -> None:
+    record(stream, AuditAction.PURGE, None, details)
+
+
 def connect_signals() -> None:
+    stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")
     for model in AUDITED:
         uid = f"operations.audit.{model._meta.label_lower}"
         pre_save.connect(_before_save, sender=model, dispatch_uid=f"{uid}.pre")

@@ -8,8 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.accounts.models import Tenant
-from portal.accounts.scoping import RestrictedQuerySet
+from accounts.models import Tenant
+from accounts.scoping import RestrictedQuerySet
 from replication.models import Cluster, ReplicaLink
 
 
@@ -94,6 +94,7 @@ class AuditAction(models.TextChoices):
     PAUSE = "pause"
     RESUME = "resume"
     APPROVE = "approve"  # a replica's owner adding the upstream a registered link waits for
+    PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

@@ -15,8 +15,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from replication.models import Cluster, Gateway, ReplicaLink
+from replication.presence import presence
 from replication.stores import store_for
-from workers.presence import presence
 
 NOBODY = uuid.UUID(int=0)  # a stream no one has: asking its sizes costs a query, finds nothing
 

@@ -22,16 +22,15 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from operations.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from operations.models import Alarm, AlarmKind
 from replication import reports
+from replication.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from replication.engine.store import UnknownTopic
-from replication.models import Gateway, ReplicaLink, Stream, SyncMode, Topic
+from replication.leases import replicator_rows
+from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
+from replication.presence import presence
 from replication.services.engine import link_is_stalled
 from replication.stores import store_for
-from workers.leases import replicator_rows
-from workers.models import Job
-from workers.presence import presence
 
 LINK = ["source", "replica"]
 
@@ -93,7 +92,7 @@ def gateway_metrics() -> Iterator[Metric]:
 
 
 def replicator_metrics() -> Iterator[Metric]:
-    """Each replicator heard of in the last hour (workers/leases.py), from presence."""
+    """Each replicator heard of in the last hour (replication/leases.py), from presence."""
     labels = ["replicator", "host", "pid"]
     live = GaugeMetricFamily("streamgate_replicators_live", "Replicators alive now")
     up = GaugeMetricFamily("streamgate_replicator_up", "1 while the replicator beats",
@@ -133,7 +132,7 @@ def message_metrics() -> Iterator[Metric]:
 
 
 def traffic_metrics() -> Iterator[Metric]:
-    """What producers and consumers moved through the portal, per stream (operations/counters.py:
+    """What producers and consumers moved through the portal, per stream (replication/counters.py:
     totals in the shared cache, so every web worker reports all of it)."""
     streams = dict(Stream.objects.values_list("uuid", "path"))
     for direction, verb in ((PRODUCED, "produced to"), (CONSUMED, "consumed from")):

@@ -79,7 +79,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "django_celery_beat",
-    "portal.accounts",
+    "accounts",
     "replication",
     "workers",
     "operations",
@@ -130,7 +130,7 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # costs one reconnect, not an error. On PostgreSQL through Django's pool: under ASGI each
 # request runs in a thread of its own, and Celery closes connections around every task, so
 # connections kept per thread (CONN_MAX_AGE) were opened anew for every produce request and
-# every gateway batch, a server process forked each time (docs/benchmarks.md).
+# every gateway batch, a server process forked each time (docs/benchmarks-history.md).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     _pool_size = env.str("STREAMGATE_DB_POOL_SIZE", default="20")
@@ -151,7 +151,7 @@ def channel_layers(redis_url: str, prefix: str) -> dict[str, dict]:
 
     Pub/sub: a group event is one PUBLISH, fanned out to the sockets inside each server
     process, where the core layer pushes it to one Redis list per socket and fell behind with
-    200 dashboards open (docs/benchmarks.md). Only channels subscribed when an event is
+    200 dashboards open (docs/benchmarks-history.md). Only channels subscribed when an event is
     published hear it; nothing is queued for later, which the pages cover by re-fetching on
     (re)connect. It has no capacity or expiry: it ignores those options."""
     return {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
@@ -187,7 +187,7 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-AUTHENTICATION_BACKENDS = ["portal.accounts.throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["accounts.throttle.ThrottledModelBackend"]
 LOGIN_FAILURE_LIMIT = env.int("STREAMGATE_LOGIN_FAILURE_LIMIT", default=10)
 LOGIN_FAILURE_WINDOW = env.int("STREAMGATE_LOGIN_FAILURE_WINDOW", default=300)
 
@@ -216,7 +216,7 @@ STORAGES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.accounts.tokens.TokenAuthentication",
+        "accounts.tokens.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -284,7 +284,7 @@ if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
-# Replicators split the moving links with a lease per link in presence (workers/leases.py):
+# Replicators split the moving links with a lease per link in presence (replication/leases.py):
 # held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
 # by the others within about 1.25 times this.
 REPLICATOR_LEASE_SECONDS = env.float("STREAMGATE_REPLICATOR_LEASE_SECONDS", default=3.0)

@@ -14,16 +14,13 @@ store never depends on that choice.
 from __future__ import annotations
 
 import functools
-import string
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from accounts.names import NAME_CHARS, NAME_HINT
+
 MAX_BYTES = 65536
 MAX_DEPTH = 200
-# ASCII only: these are the characters POSIX user/group names, numeric ids, Kerberos-style
-# `user@REALM` names and Windows-style `name$` accounts use; anything else is rejected.
-NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.@$")
-NAME_HINT = "names may use only letters, digits and _ - . @ $"
 TERM_EXAMPLES = {"u": "u:alice", "g": "g:ops", "r": "r:admin"}
 TERM_HINT = "a term such as u:alice, g:ops or r:admin"
 NOBODY_TEXT = '""'

@@ -13,13 +13,13 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from operations.audit import save_each
-from portal.accounts.admin import OperatorAccess, ReadOnlyAccess
+from accounts.admin import OperatorAccess, ReadOnlyAccess, save_each
 from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     Cluster,
     Gateway,
+    Job,
     ModeSwitch,
     ReplicaLink,
     Stream,
@@ -256,3 +256,14 @@ class UpstreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
     @admin.display(description="agreed (replica registered at source)", boolean=True)
     def agreed(self, upstream: Upstream) -> bool:
         return upstream.has_link  # type: ignore[attr-defined]
+
+
+# Bulk jobs: operators see every run, read-only (jobs start from the command line, the API or the
+# portal, where permissions are checked).
+@admin.register(Job)
+class JobAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ("id", "kind", "state", "source_path", "destination_path", "percent",
+                    "requested_by", "created", "finished")
+    list_filter = ("kind", "state", "tenant")
+    list_select_related = ("requested_by",)
+    search_fields = ("source_path", "destination_path")

@@ -63,9 +63,13 @@ def _publishes(link: ReplicaLink) -> bool:
     return link.paused or getattr(settings, "STREAMGATE_LAG_EVENTS_FROM_RECORDER", False)
 
 
-def lag_record(*, now_ms: int | None = None) -> int:
-    """Sample every agreed link once; returns the number of links sampled."""
-    links = list(ReplicaLink.objects.agreed().select_related(
+def lag_record(*, now_ms: int | None = None, links: Iterable[ReplicaLink] | None = None
+               ) -> int:
+    """Sample every agreed link once (or only `links`: `replica list -refreshnow true`, whose
+    samples reach the pages at once); returns the number of links sampled. A refresh racing
+    the recorder may lose one of the two samples: a gap in a chart, as after a crash."""
+    refresh = links is not None
+    links = list(links if refresh else ReplicaLink.objects.agreed().select_related(
         "source", "replica__cluster"))
     if not links:
         return 0
@@ -79,7 +83,7 @@ def lag_record(*, now_ms: int | None = None) -> int:
                            int(link_is_stalled(link, pending.messagesPending))]
     _append(points)
     for link in links:
-        if _publishes(link):
+        if refresh or _publishes(link):
             publish_after_commit(tenant_ids={link.source.tenant_id, link.replica.tenant_id},
                                  event=LAG_EVENT, payload=lag_payload(link, points[link.pk]))
     return len(links)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
@@ -28,17 +28,16 @@ from replication.models import (
     PERMISSIONS,
     Cluster,
     Gateway,
+    Job,
     ReplicaLink,
     ReplicaState,
     Stream,
     SyncMode,
     Topic,
 )
+from replication.presence import presence
 from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
-
-if TYPE_CHECKING:
-    from workers.models import Job
 
 Row = dict[str, Any]
 
@@ -346,8 +345,6 @@ def gateway_rows(cluster: Cluster) -> list[Row]:
 
 
 def _live_gateways(cluster: Cluster, gateways: list[Gateway]) -> set[str]:
-    from workers.presence import presence
-
     try:
         live = presence().live([(cluster.name, g.name) for g in gateways])
     except Exception:  # Redis unreachable: fall back on the database's heartbeats

@@ -13,7 +13,8 @@ import threading
 from django.conf import settings
 from django.db import connection
 
-from replication.engine.store import MessageStore, create_database, open_store
+from replication.engine.factory import create_database, open_store
+from replication.engine.store import MessageStore
 from replication.models import Cluster
 
 _stores: dict[str, MessageStore] = {}

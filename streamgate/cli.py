@@ -4,7 +4,9 @@
         -replica /mapr/newyork/activity -paused true
 
 Leading words name the command, then `-option value` pairs. `-json` prints the raw envelope,
-`-noheader` drops the table's header row, `-long` is accepted (values are never shortened).
+`-noheader` drops the table's header row, `-long` is accepted (values are never shortened),
+`-help` describes the command (as do `streamgate help [words]` and `streamgate <group> help`;
+they need no server: streamgate/help.py).
 The server is STREAMGATE_URL (default http://127.0.0.1:8000), the knox token STREAMGATE_TOKEN;
 they are environment variables because `-url` or `-token` could clash with command options.
 
@@ -19,29 +21,19 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TextIO
 
+from streamgate import help as helpdoc
 from streamgate import jobs, messaging
 from streamgate.client import Client, CommandError, Row, ServerUnreachable, data_of
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-LOCAL_FLAGS = ("json", "noheader", "long")  # maprcli's output flags; they take no value
+LOCAL_FLAGS = ("json", "noheader", "long", "help")  # maprcli's flags; they take no value
 EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 2
 
 
 UsageError = messaging.UsageError
-MESSAGING_HELP = """
-  produce -path <stream path> -topic <topic> [ -partition <n> ] [ -key <key> ]
-          [ -format text|json ] [ -producer <id> ]
-      Produce one message per line of standard input (JSON records with -format json).
-  consume -path <stream path> -topic <topic> [ -partition <n> ] [ -offset <o> ]
-          [ -limit <n> ] [ -group <consumer group> ] [ -wait <ms> ]
-      Print messages as JSON lines; with -group, start at and commit the group's cursor.
-  gateway run -cluster <destination cluster> -name <gateway>
-      Run a configured gateway of the cluster in this process (production: DATABASE_URL and
-      REDIS_URL set), applying replicated batches to the cluster's replicas.
-  replicator run
-      Run the source side of replication in this process (production)."""
 
 
 @dataclass
@@ -99,24 +91,39 @@ def table(rows: list[Row], header: bool = True) -> str:
     )
 
 
-def help_text(commands: list[Row], words: list[str]) -> str:
-    prefix = " ".join(words)
-    chosen = [c for c in commands if c["command"] == prefix or c["command"].startswith(
-        f"{prefix} " if prefix else "")]
-    if not chosen:
-        raise CommandError(errno.ENOENT, f"no command starts with '{prefix}'")
-    lines = ["usage: streamgate <command> [-option value]... [-json] [-noheader]", ""]
-    for item in chosen:
-        lines.append(f"  {item['command']} {item['usage']}".rstrip())
-        lines.append(f"      {item['help']}")
-    return "\n".join(lines)
+def help_text(words: list[str]) -> str:
+    """Offline help: a command's options, or the commands starting with `words`."""
+    row = helpdoc.find(words)
+    if row is not None:
+        return helpdoc.detail(row)
+    text = helpdoc.listing(words)
+    if text is None:
+        raise CommandError(errno.ENOENT, f"no command starts with '{' '.join(words)}': "
+                           "'streamgate help' lists them all")
+    return text
+
+
+def wants_help(invocation: Invocation) -> list[str] | None:
+    """The words to describe when the invocation asks for help, else None."""
+    words = invocation.words
+    if "help" in invocation.flags:
+        return words
+    if not words:
+        return []
+    if words[0] == "help":
+        return words[1:]
+    if words[-1] == "help":
+        return words[:-1]
+    if not invocation.params and helpdoc.is_group(words):
+        return words  # `streamgate stream replica`: a group, not a command
+    return None
 
 
 def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     words = invocation.words
-    if not words or words[0] == "help":
-        print(help_text(client.commands(), words[1:]), file=out)
-        print(MESSAGING_HELP, file=out)
+    asked = wants_help(invocation)
+    if asked is not None:
+        print(help_text(asked), file=out)
         return EXIT_OK
     if words == ["produce"]:
         messaging.produce(client, invocation.params, sys.stdin, out)
@@ -124,8 +131,8 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words == ["consume"]:
         messaging.consume(client, invocation.params, out)
         return EXIT_OK
-    if words in (["copystream"], ["diffstreams"]):
-        return jobs.follow(client, words[0], invocation.params, out,
+    if words in (["copystream"], ["diffstreams"], ["stream", "replica", "autosetup"]):
+        return jobs.follow(client, " ".join(words), invocation.params, out,
                            as_json="json" in invocation.flags)
     if words in (["gateway", "run"], ["replicator", "run"]):
         return run_server_process(words[0], invocation.params)
@@ -154,22 +161,41 @@ def run_server_process(kind: str, params: dict[str, str]) -> int:
     return EXIT_FAILED  # not reached: execv replaces this process
 
 
+def error_envelope(error_id: int, desc: str) -> Row:
+    """maprcli's error envelope, for errors found before (or without) an answer from the
+    server, so `-json` callers read one shape whatever failed."""
+    now = datetime.now().astimezone()
+    return {"timestamp": int(now.timestamp() * 1000),
+            "timeofday": f"{now:%Y-%m-%d %I:%M:%S}.{now.microsecond // 1000:03d} "
+                         f"GMT{now:%z} {now:%p}",
+            "status": "ERROR", "errors": [{"id": error_id, "desc": desc}]}
+
+
+def fail(error_id: int, desc: str, as_json: bool, envelope: Row | None = None) -> int:
+    if as_json:
+        print(json.dumps(envelope or error_envelope(error_id, desc), indent="\t"))
+    else:
+        print(f"ERROR ({error_id}) - {desc}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    out, err = sys.stdout, sys.stderr
+    args = sys.argv[1:] if argv is None else list(argv)
     url = os.environ.get("STREAMGATE_URL") or DEFAULT_URL
     token = os.environ.get("STREAMGATE_TOKEN")
+    as_json = "-json" in args  # until the arguments parse; then the parsed flag decides
     try:
-        invocation = parse_args(sys.argv[1:] if argv is None else argv)
-        return run(invocation, Client(url, token), out)
+        invocation = parse_args(args)
+        as_json = "json" in invocation.flags
+        return run(invocation, Client(url, token), sys.stdout)
     except UsageError as error:
-        print(f"ERROR ({errno.EINVAL}) - {error}", file=err)
-        return EXIT_FAILED
+        return fail(errno.EINVAL, str(error), as_json)
     except CommandError as error:
-        print(f"ERROR ({error.id}) - {error.desc}", file=err)
+        code = fail(error.id, error.desc, as_json, error.envelope)
         if error.id == errno.EACCES and not token:
-            print("hint: set STREAMGATE_TOKEN to your API token", file=err)
-        return EXIT_FAILED
+            print("hint: set STREAMGATE_TOKEN to your API token", file=sys.stderr)
+        return code
     except ServerUnreachable as error:
         print(f"streamgate: cannot reach the server at {url} (set STREAMGATE_URL to the "
-              f"portal's address): {error.reason}", file=err)
+              f"portal's address): {error.reason}", file=sys.stderr)
         return EXIT_UNREACHABLE

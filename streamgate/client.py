@@ -142,9 +142,18 @@ class MessagesMixin:
                  json={"group": group, "partition": partition, "offset": offset})
 
     def committed(self, path: str, topic: str, *, group: str, partition: int) -> int | None:
+        return self.committed_all(path, topic, group=group).get(partition)
+
+    def committed_all(self, path: str, topic: str, *, group: str) -> dict[int, int]:
+        """The group's committed offset of each partition that has one."""
         cursors = self.api("GET", self._topic_url(path, topic, "cursors"),
                            params={"group": group})["cursors"]
-        return next((c["offset"] for c in cursors if c["partition"] == partition), None)
+        return {c["partition"]: c["offset"] for c in cursors}
+
+    def partitions(self, path: str, topic: str) -> int:
+        """How many partitions the topic has."""
+        return int(self.api("GET", f"streams/{self.stream_uuid(path)}/topics/{topic}/")
+                   ["partitions"])
 
 
 def _detail(body: Any) -> str:

@@ -1,5 +1,6 @@
-"""`streamgate copystream` and `streamgate diffstreams`: start the job, then follow it to its
-end like MapR's own tools do, with a progress line on a terminal."""
+"""`streamgate copystream`, `streamgate diffstreams` and `streamgate stream replica autosetup`:
+start the job (autosetup's is its copy step), then follow it to its end like MapR's own tools
+do, with a progress line on a terminal."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def follow(client: Client, command: str, params: dict[str, str], out: TextIO, *,
     """0 when the job succeeded (and, for diffstreams, the streams are equal or were
     repaired), 1 otherwise."""
     (job,) = client.call(command, params)
+    return follow_job(client, job, out, as_json=as_json)
+
+
+def follow_job(client: Client, job: Row, out: TextIO, *, as_json: bool) -> int:
     live = out.isatty() and not as_json
     while job["state"] not in ENDED:
         if live:
@@ -59,7 +64,9 @@ def summary(job: Row) -> str:
     result = job.get("result") or {}
     if job["kind"] != "diffstreams":
         return (f"copied {result.get('messages', 0):,} messages "
-                f"({size(result.get('bytes', 0))}) from {job['src']} to {job['dst']}")
+                f"({size(result.get('bytes', 0))}) from {job['src']} to {job['dst']}"
+                + ("; the replica replicates from the source now"
+                   if (job.get("options") or {}).get("autosetup") else ""))
     lines = [f"compared {result.get('compared', 0):,} messages of {job['src']} and "
              f"{job['dst']}: " + ("equal" if result.get("equal") else
                                   f"{result.get('differing')} partitions differ")]

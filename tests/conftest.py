@@ -6,7 +6,7 @@ import os
 import pytest
 from rest_framework.test import APIClient
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from tests.factories import ClusterFactory, MembershipFactory, StreamFactory, UserFactory
 
 

@@ -1,7 +1,7 @@
 import factory
 from django.contrib.auth import get_user_model
 
-from portal.accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
 
 

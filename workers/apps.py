@@ -1,6 +1,20 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
 class WorkersConfig(AppConfig):
     name = "workers"
     verbose_name = "Workers"
+
+    def ready(self) -> None:
+        from replication.signals import job_submitted
+
+        job_submitted.connect(_run_job, dispatch_uid="job_enqueue")
+
+
+def _run_job(sender: Any, *, job_id: int, **_: Any) -> None:
+    # Imported when a job comes, not at start-up: workers.jobs loads PySpark.
+    from workers.jobs import job_enqueue
+
+    job_enqueue(job_id)

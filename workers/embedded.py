@@ -44,8 +44,8 @@ def start_replication() -> None:
     """`make run` starts the configured gateways in-process: each enabled gateway is live
     (heartbeating) in this process, where batches apply eagerly, and the replicator runs as a
     thread beside them."""
+    from replication.presence import presence
     from workers.gateway import Heartbeat
-    from workers.presence import presence
     from workers.replicator import start_replicator_thread
 
     signals = presence()

@@ -2,7 +2,7 @@
 batches the replicator sends it to the replicas of its cluster, and heartbeating.
 
 `manage.py rungateway --cluster C --name G` (or `streamgate gateway run -cluster C -name G`)
-runs one. Its heartbeat is a Redis key with a short TTL (workers/presence.py): a gateway that
+runs one. Its heartbeat is a Redis key with a short TTL (replication/presence.py): a gateway that
 is killed, hung or cut off stops refreshing it and reads DOWN within the TTL. The control
 database's `last_heartbeat` and the gateway's counters are written less often, for the
 operators' pages; no decision reads them.
@@ -20,10 +20,10 @@ from django.conf import settings
 from django.db import connection
 
 from replication.models import Gateway
+from replication.presence import GatewayId, Presence, gateway_queue, presence
 from replication.services.engine import gateway_flush, gateways_configured
 from replication.services.gateway_status import gateways_announce
 from replication.services.sync import links_sync_drop, links_sync_restore
-from workers.presence import GatewayId, Presence, gateway_queue, presence
 
 log = structlog.get_logger(__name__)
 DB_HEARTBEAT_SECONDS = 5.0

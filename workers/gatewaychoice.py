@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from replication.presence import GatewayId, Presence
 from replication.services.engine import gateways_configured
-from workers.presence import GatewayId, Presence
 
 if TYPE_CHECKING:
     from workers.replicator import InFlight

@@ -18,11 +18,10 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from replication.models import ReplicaState
+from replication.models import Job, ReplicaState
 from replication.services.engine import carried_topics
 from replication.services.jobs import job_finished, publish_job_event
 from replication.stores import store_for, store_url
-from workers.models import Job
 from workers.spark import Side, Spec
 from workers.spark.session import java_options
 from workers.spark.submit import PREFIX, spec_to_json

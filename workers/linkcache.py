@@ -1,9 +1,9 @@
 """The replicator's cache of moving links (workers/replicator.py).
 
 Reading the links from the control database took two ORM queries for every wake-up and every
-acknowledgement (most of the replicator's time in the profile, docs/benchmarks.md). They change
-rarely, and every change wakes the source stream with a mark (replication.services.engine.
-LINKS_CHANGED), so they are read on such a wake-up, on the sweep, for ids the watch has not
+acknowledgement (most of the replicator's time in the profile, docs/benchmarks-history.md).
+They change rarely, and every change wakes the source stream with a mark (replication.services.
+engine.LINKS_CHANGED), so they are read on such a wake-up, on the sweep, for ids the watch has not
 seen, on the first wake-up of a replica of a marked stream (topics reach replicas by a bulk
 insert, which marks nothing), and on a plain wake-up of a source with links read more than
 LINK_REFRESH ago (a safety net). A plain wake-up of a stream without moving links reads

@@ -24,7 +24,7 @@ lagevents.py). Idle, it blocks in one BLPOP.
 
 Any number run at once (`streamgate replicator run` on several nodes): each plans only the
 links it holds a lease on, and the live ones split the moving links between them
-(workers/leases.py); one that dies has its links taken by the others within its lease.
+(replication/leases.py); one that dies has its links taken by the others within its lease.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
+from replication.leases import LinkLeases
+from replication.presence import GatewayId, Presence, gateway_queue
 from replication.services.engine import (
     LINKS_CHANGED,
     MovingLink,
@@ -54,9 +56,7 @@ from replication.stores import store_for
 from workers.gateway import presence_watch
 from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
-from workers.leases import LinkLeases
 from workers.linkcache import LinkCache
-from workers.presence import GatewayId, Presence, gateway_queue
 from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)

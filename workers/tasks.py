@@ -8,11 +8,11 @@ from celery import shared_task
 from replication.engine.store import Applied, Misordered
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
+from replication.presence import Presence, presence
 from replication.services.engine import batch_apply
 from replication.services.messages import stream_expire
 from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
-from workers.presence import Presence, presence
 
 log = structlog.get_logger(__name__)
 

@@ -200,9 +200,8 @@ def spark_catchup(driver: Driver) -> None:
     the job while the replicator leaves the link alone, then the link replicates on from the
     replica's end. Only called when `workers.spark` exists (else the soak prints "not
     built")."""
-    from replication.models import ReplicaLink
+    from replication.models import Job, ReplicaLink
     from replication.services.engine import link_catchup_request
-    from workers.models import Job
 
     source, replica = driver.rng.choice(driver.topology.links)
     streams = driver.topology.streams
@@ -219,7 +218,7 @@ def spark_jobs(timeout: float, say: Callable[[str], None]) -> Counter[str]:
     """Wait for the catch-up jobs to end; their states."""
     if not spark_built():
         return Counter()
-    from workers.models import Job
+    from replication.models import Job
 
     deadline = time.monotonic() + timeout
     while Job.objects.filter(state__in=Job.ACTIVE).exists() and time.monotonic() < deadline:
@@ -448,7 +447,7 @@ def origin_ends(topology: Topology) -> dict[Key, dict[int, int] | None]:
 def held_by(pid: int, topology: Topology) -> set[str]:
     """The replica clusters of the links the replicator process `pid` holds leases on."""
     from replication.models import ReplicaLink
-    from workers.presence import presence
+    from replication.presence import presence
 
     signals = presence()
     ids = {s.id for s in signals.replicators() if s.pid == pid}
@@ -497,7 +496,7 @@ def behind(topology: Topology) -> list[str]:
 
 
 def wait_live(engine_gateways: list[tuple[str, str]], timeout: float = 60.0) -> None:
-    from workers.presence import presence
+    from replication.presence import presence
 
     deadline = time.monotonic() + timeout
     while len(presence().live(engine_gateways)) < len(engine_gateways):

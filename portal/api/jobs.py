@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.viewsets import TenantScopedViewSet
+from replication.models import Job
 from replication.services.jobs import MAX_THREADS, copystream_start, diffstreams_start
-from workers.models import Job
 
 
 class JobSerializer(serializers.ModelSerializer):

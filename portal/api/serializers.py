@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from rest_framework import serializers
 
-from portal.accounts.models import Membership, Tenant
+from accounts.models import Membership, Tenant
 from replication import ace, reports
 from replication.models import (
     PERMISSIONS,

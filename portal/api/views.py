@@ -17,8 +17,8 @@ from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.accounts.models import Membership, Tenant
-from portal.accounts.tokens import TokenAuthentication
+from accounts.models import Membership, Tenant
+from accounts.tokens import TokenAuthentication
 from portal.api import filters
 from portal.api import serializers as s
 from portal.api.errors import field_alias

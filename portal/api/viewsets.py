@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.viewsets import GenericViewSet
 
-from portal.accounts.scoping import RestrictedQuerySet
+from accounts.scoping import RestrictedQuerySet
 from portal.api.serializers import StreamAccess
 from replication.models import Stream
 

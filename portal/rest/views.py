@@ -14,6 +14,7 @@ from django.http import Http404
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -21,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.accounts.tokens import TokenAuthentication
+from accounts.tokens import TokenAuthentication
 from portal.rest.commands import REGISTRY
 from replication.errors import InvalidInput, NotFound, StreamgateError
 
@@ -81,7 +82,17 @@ def raw_params(request: Request) -> dict[str, str]:
     return {key: found[0] for key, found in values.items()}
 
 
+class EnvelopeOnly(DefaultContentNegotiation):
+    """Always the JSON envelope. DRF would read `?format=` as a renderer choice and answer
+    404, but `-format` is an option of maprcli commands (`cluster gateway local`)."""
+
+    def select_renderer(self, request: Request, renderers: list, format_suffix: str | None = None
+                        ) -> tuple:
+        return renderers[0], renderers[0].media_type
+
+
 class MaprRestView(APIView):
+    content_negotiation_class = EnvelopeOnly
     authentication_classes = [TokenAuthentication, BasicAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]

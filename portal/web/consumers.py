@@ -12,7 +12,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from portal.accounts.models import Tenant
+from accounts.models import Tenant
 from replication.events import tenant_group
 
 

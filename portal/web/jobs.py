@@ -1,4 +1,4 @@
-"""Jobs page: the tenant's Spark copy and diff runs (workers.models.Job) with live progress,
+"""Jobs page: the tenant's Spark copy and diff runs (replication.models.Job) with live progress,
 and a form that starts copystream or diffstreams through the same services as the CLI.
 
 Jobs are reached through `Job.objects.restrict(user)` (another tenant's: 404); the services
@@ -19,8 +19,8 @@ from django.views.decorators.http import require_POST
 
 from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
+from replication.models import Job
 from replication.services.jobs import copystream_start, diffstreams_start
-from workers.models import Job
 
 RESULT_COLUMNS = ("topic", "partition", "firstDifference", "compared", "source", "destination")
 

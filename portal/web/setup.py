@@ -25,7 +25,7 @@ from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
 from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
-from replication.models import ReplicaLink, Stream, Upstream
+from replication.models import Job, ReplicaLink, Stream, Upstream
 from replication.reports import replica_rows, upstream_rows
 from replication.services import (
     replica_add,
@@ -35,7 +35,6 @@ from replication.services import (
     upstream_add,
 )
 from replication.services.jobs import copystream_start
-from workers.models import Job
 
 
 @dataclass(frozen=True)

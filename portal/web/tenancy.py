@@ -12,7 +12,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from portal.accounts.models import Tenant
+from accounts.models import Tenant
 
 SESSION_KEY = "streamgate_tenant"
 

@@ -1,8 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from operations.views import alarms_fragment, audit_log
-from portal.web import approvals, jobs, setup, streams, views
+from portal.web import approvals, audit, jobs, setup, streams, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -21,8 +20,8 @@ urlpatterns = [
          name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
     path("streams/<int:pk>/messages/", streams.stream_messages, name="stream-messages"),
-    path("audit/", audit_log, name="audit"),
-    path("overview/alarms/", alarms_fragment, name="overview-alarms"),
+    path("audit/", audit.audit_log, name="audit"),
+    path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("approvals/pending/", approvals.approvals_list, name="approvals-list"),
     path("approvals/<int:pk>/", approvals.approval_detail, name="approval-detail"),

@@ -9,7 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.accounts.throttle import login_blocked
+from accounts.throttle import login_blocked
 from portal.web.health import Health, links_health, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.lag_history import gateway_rates

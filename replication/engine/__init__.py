@@ -1,6 +1,7 @@
 """The data plane's engine core: message store and batch apply. Plain Python, no Django, so
 gateways, Spark executors and tests use it alike (DESIGN.md)."""
 
+from replication.engine.factory import create_database, open_store
 from replication.engine.store import (
     Applied,
     Message,
@@ -12,8 +13,6 @@ from replication.engine.store import (
     StoreError,
     UnknownTopic,
     choose_partition,
-    create_database,
-    open_store,
 )
 
 __all__ = [

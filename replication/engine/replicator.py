@@ -22,16 +22,13 @@ from replication.engine.store import (
     Misordered,
     OffsetOutOfRange,
     PartitionStats,
+    ReturnToOrigin,
     StoreError,
     UnknownTopic,
 )
 
 MAX_MESSAGES = 5000
 MAX_BYTES = 4 << 20
-
-
-class ReturnToOrigin(StoreError):
-    """A batch would carry messages back to the stream they were first produced in."""
 
 
 @dataclass(frozen=True, slots=True)

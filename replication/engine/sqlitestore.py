@@ -394,6 +394,21 @@ class SqliteStore:
             )
         return count
 
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        with self._write() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, nxt = self._marks(conn, pid)
+            cut = min(end, nxt, low + batch)
+            if cut <= low:
+                return 0
+            count, size = conn.execute(EXPIRE_SIZE, (pid, low, cut)).fetchone()
+            conn.execute('DELETE FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?',
+                         (pid, low, cut))
+            conn.execute("UPDATE partitions SET low_offset = max(low_offset, ?), rows = rows - ?, "
+                         "bytes = bytes - ? WHERE id = ?", (cut, count, size, pid))
+        return count
+
     # --- consumer cursors --------------------------------------------------------------------
 
     def commit_cursor(

@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
@@ -150,6 +149,10 @@ class Misordered(StoreError):
         self.key, self.expected, self.got = key, expected, got
 
 
+class ReturnToOrigin(StoreError):
+    """A batch would carry messages back to the stream they were first produced in."""
+
+
 @dataclass(frozen=True, slots=True)
 class Applied:
     """What one `apply` did."""
@@ -228,6 +231,12 @@ class MessageStore(Protocol):
     def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
         """Delete up to `batch` messages older than before_ms (a prefix of each partition);
         raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
+
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        """`stream purge`: delete up to `batch` of the partition's messages below `end` (a
+        prefix, as retention removes); raises the low watermark, never touches the next
+        offset. Callers loop until it returns 0."""
 
     def commit_cursor(
         self, stream: UUID, group: str, topic: str, partition: int, offset: int
@@ -383,35 +392,3 @@ def decode_headers(blob: bytes | None) -> tuple[tuple[str, bytes], ...]:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-# --- factory ---------------------------------------------------------------------------------
-
-
-def _sqlite_path(url: str) -> Path:
-    # django-environ's convention: sqlite:///relative/path, sqlite:////absolute/path.
-    return Path(url.removeprefix("sqlite:///"))
-
-
-def open_store(url: str) -> MessageStore:
-    if url.startswith(("postgresql://", "postgres://")):
-        from replication.engine.pg import PostgresStore
-
-        return PostgresStore(url)
-    if url.startswith("sqlite:///"):
-        from replication.engine.sqlitestore import SqliteStore
-
-        return SqliteStore(_sqlite_path(url))
-    raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")
-
-
-def create_database(url: str) -> None:
-    """Create the store's database if missing (PostgreSQL) or its folder (SQLite)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        from replication.engine.pg import create_pg_database
-
-        create_pg_database(url)
-    elif url.startswith("sqlite:///"):
-        _sqlite_path(url).parent.mkdir(parents=True, exist_ok=True)
-    else:
-        raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")

@@ -28,6 +28,7 @@ from replication.engine.replicator import BatchSpec, apply_spec
 from replication.engine.store import Applied, Misordered
 from replication.events import publish_after_commit
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.presence import presence
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)
@@ -260,8 +261,6 @@ def stream_wake(*, stream: UUID) -> None:
 
 
 def _wake(streams: list[str]) -> None:
-    from workers.presence import presence
-
     try:
         presence().wake(streams)
     except Exception as error:  # the sweep catches up; a produce must not fail

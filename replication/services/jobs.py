@@ -1,6 +1,6 @@
 """Bulk jobs as workflows: who may start them, the Job record, and what a finished copy means
 for the replica link it serves. The jobs themselves run on Spark (workers/spark/), submitted
-by Celery (workers/jobs.py)."""
+by Celery (workers/jobs.py) on the `job_submitted` signal."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from replication.errors import InvalidInput, PermissionDenied
 from replication.events import publish_after_commit
-from replication.models import ReplicaLink, ReplicaState, Stream, Topic
+from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, topology_lock
 from replication.services.engine import stream_wake
 from replication.services.streams import METADATA, stream_create
-from workers.models import Job
+from replication.signals import job_submitted
 
 READ_PERMS = ("consumeperm", "copyperm")
 MAX_THREADS = 64
@@ -155,9 +155,7 @@ def _submit(kind: str, actor: AbstractBaseUser | None, source: Stream, destinati
 
 
 def _enqueue(job_id: int) -> None:
-    from workers.jobs import job_enqueue
-
-    job_enqueue(job_id)
+    job_submitted.send(sender=Job, job_id=job_id)  # the workers app runs it
 
 
 def publish_job_event(job: Job) -> None:

@@ -9,8 +9,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from operations.alarms import retention_check
-from operations.counters import count_consumed, count_produced
+from replication.counters import count_consumed, count_produced
 from replication.engine.store import (
     Message,
     OffsetOutOfRange,
@@ -24,6 +23,7 @@ from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
+from replication.signals import stream_expiring
 from replication.stores import store_for
 
 MAX_BATCH = 10_000
@@ -96,7 +96,7 @@ def messages_produce(
     ))
     stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
     replicas_await(stream=stream, topic=target.name, offsets=offsets)
-    count_produced(stream=stream.uuid, records=records)  # /metrics (operations/counters.py)
+    count_produced(stream=stream.uuid, records=records)  # /metrics (replication/counters.py)
     return offsets
 
 
@@ -179,7 +179,7 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     store, deleted = store_for(stream.cluster), 0
     # Alarm on replicas that have not received what is about to go (operations/alarms.py).
-    retention_check(stream=stream, before_ms=now_ms - stream.ttl * 1000)
+    stream_expiring.send(sender=Stream, stream=stream, before_ms=now_ms - stream.ttl * 1000)
     while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
         deleted += count
     return deleted

@@ -13,6 +13,7 @@ from replication.paths import parse_stream_path
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
 from replication.services.engine import stream_wake
 from replication.services.jobs import autosetup_copy
+from replication.services.reuse import existing_replica
 from replication.services.streams import stream_create
 from replication.services.sync import link_sync_configured
 from replication.services.upstreams import upstream_add
@@ -136,16 +137,24 @@ def replica_remove(*, actor: AbstractBaseUser, source: Stream, replica: Stream) 
 @transaction.atomic
 def replica_autosetup(
     *, actor: AbstractBaseUser, source: Stream, replica: str, multimaster: bool = False,
-    tenant: str | None = None, **options: Any,
+    tenant: str | None = None, useexistingreplica: bool = False, **options: Any,
 ) -> ReplicaLink:
-    """MapR's seven autosetup steps, in one transaction: all of them or none."""
+    """MapR's seven autosetup steps, in one transaction: all of them or none. With
+    `useexistingreplica`, step 1 checks the existing stream instead of creating it."""
     source.require(actor, "adminperm", action="set up replicas")
     path = str(parse_stream_path(replica, field="replica"))
-    if Stream.objects.filter(path=path).exists():
+    if useexistingreplica:
+        if tenant is not None:
+            raise InvalidInput("-tenant names the owner of the replica autosetup creates; "
+                               "with -useexistingreplica true it exists: leave -tenant out",
+                               field="tenant")
+        created = existing_replica(actor=actor, source=source, path=path)
+    elif Stream.objects.filter(path=path).exists():
         raise AlreadyExists(f"replica {path} already exists: autosetup creates the replica "
-                            "itself; use 'stream replica add' for an existing stream",
-                            field="replica")
-    created = stream_create(actor=actor, path=path, tenant=tenant, copymetafrom=source.path)
+                            "itself; give -useexistingreplica true to use this one, or use "
+                            "'stream replica add' for the manual steps", field="replica")
+    else:
+        created = stream_create(actor=actor, path=path, tenant=tenant, copymetafrom=source.path)
     link = replica_add(actor=actor, source=source, replica=created, paused=True, **options)
     upstream_add(actor=actor, replica=created, source=source)
     if multimaster:

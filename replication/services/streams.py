@@ -6,7 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 
-from portal.accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant
 from replication import ace
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from replication.models import PERMISSIONS, Cluster, Compression, Stream, TimestampType

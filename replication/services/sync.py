@@ -3,7 +3,7 @@ link in synchronous mode holds the produced messages.
 
 A link configured synchronous is in one of two modes (ReplicaLink.mode):
 - sync: producers wait for it. They re-read its replica partitions' ends when a gateway
-  announces an applied batch of the link (workers/presence.py) and every
+  announces an applied batch of the link (replication/presence.py) and every
   REPLICATION_SYNC_RECHECK_MS besides, so a lost notification costs a few milliseconds.
 - async: producers do not wait. A link drops here by itself when its replica cluster has no
   live gateway, when a produce waited REPLICATION_SYNC_TIMEOUT_MS in vain, or when the replica
@@ -41,6 +41,7 @@ from replication.models import (
     SyncMode,
     Topic,
 )
+from replication.presence import presence
 from replication.services.engine import carried_topics
 from replication.stores import store_for
 
@@ -119,8 +120,6 @@ def _ends(offsets: Sequence[tuple[int, int]]) -> Ends:
 def clusters_served(clusters: set[str]) -> set[str]:
     """The clusters among these with a live gateway now (presence, not the database's
     heartbeats, which lag by design)."""
-    from workers.presence import presence
-
     gateways = list(Gateway.objects.filter(enabled=True, cluster__name__in=clusters)
                     .values_list("cluster__name", "name"))
     try:
@@ -134,8 +133,6 @@ def clusters_served(clusters: set[str]) -> set[str]:
 def _wake_now(stream: UUID) -> None:
     # Not after commit, as stream_wake does: the store committed the messages already, and a
     # caller's transaction would hold the wake-up for as long as this producer waits.
-    from workers.presence import presence
-
     if not transaction.get_connection().in_atomic_block:
         return  # stream_wake's on_commit ran at once
     try:
@@ -146,8 +143,6 @@ def _wake_now(stream: UUID) -> None:
 
 def _await_applied(links: list[ReplicaLink], topic: str, ends: Ends) -> dict[int, float]:
     """Per link that reached `ends` before the timeout, how long it took (ms)."""
-    from workers.presence import presence
-
     board = presence().applied_board()
     started = time.monotonic()
     deadline = started + settings.REPLICATION_SYNC_TIMEOUT_MS / 1000

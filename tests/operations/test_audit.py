@@ -273,7 +273,7 @@ def test_removals_through_querysets_are_recorded_too(owner, activity, activity_n
 
 
 def test_a_deleted_tenant_keeps_its_name_in_the_trail(db):
-    from portal.accounts.models import Tenant
+    from accounts.models import Tenant
 
     tenant = Tenant.objects.create(name="initech")
     tenant.delete()

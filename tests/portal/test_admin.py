@@ -9,7 +9,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState
 from replication.services import replica_add, upstream_add
 from tests.factories import GatewayFactory, TopicFactory, UserFactory
@@ -23,7 +23,7 @@ CHANGELISTS = [
     "replication_topic",
     "replication_replicalink",
     "replication_upstream",
-    "workers_job",
+    "replication_job",
 ]
 READ_ONLY = ["stream", "topic", "replicalink", "upstream"]
 

@@ -18,14 +18,15 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from accounts.models import Membership, Role, Tenant
 from operations.alarms import alarms_evaluate
 from operations.models import Alarm, AuditEvent
-from portal.accounts.models import Membership, Role, Tenant
 from portal.api.viewsets import TenantScopedViewSet
 from replication import services
 from replication.models import (
     Cluster,
     Gateway,
+    Job,
     ReplicaLink,
     ReplicaState,
     Stream,
@@ -34,7 +35,6 @@ from replication.models import (
 )
 from replication.services.jobs import diffstreams_start
 from tests.factories import GatewayFactory, MembershipFactory, StreamFactory, UserFactory
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 

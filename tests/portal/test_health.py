@@ -3,9 +3,9 @@ import uuid
 import pytest
 
 from replication.models import Cluster
+from replication.presence import presence
 from replication.services import cluster_create, replica_add, upstream_add
 from tests.factories import GatewayFactory, StreamFactory
-from workers.presence import presence
 
 
 @pytest.fixture

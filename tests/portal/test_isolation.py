@@ -12,15 +12,14 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 
+from accounts.models import Membership, Tenant
 from operations.models import AuditEvent
-from portal.accounts.models import Membership, Tenant
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamPath
 from portal.web import urls as web_urls
 from replication import services
-from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.models import Cluster, Gateway, Job, ReplicaLink, Stream, Topic, Upstream
 from tests.factories import StreamFactory
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 MISSING = "/mapr/newyork/no-such-stream"

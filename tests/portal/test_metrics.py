@@ -125,7 +125,7 @@ def test_alarms_open_by_kind(client, operator, owner, activity, activity_ny):
 
 @pytest.mark.django_db
 def test_job_progress_of_active_jobs_only(client, operator, owner, activity, activity_ny):
-    from workers.models import Job
+    from replication.models import Job
 
     running = Job.objects.create(kind=Job.Kind.COPYSTREAM, state=Job.State.RUNNING,
                                  tenant=activity.tenant, source_path=activity.path,

@@ -1,5 +1,5 @@
 """Replicators made visible: `replicator list` over /rest and the CLI (maprcli's envelope and
-table), the overview page's card and /metrics, all from presence (workers/leases.py)."""
+table), the overview page's card and /metrics, all from presence (replication/leases.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import redis
 from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
+from replication.presence import presence
 from tests.portal.test_metrics import samples
 from tests.streamgate.test_cli import streamgate, token_for
-from workers.presence import presence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 COLUMNS = ["replicator", "host", "pid", "alive", "linksHeld", "lastHeartbeat", "heartbeatAge"]

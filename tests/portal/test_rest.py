@@ -17,8 +17,8 @@ from rest_framework.test import APIClient
 
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, Stream, Topic, Upstream
+from replication.presence import presence
 from tests.factories import GatewayFactory, StreamFactory, TopicFactory
-from workers.presence import presence
 
 PASSWORD = "correct horse battery staple"  # tests.factories.UserFactory's
 TIMEOFDAY = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT[+-]\d{4} (AM|PM)$")

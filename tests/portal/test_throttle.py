@@ -5,7 +5,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.throttling import ScopedRateThrottle
 
-from portal.accounts.throttle import _key
+from accounts.throttle import _key
 from replication.services import topic_create
 from tests.factories import MembershipFactory
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from replication import lag_history
 from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream, Upstream
@@ -605,7 +605,7 @@ def test_manual_wizard_walks_the_seed_steps_to_a_replicating_pair(owner, activit
 
 
 def test_manual_wizard_copy_step_starts_a_copystream_job(owner, activity, activity_ny):
-    from workers.models import Job
+    from replication.models import Job
 
     replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
@@ -633,7 +633,7 @@ def test_manual_wizard_shows_the_services_refusal(member, owner, activity, activ
 
 
 def test_autosetup_creates_the_pair_and_follows_the_copy(owner, activity, newyork):
-    from workers.models import Job
+    from replication.models import Job
 
     client = signed_in(owner)
     assert "autosetup" in client.get("/setup/auto/").content.decode()
@@ -667,7 +667,7 @@ def test_autosetup_refusal_shows_the_reason_and_creates_nothing(member, activity
 # -- jobs ----------------------------------------------------------------------------------
 
 def make_job(stream, **values):
-    from workers.models import Job
+    from replication.models import Job
 
     return Job.objects.create(**{
         "kind": "copystream", "tenant": stream.tenant, "source": stream,
@@ -698,7 +698,7 @@ def test_job_detail_shows_the_first_differing_offset_per_partition(owner, activi
 
 def test_start_copystream_and_diffstreams_with_repair_from_the_form(owner, activity,
                                                                      activity_ny):
-    from workers.models import Job
+    from replication.models import Job
 
     client = signed_in(owner)
     response = client.post("/jobs/start/", {"kind": "copystream", "source": activity.path,
@@ -711,7 +711,7 @@ def test_start_copystream_and_diffstreams_with_repair_from_the_form(owner, activ
 
 
 def test_member_without_permission_cannot_start_a_job(member, activity, activity_ny):
-    from workers.models import Job
+    from replication.models import Job
 
     response = signed_in(member).post("/jobs/start/", {
         "kind": "copystream", "source": activity.path, "destination": activity_ny.path})

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from replication.errors import InvalidInput, NotFound, PermissionDenied
-from replication.models import Stream, Topic
+from replication.models import Job, Stream, Topic
 from replication.services import stream_edit, topic_create
 from replication.services.jobs import copystream_start, diffstreams_start
 from tests.factories import StreamFactory
-from workers.models import Job
 
 NY = "/mapr/newyork/activity"
 

@@ -10,7 +10,7 @@ from replication.errors import (
     NotSupported,
     PermissionDenied,
 )
-from replication.models import ReplicaLink, ReplicaState, Stream, SyncMode, Topic, Upstream
+from replication.models import Job, ReplicaLink, ReplicaState, Stream, SyncMode, Topic, Upstream
 from replication.services import (
     replica_add,
     replica_autosetup,
@@ -23,7 +23,6 @@ from replication.services import (
     upstream_remove,
 )
 from tests.factories import ClusterFactory, StreamFactory
-from workers.models import Job
 
 
 @pytest.fixture

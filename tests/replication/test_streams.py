@@ -1,6 +1,6 @@
 import pytest
 
-from portal.accounts.models import Role
+from accounts.models import Role
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from replication.models import Stream
 from replication.services import stream_create, stream_delete, stream_edit

@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ModeSwitch, ReplicaLink, Stream, SyncMode
+from replication.presence import LocalPresence, RedisPresence, presence
 from replication.reports import gateway_rows, replica_rows
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from replication.services.gateway_status import gateways_announce
@@ -26,7 +27,6 @@ from replication.services.sync import link_mode_switch, links_sync_drop, links_s
 from replication.stores import store_for
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory
-from workers.presence import LocalPresence, RedisPresence, presence
 from workers.tasks import apply_batch_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -251,3 +251,115 @@ def test_synchronous_replicas_wire_options_and_gateway_counters(cli, clusters, o
         "UNKNOWN", None, None)
     table = cli(alice, "cluster gateway get -dstcluster newyork").stdout
     assert "batchesApplied" in table and "messagesApplied" in table and "bytesApplied" in table
+
+
+# --- consume reads every partition, as kcat does -------------------------------------------
+
+
+def produce_spread(cli, token: str) -> None:
+    """Topic clicks with 3 partitions; timestamps interleave across the partitions."""
+    cli(token, f"stream topic create -path {SF} -topic clicks -partitions 3")
+    records = [(2, 100, "c"), (0, 10, "a"), (1, 50, "b"), (0, 200, "d"), (2, 300, "e")]
+    lines = "".join(json.dumps({"value": v, "partition": p, "timestamp": t}) + "\n"
+                    for p, t, v in records)
+    cli(token, f"produce -path {SF}:clicks -format json", stdin=lines)
+
+
+def test_consume_without_partition_reads_every_partition_merged_by_timestamp(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks"))
+    assert [(r["value"], r["partition"], r["timestamp"]) for r in consumed] == [
+        ("a", 0, 10), ("b", 1, 50), ("c", 2, 100), ("d", 0, 200), ("e", 2, 300)]
+
+
+def test_consume_with_partition_reads_only_that_partition(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -partition 2"))
+    assert [(r["partition"], r["offset"], r["value"]) for r in consumed] == [
+        (2, 0, "c"), (2, 1, "e")]
+
+
+def test_consume_limit_counts_messages_across_partitions(cli, alice):
+    produce_spread(cli, alice)
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -limit 3"))
+    assert [r["value"] for r in consumed] == ["a", "b", "c"]
+
+
+def test_consume_with_a_group_commits_and_resumes_each_partition(cli, alice, live_server):
+    produce_spread(cli, alice)
+    first = json_lines(cli(alice, f"consume -path {SF}:clicks -group billing -limit 3"))
+    assert [r["value"] for r in first] == ["a", "b", "c"]
+    client = Client(live_server.url, alice)
+    assert client.committed_all(SF, "clicks", group="billing") == {0: 1, 1: 1, 2: 1}
+    rest = json_lines(cli(alice, f"consume -path {SF}:clicks -group billing"))
+    assert [r["value"] for r in rest] == ["d", "e"]
+    assert client.committed_all(SF, "clicks", group="billing") == {0: 2, 1: 1, 2: 2}
+    assert cli(alice, f"consume -path {SF}:clicks -group billing").stdout == ""
+
+
+def test_consume_wait_sees_a_message_arriving_on_any_partition(cli, alice, live_server):
+    import threading
+
+    cli(alice, f"stream topic create -path {SF} -topic clicks -partitions 3")
+    client = Client(live_server.url, alice)
+    later = threading.Timer(1.0, client.produce, (SF, "clicks", [{"value": b"late",
+                                                                  "partition": 2}]))
+    later.start()
+    try:
+        consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -wait 30000"))
+    finally:
+        later.join()
+    assert [(r["partition"], r["value"]) for r in consumed] == [(2, "late")]
+
+
+def test_outsider_cannot_consume_another_tenants_topic(cli, alice, live_server, outsider):
+    produce_spread(cli, alice)
+    done = streamgate(live_server.url, token_for(outsider), f"consume -path {SF}:clicks")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"ERROR (2) - stream {SF} does not exist")
+
+
+# --- stream purge and cluster gateway local from the command line --------------------------
+
+
+def test_stream_purge_all_prints_what_it_purged_and_consume_goes_on(cli, alice):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\ntwo\n")
+    table = cli(alice, f"stream purge -path {SF} -all true").stdout.splitlines()
+    assert table[0].split() == ["topic", "partition", "messagesPurged",
+                                "messagesKeptForReplicas", "minoffset", "nextoffset"]
+    assert table[1].split() == ["clicks", "0", "2", "0", "2", "2"]
+    cli(alice, f"produce -path {SF}:clicks", stdin="three\n")
+    [line] = json_lines(cli(alice, f"consume -path {SF}:clicks -offset 2"))
+    assert (line["offset"], line["value"]) == (2, "three")
+
+
+def test_stream_purge_by_a_member_without_adminperm_fails_with_the_reason(live_server, alice,
+                                                                          cli, member):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\n")
+    done = streamgate(live_server.url, token_for(member), f"stream purge -path {SF} -all true")
+    assert done.returncode == 1
+    assert done.stderr.startswith("ERROR (1) - bob may not purge the stream")
+    assert [r["value"] for r in json_lines(cli(alice, f"consume -path {SF}:clicks"))] == ["one"]
+
+
+def test_cluster_gateway_local_prints_the_text_for_gateway_set(cli, clusters, operator, owner,
+                                                               live_server):
+    cli(token_for(operator), "cluster gateway set -dstcluster newyork -gateways 'gw1 gw2'")
+    done = cli(token_for(owner), "cluster gateway local -cluster newyork -noheader")
+    assert done.stdout.split() == ["newyork", "gw1", "gw2"]
+    refused = streamgate(live_server.url, token_for(owner),
+                         "cluster gateway local -cluster newyork -format dns")
+    assert refused.returncode == 1 and "ERROR (95) - -format dns" in refused.stderr
+
+
+def test_consume_after_a_purge_starts_at_the_first_retained_offset_unless_told(cli, alice,
+                                                                                live_server):
+    cli(alice, f"produce -path {SF}:clicks", stdin="one\ntwo\n")
+    cli(alice, f"consume -path {SF}:clicks -group g -limit 1")  # committed at 1, now purged
+    cli(alice, f"stream purge -path {SF} -all true")
+    assert cli(alice, f"consume -path {SF}:clicks").stdout == ""
+    cli(alice, f"produce -path {SF}:clicks", stdin="three\n")
+    assert [(r["offset"], r["value"]) for r in json_lines(
+        cli(alice, f"consume -path {SF}:clicks -group g"))] == [(2, "three")]
+    told = streamgate(live_server.url, alice, f"consume -path {SF}:clicks -offset 0")
+    assert told.returncode == 1 and "valid offsets are 2..3" in told.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from bench.chaos.command import forget_unacked
+from bench.chaos.command import Processes, forget_unacked
 from bench.pgserver import PG_BIN, PrivatePostgres
 from workers.celery import app
 
@@ -75,46 +75,18 @@ ENGINE_SETTINGS = {
 }
 
 
-class Engine:
-    """The replicator and gateways of one test as subprocesses, on the test database, with
-    Redis keys and Celery queues under a namespace of the test's own."""
+class Engine(Processes):
+    """The replicator and gateways of one test as subprocesses (the chaos soak's own process
+    group), on the test database, with Redis keys and Celery queues under a namespace of the
+    test's own."""
 
     def __init__(self, namespace: str, logs: Path) -> None:
+        super().__init__({**os.environ, **ENGINE_SETTINGS, "DATABASE_URL": test_database_url(),
+                          "STREAMGATE_NAMESPACE": namespace}, logs)
         self.namespace = namespace
-        self.logs = logs
-        self.env = {**os.environ, **ENGINE_SETTINGS, "DATABASE_URL": test_database_url(),
-                    "STREAMGATE_NAMESPACE": namespace}
-        self.processes: dict[str, subprocess.Popen] = {}
-
-    def _start(self, label: str, *command: str) -> subprocess.Popen:
-        log = (self.logs / f"{label}.log").open("ab")
-        process = subprocess.Popen([sys.executable, "manage.py", *command], cwd=ROOT,
-                                   env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        self.processes[label] = process
-        return process
-
-    def gateway(self, cluster: str, name: str) -> subprocess.Popen:
-        return self._start(f"gw-{cluster}-{name}", "rungateway", "--cluster", cluster,
-                           "--name", name, "--loglevel", "WARNING")
-
-    def replicator(self, label: str = "replicator") -> subprocess.Popen:
-        return self._start(label, "runreplicator")
 
     def log(self, label: str) -> str:
         return (self.logs / f"{label}.log").read_text(errors="replace")
-
-    def stop(self, label: str, *, kill: bool = False) -> None:
-        process = self.processes.pop(label)
-        process.kill() if kill else process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def close(self) -> None:
-        for label in list(self.processes):
-            self.stop(label)
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ import pytest
 from replication.engine.checker import check_replica
 from replication.engine.store import Record
 from replication.models import Gateway
+from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.factories import GatewayFactory
 from tests.workers.conftest import ROOT, wait_until
-from workers.presence import presence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,14 +12,13 @@ import time
 
 import pytest
 
-from replication.models import ReplicaLink, ReplicaState, Stream
+from replication.models import Job, ReplicaLink, ReplicaState, Stream
 from replication.services import replica_add, replica_autosetup, replica_pause, upstream_add
 from replication.services.jobs import copystream_start, diffstreams_start
 from replication.stores import store_for
 from tests.workers.conftest import wait_until
 from tests.workers.test_replication import Producer, check, row_of
 from workers.jobs import job_run
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NY = "/mapr/newyork/activity"
@@ -107,8 +106,8 @@ def test_a_failing_job_records_why(spark, owner, activity, clicks):
 
 @pytest.fixture
 def gateways(engine, newyork, celery_worker):
+    from replication.presence import presence
     from tests.factories import GatewayFactory
-    from workers.presence import presence
 
     engine.env["CELERY_QUEUE"] = celery_worker  # where the replicator's jobs go
     for name in ("gw1", "gw2"):

@@ -16,6 +16,7 @@ from replication.engine.checker import check_replica
 from replication.engine.replicator import BatchSpec
 from replication.engine.store import Key, Record
 from replication.models import ReplicaLink, Stream
+from replication.presence import LocalPresence, presence
 from replication.reports import replica_rows
 from replication.services import (
     replica_add,
@@ -36,7 +37,6 @@ from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
 from workers.celery import app
 from workers.gateway import Heartbeat, tally
-from workers.presence import LocalPresence, presence
 from workers.replicator import InFlight, Replicator
 from workers.tasks import apply_batch_task
 

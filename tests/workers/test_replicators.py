@@ -11,7 +11,9 @@ import time
 import pytest
 
 from replication.engine.replicator import BatchSpec
+from replication.leases import ReplicatorState
 from replication.models import ReplicaLink, Stream
+from replication.presence import presence
 from replication.services import replica_add, upstream_add
 from replication.stores import store_for
 from tests.factories import StreamFactory
@@ -25,8 +27,6 @@ from tests.workers.test_replication import (  # noqa: F401 (fixtures)
     pair,
     replica_count,
 )
-from workers.leases import ReplicatorState
-from workers.presence import presence
 from workers.replicator import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,6 +16,7 @@ from django.db import connection
 
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ReplicaLink, Stream, SyncMode
+from replication.presence import LocalPresence, presence
 from replication.reports import replica_rows
 from replication.services import replica_add, replica_edit, topic_create, upstream_add
 from replication.services.messages import messages_produce
@@ -25,7 +26,6 @@ from tests.factories import GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
 from workers.celery import app
 from workers.gateway import Heartbeat
-from workers.presence import LocalPresence, presence
 from workers.replicator import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)

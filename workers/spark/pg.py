@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import psycopg
 
+from replication.engine.pg.pipe import Overtaken, pipe_into
 from replication.engine.pg.schema import configure_connection
-from replication.engine.pg.store import Overtaken, pipe_into
 from replication.engine.store import StoreError
 
 PID = "SELECT id FROM partitions WHERE stream = %s AND topic = %s AND partition = %s"

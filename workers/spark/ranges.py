@@ -19,12 +19,12 @@ from uuid import UUID
 
 import psycopg
 
+from replication.engine.factory import open_store
 from replication.engine.store import (
     Message,
     MessageStore,
     StoreError,
     encode_headers,
-    open_store,
 )
 from workers.spark import pg
 

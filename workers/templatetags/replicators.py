@@ -8,8 +8,8 @@ from typing import Any
 import structlog
 from django import template
 
-from workers.leases import replicator_rows
-from workers.presence import presence
+from replication.leases import replicator_rows
+from replication.presence import presence
 
 register = template.Library()
 log = structlog.get_logger(__name__)

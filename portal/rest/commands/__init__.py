@@ -5,6 +5,7 @@ from portal.rest.commands import (
     audit,
     clusters,
     jobs,
+    maintenance,
     replicas,
     replicators,
     streams,
@@ -13,6 +14,15 @@ from portal.rest.commands import (
 from portal.rest.commands.registry import REGISTRY, Command
 
 __all__ = [
-    "REGISTRY", "Command", "alarms", "audit", "clusters", "jobs", "replicas", "replicators",
-    "streams", "topics",
+    "REGISTRY",
+    "Command",
+    "alarms",
+    "audit",
+    "clusters",
+    "jobs",
+    "maintenance",
+    "replicas",
+    "replicators",
+    "streams",
+    "topics",
 ]

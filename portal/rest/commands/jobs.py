@@ -13,8 +13,8 @@ from portal.rest.commands.registry import Row, command
 from portal.rest.options import Bool, Choice, Int, Refused, StreamPath
 from replication import reports
 from replication.errors import NotFound
+from replication.models import Job
 from replication.services.jobs import copystream_start, diffstreams_start
-from workers.models import Job
 
 SRC = StreamPath("src", "the source stream", required=True)
 DST = StreamPath("dst", "the destination stream", required=True)

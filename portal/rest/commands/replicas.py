@@ -10,7 +10,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
 from portal.rest.options import Bool, Choice, Str, StreamPath
 from replication import reports, services
-from replication.models import Compression
+from replication.lag_history import lag_record
+from replication.models import Compression, Job, ReplicaLink
 
 LINK = ("throttle", "synchronous", "networkcompression", "networkencryption")
 SOURCE = StreamPath("path", "the source stream", required=True)
@@ -53,14 +54,18 @@ def replica_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 @command(
     "stream/replica/list",
     SOURCE,
-    # Accepted and honoured trivially: replica figures are always computed when asked for,
-    # never cached, so every listing is already "refreshed now".
-    Bool("refreshnow", "always the case: figures are computed live", default=False),
+    Bool("refreshnow", "also record these figures now as the replicas' latest statistics, "
+         "which the overview, stream pages and lag charts show (otherwise the recorder's, at "
+         "most 5 s old); the listing itself is always computed live (default false)",
+         default=False),
     summary="List a stream's replicas and their state.",
 )
 def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *ANY_PERM, action="list replicas")
+    if opts["refreshnow"]:
+        lag_record(links=ReplicaLink.objects.agreed().filter(source=stream)
+                   .select_related("source", "replica__cluster"))
     return reports.replica_rows(stream)
 
 
@@ -88,17 +93,25 @@ def replica_resume(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 @command(
     "stream/replica/autosetup",
     SOURCE,
-    StreamPath("replica", "the replica to create", required=True),
+    StreamPath("replica", "the replica to create (or to use, with -useexistingreplica true)",
+               required=True),
     Bool("multimaster", "replicate in both directions (default false)", default=False),
     Str("tenant", "the tenant that owns the new replica, if you are in several"),
+    Bool("useexistingreplica", "use the existing stream -replica: it must be empty or a copy "
+         "of the source (same topics, no more partitions, a prefix of each); default false",
+         default=False),
     *LINK_OPTIONS,
-    summary="Create a replica, copy the data and start replicating.",
+    summary="Create a replica, copy the data and start replicating; answers with the copy's "
+            "job (the command line follows it to its end).",
 )
-def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     # The replica does not exist yet, so it is passed as a path, not looked up.
-    services.replica_autosetup(actor=user, source=stream_at(user, opts), replica=opts["replica"],
-                               multimaster=opts["multimaster"], tenant=opts["tenant"],
-                               **given(opts, *LINK))
+    link = services.replica_autosetup(
+        actor=user, source=stream_at(user, opts), replica=opts["replica"],
+        multimaster=opts["multimaster"], tenant=opts["tenant"],
+        useexistingreplica=opts["useexistingreplica"], **given(opts, *LINK))
+    job = Job.objects.filter(link=link).select_related("requested_by").latest("pk")
+    return [reports.job_row(job)]
 
 
 @command("stream/upstream/add", REPLICA_PATH, UPSTREAM,

@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import Row, command
-from workers.leases import replicator_rows
-from workers.presence import presence
+from replication.leases import replicator_rows
+from replication.presence import presence
 
 
 @command("replicator/list",

@@ -2,7 +2,7 @@
 
 Messages are keyed by a partition id (an int naming the partitions row) and the offset rather
 than by (stream, topic, partition, offset): the primary key index is half the size and binary
-COPY into it measured faster (docs/benchmarks.md).
+COPY into it measured faster (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ UPDATE partitions p SET next_offset = greatest(p.next_offset, d.nxt),
 FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int8[]) AS d(id, nxt, n, b)
 WHERE p.id = d.id
 """
-# A query rather than COPY TO: with binary results it measured faster (docs/benchmarks.md).
+# A query rather than COPY TO: with binary results it measured faster (docs/benchmarks-history.md).
 # Offsets are contiguous in [low, high) (retention removes a prefix, apply refuses gaps), so
 # [offset, offset + limit) bounds the rows exactly: with only a lower bound and a LIMIT, the
 # planner (on fresh, unanalysed rows) bitmap-scanned every later row and sorted them all.

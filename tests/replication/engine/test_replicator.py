@@ -18,7 +18,6 @@ import pytest
 from replication.engine import Misordered, Record, open_store
 from replication.engine.replicator import (
     BatchSpec,
-    ReturnToOrigin,
     apply_batch,
     apply_spec,
     backlog,
@@ -28,7 +27,7 @@ from replication.engine.replicator import (
     replica_positions,
     sync_cursors,
 )
-from replication.engine.store import headers_size, now_ms
+from replication.engine.store import ReturnToOrigin, headers_size, now_ms
 
 
 def _partitions(net, name, topic):

@@ -18,8 +18,9 @@ import pytest
 from psycopg import sql
 
 from replication.engine.checker import check_replica
+from replication.engine.factory import create_database, open_store
 from replication.engine.pg.schema import PIPE_ROWS
-from replication.engine.store import Record, UnknownTopic, create_database, open_store
+from replication.engine.store import Record, UnknownTopic
 from replication.stores import default_store_url
 from workers.spark import Side, Spec, copystream, diffstreams
 from workers.spark.submit import spec_to_json

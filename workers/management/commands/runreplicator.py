@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from workers.presence import presence
+from replication.presence import presence
 from workers.replicator import Replicator
 
 

@@ -26,4 +26,4 @@ class TokenAuthentication(KnoxTokenAuthentication):
 class TokenScheme(KnoxTokenScheme):
     """The API documentation describes these tokens as knox's (a bearer-style header)."""
 
-    target_class = "portal.accounts.tokens.TokenAuthentication"
+    target_class = "accounts.tokens.TokenAuthentication"

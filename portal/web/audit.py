@@ -1,6 +1,6 @@
-"""Pages of the operations app: the audit trail (changes to the objects of the user's tenants;
-operators: all), newest first, and the overview's alarm fragment, both through the
-tenant-scoping choke point."""
+"""Pages of the operations app, served with the web pages: the audit trail (changes to the
+objects of the user's tenants; operators: all), newest first, and the overview's alarm
+fragment, both through the tenant-scoping choke point."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replicators' registry and link leases (workers/leases.py), in Redis and in process memory:
+"""Replicators' registry and link leases (replication/leases.py), in Redis and in process memory:
 one holder per link, expiry, the rendezvous split, and wake-ups reaching every replicator."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from workers.leases import LinkLeases, ranked_first
-from workers.presence import LocalPresence, Presence, RedisPresence
+from replication.leases import LinkLeases, ranked_first
+from replication.presence import LocalPresence, Presence, RedisPresence
 
 
 @pytest.fixture(params=["redis", "local"])

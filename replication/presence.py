@@ -6,7 +6,7 @@ In production they live in Redis (DESIGN.md: Redis for gateway presence):
   The key holds the gateway process's incarnation, so a restarted gateway is told apart from
   the one that stopped answering;
 - a wake-up adds a stream to each live replicator's `sg:dirty:<id>` set and pushes its
-  one-slot `sg:signal:<id>` list (workers/leases.py keeps who is live);
+  one-slot `sg:signal:<id>` list (replication/leases.py keeps who is live);
 - a gateway acknowledges a batch by pushing its result on the sender's `sg:acks:<inbox>`, so
   two replicators (say, while one is being replaced) never take each other's acknowledgements.
 - a gateway that applied a batch publishes the link's id on `sg:applied:<link>`, so producers
@@ -37,7 +37,7 @@ import redis
 import structlog
 from django.conf import settings
 
-from workers.leases import LocalLeases, RedisLeases, ReplicatorState
+from replication.leases import LocalLeases, RedisLeases, ReplicatorState
 
 log = structlog.get_logger(__name__)
 GatewayId = tuple[str, str]  # (cluster name, gateway name)
@@ -75,7 +75,7 @@ class Presence(Protocol):
         """Where this process learns of applied batches, ready to be watched."""
         ...
 
-    # Replicators and their link leases (workers/leases.py).
+    # Replicators and their link leases (replication/leases.py).
     def replicator_beat(self, replicator: str, ttl: float, links: int) -> list[str]:
         """Alive `ttl` seconds more, holding `links`; returns the live replicators' ids."""
         ...

@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from knox.models import AuthToken
 
-from portal.accounts.models import Membership, Role, Tenant, validate_tenant_name
-from replication.ace import NAME_CHARS, NAME_HINT
+from accounts.models import Membership, Role, Tenant, validate_tenant_name
+from accounts.names import NAME_CHARS, NAME_HINT
 
 
 def ace_name(kind: str, name: str) -> str:

@@ -15,7 +15,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from portal.accounts.models import Membership, Tenant
+from accounts.models import Membership, Tenant
 
 User = get_user_model()
 
@@ -42,6 +42,19 @@ class OperatorAccess:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_operator(request)
+
+
+def save_each(queryset: QuerySet, **values: Any) -> int:
+    """QuerySet.update() for control-plane rows: one save per changed row, so each change is
+    audited (update() sends no signals, operations/audit.py). For admin bulk actions, never
+    for hot paths."""
+    changed = 0
+    for row in queryset.exclude(**values):
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.save(update_fields=list(values))
+        changed += 1
+    return changed
 
 
 class ReadOnlyAccess(OperatorAccess):

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from knox.auth import TokenAuthentication
 
-from portal.accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant
 
 User = get_user_model()
 STRONG = "blue-giraffe-orbit-42"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 if TYPE_CHECKING:
-    from workers.presence import Presence
+    from replication.presence import Presence
 
 HISTORY_SECONDS = 3600  # a dead replicator stays listed (not alive) this long
 WAKE_CHUNK = 1000  # streams per wake-up script call (Lua's unpack has a stack limit)

@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class AccountsConfig(AppConfig):
-    name = "portal.accounts"
+    name = "accounts"
     label = "accounts"
     verbose_name = "Tenants and accounts"

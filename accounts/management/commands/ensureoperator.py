@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from portal.accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant
 
 DEFAULT_TENANT = "default"
 

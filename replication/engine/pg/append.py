@@ -1,0 +1,113 @@
+"""Producing into the PostgreSQL store: offsets reserved and rows copied in, in one
+transaction per batch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from uuid import UUID
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from replication.engine.batches import layout_batch
+from replication.engine.pg.catalog import Catalog
+from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE
+from replication.engine.store import Plan, Record, StoreError, plan_partitions
+
+
+class _TopicChanged(Exception):
+    """The topic's partitions changed since this store listed them."""
+
+
+@contextlib.contextmanager
+def _committing(conn: psycopg.Connection) -> Iterator[None]:
+    """Commit the transaction begun by hand inside the block (its BEGIN rides in a pipeline
+    with the first statements), or roll it back on any error."""
+    try:
+        yield
+    except BaseException:
+        if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class Appending(Catalog):
+    """Producing: offsets reserved and rows copied in, one transaction per batch."""
+
+    def append(
+        self,
+        stream: UUID,
+        topic: str,
+        records: Sequence[Record],
+        *,
+        origin: UUID,
+        producer: str | None = None,
+        log_append_time: bool = False,
+    ) -> list[tuple[int, int]]:
+        if not records:
+            return []
+        for _ in range(3):
+            ids = self._topic_cache(stream, topic)
+            plan = plan_partitions(records, len(ids), self._rr)
+            try:
+                placed = self._append(
+                    stream, topic, ids, records, plan, origin.bytes, producer, log_append_time
+                )
+            except _TopicChanged:
+                self._topics.pop((stream, topic), None)  # it grew or vanished: look again
+                continue
+            self._rr = plan.counter
+            return placed
+        raise StoreError(f"topic {topic!r} kept changing while appending: try again")
+
+    def _append(
+        self,
+        stream: UUID,
+        topic: str,
+        ids: list[int],
+        records: Sequence[Record],
+        plan: Plan,
+        origin: bytes,
+        producer: str | None,
+        log_append_time: bool,
+    ) -> list[tuple[int, int]]:
+        pids = {p: ids[p] for p in plan.totals}
+        with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
+            firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan)
+            with cur.copy(COPY_IN) as copy:
+                copy.set_types(COPY_TYPES)
+                return layout_batch(
+                    records, plan, pids, firsts, origin, producer, log_append_time, copy.write_row
+                )
+
+    @staticmethod
+    def _reserve(
+        conn: psycopg.Connection,
+        cur: psycopg.Cursor,
+        stream: UUID,
+        topic: str,
+        partitions: int,
+        pids: dict[int, int],
+        plan: Plan,
+    ) -> dict[int, int]:
+        """Begin the batch's transaction and reserve its offsets in one round trip: a pipeline
+        carries BEGIN and one UPDATE per partition, in id order, so appenders touching several
+        partitions never deadlock. (Measured faster than BEGIN, then the UPDATEs, and than a
+        PL/pgSQL function doing them.) Returns the first offset of each target partition."""
+        order = sorted(pids, key=pids.__getitem__)
+        params = [
+            {"id": pids[p], "n": plan.totals[p][0], "b": plan.totals[p][1], "s": stream, "t": topic}
+            for p in order
+        ]
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            cur.executemany(RESERVE, params, returning=True)
+        rows = cur.fetchall()
+        while cur.nextset():
+            rows += cur.fetchall()
+        if len(rows) != len(order) or any(n != partitions for *_, n in rows):
+            raise _TopicChanged  # rolls the transaction back: the offsets are given back
+        first = {pid: off for pid, off, _ in rows}
+        return {p: first[pid] for p, pid in pids.items()}

@@ -1,0 +1,133 @@
+"""Replicated batches into the PostgreSQL store: the replica's apply rule (prefix of its
+origin, DESIGN.md invariant 2) with the link's cursor advanced in the same transaction."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from uuid import UUID
+
+import psycopg
+
+from replication.engine.batches import Ends, group_runs, layout_apply, trim_runs
+from replication.engine.pg.catalog import Catalog
+from replication.engine.pg.pipe import Overtaken, pipe_into, source_range
+from replication.engine.pg.schema import ADVANCE, COPY_IN, COPY_TYPES, LINK_CURSORS, LOCK, START
+from replication.engine.store import Applied, Key, Message, MessageStore, ReturnToOrigin, StoreError
+
+
+class Applying(Catalog):
+    """Replicated batches, as messages or piped from the source's database."""
+
+    @staticmethod
+    def _advance(cur: psycopg.Cursor, ends: Ends) -> None:
+        cur.execute(ADVANCE, (list(ends), *map(list, zip(*ends.values(), strict=True))))
+
+    def apply(
+        self,
+        stream: UUID,
+        messages: Sequence[Message],
+        *,
+        link: str,
+        origin_low: dict[Key, int] | None = None,
+    ) -> Applied:
+        runs = group_runs(messages)
+        if not runs:
+            return Applied({})
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            pids = self._apply_pids(conn, stream, runs)
+            # The partitions' row locks serialise every applier and appender of a partition,
+            # so the ends read here stay true until the commit.
+            rows = cur.execute(LOCK, (sorted(pids.values()),)).fetchall()
+            marks = {pid: (low, nxt) for pid, low, nxt in rows}
+            trimmed = trim_runs(runs, {key: marks[pid] for key, pid in pids.items()}, origin_low)
+            if trimmed.starts:
+                starts = trimmed.starts
+                cur.execute(START, ([pids[k] for k in starts], list(starts.values())))
+            ends: Ends = {}
+            if any(trimmed.todo.values()):
+                with cur.copy(COPY_IN) as copy:
+                    copy.set_types(COPY_TYPES)
+                    ends = layout_apply(trimmed.todo, pids, copy.write_row)
+                self._advance(cur, ends)
+            delivered = {pids[key]: run[-1].offset + 1 for key, run in runs.items()}
+            cur.execute(LINK_CURSORS, (link, list(delivered), list(delivered.values())))
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()},
+                       sum(nbytes for _, _, nbytes in ends.values()))
+
+    def apply_from(
+        self,
+        source: MessageStore,
+        source_stream: UUID,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        *,
+        link: str,
+    ) -> Applied | None:
+        """`apply` of the source partition's [start, end), piped as binary COPY from the source
+        database into this one: the same partition lock, trim and refusal as `apply`, without
+        a Python object per row. None when the source is not a PostgresStore."""
+        if not isinstance(source, Catalog):
+            return None
+        for _ in range(3):
+            # Within one store the rows are copied by the server, on the replica's connection
+            # (holding a second connection of the same pool could exhaust it).
+            with (contextlib.nullcontext() if source is self
+                  else source._pool.connection()) as src:
+                row = (source_range(src, source_stream, topic, partition, start) if src
+                       else self._source_range(source_stream, topic, partition, start))
+                if row[3] is not None and UUID(bytes=row[3]) == stream:
+                    raise ReturnToOrigin(
+                        f"{topic}:{partition}: its messages originate in stream {stream}, and "
+                        "a message is never replicated back to its origin")
+                try:
+                    return self._apply_piped(src, row[:3], stream, (topic, partition), start,
+                                             end, link)
+                except Overtaken:
+                    continue  # retention moved the source's low watermark: look again
+        raise StoreError(f"{topic}:{partition}: retention kept overtaking the batch")
+
+    def _source_range(self, stream: UUID, topic: str, partition: int, start: int) -> tuple:
+        with self._pool.connection() as conn:
+            return source_range(conn, stream, topic, partition, start)
+
+    def _apply_piped(
+        self,
+        src: psycopg.Connection | None,
+        source_range: tuple[int, int, int],
+        stream: UUID,
+        key: Key,
+        start: int,
+        end: int,
+        link: str,
+    ) -> Applied:
+        spid, low, high = source_range
+        first, upto = max(start, low), min(end, high)
+        if first >= upto:
+            return Applied({})
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            pid = self._apply_pids(conn, stream, {key: []})[key]
+            nxt, rows, nbytes = pipe_into(src, cur, (spid, pid), key, first, upto, low=low,
+                                          link=link)
+        return Applied({key: nxt}, {key: rows}, nbytes)
+
+    def _apply_pids(
+        self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]
+    ) -> dict[Key, int]:
+        # Topics and partitions the origin has appear on the replica as messages arrive
+        # (invariant 7): grow the replica's topic to cover every partition in the batch.
+        need: dict[str, int] = {}
+        for topic, partition in runs:
+            need[topic] = max(need.get(topic, 0), partition + 1)
+        # Sorted, so two appliers creating the same partitions insert them in one order.
+        topics = sorted(need)
+        self._grow(conn, stream, topics, [need[t] for t in topics])
+        rows = conn.execute(
+            "SELECT topic, partition, id FROM partitions WHERE stream = %s AND topic = ANY(%s)",
+            (stream, list(need)),
+        ).fetchall()
+        ids = {(t, p): pid for t, p, pid in rows}
+        return {key: ids[key] for key in runs}

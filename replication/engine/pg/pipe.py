@@ -1,0 +1,85 @@
+"""A range of source rows piped into a replica partition by binary COPY, under the replica's
+apply rule: what a gateway's piped batch and a Spark copy chunk both do."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from replication.engine.pg.relay import relay
+from replication.engine.pg.schema import (
+    ADVANCE_PIPED,
+    LINK_CURSORS,
+    LOCK,
+    PIPE_IN,
+    PIPE_LOCAL,
+    PIPE_OUT,
+    SOURCE_RANGE,
+    START,
+    piped_bytes,
+)
+from replication.engine.store import Key, Misordered, StoreError
+
+
+class Overtaken(Exception):
+    """Retention removed rows of the source range while they were being piped."""
+
+
+def source_range(
+    conn: psycopg.Connection, stream: UUID, topic: str, partition: int, start: int
+) -> tuple:
+    """(partition id, low, next offset, origin bytes of the message at max(start, low))."""
+    row = conn.execute(SOURCE_RANGE, (start, stream, topic, partition)).fetchone()
+    if row is None:
+        raise StoreError(f"{topic}:{partition} does not exist at the source")
+    return row
+
+
+def pipe_into(
+    src: psycopg.Connection | None, cur: psycopg.Cursor, pids: tuple[int, int], key: Key,
+    first: int, upto: int, *, low: int, link: str = "",
+) -> tuple[int, int, int]:
+    """Source offsets [first, upto) of partition pids[0] into replica partition pids[1], by
+    binary COPY from `src` (None: both in `cur`'s database), in the caller's transaction:
+    the replica's apply rule (DESIGN.md invariant 2) under the partition's row lock, where its
+    next offset decides. A range past it is refused (Misordered), an overlap is skipped, so a
+    retried batch or Spark task, or both applying the same offsets, never double a row; a
+    replica that never held a message begins at the source's low watermark `low` when the
+    range starts there. Returns (the replica's next offset, rows written, their bytes).
+    Raises Overtaken when retention removed source rows of the range meanwhile."""
+    spid, pid = pids
+    # Locked before the source rows are read: the end read here holds until commit.
+    ((_, rlow, nxt),) = cur.execute(LOCK, ([pid],)).fetchall()
+    if rlow == nxt == 0 and 0 < first == low:  # trim_runs' fresh-replica rule
+        cur.execute(START, ([pid], [first]))
+        nxt = first
+    if first > nxt:
+        raise Misordered(key, nxt, first)
+    frm, nbytes = max(first, nxt), 0
+    if frm < upto:
+        nbytes = _pipe(src, cur, spid, pid, frm, upto)
+        cur.execute(ADVANCE_PIPED, {"end": upto, "n": upto - frm, "pid": pid, "b": nbytes})
+    if link:
+        cur.execute(LINK_CURSORS, (link, [pid], [upto]))
+    return max(nxt, upto), max(upto - frm, 0), nbytes
+
+
+def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: int,
+          start: int, end: int) -> int:
+    """Rows [start, end) of source partition `spid` into partition `pid`; returns their
+    logical bytes."""
+    if src is None:
+        rows, nbytes = cur.execute(PIPE_LOCAL, {"rpid": pid, "pid": spid, "start": start,
+                                                "end": end}).fetchone()
+    else:
+        query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
+        relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
+        rows, nbytes = relayed.rows, piped_bytes(relayed)
+    # Offsets are unique and [start, end) was below the source's high watermark, so the
+    # count of rows written proves the range complete; short means retention removed a
+    # prefix meanwhile (the transaction rolls back, nothing written).
+    if rows != end - start:
+        raise Overtaken
+    return int(nbytes)

@@ -1,0 +1,19 @@
+"""What the domain announces for the layers above it to act on. The domain never imports them
+(DESIGN.md: dependencies point down); they connect their receivers in AppConfig.ready."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# job_id: a Job was recorded and committed, and waits for a worker to run it. The workers app
+# enqueues it (workers/jobs.py job_enqueue: Celery in production, a thread in embedded mode).
+job_submitted = Signal()
+
+# stream, before_ms: retention is about to delete the stream's messages older than before_ms.
+# The operations app raises an alarm on each replica that has not received them yet
+# (operations/alarms.py retention_check). Receivers must not raise: retention runs regardless.
+stream_expiring = Signal()
+
+# stream, actor, details: a `stream purge` deleted messages (details: what went and stayed).
+# The operations app writes the audit record (operations/audit.py).
+stream_purged = Signal()
