@@ -253,6 +253,8 @@ class LinkLeases:
     peers: list[str] = field(default_factory=list)  # the live replicators at the last beat
     valid_until: float = float("-inf")  # held leases lapse by then unless renewed
     next_tick: float = 0.0
+    _ranked: dict[int, bool] = field(default_factory=dict)  # link -> ranked to this one
+    _ranked_for: list[str] = field(default_factory=list)  # the peers _ranked was made with
 
     def tick(self, moving: set[int], now: float) -> set[int]:
         """Renew, take and give back leases, then beat; returns the links newly held, which
@@ -294,7 +296,14 @@ class LinkLeases:
         self.held = set()
 
     def _mine(self, link: int) -> bool:
-        return ranked_first(link, self.peers) == self.me
+        # Ranks change only with the peers: kept between ticks (hashing every moving link at
+        # every tick was most of the tick's CPU).
+        if self._ranked_for != self.peers:
+            self._ranked, self._ranked_for = {}, list(self.peers)
+        mine = self._ranked.get(link)
+        if mine is None:
+            mine = self._ranked[link] = ranked_first(link, self.peers) == self.me
+        return mine
 
 
 def replicator_rows(signals: Presence) -> list[dict[str, Any]]:
