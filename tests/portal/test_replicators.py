@@ -4,6 +4,7 @@ table), the overview page's card and /metrics, all from presence (replication/le
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -12,9 +13,10 @@ import redis
 from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
-from replication.presence import presence
+from replication.presence import LocalPresence, presence
 from tests.portal.test_metrics import samples
 from tests.streamgate.test_cli import streamgate, token_for
+from workers.replicator import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 COLUMNS = ["replicator", "host", "pid", "alive", "linksHeld", "lastHeartbeat", "heartbeatAge"]
@@ -103,3 +105,21 @@ def test_metrics_show_each_replicator_and_how_many_live(replicators, client, ope
     up = {dict(k)["replicator"]: v for (name, k), v in got.items()
           if name == "streamgate_replicator_up"}
     assert up == {"r-live": 1, "r-dead": 0}
+
+
+def test_embedded_mode_lists_the_replicator_thread_from_process_memory(settings, client, owner):
+    """`make run`: no Redis; the replicator thread beats into the in-process presence, which
+    the overview of the same process reads."""
+    settings.REDIS_URL = ""
+    signals = presence()
+    assert isinstance(signals, LocalPresence)
+    replicator = Replicator(signals)
+    replicator.step()
+    try:
+        client.force_login(owner)
+        page = client.get("/").content.decode()
+        card = page[page.index('id="replicators"'):]
+        assert "1 live" in card and f":{os.getpid()}</code>" in card
+    finally:
+        replicator.leases.close()
+    assert replicator.inbox not in {s.id for s in signals.replicators()}
