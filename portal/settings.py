@@ -256,7 +256,9 @@ MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
 # for more messages to join the batch).
 REPLICATION_BATCH_MESSAGES = env.int("STREAMGATE_BATCH_MESSAGES", default=5000)
 REPLICATION_BATCH_BYTES = env.int("STREAMGATE_BATCH_BYTES", default=4 << 20)
-REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=20)
+# 2 ms, not 20: partial batches already wait while their partition has one in flight, so a
+# longer linger only added lag (docs/benchmarks.md, issue 15: p50 49 -> 39 ms, same CPU).
+REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=2)
 # Batches of one (replica, topic, partition) in flight at once, consecutive, to one gateway.
 REPLICATION_WINDOW = env.int("STREAMGATE_WINDOW", default=4)
 # A gateway that has not acknowledged a batch this long is skipped for a while (suspect).
