@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
+KAFKA_PORT ?= 9092
 DEMO ?= 1
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
@@ -38,7 +39,18 @@ install: $(STAMP)
 /usr/bin/chromium:
 	apt-get update -qq && apt-get install -y -qq chromium
 
-install-test: $(TEST_STAMP) /usr/bin/chromium
+# Kafka clients the listener's tests drive beside the Python ones (pyproject's test extra):
+# kcat (librdkafka's command line) from Debian, kafkajs from npm at its locked version.
+/usr/bin/kcat:
+	apt-get update -qq && apt-get install -y -qq kcat
+
+KAFKAJS := tests/workers/kafka/js/node_modules/kafkajs/package.json
+$(KAFKAJS): tests/workers/kafka/js/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	cd tests/workers/kafka/js && npm ci --no-audit --no-fund
+	touch $@
+
+install-test: $(TEST_STAMP) /usr/bin/chromium /usr/bin/kcat $(KAFKAJS)
 
 ## run: the whole product on the embedded default (SQLite, in-process broker), no services needed
 run: install
@@ -47,7 +59,8 @@ run: install
 	$(BIN)/python manage.py ensureoperator
 	$(if $(filter 1,$(DEMO)),$(BIN)/python manage.py demoscene)
 	@echo "streamgate portal: http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/v1/docs/)"
-	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) $(if $(filter 1,$(DEMO)),--demo)
+	@echo "Kafka listener: $(HOST):$(KAFKA_PORT) (SASL/PLAIN: your user name and an API token)"
+	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) --kafka $(HOST):$(KAFKA_PORT) $(if $(filter 1,$(DEMO)),--demo)
 
 ## test: the lint, then every test, against real PostgreSQL and Redis
 test: lint

@@ -1,10 +1,10 @@
-"""`python -m bench store|produce|replication|sync|spark|pages|sockets ...`: the project's
+"""`python -m bench store|produce|kafka|replication|sync|spark|pages|sockets ...`: the project's
 benchmark commands (see docs/benchmarks.md)."""
 
 import argparse
 import sys
 
-from bench import pages, produce, replication, sockets, spark, store, sync
+from bench import kafka, pages, produce, replication, sockets, spark, store, sync
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,6 +12,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="bench", required=True)
     store.add_arguments(sub.add_parser("store", help="message store append and read throughput"))
     produce.add_arguments(sub.add_parser("produce", help="produce and consume through the API"))
+    kafka.add_arguments(sub.add_parser(
+        "kafka", help="Kafka listener produce and consume with librdkafka, beside raw COPY and "
+        "REST"))
     replication.add_arguments(sub.add_parser(
         "replication", help="replication catch-up, steady-state lag and idle cost"))
     sync.add_arguments(sub.add_parser(
@@ -24,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     sockets.add_arguments(sub.add_parser(
         "sockets", help="lag updates reaching 200 dashboard websockets while the engine runs"))
     args = parser.parse_args(argv)
-    return {"store": store.main, "produce": produce.main, "replication": replication.main,
+    return {"store": store.main, "produce": produce.main, "kafka": kafka.main,
+            "replication": replication.main,
             "sync": sync.main, "spark": spark.main, "pages": pages.main,
             "sockets": sockets.main}[args.bench](args)
 

@@ -8,9 +8,11 @@ and the same data (1,000,000 messages of 200 B), printed as one table.
 - NATS JetStream mirroring: a nats-server (Debian's package) started here on a loopback port
   of its own with a temporary store dir; a file-backed source stream loaded with the same
   messages, then a mirror stream created and timed until it holds them all.
-- steady lag at 5,000 messages/s: bench/replication.py's `measure_steady` for streamgate, and
-  a paced JetStream publisher for the mirror, both measured the same way (the replica's or
-  mirror's end polled every ~5 ms; lag = readable there minus the producer's acknowledgement).
+- steady lag at 5,000 messages/s: a librdkafka producer through a Kafka listener
+  (bench/kafka_steady.py) for streamgate's row, bench/replication.py's `measure_steady` (REST)
+  as its second row, and a paced JetStream publisher for the mirror, all measured the same
+  way (the replica's or mirror's end polled every ~5 ms; lag = readable there minus the
+  producer's acknowledgement).
 
 `python -m bench.peers [--messages 1000000] [--runs 1] [--steady-seconds 30] [--skip ...]`
 """
@@ -33,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import replication
+from bench import kafka_steady, replication
 from bench.pgserver import PrivatePostgres
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
@@ -306,8 +308,11 @@ def measure_streamgate(args: argparse.Namespace, skip: set[str]
             catchup = replication.measure_catchup(deploy, client, args)
             copy = measure_copystream(deploy, client, args)
         if "steady" not in skip:
-            steady = replication.measure_steady(deploy, client, token, args)
-            print(f"streamgate steady: {steady}", flush=True)
+            rest = replication.measure_steady(deploy, client, token, args)
+            print(f"streamgate steady, REST: {rest}", flush=True)
+            steady = kafka_steady.measure(deploy, client, token, args)
+            print(f"streamgate steady, librdkafka: {steady}", flush=True)
+            steady["rest"] = rest
     finally:
         deploy.stop()
         shutil.rmtree(deploy.logs, ignore_errors=True)
@@ -364,7 +369,7 @@ def table(rows: list[Row], sg: Row, copystream: Row) -> str:
         s = row.steady
         rate = f"{row.rate:,.0f}" if row.rate else (row.note or "")
         each = ", ".join(f"{v / 1000:,.0f}k" for v in row.rates)
-        is_sg = row in (sg, copystream)
+        is_sg = row.label.startswith("streamgate")
         lines.append(" | ".join([
             f"| {row.label}", rate, each,
             f"{s['rate']:,.0f}/s" if s else "",
@@ -390,12 +395,14 @@ def main(args: argparse.Namespace) -> int:
 
 def measure_all(args: argparse.Namespace, skip: set[str], where: str) -> int:
     sg = Row("streamgate gateway catch-up (resume -> replica watermarks = source); steady: "
-             "REST produce -> replica readable")
+             "librdkafka producer (Kafka listener, acks=all, linger 5 ms) -> replica readable")
+    rest = Row("streamgate steady: REST produce (50-message calls) -> replica readable")
     copystream = Row("streamgate copystream (Spark job, local mode; JVM start not timed)")
     pipe = Row(f"raw binary COPY pipe, commit per {replication.PIPE_BATCH:,} rows")
     logical = Row("PostgreSQL logical replication, copy_data=true")
     mirror = Row("NATS JetStream mirror (file storage)")
     catchup, copied, sg.steady = measure_streamgate(args, skip)
+    rest.steady = sg.steady.pop("rest", None) if sg.steady else None
     if isinstance(copied, str):
         copystream.note = copied
     else:
@@ -410,7 +417,7 @@ def measure_all(args: argparse.Namespace, skip: set[str], where: str) -> int:
           f"medians; steady: aiming at {args.steady_rate:,}/s for {args.steady_seconds:.0f} s; "
           f"PostgreSQL: {where}; load now {os.getloadavg()[0]:.1f}")
     print()
-    print(table([sg, copystream, pipe, logical, mirror], sg, copystream))
+    print(table([sg, rest, copystream, pipe, logical, mirror], sg, copystream))
     return 0
 
 

@@ -299,6 +299,23 @@ for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICAT
         raise ImproperlyConfigured(f"{_name} must be positive")
 if GATEWAY_PRESENCE_TTL <= GATEWAY_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_GATEWAY_TTL must exceed STREAMGATE_GATEWAY_HEARTBEAT")
+# The Kafka listener (workers/kafka): Kafka's socket.request.max.bytes and
+# connections.max.idle.ms; listener presence (a node is live while it beats within the TTL);
+# SASL_SSL when a certificate and its key are given (PEM files).
+KAFKA_MAX_REQUEST_BYTES = env.int("STREAMGATE_KAFKA_MAX_REQUEST_BYTES", default=100 * 1024 * 1024)
+KAFKA_IDLE_SECONDS = env.float("STREAMGATE_KAFKA_IDLE_SECONDS", default=600.0)
+KAFKA_HEARTBEAT_SECONDS = env.float("STREAMGATE_KAFKA_HEARTBEAT", default=1.0)
+KAFKA_PRESENCE_TTL = env.float("STREAMGATE_KAFKA_TTL", default=4.0)
+KAFKA_TLS_CERT = env.str("STREAMGATE_KAFKA_TLS_CERT", default="")
+KAFKA_TLS_KEY = env.str("STREAMGATE_KAFKA_TLS_KEY", default="")
+if min(KAFKA_MAX_REQUEST_BYTES, KAFKA_IDLE_SECONDS, KAFKA_HEARTBEAT_SECONDS) <= 0:
+    raise ImproperlyConfigured("STREAMGATE_KAFKA_MAX_REQUEST_BYTES, STREAMGATE_KAFKA_IDLE_SECONDS "
+                               "and STREAMGATE_KAFKA_HEARTBEAT must be positive")
+if KAFKA_PRESENCE_TTL <= KAFKA_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured("STREAMGATE_KAFKA_TTL must exceed STREAMGATE_KAFKA_HEARTBEAT")
+if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
+    raise ImproperlyConfigured("give both STREAMGATE_KAFKA_TLS_CERT and STREAMGATE_KAFKA_TLS_KEY "
+                               "(PEM files) for SASL_SSL, or neither for SASL_PLAINTEXT")
 # `-synchronous true`: a produce waits at most SYNC_TIMEOUT_MS for the synchronous replicas,
 # re-reading their ends every SYNC_RECHECK_MS between "applied" notifications; a replica that
 # misses the timeout, or applies slower than SYNC_LATENCY_MS, drops to asynchronous by itself.

@@ -18,6 +18,7 @@ from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     Cluster,
+    DefaultStream,
     Gateway,
     Job,
     ModeSwitch,
@@ -267,3 +268,11 @@ class JobAdmin(ReadOnlyAccess, admin.ModelAdmin):
     list_filter = ("kind", "state", "tenant")
     list_select_related = ("requested_by",)
     search_fields = ("source_path", "destination_path")
+@admin.register(DefaultStream)
+class DefaultStreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """Where plain Kafka names live; tenants set them (CLI, API, the Kafka page)."""
+
+    list_display = ("tenant", "cluster", "user", "path", "set_by", "modified")
+    list_filter = ("cluster", "tenant")
+    list_select_related = ("tenant", "cluster", "user", "set_by")
+    search_fields = ("path", "tenant__name", "user__username")

@@ -22,9 +22,11 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
+from replication.services.defaultstreams import default_stream_set
 from replication.services.messages import messages_produce
 
 SOURCE, REPLICA, TOPIC = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity", "clicks"
+KAFKA_STREAM = "/mapr/sanfrancisco/kafka"
 PAGES = ("/", "/pricing", "/docs", "/signup", "/blog", "/status")
 
 
@@ -41,6 +43,8 @@ def demo_scene_create(*, actor: AbstractBaseUser) -> bool:
     replica = stream_create(actor=actor, path=REPLICA, copymetafrom=SOURCE)
     replica_add(actor=actor, source=source, replica=replica)
     upstream_add(actor=actor, replica=replica, source=source)
+    # Plain Kafka names (`kcat -t orders`) land in the operator tenant's default stream.
+    default_stream_set(actor=actor, cluster="sanfrancisco", path=KAFKA_STREAM)
     return True
 
 

@@ -48,3 +48,11 @@ class NotSupported(StreamgateError):
 
     errno = _errno.EOPNOTSUPP
     http_status = 501
+
+
+class NotOrigin(InvalidInput):
+    """Producing to a replica's copy of a topic whose origin is another stream (invariant 4)."""
+
+
+class TooLarge(InvalidInput):
+    """A message over the maximum message size."""

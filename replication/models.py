@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Membership, Tenant
@@ -158,6 +159,11 @@ class Stream(models.Model):
 
     def allows(self, user: AbstractBaseUser, perm: str) -> bool:
         return ace.allows(getattr(self, perm), self.identity_of(user))
+
+    def perms_of(self, user: AbstractBaseUser) -> frozenset[str]:
+        """The permissions `user` holds on this stream (one identity lookup for all five)."""
+        who = self.identity_of(user)
+        return frozenset(perm for perm in PERMISSIONS if ace.allows(getattr(self, perm), who))
 
     def require(self, user: AbstractBaseUser, *perms: str, action: str) -> None:
         """Pass when the user holds any one of `perms` on this stream."""
@@ -426,3 +432,36 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in self.ACTIVE
+class DefaultStreamQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant",)
+
+
+class DefaultStream(models.Model):
+    """Where a plain Kafka topic name (`orders`) lives on a cluster, as MapR's
+    `streams.default.stream`: one per tenant and cluster, and a user's own override of it
+    (`user` set). The stream need not exist yet: it is created on first use."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="default_streams")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.CASCADE, related_name="default_streams")
+    path = models.CharField(max_length=1024)
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                               related_name="+")
+    modified = models.DateTimeField(auto_now=True)
+
+    objects = DefaultStreamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant__name", "cluster__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "cluster"], condition=Q(user__isnull=True),
+                                    name="one_default_stream_per_tenant_cluster"),
+            models.UniqueConstraint(fields=["tenant", "cluster", "user"],
+                                    condition=Q(user__isnull=False),
+                                    name="one_default_stream_per_user_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        who = f" for {self.user}" if self.user_id else ""
+        return f"{self.tenant} on {self.cluster}{who}: {self.path}"

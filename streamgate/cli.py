@@ -134,7 +134,7 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words in (["copystream"], ["diffstreams"], ["stream", "replica", "autosetup"]):
         return jobs.follow(client, " ".join(words), invocation.params, out,
                            as_json="json" in invocation.flags)
-    if words in (["gateway", "run"], ["replicator", "run"]):
+    if words in (["gateway", "run"], ["replicator", "run"], ["kafka", "run"]):
         return run_server_process(words[0], invocation.params)
     envelope = client.request(" ".join(words), invocation.params)
     if "json" in invocation.flags:
@@ -146,12 +146,21 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     return EXIT_OK
 
 
+# Per process: (required options, optional options) of its `run` command.
+SERVER_OPTIONS = {
+    "gateway": ({"cluster", "name"}, set()),
+    "replicator": (set(), set()),
+    "kafka": (set(), {"listen", "advertise", "cluster", "defaultstream"}),
+}
+
+
 def run_server_process(kind: str, params: dict[str, str]) -> int:
-    """`gateway run` and `replicator run` are the server's own processes, not REST calls:
-    exec the management command, so signals reach it directly."""
-    wanted = {"gateway": {"cluster", "name"}, "replicator": set()}[kind]
-    if set(params) != wanted:
-        needed = " ".join(f"-{name} <{name}>" for name in sorted(wanted))
+    """`gateway run`, `replicator run` and `kafka run` are the server's own processes, not
+    REST calls: exec the management command, so signals reach it directly."""
+    required, optional = SERVER_OPTIONS[kind]
+    if not required <= set(params) <= required | optional:
+        needed = " ".join([f"-{name} <{name}>" for name in sorted(required)]
+                          + [f"[-{name} <{name}>]" for name in sorted(optional)])
         raise UsageError(f"usage: streamgate {kind} run {needed}".rstrip())
     argv = [sys.executable, "-m", "django", f"run{kind}"]
     for name in sorted(params):

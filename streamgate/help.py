@@ -77,6 +77,13 @@ LOCAL_COMMANDS: list[Row] = [
            _opt("name", "the gateway's name, as in 'cluster gateway set'", required=True)),
     _local("replicator run", "Run the source side of replication in this process "
            "(production)."),
+    _local("kafka run", "Run a Kafka listener (default 127.0.0.1:9092): Kafka clients connect "
+           "with SASL/PLAIN, your user name and an API token.",
+           _opt("listen", "HOST:PORT to listen on"),
+           _opt("advertise", "HOST:PORT clients are told to connect to"),
+           _opt("cluster", "serve this cluster's streams only"),
+           _opt("defaultstream", "where plain topic names live on a single-tenant site",
+                kind="stream path")),
 ]
 
 

@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import jobs, messages, operations, views
+from portal.api import defaultstreams, jobs, messages, operations, views
 
 app_name = "api"
 
@@ -29,6 +29,7 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages
 router.register("alarms", operations.AlarmViewSet, basename="alarm")
 router.register("audit", operations.AuditEventViewSet, basename="audit")
 router.register("jobs", jobs.JobViewSet, basename="job")
+router.register("defaultstreams", defaultstreams.DefaultStreamViewSet, basename="defaultstream")
 
 urlpatterns = [
     *router.urls,

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.web import approvals, audit, jobs, setup, streams, views
+from portal.web import approvals, audit, jobs, kafka, setup, streams, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -35,6 +35,8 @@ urlpatterns = [
     path("setup/auto/<int:pk>/", setup.auto_progress, name="setup-auto-progress"),
     path("setup/auto/<int:pk>/status/", setup.auto_status, name="setup-auto-status"),
     path("jobs/", jobs.job_list, name="jobs"),
+    path("kafka/", kafka.kafka_settings, name="kafka"),
+    path("kafka/default-stream/", kafka.default_stream_save, name="kafka-default-stream"),
     path("jobs/table/", jobs.job_table, name="job-table"),
     path("jobs/start/", jobs.job_start, name="job-start"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job-detail"),

@@ -47,6 +47,9 @@ def layout_batch(
     if plan.plain and len(firsts) == 1 and (log_append_time or all_none(records, "timestamp_ms")):
         ((p, first),) = firsts.items()
         return _layout_plain(records, p, pids[p], first, now, origin, producer, emit)
+    if plan.runs is not None:
+        return _layout_runs(records, plan.runs, pids, firsts, now, origin, producer,
+                            log_append_time, emit)
     nxt, placed = dict(firsts), []
     for record, p in zip(records, plan.parts, strict=True):
         off = nxt[p]
@@ -75,6 +78,34 @@ def _layout_plain(
     for off, value in zip(count(first), map(attrgetter("value"), records)):
         emit((pid, off, ts, None, value, None, origin, producer))
     return list(zip(repeat(p), range(first, first + len(records))))
+
+
+def _layout_runs(
+    records: Sequence[Record],
+    runs: list[tuple[int, int]],
+    pids: dict[int, int],
+    firsts: dict[int, int],
+    now: int,
+    origin: bytes,
+    producer: str | None,
+    log_append_time: bool,
+    emit: Emit,
+) -> list[tuple[int, int]]:
+    """Records without keys or headers in runs of one named partition (a Kafka produce's
+    batches), each run laid out as the plain loop does, with the records' own timestamps."""
+    nxt, placed, at = dict(firsts), [], 0
+    for p, n in runs:
+        run, pid, first = records[at : at + n], pids[p], nxt[p]
+        at += n
+        nxt[p] = first + n
+        if log_append_time:
+            stamps: Iterable[int] = repeat(now, n)
+        else:
+            stamps = [now if t is None else t for t in map(attrgetter("timestamp_ms"), run)]
+        for off, ts, value in zip(count(first), stamps, map(attrgetter("value"), run)):
+            emit((pid, off, ts, None, value, None, origin, producer))
+        placed += zip(repeat(p), range(first, first + n))
+    return placed
 
 
 def layout_apply(runs: dict[Key, list[Message]], pids: dict[Key, int], emit: Emit) -> Ends:

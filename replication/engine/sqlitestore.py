@@ -7,6 +7,7 @@ assignment between threads and processes here.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,13 @@ from replication.engine.batches import (
     messages_from_rows,
     trim_runs,
 )
+from replication.engine.sequences import (
+    ProducerBatch,
+    ProducerState,
+    sequence_check,
+    sequence_next,
+    sequenced_partition,
+)
 from replication.engine.store import (
     PARTITION_STATS,
     Applied,
@@ -36,6 +44,7 @@ from replication.engine.store import (
     Record,
     StoreError,
     UnknownTopic,
+    first_at_or_after,
     partition_stats_from,
     plan_partitions,
 )
@@ -76,6 +85,18 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     "offset" INTEGER NOT NULL,
     PRIMARY KEY (pid, grp)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS producer_sequences (
+    pid INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (pid, producer_id)
+) WITHOUT ROWID;
+"""
+SEQ_GET = "SELECT epoch, state FROM producer_sequences WHERE pid = ? AND producer_id = ?"
+SEQ_PUT = """
+INSERT INTO producer_sequences (pid, producer_id, epoch, state) VALUES (?, ?, ?, ?)
+ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, state = excluded.state
 """
 INSERT = (
     'INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer) '
@@ -214,11 +235,19 @@ class SqliteStore:
         origin: UUID,
         producer: str | None = None,
         log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         if not records:
             return []
         with self._write() as conn:
             topic_rows = self._topic(conn, stream, topic)
+            if sequence is not None:
+                # BEGIN IMMEDIATE holds the write lock: the state read here holds till commit.
+                p = sequenced_partition(records, len(topic_rows))
+                pid, first = topic_rows[p]
+                retried = self._sequence(conn, pid, sequence, first)
+                if retried is not None:
+                    return [(p, retried + i) for i in range(len(records))]
             plan = plan_partitions(records, len(topic_rows), self._rr)
             pids = {p: topic_rows[p][0] for p in plan.totals}
             firsts = {p: topic_rows[p][1] for p in plan.totals}
@@ -232,6 +261,44 @@ class SqliteStore:
             )
         self._rr = plan.counter
         return placed
+
+    @staticmethod
+    def _get_state(conn: sqlite3.Connection, pid: int, producer_id: int) -> ProducerState | None:
+        row = conn.execute(SEQ_GET, (pid, producer_id)).fetchone()
+        if row is None:
+            return None
+        firsts, lasts, offsets = json.loads(row[1])
+        return ProducerState(row[0], tuple(firsts), tuple(lasts), tuple(offsets))
+
+    def _sequence(self, conn: sqlite3.Connection, pid: int, batch: ProducerBatch,
+                  first: int) -> int | None:
+        """The batch's original first offset when it is a retry; else record it as written
+        at `first` (the caller writes it in this transaction)."""
+        state = self._get_state(conn, pid, batch.producer_id)
+        retried = sequence_check(state, batch)
+        if retried is None:
+            new = sequence_next(state, batch, first)
+            conn.execute(SEQ_PUT, (pid, batch.producer_id, new.epoch,
+                                   json.dumps([new.firsts, new.lasts, new.offsets])))
+        return retried
+
+    def offset_for_time(self, stream: UUID, topic: str, partition: int,
+                        timestamp_ms: int) -> tuple[int, int] | None:
+        conn = self._conn()
+        pid = self._pid(conn, stream, topic, partition)
+        low, high = self._marks(conn, pid)
+
+        def ts_at(offset: int) -> int:
+            return conn.execute('SELECT ts FROM messages WHERE pid = ? AND "offset" = ?',
+                                (pid, offset)).fetchone()[0]
+
+        found = first_at_or_after(low, high, ts_at, timestamp_ms)
+        return (found, ts_at(found)) if found < high else None
+
+    def producer_state(self, stream: UUID, topic: str, partition: int,
+                       producer_id: int) -> ProducerState | None:
+        conn = self._conn()
+        return self._get_state(conn, self._pid(conn, stream, topic, partition), producer_id)
 
     def apply(
         self,
@@ -305,6 +372,19 @@ class SqliteStore:
         limit: int = 1000,
         max_bytes: int = 1 << 20,
     ) -> list[Message]:
+        rows = self.read_rows(stream, topic, partition, offset, limit=limit, max_bytes=max_bytes)
+        return messages_from_rows(topic, partition, rows, self._origins)
+
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
         conn = self._conn()
         pid = self._pid(conn, stream, topic, partition)
         rows = conn.execute(READ, (pid, offset, offset + limit)).fetchall()
@@ -317,8 +397,7 @@ class SqliteStore:
                 raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
             if not row[0] <= offset <= row[1]:
                 raise OffsetOutOfRange(offset, *row)
-        rows = rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
-        return messages_from_rows(topic, partition, rows, self._origins)
+        return rows[: cut_to_bytes((r[7] for r in rows), max_bytes)]
 
     def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
         rows = (
@@ -486,7 +565,8 @@ class SqliteStore:
         args = (stream.bytes, topic, topic)
         with self._write() as conn:
             where = f"pid IN (SELECT id FROM partitions WHERE {match})"
-            for table in ("messages", "replication_cursors", "consumer_cursors"):
+            for table in ("messages", "replication_cursors", "consumer_cursors",
+                          "producer_sequences"):
                 conn.execute(f"DELETE FROM {table} WHERE {where}", args)
             conn.execute(f"DELETE FROM partitions WHERE {match}", args)
         self._pids = {k: v for k, v in self._pids.items()

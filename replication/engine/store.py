@@ -10,11 +10,15 @@ from __future__ import annotations
 import functools
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from operator import attrgetter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from replication.engine.producers import ProducerBatch, ProducerState
 
 Key = tuple[str, int]  # (topic, partition)
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
@@ -183,9 +187,13 @@ class MessageStore(Protocol):
         origin: UUID,
         producer: str | None = None,
         log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         """Store a batch in one transaction; (partition, offset) per record, in input order.
-        Offsets are gap-free per partition whatever the number of concurrent appenders."""
+        Offsets are gap-free per partition whatever the number of concurrent appenders.
+        With `sequence` (an idempotent producer's batch; every record names one partition),
+        the producer's state is checked and kept in the same transaction (`sequence_check`):
+        a retried batch returns its original offsets and writes nothing."""
 
     def apply(
         self,
@@ -219,6 +227,20 @@ class MessageStore(Protocol):
     ) -> list[Message]:
         """Messages from `offset` in order, at least one if any (even past max_bytes); [] at
         the high watermark; OffsetOutOfRange below the low one or past the high one."""
+
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
+        """`read` without building Messages, for the Kafka fetch path that re-encodes them at
+        once: rows (offset, ts, key, value, encoded headers or None, origin bytes, producer,
+        logical bytes), the same rules and errors as `read`."""
 
     def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
         """partition -> (low, high): earliest retained offset, next offset."""
@@ -260,10 +282,34 @@ class MessageStore(Protocol):
         next offset back there (replication and consumer cursors with it), in one
         transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
 
+    def producer_state(
+        self, stream: UUID, topic: str, partition: int, producer_id: int
+    ) -> ProducerState | None:
+        """An idempotent producer's state on a partition (None before its first batch)."""
+
+    def offset_for_time(
+        self, stream: UUID, topic: str, partition: int, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: (offset, timestamp) of the first retained message with
+        a timestamp at or after `timestamp_ms`, None when there is none."""
+
     def drop_stream(self, stream: UUID) -> None: ...
     def drop_topic(self, stream: UUID, topic: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+def first_at_or_after(low: int, high: int, ts_at: Callable[[int], int], target: int) -> int:
+    """The first offset in [low, high) whose timestamp is at or after `target` (high when
+    none), by binary search over primary-key lookups: no index on timestamps (it would cost
+    every append), and timestamps grow with offsets as Kafka's time index assumes."""
+    while low < high:
+        mid = (low + high) // 2
+        if ts_at(mid) >= target:
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
 # --- partitioner -----------------------------------------------------------------------------
@@ -315,6 +361,9 @@ class Plan:
     totals: dict[int, tuple[int, int]]  # partition -> (records, logical bytes)
     counter: int  # round-robin counter after the batch
     plain: bool = False  # no record has a key, a partition or headers
+    # Records without keys or headers that name their partitions, in contiguous runs of
+    # (partition, count): a Kafka produce's partitions, laid out without a per-record branch.
+    runs: list[tuple[int, int]] | None = None
 
 
 def plan_partitions(records: Sequence[Record], partitions: int, counter: int) -> Plan:
@@ -322,8 +371,12 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
     exist. Runs before the COPY starts, so the common batch (no keys, partitions or headers)
     takes a path without per-record Python calls."""
     simple = not any(map(attrgetter("headers"), records))
-    if simple and all_none(records, "key") and all_none(records, "partition"):
-        return _plan_round_robin(records, partitions, counter)
+    if simple and all_none(records, "key"):
+        named = list(map(attrgetter("partition"), records))
+        if named.count(None) == len(named):
+            return _plan_round_robin(records, partitions, counter)
+        if None not in named:
+            return _plan_named(records, named, partitions, counter)
     parts, totals = [], {}
     for record in records:
         p = record.partition
@@ -338,6 +391,24 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
         totals[p] = (n + 1, size + record_size(record))
         parts.append(p)
     return Plan(parts, totals, counter)
+
+
+def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
+                counter: int) -> Plan:
+    if not 0 <= min(parts) <= max(parts) < partitions:
+        wrong = next(p for p in parts if not 0 <= p < partitions)
+        raise PartitionOutOfRange(
+            f"partition {wrong} does not exist: the topic has partitions 0..{partitions - 1}"
+        )
+    runs, totals, at = [], {}, 0
+    sizes = list(map(len, map(attrgetter("value"), records)))
+    for p, group in groupby(parts):
+        n = len(list(group))
+        runs.append((p, n))
+        had, size = totals.get(p, (0, 0))
+        totals[p] = (had + n, size + sum(sizes[at : at + n]))
+        at += n
+    return Plan(parts, totals, counter, runs=runs)
 
 
 def _plan_round_robin(records: Sequence[Record], partitions: int, counter: int) -> Plan:

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.counters import count_consumed, count_produced
+from replication.counters import (
+    CONSUMED,
+    PRODUCED,
+    count_consumed,
+    count_produced,
+    count_traffic,
+)
+from replication.engine.sequences import ProducerBatch, SequenceError
 from replication.engine.store import (
     Message,
     OffsetOutOfRange,
     PartitionOutOfRange,
     Record,
     UnknownTopic,
+    record_size,
 )
-from replication.errors import InvalidInput, NotFound
+from replication.errors import InvalidInput, NotFound, NotOrigin, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
@@ -54,7 +66,7 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     if not topic.is_origin:
         # DESIGN.md invariant 4: offsets of a replicated topic belong to its origin.
         origin = Stream.objects.filter(uuid=topic.origin_uuid).values_list("path", flat=True)
-        raise InvalidInput(f"topic {stream.path}:{name} is replicated from "
+        raise NotOrigin(f"topic {stream.path}:{name} is replicated from "
                            f"{origin.first() or topic.origin_uuid}: produce to it there",
                            field="topic")
     return topic
@@ -71,7 +83,7 @@ def _check_records(records: Sequence[Record], topic: Topic) -> None:
              for r in records]
     largest = max(sizes)
     if largest > limit:
-        raise InvalidInput(f"record {sizes.index(largest)} is {largest} bytes, over the "
+        raise TooLarge(f"record {sizes.index(largest)} is {largest} bytes, over the "
                            f"maximum message size of {limit} bytes", field="records")
     wrong = [r.partition for r in records
              if r.partition is not None and not 0 <= r.partition < topic.partitions]
@@ -183,3 +195,180 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
     while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
         deleted += count
     return deleted
+
+
+# --- the batch forms: a Kafka Produce or Fetch request's partitions of one topic -------------
+
+GRANT_SECONDS = 1.0
+_grants: dict[tuple, tuple[float, Topic]] = {}
+
+
+@dataclass(slots=True)
+class PartitionWrite:
+    """One partition's records of a produce; `base_offset` or `error` is filled in."""
+
+    partition: int
+    records: list[Record]
+    sequence: ProducerBatch | None = None  # an idempotent producer's batch
+    base_offset: int = -1
+    error: Exception | None = None
+    nbytes: int = 0  # the records' logical bytes, measured by the size check
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    """One partition's read of a fetch; `messages`, the watermarks or `error` are filled in."""
+
+    partition: int
+    offset: int
+    max_bytes: int
+    rows: list[tuple] = field(default_factory=list)  # the store's read_rows
+    low: int = -1
+    high: int = -1
+    error: Exception | None = None
+
+
+def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
+             find: Callable[[], Topic]) -> Topic:
+    """`stream.require(actor, perm)` and the topic lookup, remembered for GRANT_SECONDS per
+    (user, stream with its ACE as given, topic): a Kafka client sends hundreds of requests a
+    second, and the check's three queries cost more than the batch's append. A changed ACE
+    takes effect at once (it is part of the key); a changed membership within the second."""
+    key = (actor.pk, stream.pk, getattr(stream, perm), topic, perm)
+    now = time.monotonic()
+    hit = _grants.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    stream.require(actor, perm, action="produce" if perm == "produceperm" else "consume")
+    target = find()
+    if len(_grants) > 10_000:
+        _grants.clear()
+    _grants[key] = (now + GRANT_SECONDS, target)
+    return target
+
+
+def _check_partition(write: PartitionWrite, topic: Topic) -> None:
+    if not 0 <= write.partition < topic.partitions:
+        raise NotFound(f"partition {write.partition} does not exist: {topic} has partitions 0 "
+                       f"to {topic.partitions - 1}", field="partition")
+    limit, records = settings.MAX_MESSAGE_BYTES, write.records
+    if any(map(attrgetter("key"), records)) or any(map(attrgetter("headers"), records)):
+        sizes = list(map(record_size, records))
+    else:  # the common batch: values only, measured without a Python call per record
+        sizes = list(map(len, map(attrgetter("value"), records)))
+    largest = max(sizes)
+    if largest > limit:
+        raise TooLarge(f"record {sizes.index(largest)} is {largest} bytes, over the maximum "
+                       f"message size of {limit} bytes", field="records")
+    write.nbytes = sum(sizes)
+
+
+def messages_produce_partitions(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, writes: Sequence[PartitionWrite],
+    producer: str | None = None,
+) -> Topic:
+    """messages_produce for several partitions of one topic, with every check it makes
+    (produceperm, origin, sizes, partitions) and what follows an append (stream_wake,
+    replicas_await, counters). Records name their partition. Partitions without a producer
+    sequence go in one append (one transaction); each idempotent batch in its own, where its
+    producer state is kept. A whole-topic refusal raises; a partition's is set on its write."""
+    target = _granted(actor, stream, topic, "produceperm",
+                      lambda: _producible_topic(stream, topic))
+    good = []
+    for write in writes:
+        try:
+            _check_partition(write, target)
+            good.append(write)
+        except (NotFound, TooLarge) as error:
+            write.error = error
+    store = store_for(stream.cluster)
+    append = functools.partial(
+        store.append, stream.uuid, target.name, origin=stream.uuid, producer=producer,
+        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME)
+    plain = [w for w in good if w.sequence is None]
+    if plain:
+        records = list(chain.from_iterable(w.records for w in plain))
+        placed = _on_store(target, lambda: append(records))
+        at = 0
+        for write in plain:
+            write.base_offset = placed[at][1]
+            at += len(write.records)
+    for write in good:
+        if write.sequence is not None:
+            try:
+                write.base_offset = _on_store(
+                    target, lambda w=write: append(w.records, sequence=w.sequence))[0][1]
+            except SequenceError as error:
+                write.error = error
+    _produced(stream, target, [w for w in good if w.error is None])
+    return target
+
+
+def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> None:
+    if not writes:
+        return
+    stream_wake(stream=stream.uuid)
+    replicas_await(stream=stream, topic=target.name,
+                   offsets=[(w.partition, w.base_offset + len(w.records) - 1) for w in writes])
+    # The counters from the sizes already measured: no second pass over the records.
+    count_traffic(direction=PRODUCED, stream=stream.uuid,
+                  messages=sum(len(w.records) for w in writes),
+                  nbytes=sum(w.nbytes for w in writes))
+
+
+def messages_fetch_partitions(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, reads: Sequence[PartitionRead],
+    max_bytes: int = 50 << 20,
+) -> Topic:
+    """messages_consume for several partitions of one topic (consumeperm checked), with each
+    partition's watermarks; reads stop adding messages once `max_bytes` is reached (the first
+    partition with data still returns at least one message, as Kafka does)."""
+    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
+    store = store_for(stream.cluster)
+    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    left, count = max_bytes, 0
+    for read in reads:
+        if read.partition not in marks:
+            read.error = NotFound(f"partition {read.partition} does not exist: {target} has "
+                                  f"partitions 0 to {target.partitions - 1}")
+            continue
+        read.low, read.high = marks[read.partition]
+        if not read.low <= read.offset <= read.high:
+            read.error = OffsetOutOfRange(read.offset, read.low, read.high)
+        elif read.offset < read.high and left > 0:
+            budget = min(read.max_bytes, left) if count else read.max_bytes
+            read.rows = store.read_rows(stream.uuid, target.name, read.partition, read.offset,
+                                        limit=min(MAX_BATCH, max(budget // 64, 1)),
+                                        max_bytes=budget)
+            left -= sum(map(itemgetter(7), read.rows))  # their logical bytes
+            count += len(read.rows)
+    if count:
+        count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count,
+                      nbytes=max_bytes - left)
+    return target
+
+
+EARLIEST, LATEST = -2, -1  # Kafka's ListOffsets special timestamps
+
+
+def partition_offsets(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, queries: Sequence[tuple[int, int]],
+) -> list[tuple[int, Exception | None, int, int]]:
+    """Kafka's ListOffsets for one topic (consumeperm): per (partition, timestamp) the
+    (partition, error, offset, timestamp) of the earliest (-2) or next (-1) offset, or of the
+    first message at or after the timestamp (offset -1 when none is)."""
+    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
+    store = store_for(stream.cluster)
+    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    out: list[tuple[int, Exception | None, int, int]] = []
+    for partition, ts in queries:
+        if partition not in marks:
+            out.append((partition, NotFound(f"partition {partition} does not exist: {target} "
+                                            f"has partitions 0 to {target.partitions - 1}"),
+                        -1, -1))
+        elif ts in (EARLIEST, LATEST):
+            out.append((partition, None, marks[partition][ts == LATEST], -1))
+        else:
+            found = store.offset_for_time(stream.uuid, target.name, partition, ts)
+            out.append((partition, None, *(found or (-1, -1))))
+    return out

@@ -110,3 +110,13 @@ def test_compose_and_run_production_run_two_replicators():
     script = (ROOT / "bin" / "run-production").read_text()
     assert "REPLICATORS=${REPLICATORS:-2}" in script
     assert 'start "replicator-$i" streamgate replicator run' in script
+
+
+def test_compose_and_run_production_start_a_kafka_listener():
+    kafka = compose()["services"]["kafka"]
+    assert kafka["command"][:3] == ["streamgate", "kafka", "run"]
+    assert "9092:9092" in kafka["ports"]
+    assert set(PROCESS_ENV) <= set(kafka["environment"])
+    script = (ROOT / "bin" / "run-production").read_text()
+    assert 'streamgate kafka run -listen "$KAFKA_LISTEN"' in script
+    assert "KAFKA_LISTEN=${KAFKA_LISTEN:-127.0.0.1:9092}" in script

@@ -52,8 +52,9 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
 
 # Options naming a stream the command creates: stream paths are one namespace across tenants
 # (as MapR's are), so "already exists" is the answer there, not "not found".
+# A default stream is created on first use, so setting one names a path like stream create does.
 CREATES = {("stream/create", "path"), ("stream/replica/autosetup", "replica"),
-           ("copystream", "dst")}
+           ("copystream", "dst"), ("tenant/defaultstream/set", "path")}
 # Accepted only to be refused with the reason, never looked up.
 NEVER_LOOKED_UP = {("stream/replica/edit", "newreplica")}
 TEXT = {"topic": "clicks", "name": "tokyo", "dstcluster": "newyork", "gateways": "gw9",

@@ -1,7 +1,7 @@
 import pytest
 
-from replication.demo import REPLICA, SOURCE, TOPIC, _clicks, demo_scene_create
-from replication.models import Cluster, ReplicaLink, ReplicaState, Stream
+from replication.demo import KAFKA_STREAM, REPLICA, SOURCE, TOPIC, _clicks, demo_scene_create
+from replication.models import Cluster, DefaultStream, ReplicaLink, ReplicaState, Stream
 from replication.services.messages import messages_produce
 
 
@@ -19,5 +19,8 @@ def test_demo_scene_on_a_fresh_database_replicates_activity(operator):
     source = Stream.objects.get(path=SOURCE)
     placed = messages_produce(actor=operator, stream=source, topic=TOPIC, records=_clicks(5))
     assert len(placed) == 5
+    # Plain Kafka names of the demo tenant live in a default stream, created on first use.
+    assert DefaultStream.objects.get(tenant__name="default", cluster__name="sanfrancisco",
+                                     user=None).path == KAFKA_STREAM
     assert demo_scene_create(actor=operator) is False  # never twice, never on a used database
     assert Stream.objects.count() == 2

@@ -363,3 +363,11 @@ def test_consume_after_a_purge_starts_at_the_first_retained_offset_unless_told(c
         cli(alice, f"consume -path {SF}:clicks -group g"))] == [(2, "three")]
     told = streamgate(live_server.url, alice, f"consume -path {SF}:clicks -offset 0")
     assert told.returncode == 1 and "valid offsets are 2..3" in told.stderr
+def test_cli_sets_and_lists_the_default_stream_for_plain_kafka_names(cli, clusters, owner,
+                                                                     outsider):
+    mine = token_for(owner)
+    cli(mine, "tenant defaultstream set -cluster sanfrancisco -path /mapr/sanfrancisco/kafka")
+    listed = cli(mine, "tenant defaultstream list -json")
+    assert [(r["scope"], r["path"]) for r in rows(listed)] == [
+        ("tenant", "/mapr/sanfrancisco/kafka")]
+    assert rows(cli(token_for(outsider), "tenant defaultstream list -json")) == []

@@ -12,12 +12,26 @@ from psycopg.pq import TransactionStatus
 
 from replication.engine.batches import layout_batch
 from replication.engine.pg.catalog import Catalog
-from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE
+from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_GET, SEQ_PUT
+from replication.engine.sequences import (
+    ProducerBatch,
+    ProducerState,
+    sequence_check,
+    sequence_next,
+    sequenced_partition,
+)
 from replication.engine.store import Plan, Record, StoreError, plan_partitions
 
 
 class _TopicChanged(Exception):
     """The topic's partitions changed since this store listed them."""
+
+
+class _Retried(Exception):
+    """An idempotent producer's batch was written before, at offset `first`."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
 
 
 @contextlib.contextmanager
@@ -45,19 +59,24 @@ class Appending(Catalog):
         origin: UUID,
         producer: str | None = None,
         log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         if not records:
             return []
         for _ in range(3):
             ids = self._topic_cache(stream, topic)
+            if sequence is not None:
+                sequenced_partition(records, len(ids))
             plan = plan_partitions(records, len(ids), self._rr)
             try:
-                placed = self._append(
-                    stream, topic, ids, records, plan, origin.bytes, producer, log_append_time
-                )
+                placed = self._append(stream, topic, ids, records, plan, origin.bytes, producer,
+                                      log_append_time, sequence)
             except _TopicChanged:
                 self._topics.pop((stream, topic), None)  # it grew or vanished: look again
                 continue
+            except _Retried as retried:
+                p = records[0].partition
+                return [(p, retried.first + i) for i in range(len(records))]
             self._rr = plan.counter
             return placed
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
@@ -72,15 +91,32 @@ class Appending(Catalog):
         origin: bytes,
         producer: str | None,
         log_append_time: bool,
+        sequence: ProducerBatch | None = None,
     ) -> list[tuple[int, int]]:
         pids = {p: ids[p] for p in plan.totals}
         with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
             firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan)
+            if sequence is not None:
+                # Under the partition's row lock (taken by the reserve): the producer's state
+                # read here holds until the commit, which stores the batch and it together.
+                ((p, pid),) = pids.items()
+                self._sequence(cur, pid, sequence, firsts[p])
             with cur.copy(COPY_IN) as copy:
                 copy.set_types(COPY_TYPES)
                 return layout_batch(
                     records, plan, pids, firsts, origin, producer, log_append_time, copy.write_row
                 )
+
+    @staticmethod
+    def _sequence(cur: psycopg.Cursor, pid: int, batch: ProducerBatch, first: int) -> None:
+        row = cur.execute(SEQ_GET, (pid, batch.producer_id)).fetchone()
+        state = ProducerState(row[0], *map(tuple, row[1:])) if row else None
+        retried = sequence_check(state, batch)
+        if retried is not None:
+            raise _Retried(retried)  # rolls back: the reserved offsets are given back
+        new = sequence_next(state, batch, first)
+        cur.execute(SEQ_PUT, (pid, batch.producer_id, new.epoch, list(new.firsts),
+                              list(new.lasts), list(new.offsets)))
 
     @staticmethod
     def _reserve(

@@ -80,7 +80,8 @@ class Retention(Catalog):
                     "topic = %s) ORDER BY id FOR UPDATE", (stream, topic, topic)
                 ).fetchall()
             ]
-            for table in ("messages", "replication_cursors", "consumer_cursors", "partitions"):
+            for table in ("messages", "replication_cursors", "consumer_cursors",
+                          "producer_sequences", "partitions"):
                 column = "id" if table == "partitions" else "pid"
                 conn.execute(
                     sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(

@@ -53,6 +53,27 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     "offset" bigint NOT NULL,
     PRIMARY KEY (pid, grp)
 );
+-- Idempotent producers (Kafka's producer id, epoch, sequence): per partition and producer the
+-- last few batches' sequence ranges and first offsets, written in the append's transaction.
+CREATE TABLE IF NOT EXISTS producer_sequences (
+    pid integer NOT NULL,
+    producer_id bigint NOT NULL,
+    epoch integer NOT NULL,
+    firsts integer[] NOT NULL,
+    lasts integer[] NOT NULL,
+    offsets bigint[] NOT NULL,
+    PRIMARY KEY (pid, producer_id)
+);
+"""
+SEQ_GET = (
+    "SELECT epoch, firsts, lasts, offsets FROM producer_sequences "
+    "WHERE pid = %s AND producer_id = %s"
+)
+SEQ_PUT = """
+INSERT INTO producer_sequences (pid, producer_id, epoch, firsts, lasts, offsets)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, firsts = excluded.firsts,
+    lasts = excluded.lasts, offsets = excluded.offsets
 """
 SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
 

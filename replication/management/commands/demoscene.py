@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from replication.demo import REPLICA, SOURCE, demo_scene_create
+from replication.demo import KAFKA_STREAM, REPLICA, SOURCE, demo_scene_create
 
 
 class Command(BaseCommand):
@@ -21,6 +21,7 @@ class Command(BaseCommand):
             raise CommandError(f"no operator {username}: run 'manage.py ensureoperator' first")
         if demo_scene_create(actor=actor):
             self.stdout.write(f"demo: clusters sanfrancisco and newyork, gateways gw1 gw2, "
-                              f"{SOURCE} replicated to {REPLICA}, a trickle producer")
+                              f"{SOURCE} replicated to {REPLICA}, a trickle producer, plain Kafka "
+                              f"names in {KAFKA_STREAM}")
         else:
             self.stdout.write("demo: the database already has clusters; nothing added")

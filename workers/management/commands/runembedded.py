@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from replication.demo import start_trickle
 from workers.celery import app
 from workers.embedded import start_replication, start_scheduler
+from workers.kafka.server import ListenerOptions, start_listener_thread
 
 
 class Command(BaseCommand):
@@ -24,6 +25,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--kafka", default="", metavar="HOST:PORT",
+                            help="also serve Kafka clients here (a listener thread)")
         parser.add_argument("--demo", action="store_true",
                             help="keep producing page clicks into the demo stream")
 
@@ -33,6 +36,8 @@ class Command(BaseCommand):
                                "no REDIS_URL); in production run the worker and beat")
         start_scheduler(app)
         start_replication()
+        if options["kafka"]:
+            start_listener_thread(ListenerOptions(listen=options["kafka"]))
         if options["demo"]:
             username = os.environ.get("STREAMGATE_ADMIN_USER") or "admin"
             actor = get_user_model().objects.filter(username=username).first()

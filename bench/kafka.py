@@ -1,0 +1,300 @@
+"""Kafka listener throughput with librdkafka, next to the store's physical limit and REST.
+
+On a private PostgreSQL (bench/pgserver.py: the shared server's other users would skew it),
+a production-mode portal (uvicorn, two workers, as compose.yaml) and one Kafka listener
+(`manage.py runkafka`) serve a topic of PARTITIONS partitions. Each run measures, one after
+the other on the same database:
+- raw binary COPY: the rows the store writes for this run's messages, made inline from
+  constants, COPY ... FROM STDIN (FORMAT BINARY) into a same-shaped table, a commit per 1,000
+  rows: the physical limit of a durable ingest of the same rows;
+- Kafka produce: a confluent-kafka (librdkafka) producer process, acks=all, linger.ms=5,
+  values of VALUE_BYTES, keyless (librdkafka spreads them over the partitions), from the first
+  produce() to the end of flush();
+- Kafka consume: a librdkafka consumer assigned every partition at the run's first offsets,
+  until it has every message of the run;
+- REST produce: four client processes posting 50-message calls to the API for a few seconds.
+The listener's CPU (user + system, /proc/<pid>/stat) is taken around the Kafka phases and
+printed per 1,000 messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import requests
+
+from bench.pgserver import PrivatePostgres
+from bench.produce import Portal, _free_port, setup_stream
+
+ROOT = Path(__file__).resolve().parent.parent
+VALUE_BYTES = 200
+PARTITIONS = 4
+REST_BATCH = 50
+RAW_BATCH = 1000
+TOPIC = "/mapr/bench/produce:t"
+RAW_COPY = ('COPY raw_messages (pid, "offset", ts, key, value, headers, origin, producer) '
+            "FROM STDIN (FORMAT BINARY)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=1_000_000, help="per run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rest-seconds", type=float, default=5.0)
+    parser.add_argument("--profile", default="",
+                        help="write py-spy's collapsed stacks of the listener here (FILE.txt)")
+
+
+# --- the listener --------------------------------------------------------------------------------
+
+
+class Listener:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = _free_port()
+        self.log = Path(tempfile.mkstemp(prefix="sgbench-kafka-", suffix=".log")[1])
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "runkafka", "--listen", f"127.0.0.1:{self.port}"],
+            cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while "kafka listener ready" not in self.log.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the listener did not start:\n{self.log.read_text()}")
+            time.sleep(0.1)
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=15)
+        self.log.unlink(missing_ok=True)
+
+
+# --- the phases ----------------------------------------------------------------------------------
+
+
+def _kafka_config(bootstrap: str, token: str) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "bench", "sasl.password": token}
+
+
+def _produce(config: dict, messages: int, out: multiprocessing.Queue) -> None:
+    from confluent_kafka import Producer
+
+    failed = [0]
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None:
+            failed[0] += 1
+
+    producer = Producer({**config, "acks": "all", "linger.ms": 5,
+                         "queue.buffering.max.messages": 1_000_000, "on_delivery": report})
+    producer.list_topics(TOPIC, timeout=20)  # connected and the metadata known before timing
+    value = os.urandom(VALUE_BYTES)
+    start = time.perf_counter()
+    for n in range(messages):
+        while True:
+            try:
+                producer.produce(TOPIC, value)
+                break
+            except BufferError:
+                producer.poll(0.005)
+        if n % 5000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    out.put((messages / (time.perf_counter() - start), failed[0] + left))
+
+
+def kafka_produce(config: dict, messages: int) -> float:
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    worker = multiprocessing.Process(target=_produce, args=(config, messages, out))
+    worker.start()
+    rate, failed = out.get()
+    worker.join()
+    if failed:
+        raise RuntimeError(f"{failed} messages were not acknowledged")
+    return rate
+
+
+def profile(listener: Listener, path: str) -> subprocess.Popen:
+    """py-spy sampling the listener (its threads too) until SIGINT, into collapsed stacks."""
+    spy = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen([str(spy), "record", "--pid", str(listener.process.pid),
+                             "--format", "raw", "--nonblocking", "--threads", "-o", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kafka_consume(config: dict, starts: dict[int, int], messages: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, o) for p, o in starts.items()])
+    got, start = 0, time.perf_counter()
+    try:
+        while got < messages:
+            batch = consumer.consume(10_000, timeout=10)
+            if not batch:
+                raise RuntimeError(f"the consumer stalled at {got} of {messages} messages")
+            got += sum(1 for m in batch if m.error() is None)
+    finally:
+        consumer.close()
+    return messages / (time.perf_counter() - start)
+
+
+def raw_copy(url: str, messages: int) -> float:
+    """The same rows the store writes (one partition id, 200 B values, no key or headers)."""
+    from replication.engine.pg.schema import COPY_TYPES, configure_connection
+
+    origin, value = uuid.uuid4().bytes, os.urandom(VALUE_BYTES)
+    with psycopg.connect(url) as conn:
+        configure_connection(conn)
+        conn.execute("CREATE TABLE IF NOT EXISTS raw_messages (LIKE messages INCLUDING ALL)")
+        conn.execute("TRUNCATE raw_messages")
+        conn.commit()
+        now, start = time.time_ns() // 1_000_000, time.perf_counter()
+        with conn.cursor() as cur:
+            for first in range(0, messages, RAW_BATCH):
+                with cur.copy(RAW_COPY) as copy:
+                    copy.set_types(COPY_TYPES)
+                    for offset in range(first, min(first + RAW_BATCH, messages)):
+                        copy.write_row((1, offset, now, None, value, None, origin, None))
+                conn.commit()
+        rate = messages / (time.perf_counter() - start)
+        conn.execute("TRUNCATE raw_messages")
+        conn.commit()
+    return rate
+
+
+def _rest_client(url: str, token: str, body: bytes, seconds: float, start_at: float,
+                 counts: multiprocessing.Queue) -> None:
+    session = requests.Session()
+    session.headers.update({"Authorization": f"Token {token}",
+                            "Content-Type": "application/json"})
+    while time.time() < start_at:
+        time.sleep(0.001)
+    sent, deadline = 0, start_at + seconds
+    while time.time() < deadline:
+        session.post(url, data=body, timeout=30).raise_for_status()
+        sent += REST_BATCH
+    counts.put(sent)
+
+
+def rest_produce(portal: Portal, token: str, stream: str, seconds: float) -> float:
+    body = json.dumps({"records": [{"value": "x" * VALUE_BYTES}] * REST_BATCH}).encode()
+    target = f"{portal.url}/api/v1/streams/{stream}/topics/t/messages/"
+    counts: multiprocessing.Queue = multiprocessing.Queue()
+    start_at = time.time() + 0.5
+    workers = [multiprocessing.Process(target=_rest_client,
+                                       args=(target, token, body, seconds, start_at, counts))
+               for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    total = sum(counts.get() for _ in workers)
+    for worker in workers:
+        worker.join()
+    return total / seconds
+
+
+def ends(store_url: str) -> dict[int, int]:
+    with psycopg.connect(store_url) as conn:
+        rows = conn.execute("SELECT partition, next_offset FROM partitions WHERE topic = 't'")
+        return dict(rows.fetchall())
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+MEASURES = ("raw", "produce", "consume", "rest", "cpu_produce", "cpu_consume")
+
+
+def one_run(portal: Portal, listener: Listener, token: str, stream: str,
+            args: argparse.Namespace) -> dict[str, float]:
+    store_url = portal.env["DATABASE_URL"].replace("postgres://", "postgresql://", 1) \
+        + "_store_bench"
+    config = _kafka_config(f"127.0.0.1:{listener.port}", token)
+    result = {"raw": raw_copy(store_url, args.messages)}
+    starts = ends(store_url) or dict.fromkeys(range(PARTITIONS), 0)
+    cpu = listener.cpu_seconds()
+    result["produce"] = kafka_produce(config, args.messages)
+    result["cpu_produce"] = (listener.cpu_seconds() - cpu) * 1e6 / args.messages  # ms per 1k
+    cpu = listener.cpu_seconds()
+    result["consume"] = kafka_consume(config, starts, args.messages)
+    result["cpu_consume"] = (listener.cpu_seconds() - cpu) * 1e6 / args.messages
+    result["rest"] = rest_produce(portal, token, stream, args.rest_seconds)
+    return result
+
+
+def main(args: argparse.Namespace) -> int:
+    from bench.peers import start_portal  # here: bench.peers imports this module
+
+    results: dict[str, list[float]] = {k: [] for k in MEASURES}
+    with PrivatePostgres(prefix="sgbench-kafka-") as server:
+        portal = Portal(server.url("postgres"), "uvicorn")
+        listener = None
+        try:
+            token = start_portal(portal)  # type: ignore[arg-type]
+            stream = setup_stream(portal.url, token, PARTITIONS)
+            listener = Listener(portal.env)
+            spy = profile(listener, args.profile) if args.profile else None
+            for n in range(args.runs):
+                got = one_run(portal, listener, token, stream, args)
+                for key, value in got.items():
+                    results[key].append(value)
+                print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  kafka produce "
+                      f"{got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  consume "
+                      f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
+                      f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k",
+                      flush=True)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
+        finally:
+            if listener is not None:
+                listener.stop()
+            portal.stop()
+    print()
+    print(table(results, args))
+    return 0
+
+
+def _each(values: list[float], unit: float = 1000, suffix: str = "k") -> str:
+    return ", ".join(f"{v / unit:,.0f}{suffix}" for v in values)
+
+
+def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
+    med = {k: statistics.median(v) for k, v in results.items()}
+    vs_raw = [p / r for p, r in zip(results["produce"], results["raw"], strict=True)]
+    vs_rest = [p / r for p, r in zip(results["produce"], results["rest"], strict=True)]
+    return "\n".join([
+        f"{args.messages:,} messages of {VALUE_BYTES} B per run, {PARTITIONS} partitions, "
+        f"medians of {args.runs} runs",
+        "",
+        "| measure | messages/s (median) | each run | ratio (median of runs) |",
+        "| --- | ---: | --- | --- |",
+        f"| raw binary COPY of the same rows, commit per {RAW_BATCH:,} | {med['raw']:,.0f} | "
+        f"{_each(results['raw'])} | 1.00x |",
+        f"| Kafka produce, librdkafka, acks=all, linger.ms=5 | {med['produce']:,.0f} | "
+        f"{_each(results['produce'])} | {statistics.median(vs_raw):.2f}x raw COPY "
+        f"({', '.join(f'{r:.2f}' for r in vs_raw)}); "
+        f"{statistics.median(vs_rest):.1f}x REST |",
+        f"| Kafka consume, librdkafka | {med['consume']:,.0f} | {_each(results['consume'])} | |",
+        f"| REST produce, {REST_BATCH}-message calls, 4 clients | {med['rest']:,.0f} | "
+        f"{_each(results['rest'])} | |",
+        "",
+        f"Listener CPU per 1,000 messages: produce {med['cpu_produce']:.2f} ms, consume "
+        f"{med['cpu_consume']:.2f} ms (medians; each run: "
+        f"{', '.join(f'{v:.2f}' for v in results['cpu_produce'])} / "
+        f"{', '.join(f'{v:.2f}' for v in results['cpu_consume'])}).",
+    ])

@@ -1,0 +1,147 @@
+"""Default streams: where plain Kafka topic names live, per tenant and cluster, with a per-user
+override; and opening one (creating it, with the tenant's ACEs, on first use)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from accounts.models import Membership, Role, Tenant
+from replication.errors import InvalidInput, NotFound, PermissionDenied, StreamgateError
+from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
+from replication.paths import parse_stream_path
+from replication.services.streams import CREATING_ROLES, _check_path_free
+
+# A default stream is the tenant's, not its creator's: every member who may create streams
+# uses it; its administrators are the tenant's administrators.
+TENANT_ACE = "r:admin | r:member"
+ADMIN_ACE = "r:admin"
+
+
+def _tenant_of(actor: AbstractBaseUser, tenant: str | None, *, personal: bool) -> Tenant:
+    roles = list(Role) if personal else list(CREATING_ROLES)
+    memberships = Membership.objects.filter(user=actor, role__in=roles).select_related("tenant")
+    if tenant:
+        memberships = memberships.filter(tenant__name=tenant)
+    found = [m.tenant for m in memberships]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        what = f"tenant {tenant!r}" if tenant else "any tenant"
+        raise PermissionDenied(f"{actor.get_username()} may not set default streams in {what}: "
+                               "it needs the member or admin role there")
+    raise InvalidInput("you belong to several tenants: choose one with -tenant", field="tenant")
+
+
+def _check_path(tenant: Tenant, cluster: Cluster, path: str) -> str:
+    where = parse_stream_path(path)
+    if where.cluster != cluster.name:
+        raise InvalidInput(f"-path {path} is on cluster {where.cluster}, not {cluster.name}: "
+                           f"give a path under /mapr/{cluster.name}/", field="path")
+    existing = Stream.objects.filter(path=str(where)).first()
+    if existing is not None and existing.tenant_id != tenant.pk:
+        raise InvalidInput(f"-path {where} is not a stream of tenant {tenant}: choose a path "
+                           "of your own tenant's, or a new one", field="path")
+    if existing is None:
+        _check_path_free(str(where))  # it must be creatable on first use
+    return str(where)
+
+
+def _cluster(name: str) -> Cluster:
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise NotFound(f"cluster {name} does not exist: list clusters with 'streamgate "
+                       "cluster list'", field="cluster")
+    return cluster
+
+
+@transaction.atomic
+def default_stream_set(*, actor: AbstractBaseUser, cluster: str, path: str,
+                       tenant: str | None = None, personal: bool = False) -> DefaultStream:
+    """Set the default stream of the actor's tenant on `cluster` (the actor's own override
+    with `personal`)."""
+    owner, where = _tenant_of(actor, tenant, personal=personal), _cluster(cluster)
+    setting, _ = DefaultStream.objects.update_or_create(
+        tenant=owner, cluster=where, user=actor if personal else None,
+        defaults={"path": _check_path(owner, where, path), "set_by": actor})
+    return setting
+
+
+@transaction.atomic
+def default_stream_remove(*, actor: AbstractBaseUser, cluster: str, tenant: str | None = None,
+                          personal: bool = False) -> None:
+    owner, where = _tenant_of(actor, tenant, personal=personal), _cluster(cluster)
+    deleted, _ = DefaultStream.objects.filter(
+        tenant=owner, cluster=where, user=actor if personal else None).delete()
+    if not deleted:
+        raise NotFound(f"no default stream is set for {'you' if personal else owner} on "
+                       f"{cluster}", field="cluster")
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """The default stream path for plain names, or why there is none (`missing`)."""
+
+    path: str | None
+    missing: str = ""
+
+
+def default_stream_for(*, actor: AbstractBaseUser, cluster: str | None) -> DefaultChoice:
+    """The user's own override on the cluster, else their tenant's setting there."""
+    settings = DefaultStream.objects.filter(tenant__memberships__user=actor).filter(
+        user__isnull=True) | DefaultStream.objects.filter(user=actor)
+    if cluster is not None:
+        settings = settings.filter(cluster__name=cluster)
+    rows = list(settings.select_related("cluster").distinct())
+    own = [r for r in rows if r.user_id == actor.pk]
+    chosen = own or rows
+    where = f"on cluster {cluster}" if cluster else "on any cluster"
+    if len({r.path for r in chosen}) == 1:
+        return DefaultChoice(chosen[0].path)
+    if not chosen:
+        return DefaultChoice(None, f"no default stream is set for {actor.get_username()} "
+                                   f"{where}: set one with 'streamgate tenant defaultstream set "
+                                   "-cluster C -path P' (or the listener's -defaultstream)")
+    return DefaultChoice(None, f"several default streams apply to {actor.get_username()} "
+                               f"{where}: run the listener with -cluster, or set your own "
+                               "with -scope user")
+
+
+def default_stream_open(*, actor: AbstractBaseUser, path: str) -> Stream | None:
+    """The default stream at `path`, created with the tenant's ACEs if it does not exist yet
+    (None: it exists but is another tenant's, or its cluster is gone)."""
+    stream = Stream.objects.restrict(actor).select_related("cluster", "tenant").filter(
+        path=path).first()
+    if stream is not None or Stream.objects.filter(path=path).exists():
+        return stream
+    settings = DefaultStream.objects.filter(path=path, tenant__memberships__user=actor)
+    setting = settings.select_related("tenant").first()
+    tenant = setting.tenant if setting else _only_tenant(actor)
+    if tenant is None:
+        return None
+    return _create(actor, tenant, path)
+
+
+def _only_tenant(actor: AbstractBaseUser) -> Tenant | None:
+    tenants = list(Tenant.objects.filter(memberships__user=actor).distinct()[:2])
+    return tenants[0] if len(tenants) == 1 else None
+
+
+def _create(actor: AbstractBaseUser, tenant: Tenant, path: str) -> Stream | None:
+    where = parse_stream_path(path)
+    cluster = Cluster.objects.filter(name=where.cluster).first()
+    if cluster is None:
+        return None
+    try:
+        _check_path_free(str(where))
+    except StreamgateError:
+        return None
+    acl = {perm: TENANT_ACE for perm in PERMISSIONS} | {"adminperm": ADMIN_ACE}
+    try:
+        with transaction.atomic():
+            return Stream.objects.create(path=str(where), cluster=cluster, name=where.name,
+                                         tenant=tenant, created_by=actor, **acl)
+    except IntegrityError:  # another connection created it first
+        return Stream.objects.restrict(actor).filter(path=path).first()

@@ -1,0 +1,69 @@
+"""kcat (librdkafka's command line, from Debian) produces and consumes through the listener
+with every codec, keys and headers; kafkajs (from npm) produces with its built-in codecs, keys
+and headers (its consumer needs consumer groups, tested with the group APIs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from replication.stores import store_for
+from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+
+pytestmark = pytest.mark.slow
+NAME = "/mapr/c1/apps:orders"
+JS = Path(__file__).parent / "js"
+
+
+@pytest.fixture
+def topic(owner):
+    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    made = TopicFactory(stream=stream, name="orders", partitions=2)
+    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 2)
+    return made
+
+
+def kcat(endpoint, *args: str, stdin: str | None = None) -> str:  # type: ignore[no-untyped-def]
+    done = subprocess.run(
+        ["kcat", "-b", endpoint.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
+         "-X", "sasl.mechanisms=PLAIN", "-X", f"sasl.username={endpoint.username}",
+         "-X", f"sasl.password={endpoint.password}", *args],
+        input=stdin, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+def stored(topic) -> list:
+    store = store_for(topic.stream.cluster)
+    return [m for p in (0, 1) for m in store.read(topic.stream.uuid, "orders", p, 0)]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_kcat_produces_and_consumes_with_every_codec_keys_and_headers(kafka, topic, codec):
+    lines = "".join(f"k{i % 3}\t{codec}-{i}\n" for i in range(50))
+    kcat(kafka, "-P", "-t", NAME, "-z", codec, "-K", "\t", "-H", "source=kcat", stdin=lines)
+    out = kcat(kafka, "-C", "-t", NAME, "-o", "beginning", "-e", "-J")
+    got = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert sorted((m["key"], m["payload"]) for m in got) == sorted(
+        (f"k{i % 3}", f"{codec}-{i}") for i in range(50))
+    assert all(m["headers"] == ["source", "kcat"] for m in got)
+    assert len(stored(topic)) == 50
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_kafkajs_produces_with_keys_and_headers(kafka, topic, codec):
+    env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap,
+           "KAFKA_USERNAME": kafka.username, "KAFKA_PASSWORD": kafka.password}
+    done = subprocess.run(["node", str(JS / "produce.js"), NAME, "40", codec],
+                          capture_output=True, text=True, timeout=120, env=env)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "acks" in answer, answer
+    messages = stored(topic)
+    assert sorted(m.value for m in messages) == sorted(
+        f"js-{codec}-{i}".encode() for i in range(40))
+    assert {m.headers for m in messages} == {(("h", m.value.split(b"-")[-1]),) for m in messages}
+    assert {m.key for m in messages} == {b"k0", b"k1", b"k2", b"k3"}

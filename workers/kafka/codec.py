@@ -1,0 +1,128 @@
+"""Building kio entities of any version from plain values, and writing frames.
+
+kio generates one dataclass per API version, each with only that version's fields. Handlers
+describe a response once as plain values (dicts, lists, ints) and `build` keeps what the
+version has: a field the version lacks is dropped, one the handler left out gets its default
+(kio's, or a zero/empty value), nested entities are built from dicts by their field types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import types
+import typing
+from functools import cache
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+E = TypeVar("E")
+
+
+@cache
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, has a default) per field of a kio entity class."""
+    return tuple(
+        (f.name, f.type, f.default is not dataclasses.MISSING
+         or f.default_factory is not dataclasses.MISSING)
+        for f in dataclasses.fields(cls)
+    )
+
+
+def _entity_of(kind: Any) -> type | None:
+    """The entity class inside `kind` (X, tuple[X, ...], X | None), if any."""
+    if dataclasses.is_dataclass(kind):
+        return kind  # type: ignore[return-value]
+    for arg in typing.get_args(kind):
+        if dataclasses.is_dataclass(arg):
+            return arg  # type: ignore[return-value]
+    return None
+
+
+def _is_tuple(kind: Any) -> bool:
+    return typing.get_origin(kind) is tuple
+
+
+def _unwrap(kind: Any) -> Any:
+    """X for `X | None` (nullable arrays and entities), `kind` itself otherwise."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        others = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        if len(others) == 1:
+            return others[0]
+    return kind
+
+
+def _convert(kind: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    kind = _unwrap(kind)
+    entity = _entity_of(kind)
+    if _is_tuple(kind):
+        if entity is not None:
+            return tuple(v if isinstance(v, entity) else build(entity, **v) for v in value)
+        return tuple(value)
+    if entity is not None and isinstance(value, dict):
+        return build(entity, **value)
+    if kind in (i32Timedelta, i64Timedelta) and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kind is ErrorCode and not isinstance(value, ErrorCode):
+        return ErrorCode(value)
+    return value
+
+
+def _zero(kind: Any) -> Any:
+    if _is_tuple(kind):
+        return ()
+    if kind in (i32Timedelta, i64Timedelta):
+        return datetime.timedelta(0)
+    if kind is ErrorCode:
+        return ErrorCode.none
+    if kind is bool:
+        return False
+    if kind is str:
+        return ""
+    if kind is bytes:
+        return b""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        return None
+    entity = _entity_of(kind)
+    if entity is not None:
+        return build(entity)
+    return 0
+
+
+def build(cls: type[E], **values: Any) -> E:
+    """An instance of kio entity `cls` from `values`, keeping only the fields `cls` has."""
+    kwargs: dict[str, Any] = {}
+    for name, kind, has_default in _fields(cls):
+        if name in values:
+            kwargs[name] = _convert(kind, values[name])
+        elif not has_default:
+            kwargs[name] = _zero(kind)
+    return cls(**kwargs)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return any(field == name for field, _, _ in _fields(cls))
+
+
+@cache
+def reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def encode(*entities: Any) -> bytes:
+    """The entities written one after the other (a response header, then its body)."""
+    buffer = io.BytesIO()
+    for entity in entities:
+        writer(type(entity))(buffer, entity)
+    return buffer.getvalue()

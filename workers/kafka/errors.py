@@ -1,0 +1,49 @@
+"""Kafka error codes the listener answers with, and `KafkaError` for a request that fails whole.
+
+Codes are kio's `ErrorCode` members (the numbers of Kafka's Errors.java); the aliases below are
+the ones handlers use, so a grep finds every place that answers with one.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+NONE = ErrorCode.none
+UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
+OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
+CORRUPT_MESSAGE = ErrorCode.corrupt_message
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition
+LEADER_NOT_AVAILABLE = ErrorCode.leader_not_available
+NOT_LEADER_OR_FOLLOWER = ErrorCode.not_leader_or_follower
+MESSAGE_TOO_LARGE = ErrorCode.message_too_large
+INVALID_TOPIC_EXCEPTION = ErrorCode.invalid_topic_exception
+INVALID_REQUIRED_ACKS = ErrorCode.invalid_required_acks
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
+GROUP_AUTHORIZATION_FAILED = ErrorCode.group_authorization_failed
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.cluster_authorization_failed
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
+ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
+UNSUPPORTED_VERSION = ErrorCode.unsupported_version
+TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists
+INVALID_PARTITIONS = ErrorCode.invalid_partitions
+INVALID_REPLICATION_FACTOR = ErrorCode.invalid_replication_factor
+INVALID_REQUEST = ErrorCode.invalid_request
+INVALID_CONFIG = ErrorCode.invalid_config
+POLICY_VIOLATION = ErrorCode.policy_violation
+SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
+INVALID_RECORD = ErrorCode.invalid_record
+
+
+class KafkaError(Exception):
+    """The whole request fails with `code`: the dispatcher answers with the request's response
+    shape carrying the code (and the message where the version has an error_message field)."""
+
+    def __init__(self, code: ErrorCode | int, message: str = "") -> None:
+        super().__init__(message or ErrorCode(code).name)
+        self.code = ErrorCode(code)
+        self.message = message
+
+
+class CloseConnection(Exception):
+    """The connection is closed without an answer, as a Kafka broker closes it (a frame over
+    the size limit, a request it cannot parse, a failed v0 SASL exchange)."""

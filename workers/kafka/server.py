@@ -1,0 +1,156 @@
+"""The listener process: accepts connections, reads length-prefixed frames, answers them in
+order, one Session per connection.
+
+As a Kafka broker does, a connection is closed (and logged once) when a frame's length is
+negative or over `max_request_bytes` (socket.request.max.bytes), when a request cannot be
+parsed, when a client sends nothing for `idle_seconds` (connections.max.idle.ms) or stalls in
+the middle of a frame; no other connection notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import ssl
+import threading
+import zlib
+from dataclasses import dataclass
+
+import structlog
+from django.conf import settings
+
+import workers.kafka.apis  # noqa: F401  (registers the handlers)
+from workers.kafka.dispatch import dispatch
+from workers.kafka.errors import CloseConnection
+from workers.kafka.nodes import Beacon
+from workers.kafka.session import Listener, Node, Session
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ListenerOptions:
+    listen: str = "127.0.0.1:9092"
+    advertise: str = ""  # defaults to `listen`
+    node_id: int | None = None  # defaults to a hash of the advertised address
+    cluster: str | None = None
+    default_stream: str | None = None
+
+
+def split_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9092)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def stable_node_id(host: str, port: int) -> int:
+    """A node id that stays the same across restarts of the listener at one address."""
+    return zlib.crc32(f"{host}:{port}".encode()) & 0x3FFFFFFF
+
+
+def tls_context() -> ssl.SSLContext | None:
+    if not settings.KAFKA_TLS_CERT:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.KAFKA_TLS_CERT, settings.KAFKA_TLS_KEY)
+    return context
+
+
+async def _read_frame(reader: asyncio.StreamReader, listener: Listener) -> bytes:
+    size = int.from_bytes(
+        await asyncio.wait_for(reader.readexactly(4), listener.idle_seconds), "big", signed=True)
+    if size < 0 or size > listener.max_request_bytes:
+        raise CloseConnection(f"a frame of {size} bytes is outside 0..{listener.max_request_bytes}"
+                              " (socket.request.max.bytes)")
+    # A client that stalls inside a frame is cut off after the idle time too.
+    return await asyncio.wait_for(reader.readexactly(size), listener.idle_seconds)
+
+
+async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+    peer = writer.get_extra_info("peername")
+    session = Session(listener, f"{peer[0]}:{peer[1]}" if peer else "?")
+    try:
+        while True:
+            response = await dispatch(session, await _read_frame(reader, listener))
+            if response is not None:
+                writer.write(len(response).to_bytes(4, "big") + response)
+                await writer.drain()
+    except asyncio.IncompleteReadError as error:
+        if error.partial:
+            session.note("connection_closed_mid_frame", received=len(error.partial))
+    except TimeoutError:
+        session.note("connection_idle_closed", idle_seconds=listener.idle_seconds)
+    except CloseConnection as error:
+        session.note("connection_closed", reason=str(error))
+    except (ConnectionError, ssl.SSLError):
+        pass
+    except Exception:
+        session.log.exception("connection_failed", client_id=session.client_id)
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+def make_listener(options: ListenerOptions, bound_port: int) -> Listener:
+    listen_host, _ = split_address(options.listen)
+    host, port = split_address(options.advertise) if options.advertise else (listen_host,
+                                                                              bound_port)
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    node_id = options.node_id if options.node_id is not None else stable_node_id(host, port)
+    return Listener(node=Node(node_id, host, port), cluster=options.cluster,
+                    default_stream=options.default_stream,
+                    max_request_bytes=settings.KAFKA_MAX_REQUEST_BYTES,
+                    idle_seconds=settings.KAFKA_IDLE_SECONDS)
+
+
+async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> None:
+    """Listen until `stop` is set (or SIGTERM/SIGINT when it is None)."""
+    stop = stop or _stop_on_signals()
+    host, port = split_address(options.listen)
+    holder: list[Listener] = []
+    # Bound first and serving only once the listener exists (port 0 is known after binding),
+    # so a client reconnecting the instant a restarted listener binds is served, not dropped.
+    server = await asyncio.start_server(
+        lambda r, w: serve_connection(holder[0], r, w), host, port, ssl=tls_context(),
+        limit=1 << 20, start_serving=False)
+    bound = server.sockets[0].getsockname()[1]
+    listener = make_listener(options, bound)
+    holder.append(listener)
+    await server.start_serving()
+    async with server, Beacon(listener):
+        log.info("kafka_listening", listen=f"{host}:{bound}", node_id=listener.node_id,
+                 advertise=f"{listener.host}:{listener.port}", cluster=options.cluster,
+                 tls=settings.KAFKA_TLS_CERT != "")
+        print(f"kafka listener ready on {host}:{bound} node {listener.node_id}", flush=True)
+        await stop.wait()
+    listener.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+def run_listener(options: ListenerOptions) -> None:
+    asyncio.run(serve(options))
+
+
+def start_listener_thread(options: ListenerOptions) -> threading.Thread:
+    """A listener on an event loop of its own in this process (embedded mode: `make run`),
+    serving until the process exits."""
+
+    async def forever() -> None:
+        await serve(options, asyncio.Event())
+
+    thread = threading.Thread(target=asyncio.run, args=(forever(),), name="kafka-listener",
+                              daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,155 @@
+"""One Session per client connection, and the Listener it belongs to.
+
+Handlers reach everything through the session: the authenticated user, name resolution (the
+tenant choke point, cached briefly per connection) and `run_sync`, the only way they run
+Django ORM or store code (in the listener's thread pool, never on the event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+from django.db import InterfaceError, OperationalError, close_old_connections
+
+from replication.services.names import ResolvedTopic, topic_resolve, topic_target
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from replication.models import Stream
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+RESOLVE_CACHE_SECONDS = 2.0
+
+
+@dataclass(frozen=True, order=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass
+class Listener:
+    """What every connection of one listener process shares."""
+
+    node: Node
+    cluster: str | None = None  # serve only this cluster's streams
+    default_stream: str | None = None  # the single-tenant site's stream for plain names
+    max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    idle_seconds: float = 600.0  # Kafka's connections.max.idle.ms
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(16, thread_name_prefix="kafka-sync"))
+    nodes: Callable[[], list[Node]] | None = None  # the live listeners (workers/kafka/nodes.py)
+    noted: set[str] = field(default_factory=set)  # what this listener has logged once
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    @property
+    def host(self) -> str:
+        return self.node.host
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def live_nodes(self) -> list[Node]:
+        """The live listeners serving what this one serves, sorted, this one always among them."""
+        found = set(self.nodes()) if self.nodes else set()
+        found.add(self.node)
+        return sorted(found)
+
+
+def _sync_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except (InterfaceError, OperationalError):
+        # The thread's connection may be dead (a database restart): the next call gets a
+        # fresh one rather than failing for ever.
+        close_old_connections()
+        from django.db import connection
+
+        connection.close()
+        raise
+
+
+class Session:
+    def __init__(self, listener: Listener, peer: str) -> None:
+        self.listener = listener
+        self.peer = peer
+        self.user: AbstractBaseUser | None = None
+        self.client_id = ""
+        self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
+        self.sasl_mechanism: str | None = None
+        self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
+        self._perms: dict[int, tuple[float, frozenset[str]]] = {}
+        self._noted: set[str] = set()
+        self.log = log.bind(peer=peer)
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(_sync_call, fn, *args, **kwargs)
+        return await loop.run_in_executor(self.listener.executor, call)
+
+    async def resolve(self, name: str, *, create: bool = False) -> ResolvedTopic | None:
+        """The topic `name` means to this connection's user (None: absent or invisible)."""
+        key, now = (name, create), time.monotonic()
+        cached = self._resolved.get(key)
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
+            return cached[1]
+        found = await self.run_sync(
+            topic_resolve, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, create=create,
+            on_missing=self._missing_default)
+        self._resolved[key] = (now, found)
+        if found is not None:
+            self._resolved[(name, False)] = (now, found)
+        return found
+
+    async def perms(self, stream: Stream) -> frozenset[str]:
+        """The permissions this connection's user holds on `stream` (Stream.perms_of), cached
+        as briefly as resolutions are, so a busy connection checks its ACEs once a while."""
+        now, cached = time.monotonic(), self._perms.get(stream.pk)
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
+            return cached[1]
+        held = await self.run_sync(stream.perms_of, self.user)
+        self._perms[stream.pk] = (now, held)
+        return held
+
+    async def target(self, name: str) -> tuple[Stream, str] | None:
+        """The stream `name` points into and the topic's name there, existing or not (for
+        CreateTopics); not cached."""
+        return await self.run_sync(
+            topic_target, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, on_missing=self._missing_default)
+
+    def _missing_default(self, reason: str) -> None:
+        # Once per listener and user: every plain name of every connection would repeat it.
+        key = f"default_stream_missing:{self.user.pk if self.user else ''}"
+        if key not in self.listener.noted:
+            self.listener.noted.add(key)
+            self.log.warning("kafka_default_stream_missing", reason=reason)
+
+    def forget(self, name: str | None = None) -> None:
+        """Drop cached resolutions (all, or of one name) after this session changed topics."""
+        if name is None:
+            self._resolved.clear()
+        else:
+            self._resolved.pop((name, False), None)
+            self._resolved.pop((name, True), None)
+
+    def note(self, event: str, **fields: Any) -> None:
+        """Log `event` once per connection (a client repeating a bad request is one line)."""
+        if event in self._noted:
+            return
+        self._noted.add(event)
+        self.log.warning(event, client_id=self.client_id, **fields)
