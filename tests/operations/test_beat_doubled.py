@@ -63,6 +63,9 @@ def test_retention_run_twice_at_once_deletes_the_expired_messages_once(owner, ac
 
 
 def test_lag_recording_run_twice_at_once_keeps_a_sample_and_no_more_than_two(pair):
+    started_ms = int(time.time() * 1000)
     twice_at_once(record_lag_task)
-    assert 1 <= len(lag_history([pair.pk])[pair.pk]) <= 2  # a chart point, maybe two
+    # The shared cache may hold samples of an earlier test's link with the same id.
+    points = [p for p in lag_history([pair.pk])[pair.pk] if p[0] >= started_ms]
+    assert 1 <= len(points) <= 2  # a chart point, maybe two
 
