@@ -303,7 +303,7 @@ def measure_streamgate(args: argparse.Namespace, skip: set[str]
         token = start_portal(deploy)
         client = replication.setup(deploy, token)
         deploy.start_engine()
-        time.sleep(3)
+        deploy.wait_engine()
         if "streamgate" not in skip:
             catchup = replication.measure_catchup(deploy, client, args)
             copy = measure_copystream(deploy, client, args)

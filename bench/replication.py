@@ -112,6 +112,22 @@ class Deployment(Portal):
                 [sys.executable, "manage.py", *command], cwd=ROOT, env=self.env,
                 stdout=log, stderr=subprocess.STDOUT)
 
+    def wait_engine(self, timeout: float = 120.0) -> None:
+        """Until both gateways beat and a replicator holds its leases: on a loaded machine the
+        processes take more than a few seconds to import Django, and a steady run measured
+        before that would time their start-up, not replication."""
+        import redis
+
+        client = redis.Redis.from_url(self.env["REDIS_URL"])
+        keys = [f"{self.namespace}sg:gw:{REPLICA}:{name}" for name in ("gw1", "gw2")]
+        deadline = time.monotonic() + timeout
+        while client.exists(*keys) < len(keys) or not client.zcount(
+                f"{self.namespace}sg:replicators", int(time.time() * 1000), "+inf"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the engine was not up after {timeout:.0f} s: see "
+                                   f"{self.logs}")
+            time.sleep(0.2)
+
     def stop(self) -> None:
         for process in self.engine.values():
             process.terminate()
@@ -550,7 +566,7 @@ def main(args: argparse.Namespace) -> int:
         token = deploy.start()
         client = setup(deploy, token)
         deploy.start_engine()
-        time.sleep(3)
+        deploy.wait_engine()
         if "catchup" not in skip:
             catchup = measure_catchup(deploy, client, args)
         if "steady" not in skip:

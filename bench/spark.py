@@ -172,7 +172,7 @@ def measure_gateways(args: argparse.Namespace) -> list[float]:
     try:
         client = replication.setup(deploy, deploy.start())
         deploy.start_engine()
-        time.sleep(3)  # the engine's processes up, as bench/replication.py waits
+        deploy.wait_engine()
         stores = [PostgresStore(deploy.store_url(cluster))
                   for cluster in (replication.SOURCE, replication.REPLICA)]
         try:

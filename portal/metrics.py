@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import redis
 from django.db.models import Count
 from django.http import HttpResponse
 from django.utils import timezone
@@ -25,7 +26,9 @@ from operations.models import Alarm, AlarmKind
 from replication import reports
 from replication.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
 from replication.engine.store import UnknownTopic
+from replication.leases import replicator_rows
 from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
+from replication.presence import presence
 from replication.services.engine import link_is_stalled
 from replication.stores import store_for
 
@@ -86,6 +89,29 @@ def gateway_metrics() -> Iterator[Metric]:
             age.add_metric(key, (now - gateway.last_heartbeat).total_seconds())
         up.add_metric(key, int(gateway.status == Gateway.Status.UP))
     yield from (*counters.values(), age, up)
+
+
+def replicator_metrics() -> Iterator[Metric]:
+    """Each replicator heard of in the last hour (replication/leases.py), from presence."""
+    labels = ["replicator", "host", "pid"]
+    live = GaugeMetricFamily("streamgate_replicators_live", "Replicators alive now")
+    up = GaugeMetricFamily("streamgate_replicator_up", "1 while the replicator beats",
+                           labels=labels)
+    links = GaugeMetricFamily("streamgate_replicator_links",
+                              "Replica links the replicator holds a lease on", labels=labels)
+    age = GaugeMetricFamily("streamgate_replicator_heartbeat_age_seconds",
+                            "Seconds since the replicator's last beat", labels=labels)
+    try:
+        rows = replicator_rows(presence())
+    except redis.RedisError:  # the other figures still come; no replicator figure is a gap
+        rows = []
+    live.add_metric([], sum(r["alive"] for r in rows))
+    for row in rows:
+        key = [row["replicator"], row["host"], str(row["pid"])]
+        up.add_metric(key, int(row["alive"]))
+        links.add_metric(key, row["linksHeld"])
+        age.add_metric(key, row["heartbeatAge"])
+    yield from (live, up, links, age)
 
 
 def message_metrics() -> Iterator[Metric]:
@@ -152,6 +178,7 @@ class Collector:
         started = time.monotonic()
         yield from replica_metrics()
         yield from gateway_metrics()
+        yield from replicator_metrics()
         yield from message_metrics()
         yield from traffic_metrics()
         yield from alarm_metrics()

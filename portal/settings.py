@@ -258,7 +258,9 @@ MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
 # for more messages to join the batch).
 REPLICATION_BATCH_MESSAGES = env.int("STREAMGATE_BATCH_MESSAGES", default=5000)
 REPLICATION_BATCH_BYTES = env.int("STREAMGATE_BATCH_BYTES", default=4 << 20)
-REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=20)
+# 2 ms, not 20: partial batches already wait while their partition has one in flight, so a
+# longer linger only added lag (docs/benchmarks.md, issue 15: p50 49 -> 39 ms, same CPU).
+REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=2)
 # Batches of one (replica, topic, partition) in flight at once, consecutive, to one gateway.
 REPLICATION_WINDOW = env.int("STREAMGATE_WINDOW", default=4)
 # A gateway that has not acknowledged a batch this long is skipped for a while (suspect).
@@ -301,8 +303,12 @@ if min(FAILOVER_DRAIN_SECONDS, FAILOVER_PROBE_SECONDS, FAILBACK_COPY_RATE,
 GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
+# Replicators split the moving links with a lease per link in presence (replication/leases.py):
+# held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
+# by the others within about 1.25 times this.
+REPLICATOR_LEASE_SECONDS = env.float("STREAMGATE_REPLICATOR_LEASE_SECONDS", default=3.0)
 for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
-              "REPLICATION_WINDOW",
+              "REPLICATION_WINDOW", "REPLICATOR_LEASE_SECONDS",
               "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
               "REPLICATION_THROTTLE_MESSAGES_PER_S", "REPLICATION_THROTTLE_BYTES_PER_S",
               "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):

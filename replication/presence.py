@@ -5,7 +5,8 @@ In production they live in Redis (DESIGN.md: Redis for gateway presence):
   within its TTL, so a killed gateway reads DOWN a TTL later without anyone noticing its death.
   The key holds the gateway process's incarnation, so a restarted gateway is told apart from
   the one that stopped answering;
-- a wake-up adds a stream to the `sg:dirty` set and pushes a one-slot `sg:signal` list;
+- a wake-up adds a stream to each live replicator's `sg:dirty:<id>` set and pushes its
+  one-slot `sg:signal:<id>` list (replication/leases.py keeps who is live);
 - a gateway acknowledges a batch by pushing its result on the sender's `sg:acks:<inbox>`, so
   two replicators (say, while one is being replaced) never take each other's acknowledgements.
 - a gateway that applied a batch publishes the link's id on `sg:applied:<link>`, so producers
@@ -35,6 +36,8 @@ from typing import Any, Protocol
 import redis
 import structlog
 from django.conf import settings
+
+from replication.leases import LocalLeases, RedisLeases, ReplicatorState
 
 log = structlog.get_logger(__name__)
 GatewayId = tuple[str, str]  # (cluster name, gateway name)
@@ -70,6 +73,27 @@ class Presence(Protocol):
 
     def applied_board(self) -> AppliedBoard:
         """Where this process learns of applied batches, ready to be watched."""
+        ...
+
+    # Replicators and their link leases (replication/leases.py).
+    def replicator_beat(self, replicator: str, ttl: float, links: int) -> list[str]:
+        """Alive `ttl` seconds more, holding `links`; returns the live replicators' ids."""
+        ...
+
+    def replicator_forget(self, replicator: str) -> None: ...
+
+    def replicators(self) -> list[ReplicatorState]:
+        """Every replicator heard of in the last hour, alive or not."""
+        ...
+
+    def lease(self, replicator: str, want: Iterable[int], release: Iterable[int],
+              ttl: float) -> set[int]:
+        """Take or renew the leases of `want` (those no other replicator holds) for `ttl`
+        seconds, give back `release`; returns the links of `want` now held."""
+        ...
+
+    def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
+        """Which replicator holds each of `links` now (those leased)."""
         ...
 
 
@@ -151,7 +175,7 @@ def gateway_queue(cluster: str, name: str) -> str:
     return f"{namespace()}gw.{cluster}.{name}"
 
 
-class RedisPresence:
+class RedisPresence(RedisLeases):
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
         self.dirty, self.signal, self.acks = (
@@ -177,16 +201,15 @@ class RedisPresence:
 
     def wake(self, streams: Iterable[str]) -> None:
         streams = list(streams)
-        if not streams:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        pipe.sadd(self.dirty, *streams).expire(self.dirty, SIGNAL_TTL)
-        # One slot: a thousand produces between two replicator rounds wake it once.
-        pipe.lpush(self.signal, 1).ltrim(self.signal, 0, 0).expire(self.signal, SIGNAL_TTL)
-        pipe.execute()
+        if streams:
+            # One slot per replicator: a thousand produces between two rounds wake it once.
+            self._wake_replicators(streams, SIGNAL_TTL)
 
     def _inbox(self, inbox: str) -> str:
         return f"{self.acks}:{inbox}" if inbox else self.acks
+
+    def _own(self, key: str, inbox: str) -> str:
+        return f"{key}:{inbox}" if inbox else key
 
     def ack(self, result: dict[str, Any], inbox: str = "") -> None:
         key = self._inbox(inbox)
@@ -214,25 +237,27 @@ class RedisPresence:
 
     def wait(self, timeout: float, inbox: str = "") -> Signals:
         signals, acks = Signals(), self._inbox(inbox)
-        popped = self.client.blpop([acks, self.signal], timeout=max(timeout, 0.01))
+        signal, dirty = self._own(self.signal, inbox), self._own(self.dirty, inbox)
+        popped = self.client.blpop([acks, signal], timeout=max(timeout, 0.01))
         if popped and popped[0].decode() == acks:
             signals.acks.append(json.loads(popped[1]))
         pipe = self.client.pipeline(transaction=False)
-        pipe.lpop(acks, 10_000).spop(self.dirty, 100_000).delete(self.signal)
+        pipe.lpop(acks, 10_000).spop(dirty, 100_000).delete(signal)
         acks, dirty, _ = pipe.execute()
         signals.acks += [json.loads(a) for a in acks or ()]
         signals.streams = {s.decode() for s in dirty or ()}
         return signals
 
 
-class LocalPresence:
+class LocalPresence(LocalLeases):
     """Embedded mode: the same signals, in this process."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._cond = threading.Condition()
         self._expiry: dict[GatewayId, tuple[float, str]] = {}
         self._acks: dict[str, list[dict[str, Any]]] = {}
-        self._dirty: set[str] = set()
+        self._dirty: dict[str, set[str]] = {}  # per live replicator
         self._board = AppliedBoard()
 
     def beat(self, gateway: GatewayId, ttl: float, incarnation: str = "") -> None:
@@ -250,8 +275,11 @@ class LocalPresence:
         return {g: incarnation for g, (until, incarnation) in found.items() if until > now}
 
     def wake(self, streams: Iterable[str]) -> None:
+        streams = set(streams)
+        live = self._live_replicators()
         with self._cond:
-            self._dirty.update(streams)
+            for replicator in live:
+                self._dirty.setdefault(replicator, set()).update(streams)
             self._cond.notify_all()
 
     def ack(self, result: dict[str, Any], inbox: str = "") -> None:
@@ -261,11 +289,9 @@ class LocalPresence:
 
     def wait(self, timeout: float, inbox: str = "") -> Signals:
         with self._cond:
-            if not self._acks.get(inbox) and not self._dirty:
+            if not self._acks.get(inbox) and not self._dirty.get(inbox):
                 self._cond.wait(timeout)
-            signals = Signals(self._acks.pop(inbox, []), self._dirty)
-            self._dirty = set()
-            return signals
+            return Signals(self._acks.pop(inbox, []), self._dirty.pop(inbox, set()))
 
     def applied(self, links: Iterable[int]) -> None:
         self._board.bump(str(link) for link in links)

@@ -21,6 +21,10 @@ a retry timer for links waiting for a gateway or newly moving, and a slow sweep 
 moving link in case a wake-up was lost. Links are cached between wake-ups (workers/
 linkcache.py); progress events for the browser come from what the plans read (workers/
 lagevents.py). Idle, it blocks in one BLPOP.
+
+Any number run at once (`streamgate replicator run` on several nodes): each plans only the
+links it holds a lease on, and the live ones split the moving links between them
+(replication/leases.py); one that dies has its links taken by the others within its lease.
 """
 
 from __future__ import annotations
@@ -37,11 +41,11 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
+from replication.leases import LinkLeases
 from replication.presence import GatewayId, Presence, gateway_queue
 from replication.services.engine import (
     LINKS_CHANGED,
     MovingLink,
-    gateways_configured,
     link_catchup_request,
     link_error,
     link_ids_moving,
@@ -50,15 +54,14 @@ from replication.services.engine import (
 )
 from replication.stores import store_for
 from workers.gateway import presence_watch
+from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
 from workers.linkcache import LinkCache
 from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)
 Key = tuple[int, str, int]  # (link id, topic, partition)
-Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
-GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways
 
 
 @dataclass
@@ -71,7 +74,7 @@ class InFlight:
 
 
 @dataclass
-class Replicator:
+class Replicator(GatewayChoice):
     presence: Presence
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
@@ -106,8 +109,21 @@ class Replicator:
     _gateways_read: float = float("-inf")
     # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
     _live: dict[str, list[Chosen]] = field(default_factory=dict)
+    leases: LinkLeases = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
 
     def run(self, stop: threading.Event) -> None:
+        try:
+            self._loop(stop)
+        finally:
+            try:
+                self.leases.close()
+            except Exception as error:  # Redis gone too: the leases expire by themselves
+                log.warning("replicator_lease_release_failed", error=str(error))
+
+    def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 self.step()
@@ -146,7 +162,7 @@ class Replicator:
 
     def _timeout(self) -> float:
         now = self.clock()
-        due = [self.next_sweep, self.next_watch]
+        due = [self.next_sweep, self.next_watch, self.leases.next_tick]
         if self.retry or self.handed_off:
             due.append(self.next_retry)
         if self.dirty_links:
@@ -232,9 +248,23 @@ class Replicator:
         self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
         self.lag_events.keep(moving)
         # Gateways that died with no other gateway left to notice: announce them down and drop
-        # their synchronous links to async now, not at the next produce or gateway start.
-        presence_watch(self.presence)
+        # their synchronous links to async now, not at the next produce or gateway start. One
+        # replicator of the live ones does it (its queries were a seventh of a replicator's CPU).
+        if self.leases.leads():
+            presence_watch(self.presence)
         self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
+
+    def _lease_tick(self, now: float) -> None:
+        try:
+            taken = self.leases.tick(self.moving, now)
+        except Exception as error:  # presence unreachable: held leases lapse on their own
+            log.warning("replicator_lease_failed", error=str(error))
+            self.leases.next_tick = now + 1.0
+            return
+        if taken:
+            log.info("replicator_links_taken", links=sorted(taken))
+        self.dirty_links |= taken  # a dead peer's links move on now, not at the next sweep
+        self.lag_events.keep(self.moving & self.leases.held)
 
     # --- planning and dispatch ---------------------------------------------------------------
 
@@ -248,6 +278,8 @@ class Replicator:
         self._refilled(now)
         if now >= self.next_watch:
             self._watch(now)
+        if now >= self.leases.next_tick:
+            self._lease_tick(now)
         if not (sweep or lingered or self.dirty_links):
             return
         streams = self.dirty_streams if lingered else set()
@@ -270,9 +302,18 @@ class Replicator:
         links = self.cache.links
         ids = set(links) if sweep else self.dirty_links | self.cache.of_sources(streams)
         self.dirty_links = set()
+        ids = self._held(ids & set(links))
         due = [links[i] for i in sorted(ids) if i in links]
         return [link for link in due
                 if link.id not in self.handed_off or sweep or str(link.source) in streams]
+
+    def _held(self, ids: set[int]) -> set[int]:
+        """The links among `ids` this replicator holds a lease on (another plans the rest)."""
+        try:
+            return self.leases.holds(ids, self.clock())
+        except Exception as error:  # presence unreachable: plan what is held still
+            log.warning("replicator_lease_failed", error=str(error))
+            return ids & self.leases.held if self.clock() < self.leases.valid_until else set()
 
     def _pump(self, link: MovingLink, now: float, *, cursors: bool = True) -> None:
         try:
@@ -387,36 +428,6 @@ class Replicator:
             self.owed.add(link.id)
         else:
             self.owed.discard(link.id)
-
-    def _live_gateways(self, cluster: str, now: float) -> list[Chosen]:
-        if now - self._gateways_read > GATEWAYS_REFRESH:
-            self._gateways, self._gateways_read = gateways_configured(), now
-        if cluster not in self._live:
-            gateways = [(cluster, name) for name in self._gateways.get(cluster, ())]
-            live = self.presence.live(gateways)
-            self._live[cluster] = [(g, live[g]) for g in gateways
-                                   if g in live and not self._suspected(g, live[g], now)]
-        return self._live[cluster]
-
-    def _choose(self, cluster: str, now: float) -> Chosen | None:
-        """The next live gateway of the cluster, round-robin; None when all are down."""
-        live = self._live_gateways(cluster, now)
-        if not live:
-            return None
-        turn = self.rr.get(cluster, 0)
-        self.rr[cluster] = turn + 1
-        return live[turn % len(live)]
-
-    def _sticky(self, flight: InFlight, now: float) -> Chosen | None:
-        """The gateway a partition's flights went to, while it is live: its queue keeps the
-        partition's batches in order. None once it is down or suspected."""
-        chosen = (flight.gateway, flight.incarnation)
-        return chosen if chosen in self._live_gateways(flight.gateway[0], now) else None
-
-    def _suspected(self, gateway: GatewayId, incarnation: str, now: float) -> bool:
-        until, then = self.suspect.get(gateway, (0.0, ""))
-        # A restarted gateway (a new incarnation) is trusted again at once.
-        return until > now and then == incarnation
 
     def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec, chosen: Chosen,
                   now: float) -> None:

@@ -42,8 +42,8 @@ class Processes:
         return self._start(f"gw-{cluster}-{name}", "manage.py", "rungateway", "--cluster",
                            cluster, "--name", name, "--loglevel", "WARNING")
 
-    def replicator(self) -> subprocess.Popen:
-        return self._start("replicator", "manage.py", "runreplicator")
+    def replicator(self, label: str = "replicator") -> subprocess.Popen:
+        return self._start(label, "manage.py", "runreplicator")
 
     def celery_worker(self) -> subprocess.Popen:
         return self._start("celery", "-m", "celery", "-A", "workers.celery", "worker", "-Q",

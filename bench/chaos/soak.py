@@ -8,6 +8,7 @@ import heapq
 import importlib.util
 import io
 import random
+import statistics
 import subprocess
 import threading
 import time
@@ -39,7 +40,10 @@ ENGINE_SETTINGS = {
 }
 SOAK_SETTINGS = {k: ENGINE_SETTINGS[k] for k in (
     "STREAMGATE_SUSPECT_SECONDS", "STREAMGATE_BATCH_MESSAGES", "STREAMGATE_GATEWAY_CONCURRENCY")}
-FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up")
+FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
+               "replicator kill -9")
+REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
+Key = tuple[str, str]  # (stream path, topic)
 ANOMALIES = ("lost", "duplicates", "inconsistent", "reordered", "unreplicated")
 
 
@@ -50,7 +54,7 @@ class Engine(Protocol):
 
     def gateway(self, cluster: str, name: str) -> subprocess.Popen: ...
 
-    def replicator(self) -> subprocess.Popen: ...
+    def replicator(self, label: str = "replicator") -> subprocess.Popen: ...
 
     def stop(self, label: str, *, kill: bool = False) -> None: ...
 
@@ -241,6 +245,13 @@ class Driver:
     next_restart: float = 0.0
     next_spark: float = 0.0
     _seq: int = 0
+    # Faults whose replication has not moved again yet: (kind, when, the replica clusters it
+    # stopped, their replica topics' ends then).
+    pending: list[tuple[str, float, set[str], dict[Key, dict[int, int] | None]]] = field(
+        default_factory=list)
+    hit: set[str] = field(default_factory=set)  # the replica clusters the last fault stopped
+    recovered: dict[str, list[float]] = field(default_factory=dict)  # kind -> seconds each
+    next_look: float = 0.0
 
     def later(self, delay: float, action: Callable[[], None]) -> None:
         self._seq += 1
@@ -250,13 +261,14 @@ class Driver:
         deadline = time.monotonic() + seconds
         self.next_restart = time.monotonic() + self.rng.uniform(2, 6)
         # Each kind at least once, then at random.
-        kinds = ["gateway kill -9", "replica pause", "PostgreSQL restart"]
+        kinds = ["gateway kill -9", "replica pause", "PostgreSQL restart", "replicator kill -9"]
         self.rng.shuffle(kinds)
         if self.spark:  # first: the job's JVM takes a while to start, let it overlap faults
             kinds.append("Spark catch-up")
         due = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             self.run_due()
+            self.look()
             if time.monotonic() >= due:
                 self.inject(kinds.pop() if kinds else self.pick())
                 due = time.monotonic() + self.rng.uniform(*self.options.fault_every)
@@ -264,7 +276,7 @@ class Driver:
         self.restore()
 
     def pick(self) -> str:
-        kinds = ["gateway kill -9"] * 3 + ["replica pause"] * 2
+        kinds = ["gateway kill -9"] * 3 + ["replica pause"] * 2 + ["replicator kill -9"] * 2
         if time.monotonic() >= self.next_restart and not self.store_down:
             kinds.append("PostgreSQL restart")
         if self.spark and time.monotonic() >= self.next_spark:
@@ -276,9 +288,28 @@ class Driver:
         return self.options.spark and spark_built()
 
     def inject(self, kind: str) -> None:
+        before, self.hit = sum(self.faults.values()), set(GATEWAYS)
         {"gateway kill -9": self.kill_gateway, "replica pause": self.pause_replica,
-         "PostgreSQL restart": self.restart_store,
+         "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
          "Spark catch-up": lambda: spark_catchup(self)}[kind]()
+        if sum(self.faults.values()) > before:
+            self.pending.append((kind, time.monotonic(), self.hit, replica_ends(self.topology)))
+
+    def look(self, every: float = 0.25) -> None:
+        """Faults after which every replica topic has moved on (or caught up): the time from
+        the fault to replication moving again, per kind."""
+        now = time.monotonic()
+        if not self.pending or now < self.next_look:
+            return
+        self.next_look = now + every
+        ends, origins = replica_ends(self.topology), origin_ends(self.topology)
+        still = []
+        for kind, at, clusters, before in self.pending:
+            if moved(before, ends, origins, clusters):
+                self.recovered.setdefault(kind, []).append(now - at)
+            else:
+                still.append((kind, at, clusters, before))
+        self.pending = still
 
     def run_due(self) -> None:
         while self.undo and self.undo[0][0] <= time.monotonic():
@@ -295,9 +326,21 @@ class Driver:
             return
         cluster, name = self.rng.choice(running)
         self.engine.stop(f"gw-{cluster}-{name}", kill=True)  # SIGKILL: no goodbye, no flush
+        self.hit = {cluster}
         self.faults["gateway kill -9"] += 1
         self.options.say(f"  kill -9 gateway {name} of {cluster}")
         self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name))
+
+    def kill_replicator(self) -> None:
+        running = [label for label in REPLICATORS if label in self.engine.processes]
+        if len(running) < len(REPLICATORS):
+            return  # one is down already: the fault is a replicator dying with another live
+        label = self.rng.choice(running)
+        self.hit = held_by(self.engine.processes[label].pid, self.topology)
+        self.engine.stop(label, kill=True)
+        self.faults["replicator kill -9"] += 1
+        self.options.say(f"  kill -9 {label}")
+        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.replicator(label))
 
     def pause_replica(self) -> None:
         from replication.services import replica_pause, replica_resume
@@ -309,6 +352,7 @@ class Driver:
         streams, actor = self.topology.streams, self.topology.actor
         replica_pause(actor=actor, source=streams[source], replica=streams[replica])
         self.paused.add((source, replica))
+        self.hit = {replica}
         self.faults["replica pause"] += 1
         self.options.say(f"  pause {source} -> {replica}")
 
@@ -352,6 +396,7 @@ class Result:
     checked: int = 0
     converge_seconds: float | None = None  # None: did not converge in time
     topology: Topology | None = field(default=None, repr=False)
+    driver: Driver | None = field(default=None, repr=False)
     acked: dict[str, dict[tuple[str, int], set[int]]] = field(default_factory=dict, repr=False)
 
     @property
@@ -365,8 +410,7 @@ class Result:
                 ("messages produced (sent)", f"{self.produced:,}"),
                 ("acknowledged", f"{self.acknowledged:,}"),
                 ("refused while the store was down (not acknowledged)", f"{self.refused:,}"),
-                *((f"faults: {kind}", str(self.faults[kind])) for kind in FAULT_KINDS[:3]),
-                (f"faults: {FAULT_KINDS[3]}", self.spark or str(self.faults[FAULT_KINDS[3]])),
+                *((f"faults: {kind}", self.injected(kind)) for kind in FAULT_KINDS),
                 ("Spark jobs by outcome", ", ".join(f"{n} {state}" for state, n in
                                                      sorted(self.jobs.items())) or "none"),
                 ("messages checked (origin side, all streams)", f"{self.checked:,}"),
@@ -376,6 +420,57 @@ class Result:
         lines = ["| measure | value |", "| --- | ---: |"]
         lines += [f"| {label} | {value} |" for label, value in rows]
         return "\n".join(lines)
+
+
+    def injected(self, kind: str) -> str:
+        """How many, and the time from the fault to replication moving again."""
+        if kind == "Spark catch-up" and self.spark:
+            return self.spark
+        took = self.driver.recovered.get(kind, []) if self.driver else []
+        count = f"{self.faults[kind]}"
+        if not took:
+            return count
+        return (f"{count}; moving again after median {statistics.median(took):.1f} s, "
+                f"max {max(took):.1f} s")
+
+
+def replica_ends(topology: Topology) -> dict[Key, dict[int, int] | None]:
+    return {(stream.path, topic): ends(stream, topic)
+            for _origin, stream, topics in topology.pairs() for topic in topics}
+
+
+def origin_ends(topology: Topology) -> dict[Key, dict[int, int] | None]:
+    return {(stream.path, topic): ends(origin, topic)
+            for origin, stream, topics in topology.pairs() for topic in topics}
+
+
+def held_by(pid: int, topology: Topology) -> set[str]:
+    """The replica clusters of the links the replicator process `pid` holds leases on."""
+    from replication.models import ReplicaLink
+    from replication.presence import presence
+
+    signals = presence()
+    ids = {s.id for s in signals.replicators() if s.pid == pid}
+    links = dict(ReplicaLink.objects.filter(replica__path__in=[
+        s.path for s in topology.streams.values()]).values_list("pk", "replica__cluster__name"))
+    return {links[link] for link, owner in signals.lease_holders(links).items() if owner in ids}
+
+
+def moved(before: dict[Key, dict[int, int] | None], now: dict[Key, dict[int, int] | None],
+          origins: dict[Key, dict[int, int] | None], clusters: set[str]) -> bool:
+    """Every replica topic of `clusters` advanced since `before`, or holds all its origin has
+    (nothing stopped: moving at once)."""
+    for key, ends_now in now.items():
+        if key[0].split("/")[2] not in clusters:
+            continue
+        if ends_now is None:
+            return False  # its store is down
+        if ends_now == origins.get(key):
+            continue
+        then = before.get(key) or {}
+        if sum(ends_now.values()) <= sum(then.values()):
+            return False
+    return True
 
 
 def ends(stream: Any, topic: str) -> dict[int, int] | None:
@@ -448,7 +543,8 @@ def run_soak(engine: Engine, store: Restartable, options: Options,
     gateways = [(c, n) for c, names in GATEWAYS.items() for n in names]
     for cluster, name in gateways:
         engine.gateway(cluster, name)
-    engine.replicator()
+    for label in REPLICATORS:
+        engine.replicator(label)
     wait_live(gateways)
     say(f"engine up in {time.monotonic() - begun:.1f} s")
     if not spark_built():
@@ -472,7 +568,7 @@ def run_soak(engine: Engine, store: Restartable, options: Options,
         for producer in producers:
             producer.join(timeout=60)
         driver.restore()
-    result.faults = driver.faults
+    result.faults, result.driver = driver.faults, driver
     result.produced = sum(p.sent for p in producers)
     result.acknowledged = sum(len(s) for p in producers for s in p.acked.values())
     result.refused = sum(p.refused for p in producers)
@@ -484,6 +580,7 @@ def run_soak(engine: Engine, store: Restartable, options: Options,
     result.jobs = spark_jobs(options.converge_timeout, say)
     say(f"faults undone; jobs ended after {time.monotonic() - started:.1f} s")
     while lagging := behind(topology):
+        driver.look()
         if time.monotonic() - started > options.converge_timeout:
             say("did not converge: " + "; ".join(lagging))
             break

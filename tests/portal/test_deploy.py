@@ -102,6 +102,16 @@ def test_run_production_starts_the_compose_commands():
     assert subprocess.run(["bash", "-n", str(ROOT / "bin" / "run-production")]).returncode == 0
 
 
+def test_compose_and_run_production_run_two_replicators():
+    services = compose()["services"]
+    replicators = [name for name, service in services.items()
+                   if service.get("command") == ["streamgate", "replicator", "run"]]
+    assert len(replicators) == 2, replicators
+    script = (ROOT / "bin" / "run-production").read_text()
+    assert "REPLICATORS=${REPLICATORS:-2}" in script
+    assert 'start "replicator-$i" streamgate replicator run' in script
+
+
 def test_compose_and_run_production_start_a_kafka_listener():
     kafka = compose()["services"]["kafka"]
     assert kafka["command"][:3] == ["streamgate", "kafka", "run"]

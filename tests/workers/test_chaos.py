@@ -101,8 +101,10 @@ def soak(engine, job_worker, private_postgres, other_stores) -> Iterator[Result]
 def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
     assert soak.converge_seconds is not None, soak.table()
     assert sum(soak.anomalies.values()) == 0, "\n".join([soak.table(), *soak.examples[:20]])
-    for kind in FAULT_KINDS[:3]:  # each kind happened, while producers wrote
+    for kind in (*FAULT_KINDS[:3], "replicator kill -9"):  # each, while producers wrote
         assert soak.faults[kind] >= 1, soak.table()
+    # Replication moved again after each killed replicator: the other took its links.
+    assert len(soak.driver.recovered["replicator kill -9"]) == soak.faults["replicator kill -9"]
     assert soak.acknowledged > 5_000 and soak.acknowledged + soak.refused == soak.produced
     # Each origin's topics are read once per stream that must hold them (two each).
     assert soak.checked >= 2 * soak.acknowledged

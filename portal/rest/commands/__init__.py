@@ -10,6 +10,7 @@ from portal.rest.commands import (
     jobs,
     maintenance,
     replicas,
+    replicators,
     streams,
     topics,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "jobs",
     "maintenance",
     "replicas",
+    "replicators",
     "streams",
     "topics",
 ]

@@ -1,0 +1,117 @@
+"""Replicators' registry and link leases (replication/leases.py), in Redis and in process memory:
+one holder per link, expiry, the rendezvous split, and wake-ups reaching every replicator."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+
+from replication.leases import LinkLeases, ranked_first
+from replication.presence import LocalPresence, Presence, RedisPresence
+
+
+@pytest.fixture(params=["redis", "local"])
+def signals(request) -> Iterator[Presence]:
+    if request.param == "local":
+        yield LocalPresence()
+        return
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    namespace = f"sgt-{uuid.uuid4().hex[:10]}:"
+    yield RedisPresence(client, namespace)
+    keys = list(client.scan_iter(f"{namespace}*"))
+    if keys:
+        client.delete(*keys)
+
+
+def test_a_link_is_leased_to_one_replicator_at_a_time(signals):
+    assert signals.lease("a", [1, 2], [], 5.0) == {1, 2}
+    assert signals.lease("b", [2, 3], [], 5.0) == {3}  # 2 is a's
+    assert signals.lease("a", [1, 2], [], 5.0) == {1, 2}  # renewed
+    signals.lease("a", [1], [2], 5.0)  # a gives 2 back
+    assert signals.lease("b", [2, 3], [], 5.0) == {2, 3}
+    signals.lease("a", [], [3], 5.0)  # not a's to give back: b keeps it
+    assert signals.lease("a", [3], [], 5.0) == set()
+    assert signals.lease_holders([1, 2, 3, 4]) == {1: "a", 2: "b", 3: "b"}
+
+
+def test_a_lease_not_renewed_expires_and_another_takes_it(signals):
+    assert signals.lease("a", [7], [], 0.3) == {7}
+    assert signals.lease("b", [7], [], 0.3) == set()
+    time.sleep(0.4)
+    assert signals.lease("b", [7], [], 0.3) == {7}
+
+
+def test_the_registry_lists_live_and_dead_replicators_with_their_links(signals):
+    assert signals.replicator_beat("a", 0.3, 4) == ["a"]
+    assert signals.replicator_beat("b", 5.0, 2) == ["a", "b"]
+    time.sleep(0.4)
+    assert signals.replicator_beat("b", 5.0, 6) == ["b"]  # a stopped beating
+    states = {s.id: s for s in signals.replicators()}
+    assert (states["a"].alive, states["a"].links) == (False, 4)
+    assert (states["b"].alive, states["b"].links) == (True, 6)
+    assert time.time() - states["b"].heartbeat < 5 and states["b"].pid > 0
+    signals.replicator_forget("a")
+    assert [s.id for s in signals.replicators()] == ["b"]
+
+
+def test_a_wake_up_reaches_every_live_replicator(signals):
+    signals.replicator_beat("a", 5.0, 0)
+    signals.replicator_beat("b", 5.0, 0)
+    signals.wake(["s1", "s2"])
+    assert signals.wait(1.0, "a").streams == {"s1", "s2"}
+    assert signals.wait(1.0, "b").streams == {"s1", "s2"}  # not taken by a
+    assert signals.wait(0.05, "a").streams == set()
+
+
+def test_live_replicators_split_the_links_and_a_dead_ones_share_goes_to_the_others(signals):
+    moving = set(range(1, 41))
+    a, b = (LinkLeases(signals, name, 0.5) for name in ("a", "b"))
+    a.tick(moving, 0.0)
+    b.tick(moving, 0.0)
+    a.tick(moving, 0.0)  # a hears of b, and gives b's share back in the same tick
+    b.tick(moving, 0.0)  # which b takes
+    assert a.held and b.held and a.held | b.held == moving and not a.held & b.held
+    assert a.held == {link for link in moving if ranked_first(link, ["a", "b"]) == "a"}
+    time.sleep(0.6)  # a dies: its beat and leases expire
+    share = set(b.held)
+    assert b.tick(moving, 1.0) == moving - share  # hears that a is gone, and takes its links
+    assert b.held == moving
+
+
+def test_a_replicator_whose_lease_lapsed_plans_nothing(signals):
+    leases = LinkLeases(signals, "a", 0.5)
+    leases.tick({1, 2}, 0.0)
+    assert leases.holds({1, 2}, 0.1) == {1, 2}
+    assert leases.holds({1, 2}, 0.6) == set()  # no renewal within the lease: not trusted
+
+
+def test_a_link_that_starts_moving_is_taken_before_the_next_tick(signals):
+    leases = LinkLeases(signals, "a", 5.0)
+    leases.tick(set(), 0.0)
+    assert leases.holds({9}, 0.1) == {9}
+
+
+def test_a_clean_stop_gives_the_leases_back_at_once(signals):
+    a, b = LinkLeases(signals, "a", 5.0), LinkLeases(signals, "b", 5.0)
+    a.tick({1, 2, 3}, 0.0)
+    a.close()
+    b.tick({1, 2, 3}, 0.0)
+    assert b.held == {1, 2, 3}
+    assert [s.id for s in signals.replicators()] == ["b"]
+
+
+def test_one_live_replicator_leads_and_another_takes_over_when_it_dies(signals):
+    a, b = LinkLeases(signals, "a", 0.5), LinkLeases(signals, "b", 0.5)
+    a.tick(set(), 0.0)
+    b.tick(set(), 0.0)
+    a.tick(set(), 0.0)
+    assert [a.leads(), b.leads()].count(True) == 1
+    other = b if a.leads() else a
+    time.sleep(0.6)  # the leader dies
+    other.tick(set(), 1.0)
+    assert other.leads()

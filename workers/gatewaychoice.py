@@ -1,0 +1,58 @@
+"""How the replicator picks a destination cluster's gateway for a batch: the live ones (from
+presence, read once a step per cluster), round-robin, skipping those that missed an
+acknowledgement (suspect) until they restart; a partition's batches in flight stay with the
+gateway they went to, whose queue keeps them in order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from replication.presence import GatewayId, Presence
+from replication.services.engine import gateways_configured
+
+if TYPE_CHECKING:
+    from workers.replicator import InFlight
+
+Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
+GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways
+
+
+class GatewayChoice:
+    """Mixed into the Replicator, whose fields these are."""
+
+    presence: Presence
+    suspect: dict[GatewayId, tuple[float, str]]
+    rr: dict[str, int]
+    _gateways: dict[str, list[str]]
+    _gateways_read: float
+    _live: dict[str, list[Chosen]]
+
+    def _live_gateways(self, cluster: str, now: float) -> list[Chosen]:
+        if now - self._gateways_read > GATEWAYS_REFRESH:
+            self._gateways, self._gateways_read = gateways_configured(), now
+        if cluster not in self._live:
+            gateways = [(cluster, name) for name in self._gateways.get(cluster, ())]
+            live = self.presence.live(gateways)
+            self._live[cluster] = [(g, live[g]) for g in gateways
+                                   if g in live and not self._suspected(g, live[g], now)]
+        return self._live[cluster]
+
+    def _choose(self, cluster: str, now: float) -> Chosen | None:
+        """The next live gateway of the cluster, round-robin; None when all are down."""
+        live = self._live_gateways(cluster, now)
+        if not live:
+            return None
+        turn = self.rr.get(cluster, 0)
+        self.rr[cluster] = turn + 1
+        return live[turn % len(live)]
+
+    def _sticky(self, flight: InFlight, now: float) -> Chosen | None:
+        """The gateway a partition's flights went to, while it is live: its queue keeps the
+        partition's batches in order. None once it is down or suspected."""
+        chosen = (flight.gateway, flight.incarnation)
+        return chosen if chosen in self._live_gateways(flight.gateway[0], now) else None
+
+    def _suspected(self, gateway: GatewayId, incarnation: str, now: float) -> bool:
+        until, then = self.suspect.get(gateway, (0.0, ""))
+        # A restarted gateway (a new incarnation) is trusted again at once.
+        return until > now and then == incarnation
