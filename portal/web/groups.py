@@ -23,6 +23,7 @@ from replication.models import Stream
 from replication.services.groups import (
     RESET_TO,
     GroupOffsets,
+    PartitionOffsets,
     group_offsets,
     group_offsets_reset,
 )
@@ -63,9 +64,9 @@ class GroupCard:
     live: LiveGroup | None
     failover: list[tuple[bool, int]]
 
-    def rows(self) -> list[tuple[Any, LiveMember | None]]:
+    def rows(self) -> list[tuple[PartitionOffsets, LiveMember | None]]:
         """Each partition's offsets with the live member assigned it, if any."""
-        return [(p, self.live and self.live.owner_of(p.topic, p.partition))
+        return [(p, self.live.owner_of(p.topic, p.partition) if self.live else None)
                 for p in self.offsets.partitions]
 
 
