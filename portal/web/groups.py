@@ -1,9 +1,12 @@
-"""A stream's consumer groups: committed offsets and lag per partition and in all, the
-replicas' copies of the cursors (can the group fail over?), and a form that resets a group's
-offsets (consumeperm, audited through replication.services.groups)."""
+"""A stream's consumer groups: committed offsets and lag per partition and in all, the live
+members of Kafka groups (from the listener's coordinator, through workers.kafka.members) with
+the partitions each is assigned and the group's state, the replicas' copies of the cursors
+(can the group fail over?), and a form that resets a group's offsets (consumeperm, audited
+through replication.services.groups)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +20,14 @@ from portal.web.streams import visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import InvalidInput, StreamgateError
 from replication.models import Stream
-from replication.services.groups import RESET_TO, group_offsets, group_offsets_reset
+from replication.services.groups import (
+    RESET_TO,
+    GroupOffsets,
+    PartitionOffsets,
+    group_offsets,
+    group_offsets_reset,
+)
+from workers.kafka.members import LiveGroup, LiveMember, live_groups
 
 RESET_FIELDS = ("group", "topic", "to", "timestamp", "offset")
 RESET_LABELS = {"earliest": "the earliest message kept", "latest": "the end (skip everything)",
@@ -43,13 +53,42 @@ def _reset(request: HttpRequest, stream: Stream, typed: dict[str, str]) -> dict[
                                timestamp_ms=timestamp_ms, offset=offset)
 
 
+@dataclass
+class GroupCard:
+    """One group on the tab: its committed offsets (a Kafka group that has committed nothing
+    yet has none) beside its live members (a group consuming through REST or the CLI has
+    none: only Kafka groups have a coordinator)."""
+
+    group: str
+    offsets: GroupOffsets
+    live: LiveGroup | None
+    failover: list[tuple[bool, int]]
+
+    def rows(self) -> list[tuple[PartitionOffsets, LiveMember | None]]:
+        """Each partition's offsets with the live member assigned it, if any."""
+        return [(p, self.live.owner_of(p.topic, p.partition) if self.live else None)
+                for p in self.offsets.partitions]
+
+
+def _cards(offsets: list[GroupOffsets], live: list[LiveGroup],
+           replicas: list[str]) -> list[GroupCard]:
+    by_name = {g.group: g for g in live}
+    committed = {g.group: g for g in offsets}
+    cards = []
+    for name in sorted(by_name.keys() | committed.keys()):
+        group = committed.get(name) or GroupOffsets(name, [])
+        cards.append(GroupCard(name, group, by_name.get(name),
+                               [group.failover(path) for path in replicas]))
+    return cards
+
+
 def _context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
     try:
-        groups, replicas = group_offsets(actor=request.user, stream=stream)
+        offsets, replicas = group_offsets(actor=request.user, stream=stream)
+        live = live_groups(actor=request.user, stream=stream)
     except StreamgateError as err:
         return {"denied": err.desc, "groups": [], "replicas": []}
-    return {"groups": [(g, [g.failover(path) for path in replicas]) for g in groups],
-            "replicas": replicas}
+    return {"groups": _cards(offsets, live, replicas), "replicas": replicas}
 
 
 @login_required

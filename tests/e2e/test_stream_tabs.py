@@ -1,5 +1,6 @@
 """A stream's consumer groups and messages tabs in Debian's chromium: the group a consumer
-committed, with its lag, reset from the form; the message browser's filters, decoding, live
+committed, with its lag, reset from the form; a Kafka group's live members and their
+partitions, readable (axe-core); the message browser's filters, decoding, live
 tail and test produce; another tenant denied."""
 
 import pytest
@@ -8,8 +9,11 @@ from playwright.sync_api import Page, expect
 from replication.engine.store import Record
 from replication.services import topic_create
 from replication.services.messages import cursor_commit, messages_produce
+from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in
+from workers.kafka.board import Placement, group_key, publish, snapshot
+from workers.kafka.groupmodel import GroupView, MemberView
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +35,7 @@ def test_groups_tab_shows_a_committed_group_and_resets_it(portal_url, page: Page
     page.get_by_role("link", name="Consumer groups").click()
     group = page.locator('article[data-group="billing"]')
     expect(group.locator('[data-field="total-lag"]')).to_have_text("4 msgs behind")
-    expect(group).to_contain_text("no live members known")
+    expect(group).to_contain_text("Members: none live")
     page.fill("#reset-offsets input[name=group]", "billing")
     page.check("#reset-offsets input[value=latest]")
     page.click("#reset-offsets button[type=submit]")
@@ -67,6 +71,27 @@ def test_message_browser_filters_decodes_and_produces(portal_url, page: Page, ow
     expect(first).to_contain_text("hello from the portal")
     expect(first).to_contain_text("trace=t1")
 
+
+
+def test_groups_tab_shows_a_kafka_groups_live_members_readably(portal_url, page: Page, owner,
+                                                              activity, orders):
+    off_loop(cursor_commit, actor=owner, stream=activity, group="billing", topic="orders",
+             partition=1, offset=5)
+    view = GroupView("billing", "Stable", 2, "consumer", "range", "m-1", [
+        MemberView("m-1", None, "billing-1", "/10.0.0.1", b"", b""),
+        MemberView("m-2", None, "billing-2", "/10.0.0.2", b"", b"")])
+    placed = {m: [Placement(str(activity.uuid), activity.path, "orders", p, "orders")]
+              for m, p in (("m-1", 0), ("m-2", 1))}
+    off_loop(publish, group_key(activity.tenant_id, "billing"), snapshot(view, placed))
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/streams/{activity.pk}/groups/")
+    group = page.locator('article[data-group="billing"]')
+    expect(group.locator('[data-field="state"]')).to_have_text("Stable")
+    expect(group.locator('tr[data-member="m-2"] [data-field="assigned"]')).to_have_text(
+        "orders:1")
+    expect(group.locator('tr[data-partition="orders:1"] [data-field="owner"]')).to_have_text(
+        "billing-2")
+    assert_accessible(page)
 
 def test_live_tail_shows_new_messages_without_a_reload(portal_url, page: Page, owner,
                                                        activity, orders):

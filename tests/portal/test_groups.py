@@ -1,13 +1,15 @@
 """Consumer groups on a stream's page: committed offset and lag per partition and in all,
-the replicas' copies of the cursors (can the group fail over), and resetting a group's
-offsets to earliest, latest, a time or an offset with consumeperm, audited; the outsider
-from another tenant sees none of it."""
+a Kafka group's live members (as the listener's coordinator publishes them) with the
+partitions each is assigned and the group's state, the replicas' copies of the cursors (can
+the group fail over), and resetting a group's offsets to earliest, latest, a time or an
+offset with consumeperm, audited; the outsider from another tenant sees none of it."""
 
 import re
 import time
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from operations.models import AuditEvent
 from replication.engine.store import Record
@@ -15,6 +17,9 @@ from replication.services import replica_add, topic_create, upstream_add
 from replication.services.groups import group_offsets_reset
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
+from workers.kafka.board import Placement, group_key, publish, snapshot
+from workers.kafka.groupmodel import GroupView, MemberView
+from workers.models import KafkaGroup
 
 
 def signed_in(user) -> Client:
@@ -51,7 +56,7 @@ def test_groups_tab_shows_committed_offsets_and_lag_per_partition_and_in_all(
     assert 'data-field="committed">4<' in p0 and 'data-field="lag">6<' in p0
     p1 = re.search(r'data-partition="clicks:1".*?</tr>', block, re.S).group(0)
     assert 'data-field="lag">0<' in p1
-    assert "no live members known" in block
+    assert 'data-members="none"' in block and "Members: none live" in block
     assert 'aria-current="page">Consumer groups<' in page
 
 
@@ -138,3 +143,70 @@ def test_another_tenant_sees_no_groups(outsider, owner, activity, clicks):
     assert client.post(f"/streams/{activity.pk}/groups/", {
         "group": "billing", "topic": "clicks", "to": "latest"}).status_code == 404
     assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) == 1
+
+
+def publish_group(stream, tenant_id: int, group: str = "billing",
+                  state: str = "Stable") -> None:
+    """The group as the listener's board writes it: the coordinator's view and each member's
+    placements, through board.publish (a KafkaGroup row with its TTL)."""
+    members = [MemberView("m-1", None, "app-1", "/10.0.0.1", b"", b""),
+               MemberView("m-2", None, "app-2", "/10.0.0.2", b"", b""),
+               MemberView("m-3", None, "app-3", "/10.0.0.3", b"", b"")]
+    view = GroupView(group, state, 4, "consumer", "range", "m-1", members)
+    publish(group_key(tenant_id, group), snapshot(view, {
+        "m-1": [Placement(str(stream.uuid), stream.path, "clicks", 0, "clicks")],
+        "m-2": [Placement(str(stream.uuid), stream.path, "clicks", 1, "clicks"),
+                Placement("another-stream", "/mapr/x/y", "other", 0, "other")],
+    }))
+
+
+def member_row(block: str, member: str) -> str:
+    return re.search(rf'<tr data-member="{member}">.*?</tr>', block, re.S).group(0)
+
+
+def test_groups_tab_shows_live_members_their_partitions_and_the_group_state(
+        owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=4)
+    publish_group(activity, activity.tenant_id, state="PreparingRebalance")
+    block = group_block(signed_in(owner).get(f"/streams/{activity.pk}/groups/")
+                        .content.decode(), "billing")
+    assert 'data-field="state">PreparingRebalance<' in block
+    assert 'data-field="total-lag">6 msgs behind<' in block  # the offsets stay beside
+    m1 = member_row(block, "m-1")
+    assert "(leader)" in m1 and 'data-field="client-id">app-1<' in m1
+    assert 'data-field="host">/10.0.0.1<' in m1 and 'data-field="assigned">clicks:0<' in m1
+    # another stream's partition of the same member is not this stream's business
+    assert 'data-field="assigned">clicks:1<' in member_row(block, "m-2")
+    assert "none yet" in member_row(block, "m-3")  # joined, not yet assigned
+    p0 = re.search(r'data-partition="clicks:0".*?</tr>', block, re.S).group(0)
+    assert 'data-field="owner">app-1<' in p0
+    assert "other" not in block
+
+
+def test_a_live_group_that_committed_nothing_yet_shows_its_members(owner, activity, clicks):
+    publish_group(activity, activity.tenant_id, group="fresh")
+    block = group_block(signed_in(owner).get(f"/streams/{activity.pk}/groups/")
+                        .content.decode(), "fresh")
+    assert 'data-field="state">Stable<' in block and 'data-member="m-2"' in block
+    assert "No offset committed yet." in block and "total-lag" not in block
+
+
+def test_expired_and_other_streams_groups_are_not_shown(owner, activity, activity_ny,
+                                                        clicks):
+    publish_group(activity, activity.tenant_id, group="gone")
+    KafkaGroup.objects.filter(group_id="gone").update(expires=timezone.now())
+    publish_group(activity_ny, activity.tenant_id, group="elsewhere")
+    page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
+    assert 'data-group="gone"' not in page and 'data-group="elsewhere"' not in page
+    assert 'id="no-groups"' in page
+
+
+def test_another_tenant_sees_no_members_and_its_groups_never_show_here(
+        outsider, owner, activity, clicks):
+    publish_group(activity, activity.tenant_id, group="billing")
+    assert signed_in(outsider).get(f"/streams/{activity.pk}/groups/").status_code == 404
+    # a group of globex's whose placements name this stream's uuid stays globex's
+    publish_group(activity, outsider.memberships.get().tenant_id, group="globex-spy")
+    page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
+    assert 'data-group="billing"' in page and 'data-group="globex-spy"' not in page

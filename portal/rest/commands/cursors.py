@@ -6,18 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.utils import timezone
 
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Int, Str, StreamPath
-from replication.models import Stream
-from replication.services.cursors import (
-    LIST_PERMS,
-    _filters,
-    cursor_delete,
-    cursor_report,
-)
-from workers.models import KafkaGroup
+from replication.services.cursors import _filters, cursor_delete, cursor_report
+from workers.kafka.members import LiveGroup, live_groups
 
 PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", required=True)
 FILTERS = (
@@ -47,33 +40,25 @@ def cursor_delete_command(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
          summary="List Kafka consumer groups' members and the partitions each is assigned.")
 def assign_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
-    stream.require(user, *LIST_PERMS, action="list consumer assignments")
+    groups = live_groups(actor=user, stream=stream, group=opts["consumergroup"])
     _filters(stream, opts["topic"], opts["partition"])
-    groups = KafkaGroup.objects.filter(tenant_id=stream.tenant_id, expires__gt=timezone.now())
-    if opts["consumergroup"]:
-        groups = groups.filter(group_id=opts["consumergroup"])
+    return [row for group in groups for row in _assignment_rows(group, opts)]
+
+
+def _assignment_rows(group: LiveGroup, opts: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
-    for group in groups:
-        rows += _assignment_rows(group, stream, opts)
-    return rows
-
-
-def _assignment_rows(group: KafkaGroup, stream: Stream, opts: dict[str, Any]) -> list[Row]:
-    state, rows = group.state, []
-    for member in state.get("members", []):
-        for part in member.get("partitions", []):
-            if part["stream"] != str(stream.uuid):
+    for member in group.members:
+        for topic, partition in member.partitions:
+            if opts["topic"] and topic != opts["topic"]:
                 continue
-            if opts["topic"] and part["topic"] != opts["topic"]:
+            if opts["partition"] is not None and partition != opts["partition"]:
                 continue
-            if opts["partition"] is not None and part["partition"] != opts["partition"]:
-                continue
-            row = {"consumergroup": group.group_id, "topic": part["topic"],
-                   "partitionid": part["partition"], "consumerid": member["consumerid"],
-                   "clientid": member["clientid"], "host": member["host"]}
+            row = {"consumergroup": group.group, "topic": topic, "partitionid": partition,
+                   "consumerid": member.member_id, "clientid": member.client_id,
+                   "host": member.host}
             if opts["detail"]:
-                row |= {"state": state["state"], "generation": state["generation"],
-                        "protocol": state["protocol"], "leader": state["leader"] ==
-                        member["consumerid"], "instanceid": member.get("instanceid") or ""}
+                row |= {"state": group.state, "generation": group.generation,
+                        "protocol": group.protocol, "leader": member.leader,
+                        "instanceid": member.instance_id}
             rows.append(row)
     return rows

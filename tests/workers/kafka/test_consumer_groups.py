@@ -1,11 +1,13 @@
 """Consumer groups with real clients through a real listener: two members share a topic's
 partitions, rebalance when one leaves, and every message is consumed once by the group; the
-offsets they commit are the stream's cursors (`stream cursor list`)."""
+offsets they commit are the stream's cursors (`stream cursor list`), and the stream page's
+Consumer groups tab shows the live members with the partitions each holds."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
+from django.test import Client
 
 from replication.services.cursors import cursor_report
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
@@ -169,6 +172,22 @@ def cooperative_member(kafka, name: str, group: str) -> Member:
     return confluent_member(kafka, name, group, "cooperative-sticky")
 
 
+def members_on_the_groups_tab(owner, stream, group: str) -> tuple[str, dict[str, set[int]]]:
+    """The group's state and client id -> assigned partitions, as the portal's tab shows them
+    (read from the rows the listener, another process, publishes)."""
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/streams/{stream.pk}/groups/").content.decode()
+    block = re.search(rf'<article class="group" data-group="{group}">.*?</article>', page, re.S)
+    if block is None or 'data-members="live"' not in block.group(0):
+        return "", {}
+    state = re.search(r'data-field="state">([^<]+)<', block.group(0)).group(1)
+    rows = re.findall(r'data-field="client-id">([^<]+)</td>.*?data-field="assigned">(.*?)</td>',
+                      block.group(0), re.S)
+    return state, {name: {int(p) for p in re.findall(r"orders:(\d+)", cell)}
+                   for name, cell in rows}
+
+
 CLIENTS = {"confluent": confluent_member, "confluent-cooperative-sticky": cooperative_member,
            "kafka-python": kafka_python_member, "aiokafka": aiokafka_member}
 
@@ -187,6 +206,8 @@ def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(kafka, ow
         and not a.partitions & b.partitions and len(a.partitions | b.partitions) == PARTITIONS),
         "a disjoint split", kafka)
     assert not a.errors + b.errors, (a.errors + b.errors)[0]
+    wait_for(lambda: members_on_the_groups_tab(owner, orders, "billing") == (
+        "Stable", {"m-a": a.partitions, "m-b": b.partitions}), "both members on the tab", kafka)
     b.leave()
     wait_for(lambda: a.errors or a.partitions == set(range(PARTITIONS)),
              "a taking every partition", kafka)
