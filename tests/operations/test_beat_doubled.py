@@ -43,7 +43,8 @@ def twice_at_once(task: Callable[[], object]) -> list[object]:
 def test_every_beat_entry_is_one_of_the_tasks_checked_here():
     tasks = {entry["task"] for entry in app.conf.beat_schedule.values()}
     assert tasks == {"workers.tasks.expire_messages_task", "workers.tasks.resume_jobs_task",
-                     "workers.tasks.record_lag_task", "operations.tasks.evaluate_alarms_task"}
+                     "workers.tasks.record_lag_task", "operations.tasks.evaluate_alarms_task",
+                     "workers.tasks.verify_links_task"}
 
 
 def test_alarm_evaluation_run_twice_at_once_opens_one_alarm(link, live_gateway):

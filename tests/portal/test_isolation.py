@@ -143,7 +143,7 @@ def test_rest_commands_without_required_options_show_an_outsider_nothing_of_acme
 def _pk_for(name: str, world: dict[str, Any]) -> int:
     if name.startswith("approval-"):
         return world["waiting"].pk
-    if name.startswith("setup-auto"):
+    if name.startswith("setup-auto") or name == "topology-link-lag":
         return world["pair"].pk
     if name.startswith("job-"):
         return world["job"].pk
