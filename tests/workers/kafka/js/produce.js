@@ -1,34 +1,17 @@
-// kafkajs's producer against a streamgate listener: sends argv[3] messages with keys and
-// headers to topic argv[2], compression argv[4] ("none" or "gzip": kafkajs's built-in codecs),
-// and prints the acknowledged offsets as JSON. Env: KAFKA_BOOTSTRAP, KAFKA_USERNAME,
-// KAFKA_PASSWORD.
-const { Kafka, CompressionTypes, logLevel } = require("kafkajs");
+// kafkajs's producer against a streamgate listener: sends argv[1] messages with keys and
+// headers to topic argv[0], compressed with argv[2] (none, gzip, snappy, lz4 or zstd), and
+// prints the acknowledged offsets as JSON.
+const { CODECS, connect, run } = require("./client");
 
-async function main([topic, count, codec]) {
-  const kafka = new Kafka({
-    clientId: "streamgate-test",
-    brokers: [process.env.KAFKA_BOOTSTRAP],
-    sasl: { mechanism: "plain", username: process.env.KAFKA_USERNAME,
-            password: process.env.KAFKA_PASSWORD },
-    ssl: false,
-    logLevel: logLevel.NOTHING,
-    retry: { retries: 2 },
-  });
-  const producer = kafka.producer({ allowAutoTopicCreation: false });
+run(async ([topic, count, codec]) => {
+  const producer = (await connect()).producer({ allowAutoTopicCreation: false });
   await producer.connect();
   try {
     const messages = [...Array(Number(count)).keys()].map((i) => ({
       key: `k${i % 4}`, value: `js-${codec}-${i}`, headers: { h: `${i}` } }));
-    const acks = await producer.send({
-      topic, messages, acks: -1,
-      compression: codec === "gzip" ? CompressionTypes.GZIP : CompressionTypes.None });
-    console.log(JSON.stringify({ acks }));
+    const acks = await producer.send({ topic, messages, acks: -1, compression: CODECS[codec] });
+    return { acks };
   } finally {
     await producer.disconnect();
   }
-}
-
-main(process.argv.slice(2)).catch((error) => {
-  console.log(JSON.stringify({ error: error.message, type: error.type || error.name }));
-  process.exit(1);
 });
