@@ -149,3 +149,23 @@ def test_listener_defaultstream_serves_plain_names_on_a_single_tenant_site(kafka
     assert topics["orders"].error is None and len(topics["orders"].partitions) == 2
     theirs = list_topics(mine.as_user(outsider).confluent(), "orders").topics["orders"]
     assert theirs.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART  # not their tenant's stream
+
+
+TRANSACTION_APIS = {24, 25, 26, 28}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
+
+
+def test_transactions_are_not_advertised_so_a_transactional_producer_fails_with_kafkas_error(
+        kafka):
+    from tests.workers.kafka.wire import Wire
+
+    wire = Wire(kafka.bootstrap)
+    keys = {k.api_key for k in wire.call(18, 3, client_software_name="t",
+                                         client_software_version="1").api_keys}
+    wire.close()
+    assert {0, 1, 2, 3, 22} <= keys and not keys & TRANSACTION_APIS
+    producer = Producer(kafka.confluent(**{"transactional.id": "billing-tx"}))
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as failed:
+        producer.init_transactions(30)
+    assert time.monotonic() - started < 25  # Kafka's own error, not a timeout
+    assert failed.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -29,7 +29,10 @@ from workers.kafka.grouping import (
 from workers.kafka.session import Session
 
 log = structlog.get_logger(__name__)
-COORDINATOR_NOT_AVAILABLE = errors.ErrorCode.coordinator_not_available
+# Kafka's answer to a transaction coordinator lookup it may not serve. Not retriable, so a
+# transactional producer fails at once with Kafka's own error instead of retrying until its
+# timeout (COORDINATOR_NOT_AVAILABLE would make librdkafka retry).
+NO_TRANSACTIONS = errors.ErrorCode.transactional_id_authorization_failed
 INVALID_GROUP_ID = errors.ErrorCode.invalid_group_id
 
 
@@ -53,9 +56,9 @@ async def find_coordinator(session: Session, header: RequestHeader, request: Any
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if key_type != 0:
-            entry |= {"error_code": COORDINATOR_NOT_AVAILABLE,
-                      "error_message": "transactions are not supported: only group "
-                                       "coordinators exist here"}
+            entry |= {"error_code": NO_TRANSACTIONS,
+                      "error_message": "transactions are not supported here (idempotent "
+                                       "producers are): only group coordinators exist"}
         elif not key:
             entry |= {"error_code": INVALID_GROUP_ID, "error_message": "empty group id"}
         else:
