@@ -110,3 +110,18 @@ def test_member_without_topicperm_is_refused_with_an_authorization_error(kafka, 
     error = created["/mapr/c1/apps:new"].args[0]
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and "topicperm" in str(error)
     assert not apps.topics.exists()
+
+
+def test_create_partitions_needs_topicperm_and_another_tenants_topic_does_not_exist(
+        kafka, apps, member, outsider):
+    topic = apps.topics.create(name="orders", origin_uuid=apps.uuid, partitions=2)
+    name = "/mapr/c1/apps:orders"
+    theirs = AdminClient(kafka.as_user(outsider).confluent())
+    grown = done(theirs.create_partitions([NewPartitions(name, 4)]))
+    assert grown[name].args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    bobs = AdminClient(kafka.as_user(member).confluent())
+    grown = done(bobs.create_partitions([NewPartitions(name, 4)]))
+    error = grown[name].args[0]
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and "topicperm" in str(error)
+    topic.refresh_from_db()
+    assert topic.partitions == 2
