@@ -345,8 +345,9 @@ def messages_fetch_partitions(
     max_bytes: int = 50 << 20,
 ) -> Topic:
     """messages_consume for several partitions of one topic (consumeperm checked), with each
-    partition's watermarks; reads stop adding messages once `max_bytes` is reached (the first
-    partition with data still returns at least one message, as Kafka does)."""
+    partition's watermarks; reads stop adding messages once `max_bytes` is reached. As Kafka,
+    only the first partition with data may go past it, by its first message, so a consumer
+    never stalls on a message larger than its fetch size."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
     marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
@@ -360,12 +361,13 @@ def messages_fetch_partitions(
         if not read.low <= read.offset <= read.high:
             read.error = OffsetOutOfRange(read.offset, read.low, read.high)
         elif read.offset < read.high and left > 0:
-            budget = min(read.max_bytes, left) if count else read.max_bytes
-            read.rows = store.read_rows(stream.uuid, target.name, read.partition, read.offset,
-                                        limit=min(MAX_BATCH, max(budget // 64, 1)),
-                                        max_bytes=budget)
-            left -= sum(map(itemgetter(7), read.rows))  # their logical bytes
-            count += len(read.rows)
+            budget = min(read.max_bytes, left)
+            rows = store.read_rows(stream.uuid, target.name, read.partition, read.offset,
+                                   limit=min(MAX_BATCH, max(budget // 64, 1)), max_bytes=budget)
+            size = sum(map(itemgetter(7), rows))  # their logical bytes
+            if count and size > left:
+                continue  # a lone oversized message: only the first partition may send one
+            read.rows, left, count = rows, left - size, count + len(rows)
     if count:
         count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count,
                       nbytes=max_bytes - left)

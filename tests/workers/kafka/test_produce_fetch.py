@@ -172,3 +172,35 @@ def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(kafka, topic):
     # Well before the fetch's 5 s max wait would have ended (the produce's own round trips
     # and librdkafka's start-up take part of it).
     assert arrived - sent_at[0] < 3.0
+
+
+def test_one_fetch_serves_many_partitions_and_keeps_to_max_bytes(kafka, topic):
+    import datetime
+
+    from tests.workers.kafka.wire import Wire
+    from workers.kafka.records import decode_batches
+
+    produce(kafka.confluent(), [(b"v" * 1000, None, None, p) for p in (0, 1, 2) for _ in range(30)])
+    wire = Wire(kafka.bootstrap)
+    wire.authenticate(kafka.username, kafka.password)
+
+    def fetch(max_bytes: int, partition_max_bytes: int) -> dict[int, tuple[int, int]]:
+        """(records, bytes) per partition of one Fetch over partitions 0-2."""
+        response = wire.call(
+            1, 12, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
+            max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            forgotten_topics_data=[], rack_id="", topics=[{"topic": NAME, "partitions": [
+                {"partition": p, "current_leader_epoch": -1, "fetch_offset": 0,
+                 "last_fetched_epoch": -1, "log_start_offset": -1,
+                 "partition_max_bytes": partition_max_bytes} for p in (0, 1, 2)]}])
+        return {p.partition_index: (sum(len(b.records) for b in decode_batches(p.records)),
+                                    len(p.records or b""))
+                for t in response.responses for p in t.partitions}
+
+    assert {p: n for p, (n, _) in fetch(10_000_000, 1_000_000).items()} == {0: 30, 1: 30, 2: 30}
+    per_partition = fetch(10_000_000, 5_000)
+    assert all(0 < n < 30 and size <= 5_000 + 1_100 for n, size in per_partition.values())
+    limited = fetch(8_000, 1_000_000)  # the request's limit spans partitions
+    assert 0 < sum(size for _, size in limited.values()) <= 8_000 + 1_100
+    assert sum(n for n, _ in limited.values()) < 90
+    wire.close()
