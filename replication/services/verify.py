@@ -13,11 +13,14 @@ is kept as `verify_error`, which the alarm evaluator raises with its first diffe
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.utils import timezone
 
 from replication.errors import Conflict, NotFound, PermissionDenied
@@ -26,10 +29,40 @@ from replication.services.compare import first_difference, marks_of
 from replication.services.engine import carried_topics
 from replication.stores import store_for
 
+CLAIM_SECONDS = 900  # a run that died holding its claim frees the link after this
+
+
+class Busy(Conflict):
+    """Another run verifies this link right now."""
+
+
+@contextmanager
+def _claim(link: ReplicaLink) -> Iterator[None]:
+    """One run per link at a time, across processes (two beats, beat and "Verify now"): two
+    runs would start from the same verifiedUpTo, and the one recording last could move it
+    back past what the other found. A row lock would do it too, but would hold the link's
+    row (which replicators update) for the whole comparison."""
+    key = f"verify-link:{link.pk}"
+    if not cache.add(key, 1, timeout=CLAIM_SECONDS):
+        raise Busy(f"{link.replica.path} is being verified right now: see its result with "
+                   f"'streamgate stream replica list -path {link.source.path}'",
+                   field="replica")
+    try:
+        yield
+    finally:
+        cache.delete(key)
+
 
 def link_verify(*, link: ReplicaLink) -> dict[str, Any]:
     """Verify the link's replicated prefix from where the last run stopped; record and
     return the result (`messagesChecked`, `firstDifference` or None, ...)."""
+    with _claim(link):
+        # Re-read under the claim: a run that just ended moved verifiedUpTo.
+        link.refresh_from_db(fields=["verified_upto", "last_verified"])
+        return _verify(link)
+
+
+def _verify(link: ReplicaLink) -> dict[str, Any]:
     source, replica = link.source, link.replica
     src, dst = store_for(source.cluster), store_for(replica.cluster)
     topics = carried_topics(replica.uuid, dict(source.topics.values_list("name", "origin_uuid")))
@@ -94,12 +127,26 @@ def replica_verify(*, actor: AbstractBaseUser, source: Stream, replica: Stream,
 
 
 def links_verify_due(*, now: datetime | None = None) -> int:
-    """Beat's entry: verify each agreed link whose interval has passed; returns how many."""
+    """Beat's entry: verify each agreed link whose interval has passed; returns how many
+    this run verified (a link another run verifies at once is left to it)."""
     now = now or timezone.now()
     links = (ReplicaLink.objects.agreed().filter(verify_interval__gt=0)
              .select_related("source__cluster", "replica__cluster"))
-    due = [link for link in links if link.last_verified is None
-           or link.last_verified + timedelta(seconds=link.verify_interval) <= now]
-    for link in due:
-        link_verify(link=link)
-    return len(due)
+    done = 0
+    for link in links:
+        if not _due(link, now):
+            continue
+        try:
+            with _claim(link):
+                link.refresh_from_db(fields=["verified_upto", "last_verified"])
+                if _due(link, now):  # not verified meanwhile by another run
+                    _verify(link)
+                    done += 1
+        except Busy:
+            continue  # another beat's run has it
+    return done
+
+
+def _due(link: ReplicaLink, now: datetime) -> bool:
+    return (link.last_verified is None
+            or link.last_verified + timedelta(seconds=link.verify_interval) <= now)
