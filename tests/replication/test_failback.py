@@ -208,3 +208,15 @@ def test_the_common_prefix_is_found_even_without_the_failovers_record_of_it(
     report = replica_failback(source=source, replica=replica, dryrun=True, actor=owner)
     assert [(p["commonPrefix"], p["keepAside"], p["copy"]) for p in report["partitions"]] == [
         (15, 5, 10)] * 3
+
+
+def test_failback_needs_adminperm_on_the_promoted_stream_too(owner, member, failed_over):
+    source, replica, _first, _second = failed_over
+    source.adminperm = f"u:{owner.username} | u:{member.username}"
+    source.save()
+    with pytest.raises(PermissionDenied, match=f"adminperm.*{replica.path}|{replica.path}.*"
+                                               "adminperm"):
+        replica_failback(source=source, replica=replica, actor=member)
+    assert not ReplicaLink.objects.exists() and Failover.objects.get().failed_back_at is None
+    assert sum(h for _l, h in store_for(source.cluster).watermarks(source.uuid,
+                                                                   "clicks").values()) == 60
