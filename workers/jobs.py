@@ -72,7 +72,9 @@ def job_run(*, job_id: int) -> str:
 def _spec(job: Job) -> Spec:
     source, destination = job.source, job.destination
     topics = {t.name: (t.partitions, t.origin_uuid) for t in source.topics.all()}
-    if job.kind == Job.Kind.CATCHUP:  # never back to where a topic comes from (invariant 3)
+    # A catch-up or a link's repair moves only what the link carries: never back to where a
+    # topic comes from (invariant 3; a multi-master pair's own topics are not the source's).
+    if job.kind == Job.Kind.CATCHUP or job.options.get("link"):
         kept = carried_topics(destination.uuid, {n: o for n, (_, o) in topics.items()})
         topics = {n: v for n, v in topics.items() if n in kept}
     for cluster in (source.cluster, destination.cluster):

@@ -7,7 +7,8 @@ written once and only a repair (store truncate) rewrites them, so what was found
 equal and a run costs what was written since (bounded by VERIFY_MAX_MESSAGES per link). The
 result lands on the link (lastVerified, verifiedUpTo in `stream replica list`); a divergence
 is kept as `verify_error`, which the alarm evaluator raises with its first differing offset
-(operations/alarms.py), until a repair (diffstreams -repair true) and the next run clear it.
+(operations/alarms.py), until a repair (`replica_repair`: the link's diffstreams -repair
+true, then a verification of what it recopied) clears it.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def _record(link: ReplicaLink, upto: dict[str, int], difference: dict | None, ch
     if difference is not None:
         error = (f"{link.replica.path} differs from {link.source.path} at {difference['topic']} "
                  f"partition {difference['partition']} offset {difference['offset']}: repair "
-                 f"with 'streamgate diffstreams -src {link.source.path} -dst "
-                 f"{link.replica.path} -repair true'")
+                 "it with Repair on the source's stream page or 'streamgate stream replica "
+                 f"repair -path {link.source.path} -replica {link.replica.path}' (the "
+                 "link's diffstreams -repair true)")
     values = {"last_verified": timezone.now(), "verified_upto": upto, "verify_error": error,
               "verify_duration_ms": int((time.monotonic() - began) * 1000)}
     # update(), not save(): runtime state, like the link's progress (not audited).
@@ -112,6 +114,15 @@ def replica_verify(*, actor: AbstractBaseUser, source: Stream, replica: Stream,
         source.require(actor, "adminperm", action="verify replicas")
     except PermissionDenied:
         replica.require(actor, "adminperm", action="verify this replica")
+    link = agreed_link(source, replica, doing="verify")
+    if interval is not None:
+        link.verify_interval = interval
+        link.save(update_fields=["verify_interval"])  # configuration: audited
+    return link_verify(link=link)
+
+
+def agreed_link(source: Stream, replica: Stream, *, doing: str) -> ReplicaLink:
+    """The agreed link source -> replica, or the error saying why there is none."""
     link = (ReplicaLink.objects.with_agreement().filter(source=source, replica=replica)
             .select_related("source__cluster", "replica__cluster").first())
     if link is None:
@@ -119,11 +130,25 @@ def replica_verify(*, actor: AbstractBaseUser, source: Stream, replica: Stream,
                        f"stream replica list -path {source.path}'", field="replica")
     if not link.agreed:
         raise Conflict(f"{replica.path} has not accepted {source.path} as its upstream, so it "
-                       "holds nothing of it to verify", field="replica")
-    if interval is not None:
-        link.verify_interval = interval
-        link.save(update_fields=["verify_interval"])  # configuration: audited
-    return link_verify(link=link)
+                       f"holds nothing of it to {doing}", field="replica")
+    return link
+
+
+def link_repaired(*, link: ReplicaLink, repaired: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """After a repair (diffstreams -repair of the link): verify again from where each
+    repaired partition was cut back, so the divergence alarm clears, or names what still
+    differs. None when another run verifies the link right now (it sees the repair too)."""
+    try:
+        with _claim(link):
+            link.refresh_from_db(fields=["verified_upto", "last_verified"])
+            upto = dict(link.verified_upto)
+            for fixed in repaired:
+                key = f"{fixed['topic']}:{fixed['partition']}"
+                upto[key] = min(upto.get(key, fixed["from"]), fixed["from"])
+            link.verified_upto = upto
+            return _verify(link)
+    except Busy:
+        return None
 
 
 def links_verify_due(*, now: datetime | None = None) -> int:
