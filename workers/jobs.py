@@ -152,8 +152,11 @@ def _end(job: Job, state: str, *, result: dict | None = None, error: str = "") -
     job.result = result or {}
     if state == Job.State.SUCCEEDED and job.kind != Job.Kind.DIFFSTREAMS:
         job.messages_done = job.messages_total
-    job.save()
+    # What the end means first (the link replicating again, a repaired replica verified), so
+    # whoever sees the job ended sees its effect too; a crash in between leaves the job
+    # active, to be run again (every step is idempotent).
     job_finished(job=job)
+    job.save()
     publish_job_event(job)
     log.info("job_ended", job=job.pk, kind=job.kind, state=state)
     return state
