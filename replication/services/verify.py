@@ -2,9 +2,9 @@
 need to know the replica is right.
 
 Each run compares, per partition of every topic the link carries, the replica with its source
-message by message over the replicated prefix, starting where the last run stopped: offsets are
-written once and only a repair (store truncate) rewrites them, so what was found equal stays
-equal and a run costs what was written since (bounded by VERIFY_MAX_MESSAGES per link). The
+with diffstreams' checksums (replication/services/compare.py) over the replicated prefix,
+starting where the last run stopped: offsets are written once and only a repair (store
+truncate) rewrites them, so what was found equal stays equal and a run costs what was written since (bounded by VERIFY_MAX_MESSAGES per link). The
 result lands on the link (lastVerified, verifiedUpTo in `stream replica list`); a divergence
 is kept as `verify_error`, which the alarm evaluator raises with its first differing offset
 (operations/alarms.py), until a repair (`replica_repair`: the link's diffstreams -repair
@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from replication.errors import Conflict, NotFound, PermissionDenied
 from replication.models import ReplicaLink, Stream
-from replication.services.compare import first_difference, marks_of
+from replication.services.compare import Span, first_differences, marks_of
 from replication.services.engine import carried_topics
 from replication.stores import store_for
 
@@ -68,21 +68,22 @@ def _verify(link: ReplicaLink) -> dict[str, Any]:
     src, dst = store_for(source.cluster), store_for(replica.cluster)
     topics = carried_topics(replica.uuid, dict(source.topics.values_list("name", "origin_uuid")))
     upto, budget = dict(link.verified_upto), settings.VERIFY_MAX_MESSAGES
-    began, checked, difference = time.monotonic(), 0, None
+    began, spans = time.monotonic(), []
     for topic in sorted(topics):
         theirs, mine = marks_of(src, source.uuid, topic), marks_of(dst, replica.uuid, topic)
         for partition in sorted(mine):
-            key = f"{topic}:{partition}"
             (s_low, s_high), (r_low, r_high) = theirs.get(partition, (0, 0)), mine[partition]
             stop = min(s_high, r_high)  # the replicated prefix; beyond it is lag, not error
-            start = min(max(upto.get(key, 0), s_low, r_low), stop)  # a repair may cut back
-            end = min(stop, start + max(budget, 0))
-            found = first_difference(src, source.uuid, dst, replica.uuid, topic, partition,
-                                     start, end)
-            checked, budget = checked + (found - start), budget - (found - start)
-            upto[key] = found
-            if found < end and difference is None:
-                difference = {"topic": topic, "partition": partition, "offset": found}
+            start = min(max(upto.get(f"{topic}:{partition}", 0), s_low, r_low), stop)
+            end = min(stop, start + max(budget, 0))  # (a repair may have cut back: min)
+            spans.append(Span(topic, partition, start, end))
+            budget -= end - start
+    checked, difference = 0, None
+    for span, found in zip(spans, first_differences(source, replica, spans), strict=True):
+        checked += found - span.start
+        upto[f"{span.topic}:{span.partition}"] = found
+        if found < span.end and difference is None:
+            difference = {"topic": span.topic, "partition": span.partition, "offset": found}
     return _record(link, upto, difference, checked, began)
 
 

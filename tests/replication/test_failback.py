@@ -220,3 +220,17 @@ def test_failback_needs_adminperm_on_the_promoted_stream_too(owner, member, fail
     assert not ReplicaLink.objects.exists() and Failover.objects.get().failed_back_at is None
     assert sum(h for _l, h in store_for(source.cluster).watermarks(source.uuid,
                                                                    "clicks").values()) == 60
+
+
+def test_large_partitions_find_the_common_prefix_with_diffstreams_on_spark(
+        spark, settings, owner, failed_over, monkeypatch):
+    source, replica, _first, _second = failed_over
+    settings.COMPARE_IN_PROCESS = 0  # every comparison is "large": diffstreams' Spark tasks
+    Failover.objects.update(partitions=[])  # and the whole prefix is searched
+    monkeypatch.setattr(failback, "VERIFY_WINDOW", 2)
+    group = "failback-plan-test"
+    spark.setJobGroup(group, "the failback's comparison")
+    report = replica_failback(source=source, replica=replica, dryrun=True, actor=owner)
+    assert [(p["commonPrefix"], p["keepAside"], p["copy"]) for p in report["partitions"]] == [
+        (15, 5, 10)] * 3
+    assert len(spark.statusTracker().getJobIdsForGroup(group)) == 2  # window, then below it
