@@ -1,10 +1,12 @@
 """Where two streams' partitions stop holding the same messages: a replica and its origin
-(verification), a failed-over pair (failback's common prefix).
+(verification), a failed-over pair (failback's common prefix); and copying a link's large
+backlog in bulk (failback's catch-up).
 
 The comparison is diffstreams' own (checksums per bucket of offsets on both stores, then row
 by row inside the first differing bucket: workers/spark/ranges.py `diff_ranges`). The domain
 may not import the workers layer, so the workers app registers it here (WorkersConfig.ready):
-a few ranges run that pure function in this process, many run it as Spark tasks.
+a few ranges run that pure function in this process, many run it as Spark tasks. The bulk
+copy is copystream's, over the link (its chunks advance the link's cursor as they commit).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from uuid import UUID
 from replication.engine.store import MessageStore, UnknownTopic
 
 if TYPE_CHECKING:
-    from replication.models import Stream
+    from replication.models import ReplicaLink, Stream
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,23 @@ def first_differences(a: Stream, b: Stream, spans: list[Span]) -> list[int]:
         raise ValueError("one span per partition")
     found = _differs[0](a, b, todo) if todo else {}
     return [found.get((s.topic, s.partition), s.end) for s in spans]
+
+
+Copier = Callable[["ReplicaLink"], int]  # link -> messages copied
+_copiers: list[Copier] = []
+
+
+def register_copier(copier: Copier) -> None:
+    _copiers[:] = [copier]
+
+
+def link_bulk_copy(link: ReplicaLink) -> int:
+    """Copy what the link's replica lacks of the topics it carries with copystream's Spark
+    tasks, here and now (no Job: the caller waits for it); returns the messages copied."""
+    if not _copiers:
+        raise RuntimeError("no bulk copy registered: the workers app registers copystream's "
+                           "(add 'workers' to INSTALLED_APPS)")
+    return _copiers[0](link)
 
 
 def marks_of(store: MessageStore, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:

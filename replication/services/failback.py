@@ -28,7 +28,7 @@ from replication.errors import Conflict, InvalidInput
 from replication.models import Compression, Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.paths import validate_topic_name
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
-from replication.services.compare import Span, first_differences, marks_of
+from replication.services.compare import Span, first_differences, link_bulk_copy, marks_of
 from replication.services.engine import stream_wake
 from replication.services.failover import (
     LINK_FIELDS,
@@ -79,6 +79,8 @@ def replica_failback(
             report["keptAside"] += _keep_aside(src, source, failover, plan)
             src.truncate(source.uuid, plan.topic, plan.partition, plan.commonPrefix)
     link = _reverse(failover, source, replica, actor)
+    if report["toCopy"] > settings.BULK_IN_PROCESS:
+        link_bulk_copy(link)  # a large gap by the Spark copy; the drain below, the rest
     link_drain(link, why=f"{source.path} stays a replica of {replica.path}; fail back again")
     if not reverse:
         planned_failover(link=link, actor=actor, topics=failover.topics)

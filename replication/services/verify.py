@@ -4,11 +4,12 @@ need to know the replica is right.
 Each run compares, per partition of every topic the link carries, the replica with its source
 with diffstreams' checksums (replication/services/compare.py) over the replicated prefix,
 starting where the last run stopped: offsets are written once and only a repair (store
-truncate) rewrites them, so what was found equal stays equal and a run costs what was written since (bounded by VERIFY_MAX_MESSAGES per link). The
-result lands on the link (lastVerified, verifiedUpTo in `stream replica list`); a divergence
-is kept as `verify_error`, which the alarm evaluator raises with its first differing offset
-(operations/alarms.py), until a repair (`replica_repair`: the link's diffstreams -repair
-true, then a verification of what it recopied) clears it.
+truncate) rewrites them, so what was found equal stays equal and a run costs what was written
+since (bounded by VERIFY_MAX_MESSAGES per link). The result lands on the link (lastVerified,
+verifiedUpTo in `stream replica list`); a divergence is kept as `verify_error`, which the
+alarm evaluator raises with its first differing offset (operations/alarms.py), until a repair
+(`replica_repair`: the link's diffstreams -repair true, then a verification of what it
+recopied) clears it.
 """
 
 from __future__ import annotations
