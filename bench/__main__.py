@@ -1,10 +1,10 @@
-"""`python -m bench store|produce|kafka|replication|sync|spark|pages|sockets ...`: the project's
-benchmark commands (see docs/benchmarks.md)."""
+"""`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets ...`:
+the project's benchmark commands (see docs/benchmarks.md)."""
 
 import argparse
 import sys
 
-from bench import kafka, pages, produce, replication, sockets, spark, store, sync
+from bench import failback, kafka, pages, produce, replication, sockets, spark, store, sync
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     spark.add_arguments(sub.add_parser(
         "spark", help="copystream and diffstreams (cold and warm) next to a raw binary COPY pipe "
         "and the same copy by the gateways"))
+    failback.add_arguments(sub.add_parser(
+        "failback", help="failback after a forced failover (1,000,000 promoted, 10,000 "
+        "divergent) beside a copystream of the promoted stream, in the same run"))
     pages.add_arguments(sub.add_parser(
         "pages", help="server time of the overview and stream pages with 1,000 streams"))
     sockets.add_arguments(sub.add_parser(
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return {"store": store.main, "produce": produce.main, "kafka": kafka.main,
             "replication": replication.main,
-            "sync": sync.main, "spark": spark.main, "pages": pages.main,
+            "sync": sync.main, "spark": spark.main, "failback": failback.main, "pages": pages.main,
             "sockets": sockets.main}[args.bench](args)
 
 

@@ -34,7 +34,7 @@ from replication.models import (
     Topic,
     Upstream,
 )
-from replication.signals import group_offsets_reset_done, stream_purged
+from replication.signals import group_offsets_reset_done, replica_repair_started, stream_purged
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,14 @@ def _group_offsets_reset(sender: type[models.Model], stream: Stream, actor: Any,
            {**common, "offsets": details["after"]})
 
 
+def _replica_repair_started(sender: type[models.Model], link: ReplicaLink, actor: Any,
+                            details: dict[str, Any], **kwargs: Any) -> None:
+    record(link, AuditAction.REPAIR, None, details)
+
+
 def connect_signals() -> None:
+    replica_repair_started.connect(_replica_repair_started,
+                                   dispatch_uid="operations.audit.replica_repair_started")
     stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")
     group_offsets_reset_done.connect(_group_offsets_reset,
                                      dispatch_uid="operations.audit.group_offsets_reset")

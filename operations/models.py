@@ -104,6 +104,7 @@ class AuditAction(models.TextChoices):
     FAILOVER = "failover"  # a replica taking over from its source
     PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
     RESET = "reset"  # a consumer group's offsets moved by hand (no model row changes)
+    REPAIR = "repair"  # a replica's repair started (its link's diffstreams -repair job)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

@@ -289,6 +289,9 @@ if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
 # counts as unreachable (only -force true fails over then).
 FAILOVER_DRAIN_SECONDS = env.float("STREAMGATE_FAILOVER_DRAIN_SECONDS", default=120.0)
 FAILOVER_PROBE_SECONDS = env.float("STREAMGATE_FAILOVER_PROBE_SECONDS", default=5.0)
+# Messages below which a comparison (failback's common prefix, verification) or a failback's
+# copy runs in the calling process rather than on Spark (workers/compare.py).
+BULK_IN_PROCESS = env.int("STREAMGATE_BULK_IN_PROCESS", default=250_000)
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the

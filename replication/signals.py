@@ -21,3 +21,7 @@ stream_purged = Signal()
 # stream, actor, details {group, topic, to, before, after}: a consumer group's offsets were
 # moved by hand (the stream page's reset). The operations app writes the audit record.
 group_offsets_reset_done = Signal()
+
+# link, actor, details {job}: a replica's one-click (or CLI) repair started: the link's
+# diffstreams -repair job. The operations app writes the audit record.
+replica_repair_started = Signal()

@@ -135,7 +135,8 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if words == ["consume"]:
         messaging.consume(client, invocation.params, out)
         return EXIT_OK
-    if words in (["copystream"], ["diffstreams"], ["stream", "replica", "autosetup"]):
+    if words in (["copystream"], ["diffstreams"], ["stream", "replica", "autosetup"],
+                 ["stream", "replica", "repair"]):
         return jobs.follow(client, " ".join(words), invocation.params, out,
                            as_json="json" in invocation.flags)
     if words in (["gateway", "run"], ["replicator", "run"], ["kafka", "run"]):

@@ -1,5 +1,6 @@
-"""`streamgate copystream`, `streamgate diffstreams` and `streamgate stream replica autosetup`:
-start the job (autosetup's is its copy step), then follow it to its end like MapR's own tools
+"""`streamgate copystream`, `streamgate diffstreams`, `streamgate stream replica autosetup` and
+`... repair`: start the job (autosetup's is its copy step, repair's the link's diffstreams
+-repair), then follow it to its end like MapR's own tools
 do, with a progress line on a terminal."""
 
 from __future__ import annotations

@@ -8,9 +8,13 @@ class WorkersConfig(AppConfig):
     verbose_name = "Workers"
 
     def ready(self) -> None:
+        from replication.services.compare import register_copier, register_differ
         from replication.signals import job_submitted
+        from workers.compare import link_copy, streams_differ
 
         job_submitted.connect(_run_job, dispatch_uid="job_enqueue")
+        register_differ(streams_differ)
+        register_copier(link_copy)
 
 
 def _run_job(sender: Any, *, job_id: int, **_: Any) -> None:

@@ -72,7 +72,9 @@ def job_run(*, job_id: int) -> str:
 def _spec(job: Job) -> Spec:
     source, destination = job.source, job.destination
     topics = {t.name: (t.partitions, t.origin_uuid) for t in source.topics.all()}
-    if job.kind == Job.Kind.CATCHUP:  # never back to where a topic comes from (invariant 3)
+    # A catch-up or a link's repair moves only what the link carries: never back to where a
+    # topic comes from (invariant 3; a multi-master pair's own topics are not the source's).
+    if job.kind == Job.Kind.CATCHUP or job.options.get("link"):
         kept = carried_topics(destination.uuid, {n: o for n, (_, o) in topics.items()})
         topics = {n: v for n, v in topics.items() if n in kept}
     for cluster in (source.cluster, destination.cluster):
@@ -150,8 +152,11 @@ def _end(job: Job, state: str, *, result: dict | None = None, error: str = "") -
     job.result = result or {}
     if state == Job.State.SUCCEEDED and job.kind != Job.Kind.DIFFSTREAMS:
         job.messages_done = job.messages_total
-    job.save()
+    # What the end means first (the link replicating again, a repaired replica verified), so
+    # whoever sees the job ended sees its effect too; a crash in between leaves the job
+    # active, to be run again (every step is idempotent).
     job_finished(job=job)
+    job.save()
     publish_job_event(job)
     log.info("job_ended", job=job.pk, kind=job.kind, state=state)
     return state

@@ -22,6 +22,7 @@ from accounts.tokens import TokenAuthentication
 from portal.api import filters
 from portal.api import serializers as s
 from portal.api.errors import field_alias
+from portal.api.jobs import JobSerializer
 from portal.api.viewsets import StreamChildViewSet, TenantScopedViewSet
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
@@ -185,6 +186,7 @@ class TopicViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
     destroy=extend_schema(responses=NO_CONTENT),
     pause=extend_schema(request=None, responses=s.ReplicaLinkSerializer),
     resume=extend_schema(request=None, responses=s.ReplicaLinkSerializer),
+    repair=extend_schema(request=None, responses={202: JobSerializer}),
     autosetup=extend_schema(request=s.ReplicaAutosetupSerializer,
                             responses={201: s.ReplicaLinkSerializer}),
 )
@@ -234,6 +236,16 @@ class ReplicaViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
         link = self.get_object()
         service(actor=self.request.user, source=self.parent, replica=link.replica)
         return self.respond(link)
+
+    @action(detail=True, methods=["post"])
+    def repair(self, request: Request, stream_uuid: str, uuid: str) -> Response:
+        """`stream replica repair`: the link's diffstreams -repair as a job, then a
+        verification; 202 with the job, to follow at /api/v1/jobs/<id>/."""
+        link = self.get_object()
+        job = services.replica_repair(actor=request.user, source=self.parent,
+                                      replica=link.replica)
+        return Response(JobSerializer(job, context=self.get_serializer_context()).data,
+                        status=status.HTTP_202_ACCEPTED)
 
     @action(detail=False, methods=["post"])
     def autosetup(self, request: Request, stream_uuid: str) -> Response:

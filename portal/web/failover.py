@@ -14,7 +14,12 @@ from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
 from replication.models import Failover, ReplicaLink, Stream
 from replication.reports import failover_row
-from replication.services import replica_failback, replica_failover, replica_verify
+from replication.services import (
+    replica_failback,
+    replica_failover,
+    replica_repair,
+    replica_verify,
+)
 
 
 @login_required
@@ -80,13 +85,33 @@ def _failback(request: HttpRequest, replica: Stream, failover: Failover) -> Http
     return redirect("stream-detail", replica.pk)
 
 
+def _page_link(request: HttpRequest, pk: int, link_pk: int) -> tuple[Stream, ReplicaLink]:
+    source = visible_stream(request, pk)
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
+                             pk=link_pk, source=source)
+    return source, link
+
+
+@login_required
+@require_POST
+def link_repair(request: HttpRequest, pk: int, link_pk: int) -> HttpResponse:
+    """The stream page's "Repair" of a replica verification found diverged: the job's page
+    follows it; the stream page shows the verification that ends it."""
+    source, link = _page_link(request, pk, link_pk)
+    try:
+        job = replica_repair(actor=request.user, source=source, replica=link.replica)
+    except StreamgateError as err:
+        messages.error(request, err.desc)
+        return redirect("stream-detail", pk)
+    messages.success(request, f"repair of {link.replica.path} started")
+    return redirect("job-detail", job.pk)
+
+
 @login_required
 @require_POST
 def link_verify_now(request: HttpRequest, pk: int, link_pk: int) -> HttpResponse:
     """The stream page's "Verify now" on one of its replicas."""
-    source = visible_stream(request, pk)
-    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
-                             pk=link_pk, source=source)
+    source, link = _page_link(request, pk, link_pk)
     try:
         result = replica_verify(actor=request.user, source=source, replica=link.replica)
     except StreamgateError as err:

@@ -38,6 +38,7 @@ urlpatterns = [
     path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
     path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
     path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
+    path("streams/<int:pk>/repair/<int:link_pk>/", failover.link_repair, name="link-repair"),
     path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
     path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
     path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),

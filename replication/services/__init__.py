@@ -11,6 +11,7 @@ from replication.services.clusters import (
 )
 from replication.services.failback import replica_failback
 from replication.services.failover import replica_failover
+from replication.services.jobs import replica_repair
 from replication.services.replicas import (
     replica_add,
     replica_autosetup,
@@ -35,6 +36,7 @@ __all__ = [
     "replica_failover",
     "replica_pause",
     "replica_remove",
+    "replica_repair",
     "replica_resume",
     "replica_verify",
     "stream_create",

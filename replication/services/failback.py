@@ -16,7 +16,7 @@ the promoted stream instead. `dryrun=True` reports per partition and changes not
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -28,7 +28,7 @@ from replication.errors import Conflict, InvalidInput
 from replication.models import Compression, Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.paths import validate_topic_name
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
-from replication.services.compare import first_difference, marks_of
+from replication.services.compare import Span, first_differences, link_bulk_copy, marks_of
 from replication.services.engine import stream_wake
 from replication.services.failover import (
     LINK_FIELDS,
@@ -79,6 +79,8 @@ def replica_failback(
             report["keptAside"] += _keep_aside(src, source, failover, plan)
             src.truncate(source.uuid, plan.topic, plan.partition, plan.commonPrefix)
     link = _reverse(failover, source, replica, actor)
+    if report["toCopy"] > settings.BULK_IN_PROCESS:
+        link_bulk_copy(link)  # a large gap by the Spark copy; the drain below, the rest
     link_drain(link, why=f"{source.path} stays a replica of {replica.path}; fail back again")
     if not reverse:
         planned_failover(link=link, actor=actor, topics=failover.topics)
@@ -125,38 +127,39 @@ def store_reachable(stream: Stream) -> bool:
 
 
 def failback_plan(failover: Failover, source: Stream, replica: Stream) -> list[PartitionPlan]:
+    """Per partition, the common prefix, found by diffstreams' comparison: first over a window
+    around the replica's end at the failover (where it should be); where the two differ
+    already at that window's start (no record, or a record that does not hold), over the
+    whole prefix below it."""
     src, dst = store_for(source.cluster), store_for(replica.cluster)
     hints = {(p["topic"], p["partition"]): p["replicaEnd"] for p in failover.partitions}
-    plans = []
+    parts: list[_Part] = []
     for topic in failover.topics:
         a, b = marks_of(src, source.uuid, topic), marks_of(dst, replica.uuid, topic)
         for partition in sorted(set(a) | set(b)):
             (a_low, a_high), (b_low, b_high) = a.get(partition, (0, 0)), b.get(partition, (0, 0))
             low = max(a_low, b_low)
             hint = min(hints.get((topic, partition), a_high), a_high, b_high)
-            start = max(low, hint - VERIFY_WINDOW)
-            common = first_difference(src, source.uuid, dst, replica.uuid, topic, partition,
-                                      start, min(a_high, b_high))
-            if common == start > low:  # they differ already where the hint said they agree
-                common = _search(src, source.uuid, dst, replica.uuid, topic, partition, low,
-                                 start)
-            plans.append(PartitionPlan(topic, partition, common, a_high - common, b_high - common,
-                                       a_high, b_high))
-    return plans
+            parts.append(_Part(topic, partition, low, max(low, hint - VERIFY_WINDOW), a_high,
+                               b_high))
+    common = first_differences(source, replica, [
+        Span(p.topic, p.partition, p.start, min(p.a_high, p.b_high)) for p in parts])
+    below = [i for i, p in enumerate(parts) if common[i] == p.start > p.low]
+    found = first_differences(source, replica, [
+        Span(parts[i].topic, parts[i].partition, parts[i].low, parts[i].start) for i in below])
+    for i, offset in zip(below, found, strict=True):
+        common[i] = offset
+    return [PartitionPlan(p.topic, p.partition, c, p.a_high - c, p.b_high - c, p.a_high,
+                          p.b_high) for p, c in zip(parts, common, strict=True)]
 
 
-def _search(a: MessageStore, a_uuid: Any, b: MessageStore, b_uuid: Any, topic: str,
-            partition: int, low: int, high: int) -> int:
-    """The first differing offset in [low, high], knowing `high` differs: the two hold the
-    same messages up to it and different ones from it on (their tails have different
-    origins), so a binary search over single messages finds it."""
-    while low < high:
-        middle = (low + high) // 2
-        if first_difference(a, a_uuid, b, b_uuid, topic, partition, middle, middle + 1) == middle:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+class _Part(NamedTuple):
+    topic: str
+    partition: int
+    low: int  # the first offset both hold
+    start: int  # where the window around the failover's record begins
+    a_high: int
+    b_high: int
 
 
 def _report(plans: list[PartitionPlan], *, dryrun: bool, reverse: bool) -> dict[str, Any]:

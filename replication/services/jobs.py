@@ -11,14 +11,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from replication.errors import InvalidInput, PermissionDenied
+from replication.errors import Conflict, InvalidInput, PermissionDenied
 from replication.events import publish_after_commit
 from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, topology_lock
 from replication.services.engine import stream_wake
 from replication.services.streams import METADATA, stream_create
-from replication.signals import job_submitted
+from replication.services.verify import agreed_link, link_repaired
+from replication.signals import job_submitted, replica_repair_started
 
 READ_PERMS = ("consumeperm", "copyperm")
 MAX_THREADS = 64
@@ -110,6 +111,27 @@ def diffstreams_start(
     return _submit(Job.Kind.DIFFSTREAMS, actor, source, destination, {"repair": repair})
 
 
+@transaction.atomic
+def replica_repair(*, actor: AbstractBaseUser, source: Stream, replica: Stream) -> Job:
+    """The one-click (and CLI) repair of a replica verification found diverged: the link's
+    diffstreams -repair (each differing partition cut back at its first difference and
+    recopied from the source), then a verification from there (job_finished). adminperm on
+    the replica is enough: its messages are replaced, with the source's the link carries."""
+    replica.require(actor, "adminperm", action="repair this replica")
+    link = agreed_link(source, replica, doing="repair")
+    running = Job.objects.active().filter(kind=Job.Kind.DIFFSTREAMS, options__link=link.pk)
+    if running.exists():
+        raise Conflict(f"a repair of {replica.path} runs already (job {running.first().pk}): "
+                       f"follow it with 'streamgate job info -id {running.first().pk}'",
+                       field="replica")
+    job = _submit(Job.Kind.DIFFSTREAMS, actor, source, replica,
+                  {"repair": True, "link": link.pk})
+    replica_repair_started.send(sender=ReplicaLink, link=link, actor=actor,
+                                details={"job": job.pk, "source": source.path,
+                                         "replica": replica.path})
+    return job
+
+
 def autosetup_copy(*, actor: AbstractBaseUser, link: ReplicaLink) -> Job:
     """Autosetup's step 4: the replica's copy of the source's messages. The link shows
     COPY_IN_PROGRESS (the replicator leaves it alone) until the job ends."""
@@ -169,6 +191,8 @@ def job_finished(*, job: Job) -> None:
     copy left the replica a prefix of the source), unpaused after an autosetup copy. A failed
     copy leaves the link paused with the reason, to resume by hand."""
     link = job.link
+    if job.options.get("link") and job.state == Job.State.SUCCEEDED:
+        _verify_repair(job)
     if link is None:
         return
     with transaction.atomic():
@@ -181,6 +205,13 @@ def job_finished(*, job: Job) -> None:
             link.paused = job.kind == Job.Kind.COPYSTREAM or link.paused
         link.save(update_fields=["state", "copy_percentage", "last_error", "paused"])
         stream_wake(stream=link.source.uuid)
+
+
+def _verify_repair(job: Job) -> None:
+    link = (ReplicaLink.objects.select_related("source__cluster", "replica__cluster")
+            .filter(pk=job.options["link"]).first())
+    if link is not None:  # removed meanwhile: nothing left to verify
+        link_repaired(link=link, repaired=job.result.get("repaired", []))
 
 
 def jobs_stale() -> list[int]:

@@ -12,11 +12,14 @@ from django.db import connection
 
 from operations.models import Alarm, AlarmKind
 from operations.tasks import evaluate_alarms_task
+from replication.engine.store import Record
 from replication.lag_history import lag_history
+from replication.models import ReplicaLink
+from replication.services.engine import batch_apply
 from replication.stores import store_for
 from tests.operations.test_alarms import produce
 from workers.celery import app
-from workers.tasks import expire_stream_task, record_lag_task
+from workers.tasks import expire_stream_task, record_lag_task, verify_links_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,3 +73,18 @@ def test_lag_recording_run_twice_at_once_keeps_a_sample_and_no_more_than_two(pai
     points = [p for p in lag_history([pair.pk])[pair.pk] if p[0] >= started_ms]
     assert 1 <= len(points) <= 2  # a chart point, maybe two
 
+
+
+def test_verification_run_twice_at_once_verifies_each_link_once_and_keeps_its_cursor(
+        owner, activity, activity_ny, pair):
+    produce(owner, activity, 30)
+    batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0, end=30)
+    replica = store_for(activity_ny.cluster)
+    replica.truncate(activity_ny.uuid, "clicks", 0, 12)  # diverged from offset 12 on
+    replica.append(activity_ny.uuid, "clicks", [Record(value=b"other")] * 18,
+                   origin=activity.uuid)
+    assert sorted(twice_at_once(verify_links_task)) == [0, 1]  # one run did it
+    link = ReplicaLink.objects.get(pk=pair.pk)
+    assert link.verified_upto == {"clicks:0": 12} and "offset 12" in link.verify_error
+    twice_at_once(evaluate_alarms_task)
+    assert Alarm.objects.open().filter(kind=AlarmKind.DIVERGED).count() == 1

@@ -208,3 +208,45 @@ def test_the_common_prefix_is_found_even_without_the_failovers_record_of_it(
     report = replica_failback(source=source, replica=replica, dryrun=True, actor=owner)
     assert [(p["commonPrefix"], p["keepAside"], p["copy"]) for p in report["partitions"]] == [
         (15, 5, 10)] * 3
+
+
+def test_failback_needs_adminperm_on_the_promoted_stream_too(owner, member, failed_over):
+    source, replica, _first, _second = failed_over
+    source.adminperm = f"u:{owner.username} | u:{member.username}"
+    source.save()
+    with pytest.raises(PermissionDenied, match=f"adminperm.*{replica.path}|{replica.path}.*"
+                                               "adminperm"):
+        replica_failback(source=source, replica=replica, actor=member)
+    assert not ReplicaLink.objects.exists() and Failover.objects.get().failed_back_at is None
+    assert sum(h for _l, h in store_for(source.cluster).watermarks(source.uuid,
+                                                                   "clicks").values()) == 60
+
+
+def test_large_partitions_find_the_common_prefix_with_diffstreams_on_spark(
+        spark, settings, owner, failed_over, monkeypatch):
+    source, replica, _first, _second = failed_over
+    settings.BULK_IN_PROCESS = 0  # every comparison is "large": diffstreams' Spark tasks
+    Failover.objects.update(partitions=[])  # and the whole prefix is searched
+    monkeypatch.setattr(failback, "VERIFY_WINDOW", 2)
+    group = "failback-plan-test"
+    spark.setJobGroup(group, "the failback's comparison")
+    report = replica_failback(source=source, replica=replica, dryrun=True, actor=owner)
+    assert [(p["commonPrefix"], p["keepAside"], p["copy"]) for p in report["partitions"]] == [
+        (15, 5, 10)] * 3
+    assert len(spark.statusTracker().getJobIdsForGroup(group)) == 2  # window, then below it
+
+
+def test_a_large_gap_is_copied_by_spark_and_every_message_is_kept_once(spark, settings, owner,
+                                                                       failed_over):
+    source, replica, first, second = failed_over
+    settings.BULK_IN_PROCESS = 0  # every gap is "large": copystream's Spark tasks copy it
+    group = "failback-copy-test"
+    spark.setJobGroup(group, "the failback's copy")
+    report = replica_failback(source=source, replica=replica, actor=owner)
+    assert (report["keptAside"], report["toCopy"]) == (15, 30)
+    primary, diverged = read_all(source, "clicks"), read_all(source, "clicks.diverged")
+    ids = [dict(m.headers)["id"].decode() for m in primary + diverged]
+    assert len(ids) == len(set(ids)) and set(ids) == first | second
+    assert check_replica(store_for(source.cluster), source.uuid, store_for(replica.cluster),
+                         replica.uuid, ["clicks"]).ok
+    assert len(spark.statusTracker().getJobIdsForGroup(group)) >= 2  # comparison and copy

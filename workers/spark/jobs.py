@@ -141,8 +141,7 @@ def diffstreams(spark: SparkContext, spec: Spec, progress: Progress | None = Non
     group = f"diff-{uuid.uuid4().hex}"
     spark.setJobGroup(group, "diffstreams")
     with _Reporter(progress, _tasks_done(spark, group, total, len(tasks)), total, average):
-        rows = _run(spark, tasks, len(tasks),
-                    lambda part: diff_ranges(work, chain.from_iterable(part)))
+        rows = _compare(spark, work, tasks)
     for topic, partition, offset in rows:
         entry = partitions[(topic, partition)]
         first = entry["firstDifference"]
@@ -158,6 +157,23 @@ def diffstreams(spark: SparkContext, spec: Spec, progress: Progress | None = Non
     if progress:
         progress(total, total, int(total * average), int(total * average))
     return result
+
+
+def diff_on_spark(spark: SparkContext, work: Work,
+                  ranges: list[Range]) -> list[tuple[str, int, int | None]]:
+    """The first difference in each range (one per partition), compared by Spark tasks over
+    the windows a diffstreams job cuts: the domain's comparisons that are too large to run in
+    one process (workers/compare.py)."""
+    tasks = []
+    for topic in sorted({r.topic for r in ranges}):
+        tasks += _windows(topic, {r.partition: (r.start, r.end) for r in ranges
+                                  if r.topic == topic})
+    return _compare(spark, work, tasks)
+
+
+def _compare(spark: SparkContext, work: Work,
+             tasks: list[list[Range]]) -> list[tuple[str, int, int | None]]:
+    return _run(spark, tasks, len(tasks), lambda part: diff_ranges(work, chain.from_iterable(part)))
 
 
 def _plan_diff(pair: _Pair, topics: dict[str, int]) -> tuple[dict, list[list[Range]]]:

@@ -63,3 +63,17 @@ def replica_verify(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     result = services.replica_verify(actor=user, source=source, replica=replica,
                                      interval=opts["interval"])
     return [result]
+
+
+@command(
+    "stream/replica/repair",
+    StreamPath("path", "the source stream", required=True),
+    StreamPath("replica", "the replica to repair", required=True),
+    summary="Repair a replica verification found diverged: the link's diffstreams -repair "
+            "(each differing partition recopied from its first difference), then a "
+            "verification; a job, followed to its end (needs adminperm on the replica).",
+)
+def replica_repair(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    job = services.replica_repair(actor=user, source=stream_at(user, opts),
+                                  replica=stream_at(user, opts, "replica"))
+    return [reports.job_row(job)]
