@@ -10,11 +10,12 @@ import struct
 import time
 from collections import Counter
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 
 from replication.engine.store import Record
-from replication.stores import store_for
+from replication.stores import close_stores, store_for, store_url
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 from workers.kafka.records import encode_batch
 
@@ -73,6 +74,59 @@ def test_idempotent_producer_survives_a_listener_kill_9_with_every_ack_stored_on
     assert len(acked) == sent
     assert all(counts[value] == 1 for value in acked), [v for v in acked if counts[v] != 1][:5]
     assert sum(counts.values()) == sent  # nothing written twice, acknowledged or not
+
+
+def _cut_store_connections(topic) -> int:
+    """Terminate every connection to the topic's store database but this process's: the
+    listener's pooled connections die as in a store restart (the next append on each fails
+    with a psycopg OperationalError), without touching the shared server."""
+    url = store_url(topic.stream.cluster)
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        return len(conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid()", (database,)).fetchall())
+
+
+def test_idempotent_producer_through_store_connection_failures_stores_every_ack_once(
+    kafka, topic
+):
+    """A store error is answered with a retriable code (KAFKA_STORAGE_ERROR, as a broker whose
+    log directory failed): librdkafka retries the batch with its sequence, the store writes it
+    once. Answered as UNKNOWN_SERVER_ERROR, librdkafka failed the batch and bumped its epoch,
+    renumbering every batch not yet acknowledged, and the chaos soak found acknowledged
+    messages stored twice (invariant 10)."""
+    acked: list[bytes] = []
+    failed: list = []
+
+    def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+        (failed if err else acked).append(err or msg.value())
+
+    producer = Producer(kafka.confluent(**{
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
+        "retry.backoff.ms": 100}))
+    sent = cut = 0
+    for round_ in range(3):
+        for _ in range(1500):
+            producer.produce(NAME, b"m%07d" % sent, on_delivery=report)
+            sent += 1
+            if sent % 100 == 0:
+                producer.poll(0)
+                time.sleep(0.002)
+        if round_ < 2:  # batches in flight when the store's connections die
+            while len(acked) < sent // 2:  # the listener is appending by now
+                producer.poll(0.01)
+            cut += _cut_store_connections(topic)
+    assert producer.flush(60) == 0
+    close_stores()  # this process's store connections were cut too
+    assert cut, "no store connection was cut: the test injected no fault"
+    assert not failed, failed[:3]
+    counts = stored_values(topic)
+    assert len(acked) == sent
+    assert all(counts[value] == 1 for value in acked), [v for v in acked if counts[v] != 1][:5]
+    assert sum(counts.values()) == sent
+    # The store's errors reached the client, and as a code it retries.
+    assert "produce_kafka_storage_error" in kafka.listeners.log("k1")
 
 
 def _frame(api_key: int, version: int, correlation: int, body: bytes) -> bytes:
