@@ -21,7 +21,7 @@ from replication.counters import (
     count_produced,
     count_traffic,
 )
-from replication.engine.sequences import ProducerBatch, SequenceError
+from replication.engine.sequences import ProducerBatch
 from replication.engine.store import (
     Message,
     OffsetOutOfRange,
@@ -289,7 +289,8 @@ def messages_produce_partitions(
     (produceperm, origin, sizes, partitions) and what follows an append (stream_wake,
     replicas_await, counters). Records name their partition. Partitions without a producer
     sequence go in one append (one transaction); each idempotent batch in its own, where its
-    producer state is kept. A whole-topic refusal raises; a partition's is set on its write."""
+    producer state is kept. A whole-topic refusal raises; a partition's (its append's failure
+    included) is set on its write."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
     good = []
@@ -311,20 +312,28 @@ def messages_produce_partitions(
 
 
 def _append_writes(target: Topic, append: Callable, good: list[PartitionWrite]) -> None:
+    """Each append's outcome is set on its own writes: one that failed (the store restarting
+    midway) must not make those already committed answer with its error, or a client that
+    retries would write them again under a new producer epoch (invariant 10)."""
     plain = [w for w in good if w.sequence is None]
     if plain:
         records = list(chain.from_iterable(w.records for w in plain))
-        placed = _on_store(target, lambda: append(records))
-        at = 0
-        for write in plain:
-            write.base_offset = placed[at][1]
-            at += len(write.records)
+        try:
+            placed = _on_store(target, lambda: append(records))
+        except Exception as error:  # the caller answers it, per partition
+            for write in plain:
+                write.error = error
+        else:
+            at = 0
+            for write in plain:
+                write.base_offset = placed[at][1]
+                at += len(write.records)
     for write in good:
         if write.sequence is not None:
             try:
                 write.base_offset = _on_store(
                     target, lambda w=write: append(w.records, sequence=w.sequence))[0][1]
-            except SequenceError as error:
+            except Exception as error:  # SequenceError, or the store failed midway
                 write.error = error
 
 

@@ -6,6 +6,11 @@ the ones handlers use, so a grep finds every place that answers with one.
 
 from __future__ import annotations
 
+import sqlite3
+
+import psycopg
+import redis
+from django.db import InterfaceError, OperationalError
 from kio.schema.errors import ErrorCode
 
 NONE = ErrorCode.none
@@ -32,6 +37,20 @@ INVALID_CONFIG = ErrorCode.invalid_config
 POLICY_VIOLATION = ErrorCode.policy_violation
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 INVALID_RECORD = ErrorCode.invalid_record
+KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
+REQUEST_TIMED_OUT = ErrorCode.request_timed_out
+
+# A message store that cannot be reached or failed mid-write (a restart, a dropped connection,
+# a pool with no connection to give, SQLite's lock): Kafka's broker answers a failed log
+# directory with KAFKA_STORAGE_ERROR, which clients retry. An idempotent producer then retries
+# the batch with its sequence and the store writes it once; a code clients take as permanent
+# (UNKNOWN_SERVER_ERROR) fails the batch and makes librdkafka bump its epoch and renumber what
+# is not yet acknowledged, so a batch written before the error is written again (invariant 10).
+STORE_UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.OperationalError)
+# The control database or Redis out of reach: the produce may or may not have been stored, so
+# the answer is Kafka's retriable, possibly-written REQUEST_TIMED_OUT.
+CONTROL_UNAVAILABLE = (OperationalError, InterfaceError, redis.ConnectionError,
+                       redis.TimeoutError)
 
 
 class KafkaError(Exception):

@@ -69,16 +69,22 @@ class Listener:
         return sorted(found)
 
 
-def _sync_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    try:
-        return fn(*args, **kwargs)
-    except (InterfaceError, OperationalError):
-        # The thread's connection may be dead (a database restart): the next call gets a
-        # fresh one rather than failing for ever.
+def forget_connection(error: BaseException) -> None:
+    """After a database error the thread's connection may be dead (a database restart): the
+    next call gets a fresh one rather than failing for ever. For handlers that answer such an
+    error themselves instead of letting it reach `run_sync`."""
+    if isinstance(error, (InterfaceError, OperationalError)):
         close_old_connections()
         from django.db import connection
 
         connection.close()
+
+
+def _sync_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except (InterfaceError, OperationalError) as error:
+        forget_connection(error)
         raise
 
 

@@ -27,7 +27,7 @@ from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, response_class
 from workers.kafka.notify import data_arrived
 from workers.kafka.records import CorruptRecord, decode_batches
-from workers.kafka.session import Session
+from workers.kafka.session import Session, forget_connection
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
 INVALID_PRODUCER_EPOCH = ErrorCode.invalid_producer_epoch
@@ -59,6 +59,10 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
         return code, str(error)
     if isinstance(error, StreamgateError):
         return errors.INVALID_REQUEST, str(error)
+    if isinstance(error, errors.STORE_UNAVAILABLE):
+        return errors.KAFKA_STORAGE_ERROR, f"the message store is unavailable, retry: {error}"
+    if isinstance(error, errors.CONTROL_UNAVAILABLE):
+        return errors.REQUEST_TIMED_OUT, f"the control plane is unavailable, retry: {error}"
     return errors.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}"
 
 
@@ -95,6 +99,7 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic,
         topic = messages_produce_partitions(actor=actor, stream=resolved.stream,
                                             topic=resolved.topic, writes=writes)
     except Exception as error:  # the whole topic refused: every partition says why
+        forget_connection(error)
         code, message = error_of(error)
         return answers + [PartitionAnswer(w.partition, code, message=message) for w in writes]
     append_time = topic.timestamptype == "LOGAPPENDTIME"
