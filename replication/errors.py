@@ -43,6 +43,11 @@ class Conflict(StreamgateError):
     http_status = 409
 
 
+class ProducersStopped(Conflict):
+    """A stream whose producers a failover stopped: for now (a planned failover under way) or
+    until a failback. A produce refused with it wrote nothing and may be retried."""
+
+
 class NotSupported(StreamgateError):
     """An option the product cannot honour yet (DESIGN.md invariant 8): refused, never faked."""
 

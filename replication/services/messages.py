@@ -30,7 +30,7 @@ from replication.engine.store import (
     UnknownTopic,
     record_size,
 )
-from replication.errors import Conflict, InvalidInput, NotFound, NotOrigin, TooLarge
+from replication.errors import InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import stream_wake
@@ -85,7 +85,7 @@ def producers_admitted(stream: Stream) -> None:
     else:  # SQLite (embedded mode) has one writer at a time already
         row = Stream.objects.filter(pk=stream.pk).values_list("producers_stopped").first()
     if row and row[0]:
-        raise Conflict(f"{stream.path} accepts no producers: {row[0]}", field="path")
+        raise ProducersStopped(f"{stream.path} accepts no producers: {row[0]}", field="path")
 
 
 def _check_records(records: Sequence[Record], topic: Topic) -> None:

@@ -187,6 +187,31 @@ def test_a_retried_batch_is_acknowledged_with_its_offset_and_a_gap_is_refused(ka
     assert sum(stored_values(topic).values()) == 3
 
 
+def test_a_batch_refused_while_producers_are_stopped_is_retriable_and_written_once(
+    kafka, topic
+):
+    """A planned failover stops a stream's producers for a while: the listener answers as for
+    a partition whose leader moves (NOT_LEADER_OR_FOLLOWER, retried with the same sequence),
+    not with a code librdkafka takes as permanent (it would bump the epoch and renumber)."""
+    from replication.models import Stream
+
+    stopped = Stream.objects.filter(pk=topic.stream.pk)
+    stopped.update(producers_stopped="a planned failover to /mapr/c2/apps is under way")
+    records = [Record(b"s%d" % i, timestamp_ms=1000) for i in range(3)]
+    batch = encode_batch(records, producer_id=4343, producer_epoch=0, base_sequence=0)
+    with socket.create_connection(kafka.bootstrap.split(":")) as sock:  # type: ignore[arg-type]
+        _sasl(sock, kafka.username, kafka.password)
+        refused = _produce_answer(_call(sock, _frame(0, 3, 30, _produce_v3(batch))))
+        stored_while_stopped = sum(stored_values(topic).values())
+        stopped.update(producers_stopped="")
+        retried = _produce_answer(_call(sock, _frame(0, 3, 31, _produce_v3(batch))))
+        again = _produce_answer(_call(sock, _frame(0, 3, 32, _produce_v3(batch))))
+    assert refused == (6, -1)  # NOT_LEADER_OR_FOLLOWER: retriable
+    assert stored_while_stopped == 0
+    assert retried == again == (0, 0)
+    assert sum(stored_values(topic).values()) == 3
+
+
 def test_bad_crc_is_refused_with_corrupt_message_and_writes_nothing(kafka, topic):
     with socket.create_connection(kafka.bootstrap.split(":")) as sock:  # type: ignore[arg-type]
         _sasl(sock, kafka.username, kafka.password)

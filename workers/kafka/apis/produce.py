@@ -19,7 +19,14 @@ from kio.schema.errors import ErrorCode
 
 from replication.engine.sequences import ProducerBatch, SequenceError
 from replication.engine.store import now_ms
-from replication.errors import NotFound, NotOrigin, PermissionDenied, StreamgateError, TooLarge
+from replication.errors import (
+    NotFound,
+    NotOrigin,
+    PermissionDenied,
+    ProducersStopped,
+    StreamgateError,
+    TooLarge,
+)
 from replication.services.messages import PartitionWrite, messages_produce_partitions
 from replication.services.names import ResolvedTopic
 from workers.kafka import errors
@@ -57,6 +64,11 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
     if isinstance(error, SequenceError):
         code = INVALID_PRODUCER_EPOCH if error.fenced else OUT_OF_ORDER_SEQUENCE_NUMBER
         return code, str(error)
+    if isinstance(error, ProducersStopped):
+        # As a partition whose leader moves: retriable, so an idempotent producer keeps its
+        # epoch and sequences (a permanent code makes librdkafka bump the epoch and renumber
+        # what is not yet acknowledged, batches maybe written included: invariant 10).
+        return errors.NOT_LEADER_OR_FOLLOWER, str(error)
     if isinstance(error, StreamgateError):
         return errors.INVALID_REQUEST, str(error)
     if isinstance(error, errors.STORE_UNAVAILABLE):
