@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -43,10 +44,10 @@ def stored_values(topic) -> Counter:
     return counts
 
 
-def test_idempotent_producer_survives_a_listener_kill_9_with_every_ack_stored_once(
-    kafka, topic
-):
-    port = int(kafka.bootstrap.rsplit(":", 1)[1])
+def _produce_through(kafka, fault: Callable[[Producer, list[bytes]], None], *, per_round: int,
+                     timeout_ms: int) -> tuple[int, list[bytes], list]:
+    """Three rounds of an idempotent librdkafka producer's messages, `fault` run between them
+    with batches in flight; (sent, acknowledged values, delivery errors) once flushed."""
     acked: list[bytes] = []
     failed: list = []
 
@@ -54,26 +55,43 @@ def test_idempotent_producer_survives_a_listener_kill_9_with_every_ack_stored_on
         (failed if err else acked).append(err or msg.value())
 
     producer = Producer(kafka.confluent(**{
-        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000,
-        "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500}))
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+        "message.timeout.ms": timeout_ms, "retry.backoff.ms": 100,
+        "reconnect.backoff.max.ms": 500}))
     sent = 0
     for round_ in range(3):
-        for _ in range(3000):
+        for _ in range(per_round):
             producer.produce(NAME, b"m%07d" % sent, on_delivery=report)
             sent += 1
             if sent % 100 == 0:
                 producer.poll(0)
                 time.sleep(0.002)
-        if round_ < 2:  # mid-stream: batches in flight when the listener dies
-            kafka.listeners.stop("k1", kill=True)
-            time.sleep(0.5)
-            kafka.listeners.start("k1", port=port)
-    assert producer.flush(120) == 0
+        if round_ < 2:
+            fault(producer, acked)
+    assert producer.flush(timeout_ms / 1000) == 0
+    return sent, acked, failed
+
+
+def _assert_each_acked_once(topic, sent: int, acked: list[bytes], failed: list) -> None:
     assert not failed, failed[:3]
     counts = stored_values(topic)
     assert len(acked) == sent
     assert all(counts[value] == 1 for value in acked), [v for v in acked if counts[v] != 1][:5]
     assert sum(counts.values()) == sent  # nothing written twice, acknowledged or not
+
+
+def test_idempotent_producer_survives_a_listener_kill_9_with_every_ack_stored_once(
+    kafka, topic
+):
+    port = int(kafka.bootstrap.rsplit(":", 1)[1])
+
+    def kill_9(producer: Producer, acked: list[bytes]) -> None:  # batches in flight as it dies
+        kafka.listeners.stop("k1", kill=True)
+        time.sleep(0.5)
+        kafka.listeners.start("k1", port=port)
+
+    _assert_each_acked_once(topic, *_produce_through(kafka, kill_9, per_round=3000,
+                                                     timeout_ms=120000))
 
 
 def _cut_store_connections(topic) -> int:
@@ -96,35 +114,17 @@ def test_idempotent_producer_through_store_connection_failures_stores_every_ack_
     once. Answered as UNKNOWN_SERVER_ERROR, librdkafka failed the batch and bumped its epoch,
     renumbering every batch not yet acknowledged, and the chaos soak found acknowledged
     messages stored twice (invariant 10)."""
-    acked: list[bytes] = []
-    failed: list = []
+    cut = []
 
-    def report(err, msg) -> None:  # type: ignore[no-untyped-def]
-        (failed if err else acked).append(err or msg.value())
+    def cut_store(producer: Producer, acked: list[bytes]) -> None:
+        while len(acked) < 750 * (len(cut) + 1):  # the listener is appending by now
+            producer.poll(0.01)
+        cut.append(_cut_store_connections(topic))
 
-    producer = Producer(kafka.confluent(**{
-        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
-        "retry.backoff.ms": 100}))
-    sent = cut = 0
-    for round_ in range(3):
-        for _ in range(1500):
-            producer.produce(NAME, b"m%07d" % sent, on_delivery=report)
-            sent += 1
-            if sent % 100 == 0:
-                producer.poll(0)
-                time.sleep(0.002)
-        if round_ < 2:  # batches in flight when the store's connections die
-            while len(acked) < sent // 2:  # the listener is appending by now
-                producer.poll(0.01)
-            cut += _cut_store_connections(topic)
-    assert producer.flush(60) == 0
+    outcome = _produce_through(kafka, cut_store, per_round=1500, timeout_ms=60000)
     close_stores()  # this process's store connections were cut too
-    assert cut, "no store connection was cut: the test injected no fault"
-    assert not failed, failed[:3]
-    counts = stored_values(topic)
-    assert len(acked) == sent
-    assert all(counts[value] == 1 for value in acked), [v for v in acked if counts[v] != 1][:5]
-    assert sum(counts.values()) == sent
+    assert sum(cut), "no store connection was cut: the test injected no fault"
+    _assert_each_acked_once(topic, *outcome)
     # The store's errors reached the client, and as a code it retries.
     assert "produce_kafka_storage_error" in kafka.listeners.log("k1")
 
