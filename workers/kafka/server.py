@@ -68,13 +68,25 @@ async def _read_frame(reader: asyncio.StreamReader, listener: Listener) -> bytes
     return await asyncio.wait_for(reader.readexactly(size), listener.idle_seconds)
 
 
+def _peer_left(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """Whether the client closed the connection. Its requests still buffered then are dropped,
+    as a Kafka broker reads none from a closed connection: librdkafka closes it when a request
+    times out and retries the batches elsewhere, maybe under a bumped epoch with new sequences,
+    so writing them late would store them twice (invariant 10). asyncio says "EOF received"
+    only through this flag: at_eof() waits for the buffer to be read."""
+    return writer.transport.is_closing() or getattr(reader, "_eof", False)
+
+
 async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
     peer = writer.get_extra_info("peername")
     session = Session(listener, f"{peer[0]}:{peer[1]}" if peer else "?")
     try:
         while True:
-            response = await dispatch(session, await _read_frame(reader, listener))
+            frame = await _read_frame(reader, listener)
+            if _peer_left(reader, writer):
+                break
+            response = await dispatch(session, frame)
             if response is not None:
                 writer.write(len(response).to_bytes(4, "big") + response)
                 await writer.drain()

@@ -220,3 +220,30 @@ def test_bad_crc_is_refused_with_corrupt_message_and_writes_nothing(kafka, topic
         code, _ = _produce_answer(_call(sock, _frame(0, 3, 20, _produce_v3(bytes(batch)))))
     assert code == 2  # CORRUPT_MESSAGE
     assert sum(stored_values(topic).values()) == 0
+
+
+def test_requests_a_client_left_behind_are_not_written(kafka, topic):
+    """A client that gave up (librdkafka closes the connection on a request timeout, then
+    retries elsewhere, maybe under a bumped epoch) leaves the requests it had pipelined behind
+    the one being served: as a Kafka broker, which reads no further request from a closed
+    connection, the listener writes none of them."""
+    from tests.workers.conftest import test_database_url
+
+    records = [Record(b"z%d" % i, timestamp_ms=1000) for i in range(3)]
+    first = encode_batch(records, producer_id=4444, producer_epoch=0, base_sequence=0)
+    behind = encode_batch(records, producer_id=4444, producer_epoch=0, base_sequence=3)
+    with psycopg.connect(test_database_url()) as lock:
+        # The stream's row held: the first produce waits in producers_admitted's share lock.
+        lock.execute("SELECT 1 FROM replication_stream WHERE id = %s FOR UPDATE",
+                     (topic.stream.pk,))
+        with socket.create_connection(kafka.bootstrap.split(":")) as sock:  # type: ignore[arg-type]
+            _sasl(sock, kafka.username, kafka.password)
+            sock.sendall(_frame(0, 3, 40, _produce_v3(first))
+                         + _frame(0, 3, 41, _produce_v3(behind)))
+            time.sleep(0.5)
+        lock.rollback()
+    deadline = time.monotonic() + 15
+    while sum(stored_values(topic).values()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the first one is written once the lock is gone
+    time.sleep(1)  # and the one behind it would be by now
+    assert sum(stored_values(topic).values()) == 3
