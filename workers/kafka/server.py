@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import ssl
 import threading
@@ -69,11 +70,9 @@ async def _read_frame(reader: asyncio.StreamReader, listener: Listener) -> bytes
 
 
 def _peer_left(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-    """Whether the client closed the connection. Its requests still buffered then are dropped,
-    as a Kafka broker reads none from a closed connection: librdkafka closes it when a request
-    times out and retries the batches elsewhere, maybe under a bumped epoch with new sequences,
-    so writing them late would store them twice (invariant 10). asyncio says "EOF received"
-    only through this flag: at_eof() waits for the buffer to be read."""
+    """Whether the client closed the connection (asyncio tells "EOF received" only through this
+    flag: at_eof() waits until the requests still buffered are read). Read from the thread
+    pool too: a bool, set once."""
     return writer.transport.is_closing() or getattr(reader, "_eof", False)
 
 
@@ -81,12 +80,10 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
     peer = writer.get_extra_info("peername")
     session = Session(listener, f"{peer[0]}:{peer[1]}" if peer else "?")
+    session.peer_left = functools.partial(_peer_left, reader, writer)
     try:
         while True:
-            frame = await _read_frame(reader, listener)
-            if _peer_left(reader, writer):
-                break
-            response = await dispatch(session, frame)
+            response = await dispatch(session, await _read_frame(reader, listener))
             if response is not None:
                 writer.write(len(response).to_bytes(4, "big") + response)
                 await writer.drain()

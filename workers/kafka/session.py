@@ -100,6 +100,8 @@ class Session:
         self._perms: dict[int, tuple[float, frozenset[str]]] = {}
         self._noted: set[str] = set()
         self.log = log.bind(peer=peer)
+        # Whether the client closed the connection; the server sets it (safe from any thread).
+        self.peer_left: Callable[[], bool] = lambda: False
 
     async def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()

@@ -224,9 +224,8 @@ def test_bad_crc_is_refused_with_corrupt_message_and_writes_nothing(kafka, topic
 
 def test_requests_a_client_left_behind_are_not_written(kafka, topic):
     """A client that gave up (librdkafka closes the connection on a request timeout, then
-    retries elsewhere, maybe under a bumped epoch) leaves the requests it had pipelined behind
-    the one being served: as a Kafka broker, which reads no further request from a closed
-    connection, the listener writes none of them."""
+    retries the batches, maybe renumbered under a bumped epoch) leaves the requests it had
+    pipelined behind the one being served: never answered, none of them is written."""
     from tests.workers.conftest import test_database_url
 
     records = [Record(b"z%d" % i, timestamp_ms=1000) for i in range(3)]

@@ -11,6 +11,7 @@ idempotent producer go in one append (one transaction, one COPY).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,10 +131,18 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic,
     return answers + list(seen.values())
 
 
-def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]]
-                    ) -> list[list[PartitionAnswer]]:
+def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
+                    abandoned: Callable[[], bool] = lambda: False,
+                    ) -> list[list[PartitionAnswer]] | None:
+    """The answers to a Produce request (in the thread pool), or None when its client left
+    before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
+    closes the connection when a request times out, retries the batches, maybe renumbered
+    under a bumped epoch; written late they would be stored twice (invariant 10). Unanswered,
+    they were never acknowledged, so writing nothing is what the client was told."""
     out = []
     for resolved, data in topics:
+        if abandoned():
+            return None
         if resolved is None:
             out.append([PartitionAnswer(p.index, errors.UNKNOWN_TOPIC_OR_PARTITION,
                                         message="no such topic, or not visible to you")
@@ -162,7 +171,12 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
         raise errors.KafkaError(errors.INVALID_REQUIRED_ACKS,
                                 f"acks {request.acks}: use 0, 1 or -1 (all)")
     topics = [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
-    answers = await session.run_sync(produce_request, session.user, topics)
+    # acks=0 expects no answer: its client may close as soon as it has sent the request.
+    answers = await session.run_sync(produce_request, session.user, topics,
+                                     session.peer_left if request.acks != 0 else lambda: False)
+    if answers is None:
+        session.note("produce_abandoned", reason="the client closed the connection first")
+        return None
     for (resolved, data), parts in zip(topics, answers, strict=True):
         if resolved is not None and any(a.code == errors.NONE for a in parts):
             data_arrived(resolved.stream.uuid, resolved.topic)
