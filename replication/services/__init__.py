@@ -14,6 +14,7 @@ from replication.services.failover import replica_failover
 from replication.services.replicas import (
     replica_add,
     replica_autosetup,
+    replica_connect,
     replica_edit,
     replica_pause,
     replica_remove,
@@ -30,6 +31,7 @@ __all__ = [
     "cluster_gateway_set",
     "replica_add",
     "replica_autosetup",
+    "replica_connect",
     "replica_edit",
     "replica_failback",
     "replica_failover",
