@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -161,6 +162,9 @@ def main(args: argparse.Namespace) -> int:
         import django
 
         django.setup()
+        # This process's own store pools and Redis clients warn on every fault injected; the
+        # engine's processes log to files.
+        logging.disable(logging.WARNING)
         engine.celery_worker()
         options = Options(seconds=args.seconds, interval=args.interval,
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,

@@ -23,7 +23,7 @@ Cut = dict[tuple[str, int], int]  # (topic, partition) -> the common prefix a fa
 @dataclass
 class Cycle:
     topology: Topology
-    movers: list[Producer]  # the producers of sanfrancisco's topics
+    producers: list[Producer]
     cuts: list[Cut] = field(default_factory=list)  # one per failback
     kept_aside: int = 0
 
@@ -41,17 +41,31 @@ class Cycle:
         for producer in self.movers:
             producer.target = Target(self.topology.streams[PROMOTED], len(self.cuts))
 
+    @property
+    def movers(self) -> list[Producer]:
+        """The producers of sanfrancisco's topics: they follow the origin."""
+        return [p for p in self.producers if set(p.topics) <= set(TOPICS[FAILED])]
+
     def fail_back(self) -> None:
         from replication.services import replica_failback
 
-        report = replica_failback(actor=self.topology.actor, source=self.fresh(FAILED),
-                                  replica=self.fresh(PROMOTED))
-        self.cuts.append({(row["topic"], row["partition"]): row["commonPrefix"]
-                          for row in report["partitions"]})
-        self.kept_aside += report["keptAside"]
-        self.topology.failed_over = False
-        for producer in self.movers:
-            producer.target = Target(self.topology.streams[FAILED], len(self.cuts))
+        # The failback drains the promoted stream into the old source before it switches: on
+        # these two cores a drain chasing every producer at full rate did not end within its
+        # 120 s, so the producers hold their next calls while it runs (those in flight end).
+        for producer in self.producers:
+            producer.held.set()
+        try:
+            report = replica_failback(actor=self.topology.actor, source=self.fresh(FAILED),
+                                      replica=self.fresh(PROMOTED))
+            self.cuts.append({(row["topic"], row["partition"]): row["commonPrefix"]
+                              for row in report["partitions"]})
+            self.kept_aside += report["keptAside"]
+            self.topology.failed_over = False
+            for producer in self.movers:
+                producer.target = Target(self.topology.streams[FAILED], len(self.cuts))
+        finally:
+            for producer in self.producers:
+                producer.held.clear()
 
 
 @dataclass

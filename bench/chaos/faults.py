@@ -214,7 +214,11 @@ class Driver:
 
     def started(self, kind: str, at: float | None = None) -> None:
         self.pending.append((kind, at or time.monotonic(), self.hit,
-                             replica_ends(self.topology)))
+                             replica_ends(self.topology, self.stores_down)))
+
+    @property
+    def stores_down(self) -> frozenset[str]:
+        return frozenset({RESTARTED} if "PostgreSQL" in self.down else ())
 
     def look(self, every: float = 0.25) -> None:
         """Faults after which every replica topic has moved on (or caught up): the time from
@@ -223,7 +227,8 @@ class Driver:
         if not self.pending or now < self.next_look:
             return
         self.next_look = now + every
-        ends, origins = replica_ends(self.topology), origin_ends(self.topology)
+        down = self.stores_down
+        ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
         still = []
         for kind, at, clusters, before in self.pending:
             if moved(before, ends, origins, clusters):

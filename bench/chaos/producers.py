@@ -44,6 +44,7 @@ class Producer(threading.Thread):
         self.label, self.target, self.topics, self.actor = label, target, topics, actor
         self.options, self.halt = options, stop
         self.sent = self.refused = 0
+        self.held = threading.Event()  # set: no new calls (a failback drains what they wrote)
         self.acks: list[Ack] = []
         self.errors: Counter[str] = Counter()
 
@@ -52,7 +53,8 @@ class Producer(threading.Thread):
 
         try:
             while not self.halt.is_set():
-                self.produce_once()
+                if not self.held.is_set():
+                    self.produce_once()
                 self.halt.wait(self.options.interval)
             self.finish()
         finally:
@@ -135,7 +137,8 @@ class KafkaProducer(Producer):
 
         self.client = Librdkafka({**config, "enable.idempotence": True, "acks": "all",
                                   "linger.ms": 5, "message.timeout.ms": 60000,
-                                  "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500})
+                                  "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500,
+                                  "log_level": 2})  # not each refused connection on stderr
         self.lock = threading.Lock()
 
     def produce_once(self) -> None:
@@ -144,12 +147,15 @@ class KafkaProducer(Producer):
         name = f"{target.stream.path}:{topic}"
 
         def report(error: Any, message: Any) -> None:
-            if error is not None:
-                self.refused += 1
-                self.errors[str(error.name())] += 1
-                return
-            ident = dict(message.headers())["id"]
-            self.acked(target, topic, [(message.partition(), message.offset())], [ident])
+            try:
+                if error is not None:
+                    self.refused += 1
+                    self.errors[f"Kafka {error.name()}"] += 1
+                    return
+                ident = dict(message.headers())["id"]
+                self.acked(target, topic, [(message.partition(), message.offset())], [ident])
+            except Exception as failure:  # an exception must not cross librdkafka's C code
+                self.errors[f"delivery report {failure!r}"] += 1
 
         for ident, key, value in messages:
             try:

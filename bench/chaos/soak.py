@@ -199,8 +199,7 @@ def run_soak(engine: Engine, store: Store, options: Options,
                           actor=topology.actor) for c, topics in TOPICS.items()]
     through, entrances = open_entrances(engine, topology, options, stop)  # type: ignore[arg-type]
     producers += through
-    movers = [p for p in producers if p.label == FAILED]
-    cycle = Cycle(topology, movers) if options.failover else None
+    cycle = Cycle(topology, producers) if options.failover else None
     for producer in producers:
         producer.start()
     say(f"producing to {len(TOPICS) * 2} topics x {PARTITIONS} partitions through "

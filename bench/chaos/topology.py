@@ -80,13 +80,15 @@ def build_topology(store_urls: dict[str, str]) -> Topology:
 # --- what the driver and the checker read --------------------------------------------------------
 
 
-def replica_ends(topology: Topology) -> Ends:
-    return {(stream.path, topic): ends(stream, topic)
+def replica_ends(topology: Topology, down: frozenset[str] = frozenset()) -> Ends:
+    """Each replica topic's ends; None for those on the clusters `down` (their store's pool
+    would wait for a connection rather than fail) or that cannot be read."""
+    return {(stream.path, topic): ends(stream, topic, down)
             for _origin, stream, topics in topology.pairs() for topic in topics}
 
 
-def origin_ends(topology: Topology) -> Ends:
-    return {(stream.path, topic): ends(origin, topic)
+def origin_ends(topology: Topology, down: frozenset[str] = frozenset()) -> Ends:
+    return {(stream.path, topic): ends(origin, topic, down)
             for origin, stream, topics in topology.pairs() for topic in topics}
 
 
@@ -118,9 +120,11 @@ def moved(before: Ends, now: Ends, origins: Ends, clusters: set[str]) -> bool:
     return True
 
 
-def ends(stream: Any, topic: str) -> dict[int, int] | None:
+def ends(stream: Any, topic: str, down: frozenset[str] = frozenset()) -> dict[int, int] | None:
     from replication.stores import store_for
 
+    if stream.cluster.name in down:
+        return None
     try:
         # A partition that never held a message may not exist on a replica yet.
         return {p: high for p, (_, high) in
