@@ -48,6 +48,7 @@ from bench.chaos.command import Processes, main
 from bench.chaos.soak import (
     ANOMALIES,
     ENGINE_SETTINGS,
+    FAILED,
     FAULT_KINDS,
     SOAK_SETTINGS,
     Options,
@@ -56,5 +57,5 @@ from bench.chaos.soak import (
     run_soak,
 )
 
-__all__ = ["ANOMALIES", "ENGINE_SETTINGS", "FAULT_KINDS", "SOAK_SETTINGS", "Options",
+__all__ = ["ANOMALIES", "ENGINE_SETTINGS", "FAILED", "FAULT_KINDS", "SOAK_SETTINGS", "Options",
            "Processes", "Result", "check_all", "main", "run_soak"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -146,13 +147,13 @@ class KafkaProducer(Producer):
         target = self.target
         name = f"{target.stream.path}:{topic}"
 
-        def report(error: Any, message: Any) -> None:
+        def report(ident: bytes, error: Any, message: Any) -> None:
+            # A delivery report carries no headers: the id comes with the callback.
             try:
                 if error is not None:
                     self.refused += 1
                     self.errors[f"Kafka {error.name()}"] += 1
                     return
-                ident = dict(message.headers())["id"]
                 self.acked(target, topic, [(message.partition(), message.offset())], [ident])
             except Exception as failure:  # an exception must not cross librdkafka's C code
                 self.errors[f"delivery report {failure!r}"] += 1
@@ -160,7 +161,7 @@ class KafkaProducer(Producer):
         for ident, key, value in messages:
             try:
                 self.client.produce(name, value, key, headers=[("id", ident)],
-                                    on_delivery=report)
+                                    on_delivery=partial(report, ident))
             except BufferError as error:  # the local queue is full: wait for deliveries
                 self.client.poll(1.0)
                 self.refuse(1, error)
