@@ -3,15 +3,34 @@ process listens on it."""
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
+from pathlib import Path
+
+
+def ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port below the ephemeral range. Not one the kernel hands out: a server killed
+    -9 and started again on its port may find it taken meanwhile by a client's outgoing
+    connection, or by a client reconnecting to it, whose connection to a port nobody listens
+    on can meet itself (TCP simultaneous open: source port = destination port)."""
+    for _ in range(200):
+        port = random.randrange(20000, ephemeral_low())
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def wait_listening(port: int, process: subprocess.Popen, timeout: float = 90.0) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.chaos.faults import spark_built
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
 from bench.pgserver import PrivatePostgres
 from bench.redisserver import PrivateRedis
@@ -116,6 +117,14 @@ def forget_unacked(client: Any, prefix: str) -> None:
                 client.zrem("unacked_index", tag)
 
 
+def spark_cluster_start() -> Any:
+    """A standalone master and worker on loopback: the catch-ups' executors run in the
+    worker's JVM, which the driver kills mid-job."""
+    from workers.spark import standalone
+
+    return standalone.start(cores=2)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=180.0, help="how long faults run")
     parser.add_argument("--seed", type=int, default=None)
@@ -145,6 +154,7 @@ def main(args: argparse.Namespace) -> int:
     redis = PrivateRedis()
     env: dict[str, str] = {}
     engine = Processes(env, logs)
+    cluster: Any = None
     result: Result | None = None
     try:
         for server in (store, others):
@@ -165,6 +175,9 @@ def main(args: argparse.Namespace) -> int:
         # This process's own store pools and Redis clients warn on every fault injected; the
         # engine's processes log to files.
         logging.disable(logging.WARNING)
+        if not args.no_spark and spark_built():
+            cluster = spark_cluster_start()
+            env["SPARK_MASTER_URL"] = cluster.master_url  # the Celery worker submits to it
         engine.celery_worker()
         options = Options(seconds=args.seconds, interval=args.interval,
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,
@@ -172,9 +185,11 @@ def main(args: argparse.Namespace) -> int:
                           failover=not args.no_failover)
         if args.seed is not None:
             options.seed = args.seed
-        result = run_soak(engine, store, options, others, redis=redis)
+        result = run_soak(engine, store, options, others, redis=redis, spark_cluster=cluster)
     finally:
         engine.close()
+        if cluster is not None:
+            cluster.stop()
         with contextlib.suppress(Exception):
             from replication.stores import close_stores
 

@@ -8,6 +8,7 @@ import heapq
 import importlib.util
 import random
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
                "replicator kill -9", "Redis restart", "portal kill -9", "Kafka listener kill -9",
-               "failover -force", "failback")
+               "Spark worker kill -9", "failover -force", "failback")
 REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
 # How often each kind is drawn once every kind has run (the slow or rare ones are gated).
 WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
@@ -101,6 +102,14 @@ def spark_catchup(driver: Driver) -> None:
         driver.options.say(f"  Spark catch-up of {source} -> {replica}")
 
 
+def spark_app_running(cluster: Any) -> bool:
+    """An application (a catch-up job) has executors on the standalone cluster's worker."""
+    try:
+        return bool(cluster.worker is not None and cluster.state().get("activeapps"))
+    except OSError:  # the master's page not answering this time
+        return False
+
+
 def jobs_active() -> bool:
     from replication.models import Job
 
@@ -137,6 +146,8 @@ class Driver:
     redis: Restartable | None = None  # a private Redis to restart, if the run has one
     entrances: dict[str, Entrance] = field(default_factory=dict)  # fault kind -> its process
     cycle: Cycle | None = None  # the failover/failback cycle, if the run has one
+    # A standalone Spark cluster (workers/spark/standalone.py) the catch-ups run on, if any.
+    spark_cluster: Any = None
     faults: Counter[str] = field(default_factory=Counter)
     undo: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)
     paused: set[tuple[str, str]] = field(default_factory=set)
@@ -175,7 +186,7 @@ class Driver:
             self.run_due()
             self.look()
             if time.monotonic() >= due:
-                self.inject(kinds.pop() if kinds else self.pick())
+                self.inject(self.spark_worker_due() or (kinds.pop() if kinds else self.pick()))
                 due = time.monotonic() + self.rng.uniform(*self.options.fault_every)
             time.sleep(0.05)
         self.restore()
@@ -192,6 +203,13 @@ class Driver:
             kinds.append("failover -force")
         return self.rng.choice(kinds)
 
+    def spark_worker_due(self) -> str:
+        """The Spark worker's kill, once, as soon as a catch-up runs executors on it."""
+        if (self.spark_cluster is None or self.faults["Spark worker kill -9"]
+                or not spark_app_running(self.spark_cluster)):
+            return ""
+        return "Spark worker kill -9"
+
     @property
     def kinds_possible(self) -> set[str]:
         return {"gateway kill -9", "replica pause", "replicator kill -9", *self.entrances,
@@ -207,6 +225,7 @@ class Driver:
             "gateway kill -9": self.kill_gateway, "replica pause": self.pause_replica,
             "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
             "Redis restart": self.restart_redis, "failover -force": self.fail_over,
+            "Spark worker kill -9": self.kill_spark_worker,
             "Spark catch-up": lambda: spark_catchup(self)}
         actions.get(kind, lambda: self.kill_entrance(kind))()
         if sum(self.faults.values()) > before:
@@ -224,7 +243,7 @@ class Driver:
         """Faults after which every replica topic has moved on (or caught up): the time from
         the fault to replication moving again, per kind."""
         now = time.monotonic()
-        if not self.pending or now < self.next_look:
+        if not self.pending or (every and now < self.next_look):
             return
         self.next_look = now + every
         down = self.stores_down
@@ -278,6 +297,17 @@ class Driver:
         self.faults[kind] += 1
         self.options.say(f"  kill -9 {entrance.label}")
         self.later(self.rng.uniform(0.5, 3.0), entrance.restart)
+
+    def kill_spark_worker(self) -> None:
+        """SIGKILL to the worker and its executors mid catch-up, as a node lost; Spark reruns
+        their tasks on the worker started a moment later (in a thread: it registers slowly)."""
+        cluster = self.spark_cluster
+        cluster.kill_worker()
+        self.faults["Spark worker kill -9"] += 1
+        self.options.say("  kill -9 the Spark worker (and its executors)")
+        restart = threading.Thread(target=cluster.start_worker, name="spark-worker",
+                                   daemon=True)
+        self.later(self.rng.uniform(0.5, 3.0), restart.start)
 
     def pause_replica(self) -> None:
         from replication.services import replica_pause, replica_resume

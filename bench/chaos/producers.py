@@ -110,7 +110,7 @@ class RestProducer(Producer):
         super().__init__(*args, **kwargs)
         from streamgate.client import Client
 
-        self.client = Client(url, token, timeout=10.0)
+        self.client = Client(url, token, timeout=30.0)
 
     def produce_once(self) -> None:
         topic, messages = self.batch()

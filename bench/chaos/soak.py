@@ -177,12 +177,14 @@ def start_engine(engine: Engine, topology: Topology, say: Callable[[str], None])
 
 
 def run_soak(engine: Engine, store: Store, options: Options,
-             others: Store | None = None, *, redis: Restartable | None = None) -> Result:
+             others: Store | None = None, *, redis: Restartable | None = None,
+             spark_cluster: object = None) -> Result:
     """Set up the topology, start the engine, produce under faults, converge, check. `store`
     (a PrivatePostgres) holds newyork's message store and is crashed and restarted; `others`,
     if given, the other clusters' stores (else they sit beside the control database); `redis`,
-    if given, the Redis every process uses, killed and restarted empty. The caller owns (and
-    stops) the processes and the servers."""
+    if given, the Redis every process uses, killed and restarted empty; `spark_cluster`, if
+    given, the standalone Spark cluster the Celery worker submits catch-ups to, whose worker
+    is killed mid-job. The caller owns (and stops) the processes and the servers."""
     say = options.say
     result = Result(options.seed, options.seconds)
     urls = {RESTARTED: store.url(f"{RESTARTED}_store")}
@@ -206,7 +208,7 @@ def run_soak(engine: Engine, store: Store, options: Options,
         f"{', '.join(sorted({p.way for p in producers}))}; faults for {options.seconds:.0f} s "
         f"(seed {options.seed})")
     driver = Driver(engine, store, topology, options, random.Random(options.seed), redis=redis,
-                    entrances=entrances, cycle=cycle)
+                    entrances=entrances, cycle=cycle, spark_cluster=spark_cluster)
     try:
         driver.run(options.seconds)
     finally:
@@ -252,3 +254,4 @@ def converge(result: Result, driver: Driver, options: Options) -> None:
             return
         time.sleep(0.25)
     result.converge_seconds = time.monotonic() - started
+    driver.look(every=0)  # faults of the last seconds: replication caught up, so moving
