@@ -171,10 +171,10 @@ class Driver:
         """Every kind this run can inject, the slow ones last (run first: popped)."""
         kinds = sorted(self.kinds_possible | {"PostgreSQL restart"})
         self.rng.shuffle(kinds)
-        if self.cycle:
-            kinds.append("failover -force")
-        if self.spark:  # first: the job's JVM takes a while to start, let it overlap faults
+        if self.spark:  # early: the job's JVM takes a while to start, let it overlap faults
             kinds.append("Spark catch-up")
+        if self.cycle:  # first: a failover waits for no Spark job to run
+            kinds.append("failover -force")
         return kinds
 
     def run(self, seconds: float) -> None:
