@@ -177,7 +177,9 @@ def main(args: argparse.Namespace) -> int:
         logging.disable(logging.WARNING)
         if not args.no_spark and spark_built():
             cluster = spark_cluster_start()
-            env["SPARK_MASTER_URL"] = cluster.master_url  # the Celery worker submits to it
+            # The Celery worker submits to it; its drivers bind to loopback (session.py), so
+            # they must name loopback to the executors too, not the host's address.
+            env |= {"SPARK_MASTER_URL": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
         engine.celery_worker()
         options = Options(seconds=args.seconds, interval=args.interval,
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,

@@ -103,10 +103,11 @@ def spark_catchup(driver: Driver) -> None:
 
 
 def spark_app_running(cluster: Any) -> bool:
-    """An application (a catch-up job) has executors on the standalone cluster's worker."""
+    """An application (a catch-up job) has executors running on the standalone cluster's
+    worker."""
     try:
-        return bool(cluster.worker is not None and cluster.state().get("activeapps"))
-    except OSError:  # the master's page not answering this time
+        return bool(cluster.worker is not None and cluster.worker_state().get("executors"))
+    except (OSError, ValueError):  # the worker's page not answering this time
         return False
 
 
