@@ -111,6 +111,14 @@ def spark_app_running(cluster: Any) -> bool:
         return False
 
 
+def catching_up() -> frozenset[str]:
+    """The replica streams whose link a running Spark catch-up holds."""
+    from replication.models import Job
+
+    return frozenset(Job.objects.filter(state__in=Job.ACTIVE, kind=Job.Kind.CATCHUP)
+                     .values_list("destination_path", flat=True))
+
+
 def jobs_active() -> bool:
     from replication.models import Job
 
@@ -249,9 +257,9 @@ class Driver:
         self.next_look = now + every
         down = self.stores_down
         ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
-        still = []
+        held, still = catching_up() if self.spark else frozenset(), []
         for kind, at, clusters, before in self.pending:
-            if moved(before, ends, origins, clusters):
+            if moved(before, ends, origins, clusters, held):
                 self.recovered.setdefault(kind, []).append(now - at)
             else:
                 still.append((kind, at, clusters, before))
