@@ -6,7 +6,9 @@ failover/failback cycle in failover.py."""
 
 from __future__ import annotations
 
+import ast
 import random
+import re
 import statistics
 import threading
 import time
@@ -98,6 +100,8 @@ class Result:
     topology: Topology | None = field(default=None, repr=False)
     driver: Driver | None = field(default=None, repr=False)
     acked: Acknowledged | None = field(default=None, repr=False)
+    acked_ids: set[bytes] = field(default_factory=set, repr=False)
+    acked_twice: int = 0  # of the duplicates, those whose id was acknowledged
 
     @property
     def ok(self) -> bool:
@@ -119,6 +123,7 @@ class Result:
                 ("messages checked (all streams, and the failback's)", f"{self.checked:,}"),
                 *((f"anomalies: {kind} (must be 0)", str(self.anomalies[kind]))
                   for kind in ANOMALIES),
+                ("of the duplicates, acknowledged ones", str(self.acked_twice)),
                 ("time to converge (faults undone -> every replica = its origins)", converge)]
         lines = ["| measure | value |", "| --- | ---: |"]
         lines += [f"| {label} | {value} |" for label, value in rows]
@@ -155,10 +160,18 @@ def check_all(result: Result) -> None:
                     check_failback(topology, acked)))
     for where, report in reports:
         result.checked += report.checked
+        result.acked_twice += sum(literal_id(a.detail) in result.acked_ids
+                                  for a in report.duplicates)
         for kind in ANOMALIES:
             found = getattr(report, kind)
             result.anomalies[kind] += len(found)
             result.examples += [f"{where}: {a}" for a in found[:3]]
+
+
+def literal_id(detail: str) -> bytes | None:
+    """The id an anomaly's text names (`id b'...'`), if any."""
+    found = re.search(r"id (b'[^']*')", detail)
+    return ast.literal_eval(found.group(1)) if found else None
 
 
 def start_engine(engine: Engine, topology: Topology, say: Callable[[str], None]) -> None:
@@ -236,6 +249,7 @@ def tally(result: Result, driver: Driver, producers: list[Producer], cycle: Cycl
     cuts = cycle.cuts if cycle else []
     result.kept_aside = cycle.kept_aside if cycle else 0
     result.acked = acknowledged((a for p in producers for a in p.acks), result.topology, cuts)
+    result.acked_ids = {a.id for p in producers for a in p.acks}
     errors = sum((p.errors for p in producers), Counter())
     if errors:
         driver.options.say(f"produce errors while faults ran: {dict(errors)}")
