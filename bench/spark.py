@@ -135,12 +135,12 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
 def spark_job(entry: str, spec: str) -> tuple[float, dict]:
     """A fresh driver process, as spark-submit would start it: start-up included. Returns
     the seconds and the job's result."""
-    from workers.spark.submit import PREFIX
+    from workers.spark.submit import PREFIX, SPEC_VARIABLE
 
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "workers/spark" / entry), spec],
+    done = subprocess.run([sys.executable, str(ROOT / "workers/spark" / entry)],
                           cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), SPEC_VARIABLE: spec})
     elapsed = time.perf_counter() - start
     lines = [json.loads(line.removeprefix(PREFIX)) for line in done.stdout.splitlines()
              if line.startswith(PREFIX)]

@@ -24,7 +24,7 @@ from replication.services.jobs import job_finished, publish_job_event
 from replication.stores import store_for, store_url
 from workers.spark import Side, Spec
 from workers.spark.session import java_options
-from workers.spark.submit import PREFIX, spec_to_json
+from workers.spark.submit import PREFIX, spec_environment
 
 log = structlog.get_logger(__name__)
 ENTRY = {Job.Kind.COPYSTREAM: "copystream_job.py", Job.Kind.CATCHUP: "copystream_job.py",
@@ -104,9 +104,10 @@ def _submit(job: Job, spec: Spec, progress: _Writer) -> dict:
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     entry = Path(__file__).parent / "spark" / ENTRY[job.kind]
     argv = [str(spark_submit), "--master", settings.SPARK_MASTER_URL,
-            "--conf", f"spark.driver.extraJavaOptions={java_options()}", str(entry),
-            spec_to_json(spec)]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+            "--conf", f"spark.driver.extraJavaOptions={java_options()}", str(entry)]
+    # The spec (store URLs with their passwords) in the driver's environment, never its argv.
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           **spec_environment(spec)}
     outcome: dict = {}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) as driver:
         for line in driver.stdout or ():

@@ -145,6 +145,13 @@ def test_autosetup_copies_through_a_job_then_replicates(gateways, owner, activit
 
 def test_a_large_backlog_is_handed_to_spark_and_back_without_gap_or_duplicate(
         gateways, owner, activity, activity_ny, clicks):
+    hand_off_a_large_backlog(gateways, owner, activity, activity_ny)
+
+
+def hand_off_a_large_backlog(gateways, owner, activity, activity_ny) -> Job:  # type: ignore[no-untyped-def]
+    """30,000 messages behind a paused link, resumed while more are produced: the replicator
+    hands the backlog to a catch-up job, then takes the link back. Returns the job (also run
+    on a standalone Spark cluster by tests/workers/spark/test_cluster.py)."""
     gateways.env["STREAMGATE_CATCHUP_THRESHOLD"] = "3000"
     gateways.replicator()
     replica_add(actor=owner, source=activity, replica=activity_ny, paused=True)
@@ -179,6 +186,7 @@ def test_a_large_backlog_is_handed_to_spark_and_back_without_gap_or_duplicate(
     link = ReplicaLink.objects.get(source=activity, replica=activity_ny)
     assert link.state == ReplicaState.REPLICATING
     replica_pause(actor=owner, source=activity, replica=activity_ny)
+    return job
 
 
 def test_seed_004_with_its_copystream_step_through_the_command_line(
