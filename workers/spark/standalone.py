@@ -6,6 +6,7 @@ processes.
 
     cluster = start(cores=2)          # returns once the worker is registered with the master
     cluster.master_url                # spark://127.0.0.1:PORT, for SPARK_MASTER_URL
+    cluster.client_environment        # SPARK_MASTER_URL and more, for the submitting process
     cluster.kill_worker()             # SIGKILL to the worker's process group: a node lost
     cluster.restart_worker()          # a fresh worker (new id) registered with the master
     cluster.stop()
@@ -69,6 +70,15 @@ class Cluster:
     @property
     def master_url(self) -> str:
         return f"spark://{HOST}:{self.master_port}"
+
+    @property
+    def client_environment(self) -> dict[str, str]:
+        """What a process submitting jobs here needs in its environment: the master, and the
+        driver's address on loopback (by default Spark advertises the host's name or first
+        address, which the loopback-bound driver does not listen on: executors could never
+        connect back). compose.yaml's equivalent is the worker's hostname and
+        SPARK_DRIVER_BIND."""
+        return {"SPARK_MASTER_URL": self.master_url, "SPARK_LOCAL_IP": HOST}
 
     @property
     def ui_url(self) -> str:

@@ -41,7 +41,8 @@ def spark_master(cluster, settings, monkeypatch):
     """Jobs of this process and of Celery workers started after it go to the cluster."""
     if not cluster.alive_workers():  # a test before this one lost it
         cluster.restart_worker()
-    monkeypatch.setenv("SPARK_MASTER_URL", cluster.master_url)
+    for name, value in cluster.client_environment.items():
+        monkeypatch.setenv(name, value)
     settings.SPARK_MASTER_URL = cluster.master_url
     return cluster
 
@@ -137,6 +138,7 @@ def secret_stores(transactional_db, sanfrancisco, newyork):
 def fill(stream: Stream, messages: int, batch: int = 5000) -> None:
     """Messages straight into the stream's store (the jobs read nothing else)."""
     store = store_for(stream.cluster)
+    store.ensure_topic(stream.uuid, "clicks", 3)  # as the clicks fixture's topic has it
     for start in range(0, messages, batch):
         store.append(stream.uuid, "clicks", [
             Record(value=b"value %d " % i * 4, key=b"k%d" % (i % 7),
