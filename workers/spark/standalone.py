@@ -38,8 +38,9 @@ WORKER = "org.apache.spark.deploy.worker.Worker"
 HOST = "127.0.0.1"
 START_TIMEOUT = 90.0  # seconds: two JVMs starting on a busy 2-core machine
 # A worker that vanished without a word (no TCP reset) is dropped after this: Spark's 60 s
-# default would keep a dead node's cores on offer for a minute.
-MASTER_OPTS = "-Dspark.worker.timeout=10 -Dspark.deploy.retainedApplications=200"
+# default would keep a dead node's cores on offer for a minute; less than 30 s drops live
+# workers whose heartbeats a loaded machine delays (seen at 10 s, load average 20 on 2 cores).
+MASTER_OPTS = "-Dspark.worker.timeout=30 -Dspark.deploy.retainedApplications=200"
 
 
 def free_port() -> int:
