@@ -88,7 +88,7 @@ class CommandLines(threading.Thread):
 
     def __init__(self, secret: str) -> None:
         super().__init__(daemon=True)
-        self.secret, self.seen, self.leaks = secret.encode(), set(), []
+        self.secret, self.seen, self.leaks = secret.encode(), set(), set()
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -100,7 +100,7 @@ class CommandLines(threading.Thread):
                     continue
                 self.seen |= {k for k, mark in self.KINDS.items() if mark.encode() in line}
                 if self.secret in line:
-                    self.leaks.append(line.replace(b"\0", b" ").decode(errors="replace"))
+                    self.leaks.add(line.replace(b"\0", b" ").decode(errors="replace"))
 
     def __enter__(self) -> CommandLines:
         self.start()
@@ -171,7 +171,7 @@ def test_copystream_and_diffstreams_with_repair_run_on_the_workers_executors_and
 
     for lines in (copy_lines, diff_lines):
         assert set(CommandLines.KINDS) <= lines.seen, lines.seen  # we looked while it ran
-        assert lines.leaks == []
+        assert lines.leaks == set()
 
 
 # --- the catch-up hand-off, by the engine's processes and a Celery worker -----------------------
