@@ -205,7 +205,7 @@ def start(cores: int = 2, *, memory: str = "2g", root: Path | None = None) -> Cl
 
 
 def _json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=20) as response:  # a loaded machine is slow
         return json.load(response)
 
 
