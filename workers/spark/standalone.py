@@ -6,6 +6,7 @@ processes.
 
     cluster = start(cores=2)          # returns once the worker is registered with the master
     cluster.master_url                # spark://127.0.0.1:PORT, for SPARK_MASTER_URL
+    cluster.client_environment        # SPARK_MASTER_URL and more, for the submitting process
     cluster.kill_worker()             # SIGKILL to the worker's process group: a node lost
     cluster.restart_worker()          # a fresh worker (new id) registered with the master
     cluster.stop()
@@ -37,8 +38,9 @@ WORKER = "org.apache.spark.deploy.worker.Worker"
 HOST = "127.0.0.1"
 START_TIMEOUT = 90.0  # seconds: two JVMs starting on a busy 2-core machine
 # A worker that vanished without a word (no TCP reset) is dropped after this: Spark's 60 s
-# default would keep a dead node's cores on offer for a minute.
-MASTER_OPTS = "-Dspark.worker.timeout=10 -Dspark.deploy.retainedApplications=200"
+# default would keep a dead node's cores on offer for a minute; less than 30 s drops live
+# workers whose heartbeats a loaded machine delays (seen at 10 s, load average 20 on 2 cores).
+MASTER_OPTS = "-Dspark.worker.timeout=30 -Dspark.deploy.retainedApplications=200"
 
 
 def free_port() -> int:
@@ -69,6 +71,15 @@ class Cluster:
     @property
     def master_url(self) -> str:
         return f"spark://{HOST}:{self.master_port}"
+
+    @property
+    def client_environment(self) -> dict[str, str]:
+        """What a process submitting jobs here needs in its environment: the master, and the
+        driver's address on loopback (by default Spark advertises the host's name or first
+        address, which the loopback-bound driver does not listen on: executors could never
+        connect back). compose.yaml's equivalent is the worker's hostname and
+        SPARK_DRIVER_BIND."""
+        return {"SPARK_MASTER_URL": self.master_url, "SPARK_LOCAL_IP": HOST}
 
     @property
     def ui_url(self) -> str:
@@ -194,7 +205,7 @@ def start(cores: int = 2, *, memory: str = "2g", root: Path | None = None) -> Cl
 
 
 def _json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=20) as response:  # a loaded machine is slow
         return json.load(response)
 
 

@@ -12,10 +12,13 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+import pyspark
 
 from workers.spark.jobs import Spec
 from workers.spark.ranges import Side
-from workers.spark.session import spark_context, stop
+from workers.spark.session import java_options, spark_context, stop
 
 PREFIX = "streamgate-job "  # marks our lines among Spark's own output
 SPEC_VARIABLE = "STREAMGATE_JOB_SPEC"
@@ -32,6 +35,21 @@ def spec_to_json(spec: Spec) -> str:
 def spec_environment(spec: Spec) -> dict[str, str]:
     """What a job's driver process needs in its environment, beside the caller's own."""
     return {SPEC_VARIABLE: spec_to_json(spec)}
+
+
+def submit_command(entry: str, master: str) -> list[str]:
+    """spark-submit of an entry file of this package ("copystream_job.py") to `master`, in
+    client mode: the driver runs here, the executors wherever the master puts them."""
+    return [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", master,
+            "--conf", f"spark.driver.extraJavaOptions={java_options()}",
+            str(Path(__file__).parent / entry)]
+
+
+def submit_environment(spec: Spec) -> dict[str, str]:
+    """The whole environment of a submitted job's driver: the spec, and this interpreter for
+    the executors' Python (it has psycopg and the project installed)."""
+    return {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            **spec_environment(spec)}
 
 
 def spec_from_json(text: str) -> Spec:
