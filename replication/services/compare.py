@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from replication.engine.store import MessageStore, UnknownTopic
+from replication.engine.store import UnknownTopic
+from replication.engine.storebase import MessageStore
 
 READ_LIMIT = 5000
 
