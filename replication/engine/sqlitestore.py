@@ -290,18 +290,6 @@ class SqliteStore(MessageStore):
 
     # --- consumer cursors --------------------------------------------------------------------
 
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        with self._writing() as conn:
-            return conn.execute(
-                "DELETE FROM consumer_cursors WHERE (? IS NULL OR grp = ?) AND pid IN "
-                "(SELECT id FROM partitions WHERE stream = ? AND (? IS NULL OR topic = ?) "
-                "AND (? IS NULL OR partition = ?))",
-                (group, group, stream.bytes, topic, topic, partition, partition),
-            ).rowcount
-
     def merge_cursors(
         self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
     ) -> dict[CursorKey, int]:

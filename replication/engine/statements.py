@@ -32,6 +32,12 @@ CURSORS = (
     'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
     "JOIN partitions p ON p.id = c.pid WHERE p.stream = %s ORDER BY c.grp, p.topic, p.partition"
 )
+# CAST, not PostgreSQL's `::`: a NULL filter matches everything, in both dialects.
+DELETE_CURSORS = """
+DELETE FROM consumer_cursors WHERE (CAST(%s AS text) IS NULL OR grp = %s) AND pid IN (
+    SELECT id FROM partitions WHERE stream = %s AND (CAST(%s AS text) IS NULL OR topic = %s)
+    AND (CAST(%s AS integer) IS NULL OR partition = %s))
+"""
 EXPIRE_CUT = """
 SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
     SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s

@@ -29,6 +29,7 @@ from replication.engine.statements import (
     COMMIT_CURSOR,
     CURSORS,
     CUT_PREFIX,
+    DELETE_CURSORS,
     EXPIRE_CUT,
     FETCH_CURSOR,
     MARKS,
@@ -169,13 +170,6 @@ class MessageStore(ABC):
         offset) is clamped to the partition's next offset (a replica's cursor past what it holds
         would skip messages on failover) and never moves a cursor back. Partitions the stream
         does not have are skipped. Returns each merged cursor's stored offset."""
-
-    @abstractmethod
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        """Delete the committed cursors matching every filter given; returns how many."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -468,6 +462,15 @@ class MessageStore(ABC):
             rows = [(self._pid(conn, stream, topic, partition), group, offset)
                     for topic, partition, offset in cursors]
             conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
+
+    def delete_cursors(
+        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
+        partition: int | None = None,
+    ) -> int:
+        """Delete the committed cursors matching every filter given; returns how many."""
+        with self._writing() as conn:
+            return conn.execute(self._sql(DELETE_CURSORS), (
+                group, group, self._key(stream), topic, topic, partition, partition)).rowcount
 
     def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
         with self._reading() as conn:

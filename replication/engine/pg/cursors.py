@@ -12,20 +12,7 @@ from replication.engine.store import CursorKey
 
 
 class Cursors(Catalog):
-    """Consumer groups' offsets deleted by filter and merged from an origin."""
-
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        with self._pool.connection() as conn:
-            return conn.execute(
-                "DELETE FROM consumer_cursors c USING partitions p WHERE p.id = c.pid "
-                "AND p.stream = %s AND (%s::text IS NULL OR c.grp = %s) "
-                "AND (%s::text IS NULL OR p.topic = %s) "
-                "AND (%s::int IS NULL OR p.partition = %s)",
-                (stream, group, group, topic, topic, partition, partition),
-            ).rowcount
+    """Consumer groups' offsets merged from an origin."""
 
     def merge_cursors(
         self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]

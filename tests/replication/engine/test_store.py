@@ -14,19 +14,13 @@ from dataclasses import FrozenInstanceError
 import psycopg
 import pytest
 
-from replication.engine import (
-    Message,
+from replication.engine import Message, Record, choose_partition, create_database, open_store
+from replication.engine.store import (
     Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
-    Record,
     StoreError,
     UnknownTopic,
-    choose_partition,
-    create_database,
-    open_store,
-)
-from replication.engine.store import (
     build_message,
     decode_headers,
     encode_headers,
