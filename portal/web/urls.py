@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import path
 
 from portal.web import (
     approvals,
@@ -16,24 +16,6 @@ from portal.web import (
     views,
 )
 
-# The pages of one stream, under streams/<pk>/ (each view takes `pk`).
-stream_pages = [
-    path("", streams.stream_detail, name="stream-detail"),
-    path("replicas/", streams.stream_replicas, name="stream-replicas"),
-    path("lag/", streams.stream_lag, name="stream-lag"),
-    path("replicas/add/", streams.replica_create, name="replica-add"),
-    path("replicas/<int:link_pk>/<str:action>/", streams.replica_action,
-         name="replica-action"),
-    path("aces/", streams.stream_edit_aces, name="stream-aces"),
-    path("failover/", failover.stream_failover, name="stream-failover"),
-    path("failback/", failover.stream_failback, name="stream-failback"),
-    path("verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
-    path("messages/", messages.stream_messages, name="stream-messages"),
-    path("messages/produce/", messages.stream_produce, name="stream-produce"),
-    path("groups/", groups.stream_groups, name="stream-groups"),
-    path("throughput/", throughput.stream_rates, name="stream-throughput"),
-]
-
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("overview/replication/", views.overview_links, name="overview-links"),
@@ -46,7 +28,20 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("streams/", streams.stream_list, name="streams"),
     path("streams/ace-check/", streams.ace_check, name="ace-check"),
-    path("streams/<int:pk>/", include(stream_pages)),
+    path("streams/<int:pk>/", streams.stream_detail, name="stream-detail"),
+    path("streams/<int:pk>/replicas/", streams.stream_replicas, name="stream-replicas"),
+    path("streams/<int:pk>/lag/", streams.stream_lag, name="stream-lag"),
+    path("streams/<int:pk>/replicas/add/", streams.replica_create, name="replica-add"),
+    path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action,
+         name="replica-action"),
+    path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
+    path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
+    path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
+    path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
+    path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
+    path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
+    path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
     path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit.audit_log, name="audit"),
     path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),
