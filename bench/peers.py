@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bench import kafka_steady, replication
 from bench.pgserver import PrivatePostgres
+from bench.processes import stop_process
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
 LOAD_PENDING = 4000  # JetStream publishes in flight while loading the backlog
@@ -92,12 +93,7 @@ class NatsServer:
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_process(self.process)
         self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
 

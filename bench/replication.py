@@ -36,6 +36,7 @@ import requests
 from psycopg import sql
 
 from bench.pgserver import PrivatePostgres
+from bench.processes import stop_process
 from bench.produce import ROOT, Portal
 from replication.engine.pg.relay import relay
 
@@ -130,13 +131,9 @@ class Deployment(Portal):
 
     def stop(self) -> None:
         for process in self.engine.values():
-            process.terminate()
+            process.terminate()  # all at once, then each waited for
         for process in self.engine.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
         self.engine = {}
         try:
             super().stop()

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from playwright.sync_api import Page, expect
 
+from bench.processes import stop_process
 from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream
 from replication.services import replica_add, topic_create, upstream_add
@@ -128,11 +129,7 @@ def job_worker(live_engine):  # type: ignore[no-untyped-def]
     app.conf.task_default_queue = queue
     yield worker
     app.conf.task_default_queue = previous
-    worker.terminate()
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
+    stop_process(worker, timeout=20)
 
 
 def test_autosetup_shows_the_copy_progress_live_until_replicating(

@@ -6,32 +6,15 @@ import re
 
 import orjson
 import pytest
-from django.test import Client
 
 from replication import lag_history
 from replication.models import ReplicaLink
 from replication.services import replica_add, replica_pause, upstream_add
+from tests.clients import signed_in
 from tests.factories import StreamFactory
 from tests.portal.test_web import produce
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def embedded(page: str) -> dict:

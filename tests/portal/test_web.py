@@ -15,6 +15,7 @@ from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream, Upstream
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
+from tests.clients import signed_in
 from tests.factories import (
     GatewayFactory,
     MembershipFactory,
@@ -23,17 +24,7 @@ from tests.factories import (
     TopicFactory,
 )
 
-
-@pytest.fixture
-def carol(owner):
-    """carol: in acme with alice, administers her own streams only."""
-    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
-
-
-@pytest.fixture
-def mirror(carol, newyork):
-    """/mapr/newyork/mirror, owned by carol (alice holds no permission on it)."""
-    return StreamFactory(cluster=newyork, name="mirror", created_by=carol)
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture
@@ -42,32 +33,9 @@ def pending(owner, activity, mirror):
     return replica_add(actor=owner, source=activity, replica=mirror)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    # The lag history lives in Django's cache, keyed by link id: test runs sharing one Redis
-    # would read each other's rings, so each test gets a cache of its own (locmem, as the
-    # embedded mode uses).
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    """activity -> activity_ny with both halves of the agreement: it replicates."""
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
 def produce(user, stream, count: int, topic: str = "clicks") -> None:
     messages_produce(actor=user, stream=stream, topic=topic,
                      records=[Record(f"m{i}".encode()) for i in range(count)])
-
-
-def signed_in(user, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 def messages_of(response) -> list[str]:

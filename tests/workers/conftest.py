@@ -16,6 +16,7 @@ from django.db import connection
 
 from bench.chaos.command import Processes, forget_unacked
 from bench.pgserver import PG_BIN, PrivatePostgres
+from bench.processes import stop_process
 from workers.celery import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,12 +46,16 @@ def celery_worker(transactional_db, tmp_path) -> Iterator[str]:
         yield queue
     finally:
         app.conf.task_default_queue = previous
-        worker.terminate()
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_process(worker)
         log.close()
+
+
+def drop_keys(client, *patterns: str) -> None:  # type: ignore[no-untyped-def]
+    """Delete a test's Redis keys (its namespace's) from the shared Redis."""
+    for pattern in patterns:
+        keys = list(client.scan_iter(pattern))
+        if keys:
+            client.delete(*keys)
 
 
 def wait_until(check, timeout: float = 30.0, every: float = 0.1) -> None:  # type: ignore[no-untyped-def]
@@ -109,10 +114,7 @@ def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
         # Tasks a killed gateway had taken wait in kombu's shared `unacked` hash, which any
         # worker on this Redis would put back on their queues: drop them with the keys.
         forget_unacked(client, namespace)
-        for pattern in (f"{namespace}*", f"_kombu.binding*{namespace}*"):
-            keys = list(client.scan_iter(pattern))
-            if keys:
-                client.delete(*keys)
+        drop_keys(client, f"{namespace}*", f"_kombu.binding*{namespace}*")
 
 
 # --- a PostgreSQL server of the test's own, to restart under the engine -------------------------

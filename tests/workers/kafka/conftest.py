@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from knox.models import AuthToken
 
-from tests.workers.conftest import ROOT, test_database_url
+from bench.processes import stop_process
+from tests.workers.conftest import ROOT, drop_keys, test_database_url
 
 # Fast presence, so tests of listeners dying see leadership move in seconds.
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
@@ -66,13 +67,7 @@ class KafkaListeners:
         return f"127.0.0.1:{self.processes[label][1]}"
 
     def stop(self, label: str = "k1", *, kill: bool = False) -> None:
-        process, _ = self.processes.pop(label)
-        process.kill() if kill else process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.processes.pop(label)[0], kill=kill)
 
     def close(self) -> None:
         for label in list(self.processes):
@@ -116,9 +111,7 @@ def kafka_listeners(transactional_db, tmp_path, settings) -> Iterator[KafkaListe
     finally:
         listeners.close()
         client = redis.Redis.from_url(settings.REDIS_URL)
-        keys = list(client.scan_iter(f"{namespace}*"))
-        if keys:
-            client.delete(*keys)
+        drop_keys(client, f"{namespace}*")
 
 
 @pytest.fixture
