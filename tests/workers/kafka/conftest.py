@@ -23,6 +23,18 @@ from tests.workers.conftest import ROOT, drop_keys, test_database_url
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
 
 
+def orders_topic(owner, partitions: int):  # type: ignore[no-untyped-def]
+    """/mapr/c1/apps:orders in alice's tenant, with its partitions in the store."""
+    from replication.stores import store_for
+    from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+
+    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    made = TopicFactory(stream=stream, name="orders", partitions=partitions)
+    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", partitions)
+    return made
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
