@@ -7,7 +7,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts.models import Role
-from replication.services import replica_add, upstream_add
+from replication.services import replica_add, topic_create, upstream_add
+from replication.stores import store_for
 from tests.factories import ClusterFactory, MembershipFactory, StreamFactory, UserFactory
 
 
@@ -99,6 +100,15 @@ def activity(owner, sanfrancisco):
 def activity_ny(owner, newyork):
     """/mapr/newyork/activity, owned by alice."""
     return StreamFactory(cluster=newyork, name="activity", created_by=owner)
+
+
+@pytest.fixture
+def clicks(owner, activity, newyork):
+    """activity:clicks with 3 partitions, both clusters' stores made first (as cluster_create
+    does: the stores exist before any gateway runs)."""
+    for cluster in (activity.cluster, newyork):
+        store_for(cluster)
+    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
 
 
 @pytest.fixture

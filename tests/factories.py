@@ -5,12 +5,24 @@ from accounts.models import Membership, Role, Tenant
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
 
 
-class TenantFactory(factory.django.DjangoModelFactory):
+def numbered(prefix: str) -> factory.Sequence:
+    """tenant0, tenant1, ...: a fresh name per row."""
+    return factory.Sequence(lambda n: f"{prefix}{n}")
+
+
+class NamedFactory(factory.django.DjangoModelFactory):
+    """Rows named uniquely (tenants, clusters): asking for a name twice gives one row."""
+
     class Meta:
-        model = Tenant
+        abstract = True
         django_get_or_create = ("name",)
 
-    name = factory.Sequence(lambda n: f"tenant{n}")
+
+class TenantFactory(NamedFactory):
+    class Meta:
+        model = Tenant
+
+    name = numbered("tenant")
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -19,7 +31,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("username",)
         skip_postgeneration_save = True
 
-    username = factory.Sequence(lambda n: f"user{n}")
+    username = numbered("user")
     password = factory.django.Password("correct horse battery staple")
 
 
@@ -32,12 +44,11 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     role = Role.MEMBER
 
 
-class ClusterFactory(factory.django.DjangoModelFactory):
+class ClusterFactory(NamedFactory):
     class Meta:
         model = Cluster
-        django_get_or_create = ("name",)
 
-    name = factory.Sequence(lambda n: f"cluster{n}")
+    name = numbered("cluster")
 
 
 class GatewayFactory(factory.django.DjangoModelFactory):
@@ -45,7 +56,7 @@ class GatewayFactory(factory.django.DjangoModelFactory):
         model = Gateway
 
     cluster = factory.SubFactory(ClusterFactory)
-    name = factory.Sequence(lambda n: f"gw{n}")
+    name = numbered("gw")
     address = factory.LazyAttribute(lambda o: o.name)
 
 
@@ -56,7 +67,7 @@ class StreamFactory(factory.django.DjangoModelFactory):
         model = Stream
 
     cluster = factory.SubFactory(ClusterFactory)
-    name = factory.Sequence(lambda n: f"stream{n}")
+    name = numbered("stream")
     path = factory.LazyAttribute(lambda o: f"/mapr/{o.cluster.name}/{o.name}")
     created_by = factory.SubFactory(UserFactory)
     tenant = factory.LazyAttribute(lambda o: o.created_by.memberships.first().tenant)
@@ -72,7 +83,7 @@ class TopicFactory(factory.django.DjangoModelFactory):
         model = Topic
 
     stream = factory.SubFactory(StreamFactory)
-    name = factory.Sequence(lambda n: f"topic{n}")
+    name = numbered("topic")
     partitions = 1
     origin_uuid = factory.LazyAttribute(lambda o: o.stream.uuid)
 

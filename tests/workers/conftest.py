@@ -3,6 +3,7 @@ own so concurrent test runs never take each other's tasks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -56,6 +58,52 @@ def drop_keys(client, *patterns: str) -> None:  # type: ignore[no-untyped-def]
         keys = list(client.scan_iter(pattern))
         if keys:
             client.delete(*keys)
+
+
+def start_gateways(engine, cluster, *names: str) -> None:  # type: ignore[no-untyped-def]
+    """Configure gateways `names` on `cluster`, start them, and return once all are live."""
+    from replication.presence import presence
+    from tests.factories import GatewayFactory
+
+    for name in names:
+        GatewayFactory(cluster=cluster, name=name)
+        engine.gateway(cluster.name, name)
+    wait_until(lambda: len(presence().live([(cluster.name, n) for n in names])) == len(names),
+               timeout=30)
+
+
+def replicate_with_engine(engine, owner, source, replica) -> None:  # type: ignore[no-untyped-def]
+    """source -> replica agreed both ways, a gateway gw1 on the replica's cluster, and the
+    engine's processes (gateway, replicator) started."""
+    from replication.services import replica_add, upstream_add
+    from tests.factories import GatewayFactory
+
+    replica_add(actor=owner, source=source, replica=replica)
+    upstream_add(actor=owner, replica=replica, source=source)
+    GatewayFactory(cluster=replica.cluster, name="gw1")
+    engine.gateway(replica.cluster.name, "gw1")
+    engine.replicator()
+
+
+@contextlib.contextmanager
+def in_process_engine(settings, cluster) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """`make run`'s engine: no Redis, a gateway gw1 on `cluster` living in this process
+    (beating once, so it is live), and batches applied eagerly in the replicator's thread.
+    Yields the in-process presence."""
+    from replication.presence import LocalPresence, presence
+    from tests.factories import GatewayFactory
+    from workers.gateway import Heartbeat
+
+    settings.REDIS_URL = ""
+    app.conf.task_always_eager = True
+    try:
+        GatewayFactory(cluster=cluster, name="gw1")
+        signals = presence()
+        assert isinstance(signals, LocalPresence)
+        Heartbeat(None, signals).beat(database=True)
+        yield signals
+    finally:
+        app.conf.task_always_eager = False
 
 
 def wait_until(check, timeout: float = 30.0, every: float = 0.1) -> None:  # type: ignore[no-untyped-def]
