@@ -8,10 +8,8 @@ row is, so the two rows compare."""
 from __future__ import annotations
 
 import argparse
-import bisect
 import multiprocessing
 import os
-import statistics
 import threading
 import time
 import uuid
@@ -92,27 +90,6 @@ def measure(deploy: replication.Deployment, client, token: str,  # type: ignore[
     poller.join()
     dst_store.close()
     del src
-    return _summary(acked, seen, took, errors, cpu_before, deploy)
+    return replication.steady_summary(acked, seen, took, errors, cpu_before, deploy)
 
 
-def _summary(acked: list, seen: dict, took: float, errors: list, cpu_before: dict,
-             deploy: replication.Deployment) -> dict:
-    lags, missing = [], 0
-    for p, o, at in acked:
-        marks = seen[p]
-        i = bisect.bisect_right([h for _, h in marks], o)  # first mark with high > o
-        if i >= len(marks):
-            missing += 1
-            continue
-        lags.append((marks[i][0] - at) * 1000)
-    lags.sort()
-
-    def pct(q: float) -> float:
-        return lags[min(len(lags) - 1, int(q * len(lags)))] if lags else float("nan")
-
-    return {"produced": len(acked), "rate": len(acked) / took, "p50": pct(0.50),
-            "p99": pct(0.99), "max": lags[-1] if lags else float("nan"),
-            "mean": statistics.fmean(lags) if lags else float("nan"), "missing": missing,
-            "cpu_per_1k": {label: (used - cpu_before.get(label, 0.0)) * 1e6 / max(len(acked), 1)
-                           for label, used in replication.cpu_by_process(deploy).items()},
-            "errors": len(errors), "first_error": errors[0] if errors else ""}
