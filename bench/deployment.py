@@ -5,6 +5,7 @@ what the benchmarks read of it (watermarks, CPU time per process, profiles)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import subprocess
@@ -36,6 +37,20 @@ PIPE_IN = f"COPY sgbench_pipe ({COLUMNS}) FROM STDIN (FORMAT BINARY)"
 
 def with_db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, *, runs: int, steady_seconds: float,
+                       batch_help: str = "records per produce call of the steady producers",
+                       ) -> None:
+    """The backlog and steady-load options of the replication benchmarks."""
+    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size")
+    parser.add_argument("--runs", type=int, default=runs, help="catch-up runs (medians reported)")
+    parser.add_argument("--steady-seconds", type=float, default=steady_seconds)
+    parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
+    parser.add_argument("--producers", type=int, default=4,
+                        help="producer processes sharing the steady rate (a REST call takes "
+                             "longer than 10 ms, so one paced client cannot keep 5,000/s)")
+    parser.add_argument("--steady-batch", type=int, default=50, help=batch_help)
 
 
 # --- the deployment ----------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import kafka_steady, replication
+from bench.deployment import add_load_arguments
 from bench.pgserver import PrivatePostgres
 from bench.processes import stop_process
 
@@ -45,14 +46,8 @@ NOT_BUILT = "not built"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size")
-    parser.add_argument("--runs", type=int, default=1, help="catch-up runs (medians reported)")
-    parser.add_argument("--steady-seconds", type=float, default=30.0)
-    parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="streamgate's steady producer processes (bench/replication.py)")
-    parser.add_argument("--steady-batch", type=int, default=50,
-                        help="messages per produce call (streamgate) or per burst (NATS)")
+    add_load_arguments(parser, runs=1, steady_seconds=30.0, batch_help="messages per produce "
+                       "call (streamgate) or per burst (NATS)")
     parser.add_argument("--skip", default="",
                         help="comma-separated: streamgate,steady,nats")
     parser.add_argument("--nats-server", default=shutil.which("nats-server") or "nats-server")

@@ -44,6 +44,7 @@ from bench.deployment import (
     TOPIC,
     VALUE_BYTES,
     Deployment,
+    add_load_arguments,
     cpu_by_process,
     cpu_seconds,
     create_pair,
@@ -58,15 +59,7 @@ from replication.engine.pg.relay import relay
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size")
-    parser.add_argument("--runs", type=int, default=3, help="catch-up runs")
-    parser.add_argument("--steady-seconds", type=float, default=60.0)
-    parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="producer processes sharing the steady rate (a REST call takes "
-                             "longer than 10 ms, so one paced client cannot keep 5,000/s)")
-    parser.add_argument("--steady-batch", type=int, default=50,
-                        help="records per produce call of the steady producers")
+    add_load_arguments(parser, runs=3, steady_seconds=60.0)
     parser.add_argument("--idle-streams", type=int, default=1000)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--skip", default="", help="comma-separated: catchup,steady,idle")
