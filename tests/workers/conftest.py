@@ -30,26 +30,34 @@ def test_database_url() -> str:
             f"{params['PORT'] or 5432}/{params['NAME']}")
 
 
+@contextlib.contextmanager
+def celery_worker_on(env: dict[str, str], logs: Path, prefix: str,
+                     timeout: float = 15) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A Celery worker (solo pool; Spark jobs run in local mode inside it) on a queue of its
+    own, which this process's tasks go to meanwhile: yields (queue, worker)."""
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    # A file, not a pipe: Spark jobs write much to stderr, and an unread pipe stalls them.
+    with (logs / "celery-worker.log").open("ab") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue,
+             "--pool", "solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
+             "--loglevel", "WARNING"],
+            cwd=ROOT, env={**env, "CELERY_QUEUE": queue}, stdout=log, stderr=subprocess.STDOUT,
+        )
+        previous = app.conf.task_default_queue
+        app.conf.task_default_queue = queue
+        try:
+            yield queue, worker
+        finally:
+            app.conf.task_default_queue = previous
+            stop_process(worker, timeout=timeout)
+
+
 @pytest.fixture
 def celery_worker(transactional_db, tmp_path) -> Iterator[str]:
-    queue = f"sg-test-{uuid.uuid4().hex[:8]}"
-    # A file, not a pipe: Spark jobs write much to stderr, and an unread pipe stalls them.
-    log = (tmp_path / "celery-worker.log").open("ab")
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "CELERY_QUEUE": queue}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue,
-         "--pool", "solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
-         "--loglevel", "WARNING"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    try:
+    env = {**os.environ, "DATABASE_URL": test_database_url()}
+    with celery_worker_on(env, tmp_path, "sg-test") as (queue, _):
         yield queue
-    finally:
-        app.conf.task_default_queue = previous
-        stop_process(worker)
-        log.close()
 
 
 def drop_keys(client, *patterns: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,18 +1,10 @@
 // kafkajs's admin client against a streamgate listener: creates the topics named in argv
 // (MapR or plain names) and prints what listTopics and fetchTopicMetadata answer, as JSON.
 // Env: KAFKA_BOOTSTRAP, KAFKA_USERNAME, KAFKA_PASSWORD.
-const { Kafka, logLevel } = require("kafkajs");
+const streamgateKafka = require("./client");
 
 async function main(topics) {
-  const kafka = new Kafka({
-    clientId: "streamgate-test",
-    brokers: [process.env.KAFKA_BOOTSTRAP],
-    sasl: { mechanism: "plain", username: process.env.KAFKA_USERNAME,
-            password: process.env.KAFKA_PASSWORD },
-    ssl: false,
-    logLevel: logLevel.NOTHING,
-    retry: { retries: 2 },
-  });
+  const kafka = streamgateKafka();
   const admin = kafka.admin();
   await admin.connect();
   try {

@@ -2,18 +2,11 @@
 // headers to topic argv[2], compression argv[4] ("none" or "gzip": kafkajs's built-in codecs),
 // and prints the acknowledged offsets as JSON. Env: KAFKA_BOOTSTRAP, KAFKA_USERNAME,
 // KAFKA_PASSWORD.
-const { Kafka, CompressionTypes, logLevel } = require("kafkajs");
+const { CompressionTypes } = require("kafkajs");
+const streamgateKafka = require("./client");
 
 async function main([topic, count, codec]) {
-  const kafka = new Kafka({
-    clientId: "streamgate-test",
-    brokers: [process.env.KAFKA_BOOTSTRAP],
-    sasl: { mechanism: "plain", username: process.env.KAFKA_USERNAME,
-            password: process.env.KAFKA_PASSWORD },
-    ssl: false,
-    logLevel: logLevel.NOTHING,
-    retry: { retries: 2 },
-  });
+  const kafka = streamgateKafka();
   const producer = kafka.producer({ allowAutoTopicCreation: false });
   await producer.connect();
   try {
