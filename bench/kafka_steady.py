@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import threading
 import time
 import uuid
 
@@ -47,27 +46,10 @@ def _producer(config: dict, topic: str, batch: int, interval: float, seconds: fl
 
 def measure(deploy: replication.Deployment, client, token: str,  # type: ignore[no-untyped-def]
             args: argparse.Namespace) -> dict:
-    from replication.engine.pg import PostgresStore
-
     listener = Listener(deploy.env)
     deploy.engine["kafka"] = listener.process  # counted by cpu_by_process, stopped by stop()
     src, dst = (uuid.UUID(u) for u in replication.create_pair(client, "ksteady", paused=False))
-    dst_store = PostgresStore(deploy.store_url(replication.REPLICA))
-    seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)]
-                                                for p in range(replication.PARTITIONS)}
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            marks = replication.watermarks(dst_store, dst)
-            at = time.monotonic()
-            for p, high in marks.items():
-                if high > seen[p][-1][1]:
-                    seen[p].append((at, high))
-            time.sleep(0.005)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    watch = replication.ReplicaWatch(deploy, dst)
     config = {"bootstrap.servers": f"127.0.0.1:{listener.port}",
               "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
               "sasl.username": "bench", "sasl.password": token}
@@ -80,15 +62,7 @@ def measure(deploy: replication.Deployment, client, token: str,  # type: ignore[
     worker.start()
     acked, took, errors = out.get()
     worker.join()
-    ends: dict[int, int] = {}
-    for p, o, _ in acked:
-        ends[p] = max(ends.get(p, 0), o + 1)
-    deadline = time.monotonic() + 30
-    while any(seen[p][-1][1] < e for p, e in ends.items()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    poller.join()
-    dst_store.close()
+    seen = watch.finish(acked)
     del src
     return replication.steady_summary(acked, seen, took, errors, cpu_before, deploy)
 

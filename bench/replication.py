@@ -285,25 +285,46 @@ def steady_producer(url: str, token: str, batch: int, interval: float, seconds: 
     out.put((acked, time.monotonic() - start, errors))
 
 
-def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
-    from replication.engine.pg import PostgresStore
+class ReplicaWatch:
+    """The replica's high watermarks as they move, polled every 5 ms in a thread from now
+    until `finish()`: partition -> [(monotonic time, high)]."""
 
-    src, dst = (uuid.UUID(u) for u in create_pair(client, "steady", paused=False))
-    dst_store = PostgresStore(deploy.store_url(REPLICA))
-    seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)] for p in range(PARTITIONS)}
-    stop = threading.Event()
+    def __init__(self, deploy: Deployment, stream: uuid.UUID) -> None:
+        from replication.engine.pg import PostgresStore
 
-    def poll() -> None:
-        while not stop.is_set():
-            marks = watermarks(dst_store, dst)
+        self.store, self.stream = PostgresStore(deploy.store_url(REPLICA)), stream
+        self.seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)] for p in range(PARTITIONS)}
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            marks = watermarks(self.store, self.stream)
             at = time.monotonic()
             for p, high in marks.items():
-                if high > seen[p][-1][1]:
-                    seen[p].append((at, high))
+                if high > self.seen[p][-1][1]:
+                    self.seen[p].append((at, high))
             time.sleep(0.005)
 
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    def finish(self, acked: list) -> dict[int, list[tuple[float, int]]]:
+        """Wait (30 s at most) until every acknowledged (partition, offset, _) is replicated,
+        then stop watching; what was seen."""
+        ends: dict[int, int] = {}
+        for p, o, _ in acked:
+            ends[p] = max(ends.get(p, 0), o + 1)
+        deadline = time.monotonic() + 30
+        while any(self.seen[p][-1][1] < e for p, e in ends.items()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        self._poller.join()
+        self.store.close()
+        return self.seen
+
+
+def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+    src, dst = (uuid.UUID(u) for u in create_pair(client, "steady", paused=False))
+    watch = ReplicaWatch(deploy, dst)
     batch = args.steady_batch
     interval = batch * args.producers / args.steady_rate
     out: multiprocessing.Queue = multiprocessing.Queue()
@@ -324,15 +345,7 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
             took = max(took, spent)
         for producer in producers:
             producer.join()
-    deadline = time.monotonic() + 30
-    ends: dict[int, int] = {}
-    for p, o, _ in acked:
-        ends[p] = max(ends.get(p, 0), o + 1)
-    while any(seen[p][-1][1] < e for p, e in ends.items()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    poller.join()
-    dst_store.close()
+    seen = watch.finish(acked)
     return {**steady_summary(acked, seen, took, errors, cpu_before, deploy),
             "load": (load_before, os.getloadavg()[0])}
 

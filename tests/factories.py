@@ -88,4 +88,15 @@ class TopicFactory(factory.django.DjangoModelFactory):
     origin_uuid = factory.LazyAttribute(lambda o: o.stream.uuid)
 
 
+def linked_pairs(owner, cluster, count: int) -> None:  # type: ignore[no-untyped-def]
+    """`count` more source streams on `cluster` (s0, s1, ...), each registering a replica
+    (d0, d1, ...) there: topology that pages must show without a query per row."""
+    from replication.services import replica_add
+
+    for i in range(count):
+        source = StreamFactory(cluster=cluster, name=f"s{i}", created_by=owner)
+        replica_add(actor=owner, source=source, replica=StreamFactory(
+            cluster=cluster, name=f"d{i}", created_by=owner))
+
+
 __all__ = ["PERMISSIONS"]
