@@ -150,27 +150,37 @@ class Engine(Processes):
         return (self.logs / f"{label}.log").read_text(errors="replace")
 
 
-@pytest.fixture
-def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
+@contextlib.contextmanager
+def redis_namespace(settings, prefix: str) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A Redis key prefix of the test's own in the shared Redis; its keys, kombu's bindings
+    for its queues and their unacknowledged tasks are dropped after."""
     import redis
 
-    namespace = f"sgt-{uuid.uuid4().hex[:10]}:"
-    settings.STREAMGATE_NAMESPACE = namespace
-    for name, value in ENGINE_SETTINGS.items():
-        target = {"STREAMGATE_ACK_TIMEOUT": "REPLICATION_ACK_TIMEOUT",
-                  "STREAMGATE_GATEWAY_TTL": "GATEWAY_PRESENCE_TTL"}.get(name)
-        if target:
-            setattr(settings, target, float(value))
-    engine = Engine(namespace, tmp_path)
+    namespace = f"{prefix}-{uuid.uuid4().hex[:10]}:"
     try:
-        yield engine
+        yield namespace
     finally:
-        engine.close()
         client = redis.Redis.from_url(settings.REDIS_URL)
         # Tasks a killed gateway had taken wait in kombu's shared `unacked` hash, which any
         # worker on this Redis would put back on their queues: drop them with the keys.
         forget_unacked(client, namespace)
         drop_keys(client, f"{namespace}*", f"_kombu.binding*{namespace}*")
+
+
+@pytest.fixture
+def engine(transactional_db, settings, tmp_path) -> Iterator[Engine]:
+    with redis_namespace(settings, "sgt") as namespace:
+        settings.STREAMGATE_NAMESPACE = namespace
+        for name, value in ENGINE_SETTINGS.items():
+            target = {"STREAMGATE_ACK_TIMEOUT": "REPLICATION_ACK_TIMEOUT",
+                      "STREAMGATE_GATEWAY_TTL": "GATEWAY_PRESENCE_TTL"}.get(name)
+            if target:
+                setattr(settings, target, float(value))
+        engine = Engine(namespace, tmp_path)
+        try:
+            yield engine
+        finally:
+            engine.close()
 
 
 # --- a PostgreSQL server of the test's own, to restart under the engine -------------------------

@@ -97,16 +97,22 @@ def pair(owner, activity, activity_ny, clicks):
 
 
 @pytest.fixture
+def replicating(gateways, owner, pair):  # type: ignore[no-untyped-def]
+    """The pair with the replicator started: (source, replica, a Producer into the source)."""
+    source, replica = pair
+    gateways.replicator()
+    return source, replica, Producer(owner, source)
+
+
+@pytest.fixture
 def gateways(engine, newyork):
     """gw1 and gw2 configured on newyork, started, and live."""
     start_gateways(engine, newyork, "gw1", "gw2")
     return engine
 
 
-def test_primary_secondary_end_to_end(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_primary_secondary_end_to_end(replicating):
+    source, replica, produce = replicating
     for _ in range(5):
         produce(400)
     wait_replicated(produce, replica)
@@ -115,10 +121,8 @@ def test_primary_secondary_end_to_end(gateways, owner, pair):
     assert ReplicaLink.objects.get().last_progress is not None
 
 
-def test_new_data_wakes_the_replicator_promptly(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_new_data_wakes_the_replicator_promptly(replicating):
+    _source, replica, produce = replicating
     produce(1)
     wait_replicated(produce, replica)
     started = time.monotonic()
@@ -201,10 +205,9 @@ def commit_all(owner, stream: Stream, offsets: dict[int, int]) -> None:
                       partition=partition, offset=offset)
 
 
-def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(
+        gateways, owner, replicating):
+    source, replica, produce = replicating
     produce(300)
     wait_replicated(produce, replica)
     mid = {p: high // 2 for p, high in highs(source).items()}
@@ -234,11 +237,8 @@ def consume_ids(owner, stream: Stream, partition: int, start: int, end: int) -> 
     return ids
 
 
-def test_a_consumer_group_fails_over_to_the_replica_at_its_committed_offsets(gateways, owner,
-                                                                              pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_a_consumer_group_fails_over_to_the_replica_at_its_committed_offsets(owner, replicating):
+    source, replica, produce = replicating
     produce(600)
     seen: list[bytes] = []
     halves = {p: high // 2 for p, high in highs(source).items()}
@@ -276,10 +276,8 @@ def test_a_throttled_link_keeps_to_its_rate_and_delays_no_other(gateways, owner,
     assert time.monotonic() - started >= 3000 / 500 - 1 - 0.5  # minus the burst, and slack
 
 
-def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_a_gateway_killed_mid_stream_loses_nothing(gateways, replicating):
+    _source, replica, produce = replicating
     done = threading.Event()
 
     def keep_producing() -> None:
@@ -298,10 +296,8 @@ def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):
     assert produce.sent == 6000
 
 
-def test_all_gateways_down_then_one_comes_back(gateways, owner, pair, settings):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_all_gateways_down_then_one_comes_back(gateways, replicating, settings):
+    source, replica, produce = replicating
     produce(100)
     wait_replicated(produce, replica)
     for name in ("gw1", "gw2"):

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from knox.models import AuthToken
 
 from bench.processes import stop_process
-from tests.workers.conftest import ROOT, drop_keys, test_database_url
+from tests.workers.conftest import ROOT, redis_namespace, test_database_url
 
 # Fast presence, so tests of listeners dying see leadership move in seconds.
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
@@ -112,18 +111,14 @@ class KafkaEndpoint:
 
 @pytest.fixture
 def kafka_listeners(transactional_db, tmp_path, settings) -> Iterator[KafkaListeners]:
-    import redis
-
-    namespace = f"sgk-{uuid.uuid4().hex[:10]}:"
-    env = {**os.environ, **LISTENER_SETTINGS, "DATABASE_URL": test_database_url(),
-           "STREAMGATE_NAMESPACE": namespace}
-    listeners = KafkaListeners(tmp_path, env)
-    try:
-        yield listeners
-    finally:
-        listeners.close()
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        drop_keys(client, f"{namespace}*")
+    with redis_namespace(settings, "sgk") as namespace:
+        env = {**os.environ, **LISTENER_SETTINGS, "DATABASE_URL": test_database_url(),
+               "STREAMGATE_NAMESPACE": namespace}
+        listeners = KafkaListeners(tmp_path, env)
+        try:
+            yield listeners
+        finally:
+            listeners.close()
 
 
 @pytest.fixture
