@@ -18,11 +18,12 @@ class NamedFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("name",)
 
 
-class TenantFactory(NamedFactory):
-    class Meta:
-        model = Tenant
+def named_factory(model: type, prefix: str) -> type[NamedFactory]:
+    """The factory of a uniquely named model, its rows named prefix0, prefix1, ..."""
+    return factory.make_factory(model, FACTORY_CLASS=NamedFactory, name=numbered(prefix))
 
-    name = numbered("tenant")
+
+TenantFactory = named_factory(Tenant, "tenant")
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -44,11 +45,7 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     role = Role.MEMBER
 
 
-class ClusterFactory(NamedFactory):
-    class Meta:
-        model = Cluster
-
-    name = numbered("cluster")
+ClusterFactory = named_factory(Cluster, "cluster")
 
 
 class GatewayFactory(factory.django.DjangoModelFactory):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from accounts.modelbases import abstract_model
 from accounts.scoping import RestrictedQuerySet
 from replication.models.streams import Compression, Stream
 
@@ -30,28 +31,23 @@ class SyncMode(models.TextChoices):
     ASYNC = "async"
 
 
-class StreamPair(models.Model):
-    """What a link (the source's side) and an upstream (the replica's side) both record: the
-    pair of streams, the position in its owner's list, who made it and when. The owner (the
-    stream whose list it is in) and the other end name the side."""
-
-    idx = models.PositiveSmallIntegerField()
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        abstract = True
-
-    @staticmethod
-    def pair_constraints(owner: str, other: str, *, unique: str, idx: str, itself: str) -> list:
-        """One pair per (owner, other), one position per owner, never a stream with itself."""
-        return [
+def stream_pair(owner: str, other: str, *, unique: str, idx: str,
+                itself: str) -> type[models.Model]:
+    """The base of what a link (the source's side) and an upstream (the replica's side) both
+    record: the position in the owner's list (the stream whose list it is in), who made it
+    and when; listed by the owner's path and position; one per pair of streams, one per
+    position in the owner's list, never a stream with itself. The subclass adds the two
+    streams, `owner` and `other`."""
+    return abstract_model(f"StreamPair_{owner}", {
+        "ordering": [f"{owner}__path", "idx"],
+        "constraints": [
             models.UniqueConstraint(fields=[owner, other], name=unique),
             models.UniqueConstraint(fields=[owner, "idx"], name=idx),
             models.CheckConstraint(condition=~models.Q(source=models.F("replica")), name=itself),
-        ]
+        ],
+    }, idx=models.PositiveSmallIntegerField(), created_by=models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"),
+        created=models.DateTimeField(auto_now_add=True), __module__=__name__)
 
 
 class ReplicaLinkQuerySet(RestrictedQuerySet):
@@ -76,7 +72,8 @@ class ReplicaLinkQuerySet(RestrictedQuerySet):
         return self.agreed().filter(paused=False).exclude(state=ReplicaState.COPY_IN_PROGRESS)
 
 
-class ReplicaLink(StreamPair):
+class ReplicaLink(stream_pair("source", "replica", unique="one_link_per_pair",
+                              idx="replica_idx_per_source", itself="no_replica_of_itself")):
     source = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="replica_links")
     replica = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="source_links")
     paused = models.BooleanField(default=False)
@@ -110,13 +107,6 @@ class ReplicaLink(StreamPair):
 
     objects = ReplicaLinkQuerySet.as_manager()
 
-    class Meta:
-        ordering = ["source__path", "idx"]
-        constraints = StreamPair.pair_constraints(
-            "source", "replica", unique="one_link_per_pair", idx="replica_idx_per_source",
-            itself="no_replica_of_itself",
-        )
-
     def __str__(self) -> str:
         return f"{self.source.path} -> {self.replica.path}"
 
@@ -137,18 +127,12 @@ class UpstreamQuerySet(RestrictedQuerySet):
     tenant_paths = ("replica__tenant",)
 
 
-class Upstream(StreamPair):
+class Upstream(stream_pair("replica", "source", unique="one_upstream_per_pair",
+                           idx="upstream_idx_per_replica", itself="no_upstream_of_itself")):
     replica = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="upstreams")
     source = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="downstreams")
 
     objects = UpstreamQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["replica__path", "idx"]
-        constraints = StreamPair.pair_constraints(
-            "replica", "source", unique="one_upstream_per_pair", idx="upstream_idx_per_replica",
-            itself="no_upstream_of_itself",
-        )
 
     def __str__(self) -> str:
         return f"{self.replica.path} <- {self.source.path}"

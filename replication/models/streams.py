@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from accounts.modelbases import named_within, titled
 from accounts.models import Membership, Tenant
 from accounts.scoping import RestrictedQuerySet
 from replication import ace
@@ -35,7 +36,7 @@ class TimestampType(models.TextChoices):
     LOGAPPENDTIME = "logappendtime"
 
 
-class Cluster(models.Model):
+class Cluster(titled("name")):
     class State(models.TextChoices):
         ONLINE = "ONLINE"
         OFFLINE = "OFFLINE"
@@ -46,12 +47,6 @@ class Cluster(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
     created = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
 
 class GatewayQuerySet(models.QuerySet):
     def live(self, now=None) -> GatewayQuerySet:  # type: ignore[no-untyped-def]
@@ -59,7 +54,7 @@ class GatewayQuerySet(models.QuerySet):
         return self.filter(enabled=True, last_heartbeat__gte=now - GATEWAY_HEARTBEAT_TIMEOUT)
 
 
-class Gateway(models.Model):
+class Gateway(named_within("cluster", "name")):
     class Status(models.TextChoices):
         UNKNOWN = "UNKNOWN", "No heartbeat yet"
         UP = "UP"
@@ -82,12 +77,6 @@ class Gateway(models.Model):
     created = models.DateTimeField(auto_now_add=True)
 
     objects = GatewayQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["cluster__name", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="gateway_name_per_cluster")
-        ]
 
     def __str__(self) -> str:
         return f"{self.name}@{self.cluster.name}"
@@ -119,7 +108,7 @@ class StreamQuerySet(RestrictedQuerySet):
         return stream
 
 
-class Stream(models.Model):
+class Stream(titled("path")):
     path = models.CharField(max_length=1024, unique=True)
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="streams")
     name = models.CharField(max_length=1024)
@@ -148,11 +137,6 @@ class Stream(models.Model):
 
     objects = StreamQuerySet.as_manager()
 
-    class Meta:
-        ordering = ["path"]
-
-    def __str__(self) -> str:
-        return self.path
 
     def identity_of(self, user: AbstractBaseUser) -> ace.Identity:
         roles = Membership.objects.filter(user=user, tenant_id=self.tenant_id).values_list(
@@ -184,7 +168,7 @@ class TopicQuerySet(RestrictedQuerySet):
     tenant_paths = ("stream__tenant",)
 
 
-class Topic(models.Model):
+class Topic(named_within("stream", "path")):
     stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="topics")
     name = models.CharField(max_length=249)
     partitions = models.PositiveIntegerField(default=1)
@@ -196,12 +180,6 @@ class Topic(models.Model):
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TopicQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["stream__path", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["stream", "name"], name="topic_name_per_stream")
-        ]
 
     def __str__(self) -> str:
         return f"{self.stream.path}:{self.name}"

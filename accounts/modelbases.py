@@ -1,0 +1,30 @@
+"""Abstract model bases for the shapes several models share: listed and shown by one field
+(tenants, clusters, streams), or named uniquely within a parent (gateways, topics). Each
+call builds a base class; Django inherits an abstract base's Meta into models without one."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+def abstract_model(name: str, meta: dict, **attrs: object) -> type[models.Model]:
+    """An abstract model class named `name` with Meta options `meta` and members `attrs`."""
+    return type(name, (models.Model,), {
+        "Meta": type("Meta", (), {"abstract": True, **meta}), "__module__": __name__, **attrs})
+
+
+def titled(field: str) -> type[models.Model]:
+    """A base for models listed in `field` order and shown as their `field`."""
+
+    def __str__(self: models.Model) -> str:
+        return str(getattr(self, field))
+
+    return abstract_model(f"TitledBy_{field}", {"ordering": [field]}, __str__=__str__)
+
+
+def named_within(parent: str, by: str) -> type[models.Model]:
+    """A base for models whose `name` is unique within their `parent` (constraint
+    `<model>_name_per_<parent>`), listed by the parent's `by`, then name."""
+    unique = models.UniqueConstraint(fields=[parent, "name"], name=f"%(class)s_name_per_{parent}")
+    return abstract_model(f"NamedWithin_{parent}", {"ordering": [f"{parent}__{by}", "name"],
+                                                "constraints": [unique]})
