@@ -1,6 +1,7 @@
 """Abstract model bases for the shapes several models share: listed and shown by one field
 (tenants, clusters, streams), or named uniquely within a parent (gateways, topics). Each
-call builds a base class; Django inherits an abstract base's Meta into models without one."""
+call builds a base class; Django inherits an abstract base's Meta into models without one.
+And choices spelled as maprcli spells them."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def named_within(parent: str, by: str) -> type[models.Model]:
     unique = models.UniqueConstraint(fields=[parent, "name"], name=f"%(class)s_name_per_{parent}")
     return abstract_model(f"NamedWithin_{parent}", {"ordering": [f"{parent}__{by}", "name"],
                                                 "constraints": [unique]})
+
+
+def lowercase_choices(name: str, members: str, module: str) -> type[models.TextChoices]:
+    """TextChoices whose values are the members' names in lower case, as maprcli spells
+    them (`Compression.LZ4 == "lz4"`)."""
+    return models.TextChoices(name, [(m, m.lower()) for m in members.split()], module=module)

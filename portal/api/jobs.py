@@ -59,7 +59,6 @@ class JobViewSet(ReadOnlyViewSet):
     serializer_class = JobSerializer
     filterset_class = JobFilter
     lookup_url_kwarg = "job_id"
-    lookup_value_converter = "int"
 
     @extend_schema(request=CopyStreamSerializer, responses={202: JobSerializer})
     @action(detail=False, methods=["post"])

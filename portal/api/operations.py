@@ -89,7 +89,6 @@ class AlarmViewSet(ReadOnlyViewSet):
     serializer_class = AlarmSerializer
     filterset_class = AlarmFilter
     lookup_url_kwarg = "alarm_id"
-    lookup_value_converter = "int"
 
 
 class AuditEventViewSet(ReadOnlyViewSet):
@@ -99,4 +98,3 @@ class AuditEventViewSet(ReadOnlyViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
     lookup_url_kwarg = "event_id"
-    lookup_value_converter = "int"

@@ -37,7 +37,6 @@ class TenantViewSet(ReadOnlyViewSet):
 
     queryset = Tenant.objects.all()
     serializer_class = s.TenantSerializer
-    lookup_value_converter = "int"
 
     def get_queryset(self) -> QuerySet:
         role = Membership.objects.filter(tenant=OuterRef("pk"), user=self.request.user.pk)
@@ -91,7 +90,6 @@ class GatewayViewSet(ReadOnlyViewSet):
     queryset = Gateway.objects.select_related("cluster")
     serializer_class = s.GatewaySerializer
     filterset_class = filters.GatewayFilter
-    lookup_value_converter = "int"
 
 
 # --- streams and topics -------------------------------------------------------------------

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from accounts.modelbases import abstract_model
+from accounts.modelbases import abstract_model, lowercase_choices
 from accounts.scoping import RestrictedQuerySet
 from replication.models.streams import Compression, Stream
 
@@ -24,11 +24,8 @@ class ReplicaState(models.TextChoices):
     WAITING_FOR_UPSTREAM = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
 
 
-class SyncMode(models.TextChoices):
-    """The mode a link replicates in now; only a `-synchronous true` link is ever in SYNC."""
-
-    SYNC = "sync"
-    ASYNC = "async"
+# The mode a link replicates in now; only a `-synchronous true` link is ever in SYNC.
+SyncMode = lowercase_choices("SyncMode", "SYNC ASYNC", __name__)
 
 
 def stream_pair(owner: str, other: str, *, unique: str, idx: str,

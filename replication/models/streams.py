@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from accounts.modelbases import named_within, titled
+from accounts.modelbases import lowercase_choices, named_within, titled
 from accounts.models import Membership, Tenant
 from accounts.scoping import RestrictedQuerySet
 from replication import ace
@@ -24,16 +24,8 @@ PERMISSIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm
 GATEWAY_HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 
 
-class Compression(models.TextChoices):
-    OFF = "off"
-    LZ4 = "lz4"
-    LZF = "lzf"
-    ZLIB = "zlib"
-
-
-class TimestampType(models.TextChoices):
-    CREATETIME = "createtime"
-    LOGAPPENDTIME = "logappendtime"
+Compression = lowercase_choices("Compression", "OFF LZ4 LZF ZLIB", __name__)
+TimestampType = lowercase_choices("TimestampType", "CREATETIME LOGAPPENDTIME", __name__)
 
 
 class Cluster(titled("name")):
