@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from accounts.modelbases import abstract_model, lowercase_choices
+from accounts.modelbases import abstract_model, lowercase_choices, shown_as
 from accounts.scoping import RestrictedQuerySet
 from replication.models.streams import Compression, Stream
 
@@ -28,13 +28,13 @@ class ReplicaState(models.TextChoices):
 SyncMode = lowercase_choices("SyncMode", "SYNC ASYNC", __name__)
 
 
-def stream_pair(owner: str, other: str, *, unique: str, idx: str,
-                itself: str) -> type[models.Model]:
+def stream_pair(owner: str, other: str, *, unique: str, idx: str, itself: str,
+                shown: str) -> type[models.Model]:
     """The base of what a link (the source's side) and an upstream (the replica's side) both
     record: the position in the owner's list (the stream whose list it is in), who made it
     and when; listed by the owner's path and position; one per pair of streams, one per
     position in the owner's list, never a stream with itself. The subclass adds the two
-    streams, `owner` and `other`."""
+    streams, `owner` and `other`; `shown` as in shown_as()."""
     return abstract_model(f"StreamPair_{owner}", {
         "ordering": [f"{owner}__path", "idx"],
         "constraints": [
@@ -44,7 +44,8 @@ def stream_pair(owner: str, other: str, *, unique: str, idx: str,
         ],
     }, idx=models.PositiveSmallIntegerField(), created_by=models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"),
-        created=models.DateTimeField(auto_now_add=True), __module__=__name__)
+        created=models.DateTimeField(auto_now_add=True), __str__=shown_as(shown),
+        __module__=__name__)
 
 
 class ReplicaLinkQuerySet(RestrictedQuerySet):
@@ -70,7 +71,8 @@ class ReplicaLinkQuerySet(RestrictedQuerySet):
 
 
 class ReplicaLink(stream_pair("source", "replica", unique="one_link_per_pair",
-                              idx="replica_idx_per_source", itself="no_replica_of_itself")):
+                              idx="replica_idx_per_source", itself="no_replica_of_itself",
+                              shown="{self.source.path} -> {self.replica.path}")):
     source = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="replica_links")
     replica = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="source_links")
     paused = models.BooleanField(default=False)
@@ -104,9 +106,6 @@ class ReplicaLink(stream_pair("source", "replica", unique="one_link_per_pair",
 
     objects = ReplicaLinkQuerySet.as_manager()
 
-    def __str__(self) -> str:
-        return f"{self.source.path} -> {self.replica.path}"
-
     @property
     def agreed(self) -> bool:
         annotated = getattr(self, "is_agreed", None)  # from with_agreement(), when used
@@ -125,14 +124,12 @@ class UpstreamQuerySet(RestrictedQuerySet):
 
 
 class Upstream(stream_pair("replica", "source", unique="one_upstream_per_pair",
-                           idx="upstream_idx_per_replica", itself="no_upstream_of_itself")):
+                           idx="upstream_idx_per_replica", itself="no_upstream_of_itself",
+                           shown="{self.replica.path} <- {self.source.path}")):
     replica = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="upstreams")
     source = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="downstreams")
 
     objects = UpstreamQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"{self.replica.path} <- {self.source.path}"
 
 
 class ModeSwitch(models.Model):

@@ -46,7 +46,7 @@ class GatewayQuerySet(models.QuerySet):
         return self.filter(enabled=True, last_heartbeat__gte=now - GATEWAY_HEARTBEAT_TIMEOUT)
 
 
-class Gateway(named_within("cluster", "name")):
+class Gateway(named_within("cluster", "name", shown="{self.name}@{self.cluster.name}")):
     class Status(models.TextChoices):
         UNKNOWN = "UNKNOWN", "No heartbeat yet"
         UP = "UP"
@@ -69,9 +69,6 @@ class Gateway(named_within("cluster", "name")):
     created = models.DateTimeField(auto_now_add=True)
 
     objects = GatewayQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"{self.name}@{self.cluster.name}"
 
     @property
     def status(self) -> str:
@@ -160,7 +157,7 @@ class TopicQuerySet(RestrictedQuerySet):
     tenant_paths = ("stream__tenant",)
 
 
-class Topic(named_within("stream", "path")):
+class Topic(named_within("stream", "path", shown="{self.stream.path}:{self.name}")):
     stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="topics")
     name = models.CharField(max_length=249)
     partitions = models.PositiveIntegerField(default=1)
@@ -172,9 +169,6 @@ class Topic(named_within("stream", "path")):
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TopicQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"{self.stream.path}:{self.name}"
 
     @property
     def is_origin(self) -> bool:
