@@ -1,7 +1,5 @@
-from collections.abc import Callable
-
 from django.contrib.auth import views as auth_views
-from django.urls import URLPattern, path
+from django.urls import path
 
 from portal.web import (
     approvals,
@@ -18,12 +16,6 @@ from portal.web import (
     views,
 )
 
-
-def stream_page(suffix: str, view: Callable, name: str) -> URLPattern:
-    """A page of one stream: streams/<pk>/<suffix> (the view takes `pk`)."""
-    return path(f"streams/<int:pk>/{suffix}", view, name=name)
-
-
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("overview/replication/", views.overview_links, name="overview-links"),
@@ -36,19 +28,20 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("streams/", streams.stream_list, name="streams"),
     path("streams/ace-check/", streams.ace_check, name="ace-check"),
-    stream_page("", streams.stream_detail, "stream-detail"),
-    stream_page("replicas/", streams.stream_replicas, "stream-replicas"),
-    stream_page("lag/", streams.stream_lag, "stream-lag"),
-    stream_page("replicas/add/", streams.replica_create, "replica-add"),
-    stream_page("replicas/<int:link_pk>/<str:action>/", streams.replica_action, "replica-action"),
-    stream_page("aces/", streams.stream_edit_aces, "stream-aces"),
-    stream_page("failover/", failover.stream_failover, "stream-failover"),
-    stream_page("failback/", failover.stream_failback, "stream-failback"),
-    stream_page("verify/<int:link_pk>/", failover.link_verify_now, "link-verify"),
-    stream_page("messages/", messages.stream_messages, "stream-messages"),
-    stream_page("messages/produce/", messages.stream_produce, "stream-produce"),
-    stream_page("groups/", groups.stream_groups, "stream-groups"),
-    stream_page("throughput/", throughput.stream_rates, "stream-throughput"),
+    path("streams/<int:pk>/", streams.stream_detail, name="stream-detail"),
+    path("streams/<int:pk>/replicas/", streams.stream_replicas, name="stream-replicas"),
+    path("streams/<int:pk>/lag/", streams.stream_lag, name="stream-lag"),
+    path("streams/<int:pk>/replicas/add/", streams.replica_create, name="replica-add"),
+    path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action,
+         name="replica-action"),
+    path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
+    path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),
+    path("streams/<int:pk>/failback/", failover.stream_failback, name="stream-failback"),
+    path("streams/<int:pk>/verify/<int:link_pk>/", failover.link_verify_now, name="link-verify"),
+    path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
+    path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
+    path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
+    path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
     path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit.audit_log, name="audit"),
     path("overview/alarms/", audit.alarms_fragment, name="overview-alarms"),
