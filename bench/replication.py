@@ -23,7 +23,6 @@ import multiprocessing
 import os
 import shutil
 import statistics
-import threading
 import time
 import uuid
 from urllib.parse import urlsplit
@@ -44,6 +43,7 @@ from bench.deployment import (
     TOPIC,
     VALUE_BYTES,
     Deployment,
+    ReplicaWatch,
     add_load_arguments,
     cpu_by_process,
     cpu_seconds,
@@ -283,43 +283,6 @@ def steady_producer(url: str, token: str, batch: int, interval: float, seconds: 
         # run lasts `seconds` and the achieved rate is reported as it is.
         due = max(due + interval, at)
     out.put((acked, time.monotonic() - start, errors))
-
-
-class ReplicaWatch:
-    """The replica's high watermarks as they move, polled every 5 ms in a thread from now
-    until `finish()`: partition -> [(monotonic time, high)]."""
-
-    def __init__(self, deploy: Deployment, stream: uuid.UUID) -> None:
-        from replication.engine.pg import PostgresStore
-
-        self.store, self.stream = PostgresStore(deploy.store_url(REPLICA)), stream
-        self.seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)] for p in range(PARTITIONS)}
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, daemon=True)
-        self._poller.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            marks = watermarks(self.store, self.stream)
-            at = time.monotonic()
-            for p, high in marks.items():
-                if high > self.seen[p][-1][1]:
-                    self.seen[p].append((at, high))
-            time.sleep(0.005)
-
-    def finish(self, acked: list) -> dict[int, list[tuple[float, int]]]:
-        """Wait (30 s at most) until every acknowledged (partition, offset, _) is replicated,
-        then stop watching; what was seen."""
-        ends: dict[int, int] = {}
-        for p, o, _ in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
-        deadline = time.monotonic() + 30
-        while any(self.seen[p][-1][1] < e for p, e in ends.items()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._stop.set()
-        self._poller.join()
-        self.store.close()
-        return self.seen
 
 
 def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
