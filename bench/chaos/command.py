@@ -8,7 +8,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from bench.chaos.faults import spark_built
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
 from bench.pgserver import PrivatePostgres
+from bench.processes import stop_process
 from bench.redisserver import PrivateRedis
 
 # Room beyond the default 100: five gateways, the replicator, a Celery worker and this
@@ -63,13 +63,7 @@ class Processes:
                            "--without-gossip", "--without-mingle", "--loglevel", "WARNING")
 
     def stop(self, label: str, *, kill: bool = False) -> None:
-        process = self.processes.pop(label)
-        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.processes.pop(label), kill=kill)
 
     def close(self) -> None:
         for label in list(self.processes):

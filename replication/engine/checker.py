@@ -13,7 +13,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from replication.engine.store import Key, Message, MessageStore, OffsetOutOfRange, UnknownTopic
+from replication.engine.store import Key, Message, OffsetOutOfRange, UnknownTopic
+from replication.engine.storebase import MessageStore
 
 WINDOW = 5000
 MAX_BYTES = 8 << 20

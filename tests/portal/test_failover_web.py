@@ -4,12 +4,12 @@ service as the API; members without adminperm and outsiders get nothing."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from replication.engine.store import Record
 from replication.models import Failover, ReplicaLink, Stream, Topic
 from replication.services import replica_add, replica_failover, topic_create, upstream_add
 from replication.services.messages import messages_produce
+from tests.clients import signed_in
 
 
 @pytest.fixture
@@ -18,12 +18,6 @@ def pair(owner, activity, activity_ny):
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
     return activity, activity_ny
-
-
-def signed_in(user) -> Client:  # type: ignore[no-untyped-def]
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_a_replicas_page_offers_the_failover_and_its_source_page_does_not(owner, pair):

@@ -7,39 +7,16 @@ from datetime import timedelta
 
 import pytest
 from django.template import Context, Template
-from django.test import Client
 from django.utils import timezone
 
 from replication import lag_history
 from replication.models import ReplicaLink, SyncMode
-from replication.services import replica_add, replica_pause, upstream_add
-from tests.factories import GatewayFactory, MembershipFactory, StreamFactory
+from replication.services import replica_add, replica_pause
+from tests.clients import signed_in
+from tests.factories import GatewayFactory, StreamFactory
 from tests.portal.test_web import make_job, produce
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
-@pytest.fixture
-def carol(owner):
-    """carol: in acme with alice, administers her own streams only."""
-    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def render(text: str, **context) -> str:

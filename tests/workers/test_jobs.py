@@ -16,21 +16,12 @@ from replication.models import Job, ReplicaLink, ReplicaState, Stream
 from replication.services import replica_add, replica_autosetup, replica_pause, upstream_add
 from replication.services.jobs import copystream_start, diffstreams_start
 from replication.stores import store_for
-from tests.workers.conftest import wait_until
+from tests.workers.conftest import start_gateways, wait_until
 from tests.workers.test_replication import Producer, check, row_of
 from workers.jobs import job_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NY = "/mapr/newyork/activity"
-
-
-@pytest.fixture
-def clicks(owner, activity, newyork):
-    from replication.services import topic_create
-
-    for cluster in (activity.cluster, newyork):
-        store_for(cluster)
-    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
 
 
 def test_copystream_job_copies_and_records_its_progress(spark, owner, activity, clicks):
@@ -106,15 +97,9 @@ def test_a_failing_job_records_why(spark, owner, activity, clicks):
 
 @pytest.fixture
 def gateways(engine, newyork, celery_worker):
-    from replication.presence import presence
-    from tests.factories import GatewayFactory
 
     engine.env["CELERY_QUEUE"] = celery_worker  # where the replicator's jobs go
-    for name in ("gw1", "gw2"):
-        GatewayFactory(cluster=newyork, name=name)
-        engine.gateway("newyork", name)
-    wait_until(lambda: len(presence().live([("newyork", "gw1"), ("newyork", "gw2")])) == 2,
-               timeout=30)
+    start_gateways(engine, newyork, "gw1", "gw2")
     return engine
 
 

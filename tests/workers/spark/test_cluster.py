@@ -22,7 +22,7 @@ from replication.services.jobs import copystream_start, diffstreams_start
 from replication.stores import default_store_url, store_for, store_url
 from tests.workers.conftest import wait_until
 from tests.workers.spark.test_jobs import copied, corrupt
-from tests.workers.test_jobs import NY, clicks, gateways, hand_off_a_large_backlog  # noqa: F401
+from tests.workers.test_jobs import NY, gateways, hand_off_a_large_backlog  # noqa: F401
 from tests.workers.test_replication import check
 from workers.jobs import job_run
 from workers.spark import standalone
@@ -149,7 +149,7 @@ def fill(stream: Stream, messages: int, batch: int = 5000) -> None:
 
 
 def test_copystream_and_diffstreams_with_repair_run_on_the_workers_executors_and_no_command_line_shows_a_password(  # noqa: E501
-        spark_master, secret_stores, owner, activity, clicks):  # noqa: F811
+        spark_master, secret_stores, owner, activity, clicks):
     fill(activity, 20_000)
     with CommandLines(secret_stores) as copy_lines:
         job, _ = run_on_cluster(spark_master, copystream_start(
@@ -196,7 +196,7 @@ def test_a_large_backlog_is_handed_to_the_cluster_and_back(
 
 
 def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
-        spark_master, owner, activity, clicks):  # noqa: F811
+        spark_master, owner, activity, clicks):
     fill(activity, 60_000)
     job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY,
                            numthreads=1)  # one task, committing partition after partition
