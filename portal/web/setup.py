@@ -23,7 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
-from portal.web.tenancy import current_tenant, render_page
+from portal.web.tenancy import current_tenant, page_and_fragment, render_page
 from replication.errors import StreamgateError
 from replication.models import Job, ReplicaLink, Stream, Upstream
 from replication.reports import replica_rows, upstream_rows
@@ -209,11 +209,6 @@ def _auto_context(request: HttpRequest, pk: int) -> dict[str, Any]:
             .exists()}
 
 
-@login_required
-def auto_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    return render_page(request, "web/setup_auto_progress.html", _auto_context(request, pk))
-
-
-@login_required
-def auto_status(request: HttpRequest, pk: int) -> HttpResponse:
-    return render(request, "web/_setup_auto_status.html", _auto_context(request, pk))
+# Autosetup's progress page, and its status part alone (re-fetched as the link and job move).
+auto_progress, auto_status = page_and_fragment("web/setup_auto_progress.html",
+                                               "web/_setup_auto_status.html", _auto_context)
