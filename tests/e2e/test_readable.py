@@ -59,6 +59,10 @@ def test_every_page_has_no_serious_accessibility_violation(portal_url, browser: 
                                            link=scene.pk))
         if path == "/topology/":
             expect(page.locator("#topology")).to_have_attribute("data-ready", "1")
+        if path in ("/", "/streams/{a}/"):  # the throughput charts drawn, axes and all
+            svgs = page.locator("[data-throughput-url][data-ready='1'] svg.chart.throughput")
+            expect(svgs.first).to_be_visible()
+            expect(svgs.locator("line.grid")).to_have_count(3 * svgs.count())
         assert_accessible(page)
     # A refused form: its error beside the field, announced and tied to the input.
     page.goto(f"{portal_url}/streams/")
