@@ -179,3 +179,10 @@ def error_of(errors: dict[str, str] | None, name: str) -> str:
 @register.filter
 def index(items: list[Any], position: int) -> Any:
     return items[position]
+
+
+@register.filter
+def headings(value: str) -> list[str]:
+    """"Path|Cluster|Topics" -> the column headings of web/_table.html (templates cannot
+    write a list)."""
+    return value.split("|")
