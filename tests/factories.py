@@ -2,7 +2,11 @@ import factory
 from django.contrib.auth import get_user_model
 
 from accounts.models import Membership, Role, Tenant
+from replication import services
+from replication.engine.store import Record
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
+from replication.services.engine import batch_apply
+from replication.services.messages import messages_produce
 
 
 def numbered(prefix: str) -> factory.Sequence:
@@ -97,3 +101,18 @@ def linked_pairs(owner, cluster, count: int) -> None:  # type: ignore[no-untyped
 
 
 __all__ = ["PERMISSIONS"]
+
+
+def replicated_clicks(owner, source, replica, *, per_partition: int,  # type: ignore[no-untyped-def]
+                      value: bytes = b"%d"):
+    """source -> replica agreed, with a 2-partition topic `clicks` of which `per_partition`
+    messages a partition are produced (valued `value % i`) and replicated. Returns the link."""
+    services.topic_create(actor=owner, stream=source, name="clicks", partitions=2)
+    link = services.replica_add(actor=owner, source=source, replica=replica)
+    services.upstream_add(actor=owner, replica=replica, source=source)
+    messages_produce(actor=owner, stream=source, topic="clicks",
+                     records=[Record(value=value % i) for i in range(2 * per_partition)])
+    for partition in (0, 1):
+        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0,
+                    end=per_partition)
+    return link
