@@ -77,9 +77,12 @@ run: install
 	@echo "Kafka listener: $(HOST):$(KAFKA_PORT) (SASL/PLAIN: your user name and an API token)"
 	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) --kafka $(HOST):$(KAFKA_PORT) $(if $(filter 1,$(DEMO)),--demo)
 
-## test: the lint, then every test, against real PostgreSQL and Redis
+## test: the lint, then every test, against real PostgreSQL and Redis. Two pytest-xdist workers
+## (TEST_WORKERS=0 for one process): most tests wait on real processes, so two overlap well on
+## two cores; each worker has its own databases and Redis namespace (tests/namespace.py).
+TEST_WORKERS ?= 2
 test: lint
-	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## lint: ruff, and import-linter's contracts on the direction of imports (pyproject.toml)
 lint: install-test
