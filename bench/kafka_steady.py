@@ -79,9 +79,10 @@ def measure(deploy: replication.Deployment, client, token: str,  # type: ignore[
     worker = multiprocessing.Process(target=_producer, args=(
         config, topic, args.steady_batch, args.steady_batch / args.steady_rate,
         args.steady_seconds, out))
-    worker.start()
-    acked, took, errors = out.get()
-    worker.join()
+    with replication.profiling(deploy, "ksteady"):
+        worker.start()
+        acked, took, errors = out.get()
+        worker.join()
     ends: dict[int, int] = {}
     for p, o, _ in acked:
         ends[p] = max(ends.get(p, 0), o + 1)

@@ -1,5 +1,6 @@
-"""A gateway: a Celery worker consuming its own queue (`gw.<cluster>.<name>`), applying the
-batches the replicator sends it to the replicas of its cluster, and heartbeating.
+"""A gateway: a process consuming its own batch list (`sg:batches:<cluster>:<name>`,
+workers/batches.py) and Celery queue (`gw.<cluster>.<name>`), applying the batches the
+replicator sends it to the replicas of its cluster, and heartbeating.
 
 `manage.py rungateway --cluster C --name G` (or `streamgate gateway run -cluster C -name G`)
 runs one. Its heartbeat is a Redis key with a short TTL (replication/presence.py): a gateway that
@@ -163,13 +164,26 @@ def run_gateway(cluster: str, name: str, *, loglevel: str = "INFO") -> None:
     """Serve the gateway's queue until stopped (SIGTERM finishes the batches in hand)."""
     from celery.signals import worker_ready, worker_shutdown
 
+    from workers.batches import BatchConsumer
     from workers.celery import app
 
     gateway_check(cluster, name)
     heartbeat = Heartbeat([(cluster, name)])
-    # Live only once the worker consumes its queue, and down as soon as it stops.
-    worker_ready.connect(lambda **_: heartbeat.start(), weak=False)
-    worker_shutdown.connect(lambda **_: heartbeat.close(), weak=False)
+    # The replicator's batches come on the gateway's own list; the Celery queue still takes
+    # apply_batch_task from any other sender.
+    batches = BatchConsumer((cluster, name), heartbeat.presence)
+
+    def ready(**_: object) -> None:
+        batches.start()
+        heartbeat.start()
+
+    def shutdown(**_: object) -> None:
+        batches.close()
+        heartbeat.close()
+
+    # Live only once the worker consumes its queues, and down as soon as it stops.
+    worker_ready.connect(ready, weak=False)
+    worker_shutdown.connect(shutdown, weak=False)
     app.worker_main([
         "worker", "-Q", gateway_queue(cluster, name), "-n", f"{name}@{cluster}",
         "--pool", "threads", "--concurrency", str(settings.GATEWAY_CONCURRENCY),
