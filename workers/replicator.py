@@ -55,7 +55,7 @@ from replication.services.engine import (
 )
 from replication.stores import store_for
 from workers.batches import send_eagerly
-from workers.gateway import presence_watch
+from workers.gateway import PresenceWatch
 from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
 from workers.linkcache import LinkCache
@@ -112,12 +112,14 @@ class Replicator(GatewayChoice):
     # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
     _live: dict[str, list[Chosen]] = field(default_factory=dict)
     leases: LinkLeases = field(init=False)
+    watcher: PresenceWatch = field(init=False)
     # Batches cut this step, sent together at its end (one round trip): see _flush.
     outbox: list[tuple[GatewayId, dict]] = field(default_factory=list)
     _gathering: bool = False
 
     def __post_init__(self) -> None:
         self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
+        self.watcher = PresenceWatch(self.presence)
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -256,7 +258,7 @@ class Replicator(GatewayChoice):
         # their synchronous links to async now, not at the next produce or gateway start. One
         # replicator of the live ones does it (its queries were a seventh of a replicator's CPU).
         if self.leases.leads():
-            presence_watch(self.presence)
+            self.watcher()
         self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
 
     def _lease_tick(self, now: float) -> None:
