@@ -10,14 +10,14 @@ makes as safe as each batch one after the other.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from operations.audit import enter_system
 from replication.batchqueue import batch_expired
@@ -114,31 +114,35 @@ class BatchConsumer:
     def __init__(self, gateway: GatewayId, signals: Presence | None = None) -> None:
         self.gateway = gateway
         self.presence = signals or presence()
-        self.slots = settings.GATEWAY_CONCURRENCY
-        # Changes made by a batch are the system's, as in a Celery task (operations/audit.py).
-        self.pool = ThreadPoolExecutor(self.slots, thread_name_prefix="gateway-batch",
-                                       initializer=enter_system)
+        self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.busy = 0
         self.freed = threading.Condition()
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="gateway-batches", daemon=True)
+        self.threads = [threading.Thread(target=self._take, name="gateway-batches", daemon=True)]
+        self.threads += [threading.Thread(target=self._apply, name=f"gateway-batch-{n}",
+                                          daemon=True)
+                         for n in range(settings.GATEWAY_CONCURRENCY)]
 
     def start(self) -> BatchConsumer:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def close(self) -> None:
         """Stop taking batches and finish those in hand."""
         self.stop.set()
-        self.thread.join(timeout=TAKE_WAIT + 5)
-        self.pool.shutdown(wait=True)
+        self.threads[0].join(timeout=TAKE_WAIT + 5)
+        for _ in self.threads[1:]:
+            self.jobs.put(None)
+        for thread in self.threads[1:]:
+            thread.join(timeout=60)
 
-    def _loop(self) -> None:
+    def _take(self) -> None:
         while not self.stop.is_set():
             with self.freed:
                 # While every thread is busy the batches wait in the list, where consecutive
                 # ones of a partition gather into one apply.
-                if self.busy >= self.slots:
+                if self.busy >= len(self.threads) - 1:
                     self.freed.wait(TAKE_WAIT)
                     continue
             try:
@@ -151,7 +155,15 @@ class BatchConsumer:
             for job in coalesce(fresh, settings.REPLICATION_BATCH_MESSAGES):
                 with self.freed:
                     self.busy += 1
-                self.pool.submit(self._run, job)
+                self.jobs.put(job)
+
+    def _apply(self) -> None:
+        enter_system()  # changes made by a batch are the system's, as in a Celery task
+        try:
+            while (job := self.jobs.get()) is not None:
+                self._run(job)
+        finally:
+            connections.close_all()
 
     def _run(self, job: dict[str, Any]) -> None:
         try:
