@@ -173,7 +173,8 @@ def namespace() -> str:
 
 
 def gateway_queue(cluster: str, name: str) -> str:
-    """The Celery queue a gateway consumes: one per gateway, so a batch goes to the one chosen."""
+    """The Celery queue a gateway consumes beside its batch list (replication/batchqueue.py):
+    apply_batch_task sent to that one gateway by any other sender."""
     return f"{namespace()}gw.{cluster}.{name}"
 
 

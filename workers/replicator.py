@@ -7,7 +7,8 @@ from the replica partitions' ends, a gateway's apply trims what the replica alre
 refuses a batch that would leave a gap, so a batch sent twice, to two gateways, or applied
 late by a gateway presumed dead, changes nothing (invariant 2). Up to REPLICATION_WINDOW
 batches of a (link, topic, partition) are in flight, consecutive and all to one gateway, whose
-queue hands them out in order; one that still arrives before its predecessor is applied waits
+batch list (replication/batchqueue.py; a step's batches go in one pipeline) hands them out in
+order; one that still arrives before its predecessor is applied waits
 a moment at the gateway, then is refused, and the replicator forgets the partition's flights
 and re-plans from the replica's end. A partial batch (the tail of a backlog) goes only when
 nothing of its partition is in flight, so under steady load batches grow while the previous
