@@ -11,8 +11,13 @@ import pytest
 
 from replication.models import ReplicaLink
 from replication.presence import presence
-from replication.stores import store_for
-from tests.workers.test_replication import Producer, check, clicks, pair  # noqa: F401
+from tests.workers.test_replication import (  # noqa: F401
+    Producer,
+    check,
+    clicks,
+    pair,
+    source_ends,
+)
 from workers.batches import BatchConsumer
 from workers.gateway import tally
 
@@ -33,8 +38,7 @@ def test_consecutive_batches_waiting_together_apply_as_one_and_each_is_acknowled
     link = ReplicaLink.objects.get()
     produce = Producer(owner, source)
     produce(120)
-    ends = {p: high for p, (_low, high) in
-            store_for(source.cluster).watermarks(source.uuid, "clicks").items()}
+    ends = source_ends(source)
     assert len(ends) == 3 and min(ends.values()) >= 3
     signals, inbox = presence(), uuid.uuid4().hex
     batches = [b for p, end in ends.items() for b in thirds(link.pk, p, end, inbox)]
