@@ -59,9 +59,10 @@ def measure(deploy: replication.Deployment, client, token: str,  # type: ignore[
     worker = multiprocessing.Process(target=_producer, args=(
         config, topic, args.steady_batch, args.steady_batch / args.steady_rate,
         args.steady_seconds, out))
-    worker.start()
-    acked, took, errors = out.get()
-    worker.join()
+    with replication.profiling(deploy, "ksteady"):
+        worker.start()
+        acked, took, errors = out.get()
+        worker.join()
     seen = watch.finish(acked)
     del src
     return replication.steady_summary(acked, seen, took, errors, cpu_before, deploy)

@@ -81,7 +81,10 @@ class Portal:
 
     def manage(self, *args: str) -> str:
         done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True)
+        if done.returncode:  # say why, not only that it failed
+            raise RuntimeError(f"manage.py {args[0]} failed ({done.returncode}): "
+                               f"{done.stderr[-3000:]}")
         return done.stdout
 
     def start(self) -> str:

@@ -369,7 +369,8 @@ def measure_idle(deploy: Deployment, args: argparse.Namespace) -> dict:
     before = {label: sum(cpu_seconds(p) for p in pids) for label, pids in procs.items()}
     wall = time.perf_counter()
     load_before = os.getloadavg()[0]
-    time.sleep(args.idle_seconds)
+    with profiling(deploy, "idle"):
+        time.sleep(args.idle_seconds)
     wall = time.perf_counter() - wall
     used = {label: sum(cpu_seconds(p) for p in pids) - before[label]
             for label, pids in procs.items()}

@@ -66,6 +66,12 @@ class Producer:
         self.sent += count
 
 
+def source_ends(stream: Stream, topic: str = "clicks") -> dict[int, int]:
+    """Each partition's high watermark at the stream's store."""
+    marks = store_for(stream.cluster).watermarks(stream.uuid, topic)
+    return {partition: high for partition, (_low, high) in marks.items()}
+
+
 def check(origin: Stream, replica: Stream, topics: list[str], **kwargs):
     return check_replica(store_for(origin.cluster), origin.uuid, store_for(replica.cluster),
                          replica.uuid, topics, **kwargs)
@@ -348,8 +354,7 @@ def test_a_redelivered_batch_applies_once(owner, pair):
     link = ReplicaLink.objects.get()
     produce = Producer(owner, source)
     produce(90)
-    ends = {p: high for p, (_low, high) in
-            store_for(source.cluster).watermarks(source.uuid, "clicks").items()}
+    ends = source_ends(source)
     for partition, end in ends.items():
         assert apply_batch_task(link.pk, "clicks", partition, 0, end) == end
         assert apply_batch_task(link.pk, "clicks", partition, 0, end) == 0  # redelivered
