@@ -168,7 +168,7 @@ def test_a_failover_from_a_stream_that_is_no_source_is_refused_beside_the_source
 
 def test_an_unticked_failback_says_so_beside_the_box_and_keeps_the_dry_run(owner,
                                                                            failed_over):
-    _source, replica, failover = failed_over
+    _source, replica, _failover = failed_over
     response = signed_in(owner).post(f"/streams/{replica.pk}/failback/", {"reverse": "on"})
     assert response.status_code == 400
     page = response.content.decode()
