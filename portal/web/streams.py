@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from portal.web.forms import FORM, field_errors
+from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
@@ -160,12 +160,13 @@ ADMIN_ROWS = {"verify"}  # the parts of the stream page shown to its admins only
 
 def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLink,
                 err: StreamgateError) -> HttpResponse:
-    """The stream page again, a button's refusal beside its row of the `part` table
-    ("replica", "verify"), in the words of the service; above the page when the user does
-    not see that table (their adminperm was taken since the page was loaded)."""
-    shown = part not in ADMIN_ROWS or stream.allows(request.user, "adminperm")
-    return stream_page(request, stream, errors={row_key(part, link.pk) if shown else FORM:
-                                                err.desc})
+    """A button's refusal in the words of the service: in the summary at the top of the
+    stream page, as before, and beside its row of the `part` table ("replica", "verify");
+    a user the page shows no such table (their adminperm was taken since) gets the summary."""
+    messages.error(request, err.desc)
+    if part in ADMIN_ROWS and not stream.allows(request.user, "adminperm"):
+        return redirect("stream-detail", stream.pk)
+    return stream_page(request, stream, errors={row_key(part, link.pk): err.desc})
 
 
 def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable[[], object],
