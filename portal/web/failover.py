@@ -86,6 +86,12 @@ def stream_failback(request: HttpRequest, pk: int) -> HttpResponse:
                 return _failback(request, replica, failover, reverse=typed["reverse"] == "on")
             except StreamgateError as err:
                 errors = field_errors(err, FAILBACK_FIELDS)
+    return _wizard(request, replica, failover, typed, errors)
+
+
+def _wizard(request: HttpRequest, replica: Stream, failover: Failover, typed: dict[str, str],
+            errors: dict[str, str]) -> HttpResponse:
+    """The wizard's page: the dry run per partition, and the form with what was ticked."""
     try:
         report, error = replica_failback(source=failover.source, replica=replica, dryrun=True,
                                          actor=request.user), ""
