@@ -177,6 +177,12 @@ def error_of(errors: dict[str, str] | None, name: str) -> str:
 
 
 @register.filter
+def row_key(part: str, pk: int) -> str:
+    """The errors key of one table row's buttons (e.g. "replica-12"): see `row_refused`."""
+    return f"{part}-{pk}"
+
+
+@register.filter
 def index(items: list[Any], position: int) -> Any:
     return items[position]
 
