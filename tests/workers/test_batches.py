@@ -14,7 +14,6 @@ from replication.presence import presence
 from tests.workers.test_replication import (  # noqa: F401
     Producer,
     check,
-    clicks,
     pair,
     source_ends,
 )
