@@ -77,9 +77,20 @@ run: install
 	@echo "Kafka listener: $(HOST):$(KAFKA_PORT) (SASL/PLAIN: your user name and an API token)"
 	$(BIN)/python manage.py runembedded --host $(HOST) --port $(PORT) --kafka $(HOST):$(KAFKA_PORT) $(if $(filter 1,$(DEMO)),--demo)
 
-## test: the lint, then every test, against real PostgreSQL and Redis
+## test: the lint, then every test, against real PostgreSQL and Redis. Two pytest-xdist workers
+## (TEST_WORKERS=0 for one process): most tests wait on real processes, so two overlap well on
+## two cores; each worker has its own databases and Redis namespace (tests/namespace.py).
+## The browser tests run after the rest, in a pytest run of their own: Playwright leaves an
+## event loop marked running in its worker, which asyncio.run and async_to_sync refuse.
+TEST_WORKERS ?= 2
+PYTEST := $(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint
-	$(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+ifeq ($(PYTEST_ARGS),)
+	$(PYTEST) $(PYTEST_OPTS) --ignore=tests/e2e
+	$(PYTEST) $(PYTEST_OPTS) tests/e2e
+else
+	$(PYTEST) $(PYTEST_ARGS)
+endif
 
 ## lint: ruff, and import-linter's contracts on the direction of imports (pyproject.toml)
 lint: install-test

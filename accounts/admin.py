@@ -7,6 +7,7 @@ instead of by Django's per-model permissions, which nothing in streamgate assign
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
@@ -71,42 +72,56 @@ class ReadOnlyAccess(OperatorAccess):
         return False
 
 
-class TenantMembershipInline(OperatorAccess, admin.TabularInline):
+def count_column(relation: str, description: str) -> Callable[[Any, Any], int]:
+    """A sortable list_display column: how many `relation` rows an object has, counted in the
+    list's own query (CountingAdmin), not a query per row."""
+    total = f"{relation}_total"
+
+    @admin.display(description=description, ordering=total)
+    def column(self: Any, obj: Any) -> int:
+        return getattr(obj, total)
+
+    column.relation = relation  # type: ignore[attr-defined]
+    return column
+
+
+class CountingAdmin(admin.ModelAdmin):
+    """Annotates the list query with the counts its count_column()s show."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        columns = [getattr(self, name, None) for name in self.list_display
+                   if isinstance(name, str)]
+        relations = [column.relation for column in columns if hasattr(column, "relation")]
+        return super().get_queryset(request).annotate(
+            **{f"{r}_total": Count(r, distinct=True) for r in relations})
+
+
+class MembershipInline(OperatorAccess, admin.TabularInline):
+    """Memberships under a tenant (naming the user) or under a user (naming the tenant)."""
+
     model = Membership
     extra = 0
-    fields = ("user", "role", "created")
     readonly_fields = ("created",)
+
+
+class TenantMembershipInline(MembershipInline):
+    fields = ("user", "role", "created")
     autocomplete_fields = ("user",)
 
 
-class UserMembershipInline(OperatorAccess, admin.TabularInline):
-    model = Membership
-    extra = 0
+class UserMembershipInline(MembershipInline):
     fields = ("tenant", "role", "created")
-    readonly_fields = ("created",)
     autocomplete_fields = ("tenant",)
 
 
 @admin.register(Tenant)
-class TenantAdmin(OperatorAccess, admin.ModelAdmin):
+class TenantAdmin(OperatorAccess, CountingAdmin):
     list_display = ("name", "member_count", "stream_count", "created")
     search_fields = ("name",)
     readonly_fields = ("created",)
     inlines = (TenantMembershipInline,)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
-        return super().get_queryset(request).annotate(
-            member_total=Count("memberships", distinct=True),
-            stream_total=Count("streams", distinct=True),
-        )
-
-    @admin.display(description="members", ordering="member_total")
-    def member_count(self, tenant: Tenant) -> int:
-        return tenant.member_total  # type: ignore[attr-defined]
-
-    @admin.display(description="streams", ordering="stream_total")
-    def stream_count(self, tenant: Tenant) -> int:
-        return tenant.stream_total  # type: ignore[attr-defined]
+    member_count = count_column("memberships", "members")
+    stream_count = count_column("streams", "streams")
 
 
 admin.site.unregister(User)

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from accounts.modelbases import titled
 from accounts.scoping import RestrictedQuerySet
 
 TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -23,17 +24,11 @@ class TenantQuerySet(RestrictedQuerySet):
     tenant_paths = ("",)
 
 
-class Tenant(models.Model):
+class Tenant(titled("name")):
     name = models.CharField(max_length=63, unique=True, validators=[validate_tenant_name])
     created = models.DateTimeField(auto_now_add=True)
 
     objects = TenantQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class Role(models.TextChoices):

@@ -20,7 +20,6 @@ printed per 1,000 messages.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import signal
@@ -33,10 +32,9 @@ import uuid
 from pathlib import Path
 
 import psycopg
-import requests
 
 from bench.pgserver import PrivatePostgres
-from bench.produce import Portal, _free_port, setup_stream
+from bench.produce import Portal, _free_port, produce_run, setup_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 VALUE_BYTES = 200
@@ -178,36 +176,6 @@ def raw_copy(url: str, messages: int) -> float:
     return rate
 
 
-def _rest_client(url: str, token: str, body: bytes, seconds: float, start_at: float,
-                 counts: multiprocessing.Queue) -> None:
-    session = requests.Session()
-    session.headers.update({"Authorization": f"Token {token}",
-                            "Content-Type": "application/json"})
-    while time.time() < start_at:
-        time.sleep(0.001)
-    sent, deadline = 0, start_at + seconds
-    while time.time() < deadline:
-        session.post(url, data=body, timeout=30).raise_for_status()
-        sent += REST_BATCH
-    counts.put(sent)
-
-
-def rest_produce(portal: Portal, token: str, stream: str, seconds: float) -> float:
-    body = json.dumps({"records": [{"value": "x" * VALUE_BYTES}] * REST_BATCH}).encode()
-    target = f"{portal.url}/api/v1/streams/{stream}/topics/t/messages/"
-    counts: multiprocessing.Queue = multiprocessing.Queue()
-    start_at = time.time() + 0.5
-    workers = [multiprocessing.Process(target=_rest_client,
-                                       args=(target, token, body, seconds, start_at, counts))
-               for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    total = sum(counts.get() for _ in workers)
-    for worker in workers:
-        worker.join()
-    return total / seconds
-
-
 def ends(store_url: str) -> dict[int, int]:
     with psycopg.connect(store_url) as conn:
         rows = conn.execute("SELECT partition, next_offset FROM partitions WHERE topic = 't'")
@@ -232,7 +200,7 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
     cpu = listener.cpu_seconds()
     result["consume"] = kafka_consume(config, starts, args.messages)
     result["cpu_consume"] = (listener.cpu_seconds() - cpu) * 1e6 / args.messages
-    result["rest"] = rest_produce(portal, token, stream, args.rest_seconds)
+    result["rest"] = produce_run(portal.url, token, stream, 4, args.rest_seconds, REST_BATCH)
     return result
 
 

@@ -179,10 +179,9 @@ def seed(*, streams: int, replicas: int, links: int = 0) -> None:
     from replication.services import (
         cluster_create,
         cluster_gateway_set,
-        replica_add,
+        replica_connect,
         stream_create,
         topic_create,
-        upstream_add,
     )
     from replication.services.messages import messages_produce
 
@@ -200,8 +199,7 @@ def seed(*, streams: int, replicas: int, links: int = 0) -> None:
     for i in range(replicas):
         replica = stream_create(actor=alice, path=f"/mapr/newyork/hub-r{i:02d}",
                                 copymetafrom=HUB)
-        replica_add(actor=alice, source=hub, replica=replica)
-        upstream_add(actor=alice, replica=replica, source=hub)
+        replica_connect(actor=alice, source=hub, replica=replica)
     aces = dict.fromkeys(("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm"),
                          "u:alice")
     filler = Stream.objects.bulk_create(

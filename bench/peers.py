@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import kafka_steady, replication
+from bench.deployment import add_load_arguments
 from bench.pgserver import PrivatePostgres
+from bench.processes import stop_process
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
 LOAD_PENDING = 4000  # JetStream publishes in flight while loading the backlog
@@ -44,14 +46,8 @@ NOT_BUILT = "not built"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size")
-    parser.add_argument("--runs", type=int, default=1, help="catch-up runs (medians reported)")
-    parser.add_argument("--steady-seconds", type=float, default=30.0)
-    parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="streamgate's steady producer processes (bench/replication.py)")
-    parser.add_argument("--steady-batch", type=int, default=50,
-                        help="messages per produce call (streamgate) or per burst (NATS)")
+    add_load_arguments(parser, runs=1, steady_seconds=30.0, batch_help="messages per produce "
+                       "call (streamgate) or per burst (NATS)")
     parser.add_argument("--skip", default="",
                         help="comma-separated: streamgate,steady,nats")
     parser.add_argument("--nats-server", default=shutil.which("nats-server") or "nats-server")
@@ -92,12 +88,7 @@ class NatsServer:
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_process(self.process)
         self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -81,7 +81,10 @@ class Portal:
 
     def manage(self, *args: str) -> str:
         done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True)
+        if done.returncode:  # say why, not only that it failed
+            raise RuntimeError(f"manage.py {args[0]} failed ({done.returncode}): "
+                               f"{done.stderr[-3000:]}")
         return done.stdout
 
     def start(self) -> str:
@@ -129,7 +132,7 @@ def setup_stream(url: str, token: str, partitions: int) -> str:
 
 
 def producer(url: str, token: str, body: bytes, seconds: float, start_at: float,
-             counts: multiprocessing.Queue) -> None:
+             counts: multiprocessing.Queue, batch: int = BATCH) -> None:
     session = requests.Session()
     session.headers.update({"Authorization": f"Token {token}",
                             "Content-Type": "application/json"})
@@ -139,18 +142,20 @@ def producer(url: str, token: str, body: bytes, seconds: float, start_at: float,
     while time.time() < deadline:
         response = session.post(url, data=body, timeout=30)
         response.raise_for_status()
-        sent += BATCH
+        sent += batch
     counts.put(sent)
 
 
-def produce_run(url: str, token: str, stream: str, clients: int, seconds: float) -> float:
+def produce_run(url: str, token: str, stream: str, clients: int, seconds: float,
+                batch: int = BATCH) -> float:
+    """Messages/s of `clients` processes producing `batch`-message REST calls for `seconds`."""
     value = "x" * VALUE_BYTES
-    body = json.dumps({"records": [{"value": value}] * BATCH}).encode()
+    body = json.dumps({"records": [{"value": value}] * batch}).encode()
     target = f"{url}/api/v1/streams/{stream}/topics/t/messages/"
     counts: multiprocessing.Queue = multiprocessing.Queue()
     start_at = time.time() + 0.5
     workers = [multiprocessing.Process(target=producer,
-                                       args=(target, token, body, seconds, start_at, counts))
+                                       args=(target, token, body, seconds, start_at, counts, batch))
                for _ in range(clients)]
     for worker in workers:
         worker.start()

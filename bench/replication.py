@@ -5,7 +5,8 @@ A scratch control database `sgbench_<pid>` with two cluster stores beside it
 (`sgbench_<pid>_store_sanfrancisco`, `..._store_newyork`), a portal served as compose.yaml
 serves it (bench/produce.py's `Portal`), and the engine as its own processes:
 `manage.py rungateway --cluster newyork --name gw1|gw2` and `manage.py runreplicator`, with
-production's engine settings, a Redis namespace and a Celery queue of the run's own.
+production's engine settings, a Redis namespace and a Celery queue of the run's own
+(bench/deployment.py).
 Logical replication needs `wal_level = logical`; when the shared server has `replica`, a
 private PostgreSQL 15 (initdb + pg_ctl, default settings but wal_level) holds both its
 databases. Everything started here is stopped and dropped at the end, failure or not.
@@ -22,192 +23,47 @@ import multiprocessing
 import os
 import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 import requests
 from psycopg import sql
 
+from bench.deployment import (
+    COLUMNS,
+    LOAD_BATCH,
+    MESSAGES_DDL,
+    PARTITIONS,
+    PIPE_BATCH,
+    PIPE_IN,
+    REPLICA,
+    SOURCE,
+    TOPIC,
+    VALUE_BYTES,
+    Deployment,
+    ReplicaWatch,
+    add_load_arguments,
+    cpu_by_process,
+    cpu_seconds,
+    create_pair,
+    profiling,
+    setup,
+    tree,
+    watermarks,
+    with_db,
+)
 from bench.pgserver import PrivatePostgres
-from bench.produce import ROOT, Portal
 from replication.engine.pg.relay import relay
-
-VALUE_BYTES = 200
-LOAD_BATCH = 1000
-PIPE_BATCH = 5000
-PARTITIONS = 4
-SOURCE, REPLICA = "sanfrancisco", "newyork"
-TOPIC = "t"
-MESSAGES_DDL = """
-CREATE TABLE IF NOT EXISTS messages (
-    pid integer NOT NULL, "offset" bigint NOT NULL, ts bigint NOT NULL, key bytea,
-    value bytea NOT NULL, headers bytea, origin uuid NOT NULL, producer text,
-    PRIMARY KEY (pid, "offset"))
-"""
-COLUMNS = 'pid, "offset", ts, key, value, headers, origin, producer'
-PIPE_IN = f"COPY sgbench_pipe ({COLUMNS}) FROM STDIN (FORMAT BINARY)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size")
-    parser.add_argument("--runs", type=int, default=3, help="catch-up runs")
-    parser.add_argument("--steady-seconds", type=float, default=60.0)
-    parser.add_argument("--steady-rate", type=int, default=5000, help="messages/s produced")
-    parser.add_argument("--producers", type=int, default=4,
-                        help="producer processes sharing the steady rate (a REST call takes "
-                             "longer than 10 ms, so one paced client cannot keep 5,000/s)")
-    parser.add_argument("--steady-batch", type=int, default=50,
-                        help="records per produce call of the steady producers")
+    add_load_arguments(parser, runs=3, steady_seconds=60.0)
     parser.add_argument("--idle-streams", type=int, default=1000)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--skip", default="", help="comma-separated: catchup,steady,idle")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def _with_db(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-# --- the deployment ----------------------------------------------------------------------------
-
-
-class Deployment(Portal):
-    """The portal (uvicorn, two workers) plus the engine's three processes, on `sgbench_<pid>`."""
-
-    # A loaded machine's first request (Django importing) overruns a 1 s probe: that is a slow
-    # start, not a failed one.
-    probe_timeout = 30.0
-
-    def __init__(self, server_url: str) -> None:
-        super().__init__(server_url, "uvicorn")
-        self.name = f"sgbench_{os.getpid()}"
-        parts = urlsplit(server_url)
-        self.namespace = f"sgbench-{uuid.uuid4().hex[:10]}:"
-        self.env.update({
-            "DATABASE_URL": urlunsplit(parts._replace(scheme="postgres", path=f"/{self.name}")),
-            "STREAMGATE_NAMESPACE": self.namespace,
-            "CELERY_QUEUE": f"sgbench-{uuid.uuid4().hex[:8]}",
-        })
-        self.engine: dict[str, subprocess.Popen] = {}
-        self.logs = Path(tempfile.mkdtemp(prefix="sgbench-logs-"))
-
-    def store_url(self, cluster: str) -> str:
-        return _with_db(self.server, f"{self.name}_store_{cluster}")
-
-    def start_engine(self) -> None:
-        for label, command in (
-            ("gw1", ["rungateway", "--cluster", REPLICA, "--name", "gw1", "--loglevel", "WARNING"]),
-            ("gw2", ["rungateway", "--cluster", REPLICA, "--name", "gw2", "--loglevel", "WARNING"]),
-            ("replicator", ["runreplicator"]),
-        ):
-            log = (self.logs / f"{label}.log").open("ab")
-            self.engine[label] = subprocess.Popen(
-                [sys.executable, "manage.py", *command], cwd=ROOT, env=self.env,
-                stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_engine(self, timeout: float = 120.0) -> None:
-        """Until both gateways beat and a replicator holds its leases: on a loaded machine the
-        processes take more than a few seconds to import Django, and a steady run measured
-        before that would time their start-up, not replication."""
-        import redis
-
-        client = redis.Redis.from_url(self.env["REDIS_URL"])
-        keys = [f"{self.namespace}sg:gw:{REPLICA}:{name}" for name in ("gw1", "gw2")]
-        deadline = time.monotonic() + timeout
-        while client.exists(*keys) < len(keys) or not client.zcount(
-                f"{self.namespace}sg:replicators", int(time.time() * 1000), "+inf"):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the engine was not up after {timeout:.0f} s: see "
-                                   f"{self.logs}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        for process in self.engine.values():
-            process.terminate()
-        for process in self.engine.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self.engine = {}
-        try:
-            super().stop()
-        finally:
-            import redis
-
-            client = redis.Redis.from_url(self.env["REDIS_URL"])
-            for pattern in (f"{self.namespace}*", f"_kombu.binding*{self.namespace}*",
-                            f"{self.env['CELERY_QUEUE']}*"):
-                keys = list(client.scan_iter(pattern))
-                if keys:
-                    client.delete(*keys)
-
-
-def setup(deploy: Deployment, token: str) -> object:
-    from streamgate.client import Client
-
-    client = Client(deploy.url, token)
-    client.call("cluster create", {"name": SOURCE})
-    client.call("cluster create", {"name": REPLICA})
-    client.call("cluster gateway set", {"dstcluster": REPLICA, "gateways": "gw1 gw2"})
-    return client
-
-
-def create_pair(client, name: str, *, paused: bool,  # type: ignore[no-untyped-def]
-                partitions: int = PARTITIONS) -> tuple[str, str]:
-    src, dst = f"/mapr/{SOURCE}/{name}", f"/mapr/{REPLICA}/{name}"
-    client.call("stream create", {"path": src})
-    client.call("stream topic create", {"path": src, "topic": TOPIC, "partitions": partitions})
-    client.call("stream create", {"path": dst})
-    client.call("stream replica add", {"path": src, "replica": dst, "paused": paused})
-    client.call("stream upstream add", {"path": dst, "upstream": src})
-    return client.stream_uuid(src), client.stream_uuid(dst)
-
-
-def watermarks(store, stream: uuid.UUID) -> dict[int, int]:  # type: ignore[no-untyped-def]
-    from replication.engine.store import UnknownTopic
-
-    try:
-        return {p: high for p, (_, high) in store.watermarks(stream, TOPIC).items()}
-    except UnknownTopic:
-        return {}
-
-
-@contextlib.contextmanager
-def profiling(deploy: Deployment, phase: str):  # type: ignore[no-untyped-def]
-    """With SGBENCH_PROFILE=<folder>, py-spy (on PATH or SGBENCH_PYSPY) samples the engine
-    processes and the portal's workers during the phase, as collapsed stacks."""
-    folder = os.environ.get("SGBENCH_PROFILE")
-    if not folder:
-        yield
-        return
-    spy = os.environ.get("SGBENCH_PYSPY", "py-spy")
-    targets = {label: p.pid for label, p in deploy.engine.items()}
-    if deploy.process:
-        for n, pid in enumerate(tree(deploy.process.pid)[1:]):
-            targets[f"portal{n}"] = pid
-    spies = [subprocess.Popen([spy, "record", "--nonblocking", "-r", "100", "-f", "raw",
-                               "-o", f"{folder}/{phase}-{label}.txt", "--pid", str(pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for label, pid in targets.items()]
-    try:
-        yield
-    finally:
-        for spy_process in spies:
-            spy_process.send_signal(2)
-        for spy_process in spies:
-            try:
-                spy_process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                spy_process.kill()
 
 
 # --- 1. backlog catch-up -----------------------------------------------------------------------
@@ -277,17 +133,17 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> tuple[float, int
 
 def logical_setup(source_url: str) -> tuple[str, str, PrivatePostgres | None]:
     """(publisher URL, subscriber URL, the private instance or None)."""
-    with psycopg.connect(_with_db(source_url, "postgres")) as conn:
+    with psycopg.connect(with_db(source_url, "postgres")) as conn:
         level = conn.execute("SHOW wal_level").fetchone()[0]
     private = None
     if level != "logical":  # default settings (fsync on) but the one logical replication needs
         private = PrivatePostgres(prefix="sgbench-pg-", settings={"wal_level": "logical"})
         atexit.register(private.remove)
         source_url = private.launch().url("postgres")
-    with psycopg.connect(_with_db(source_url, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(with_db(source_url, "postgres"), autocommit=True) as conn:
         for name in ("sgbench_pub", "sgbench_sub"):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return _with_db(source_url, "sgbench_pub"), _with_db(source_url, "sgbench_sub"), private
+    return with_db(source_url, "sgbench_pub"), with_db(source_url, "sgbench_sub"), private
 
 
 def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -> tuple[float, int]:
@@ -389,7 +245,7 @@ def measure_catchup(deploy: Deployment, client, args: argparse.Namespace) -> dic
         if private:
             private.remove()
         else:
-            with psycopg.connect(_with_db(args.url, "postgres"), autocommit=True) as conn:
+            with psycopg.connect(with_db(args.url, "postgres"), autocommit=True) as conn:
                 for db in ("sgbench_pub", "sgbench_sub"):
                     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                         sql.Identifier(db)))
@@ -430,24 +286,8 @@ def steady_producer(url: str, token: str, batch: int, interval: float, seconds: 
 
 
 def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
-    from replication.engine.pg import PostgresStore
-
     src, dst = (uuid.UUID(u) for u in create_pair(client, "steady", paused=False))
-    dst_store = PostgresStore(deploy.store_url(REPLICA))
-    seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)] for p in range(PARTITIONS)}
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            marks = watermarks(dst_store, dst)
-            at = time.monotonic()
-            for p, high in marks.items():
-                if high > seen[p][-1][1]:
-                    seen[p].append((at, high))
-            time.sleep(0.005)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    watch = ReplicaWatch(deploy, dst)
     batch = args.steady_batch
     interval = batch * args.producers / args.steady_rate
     out: multiprocessing.Queue = multiprocessing.Queue()
@@ -468,17 +308,26 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
             took = max(took, spent)
         for producer in producers:
             producer.join()
-    deadline = time.monotonic() + 30
-    ends: dict[int, int] = {}
-    for p, o, _ in acked:
-        ends[p] = max(ends.get(p, 0), o + 1)
-    while any(seen[p][-1][1] < e for p, e in ends.items()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    poller.join()
-    dst_store.close()
-    lags = []
-    missing = 0
+    seen = watch.finish(acked)
+    return {**steady_summary(acked, seen, took, errors, cpu_before, deploy),
+            "load": (load_before, os.getloadavg()[0])}
+
+
+def steady_summary(acked: list, seen: dict, took: float, errors: list, cpu_before: dict,
+                   deploy: Deployment) -> dict:
+    """A steady run's figures: rate, lag (lag_summary), CPU ms per 1,000 acknowledged
+    messages per process over the whole run, and the produce errors."""
+    return {"produced": len(acked), "rate": len(acked) / took, **lag_summary(acked, seen),
+            "cpu_per_1k": {label: (used - cpu_before.get(label, 0.0)) * 1e6 / max(len(acked), 1)
+                           for label, used in cpu_by_process(deploy).items()},
+            "errors": len(errors), "first_error": errors[0] if errors else ""}
+
+
+def lag_summary(acked: list, seen: dict) -> dict:
+    """End-to-end lag in ms of each acknowledged (partition, offset, time acked), against the
+    (time, high watermark) marks the replica was seen at per partition: its p50, p99, max and
+    mean, and how many messages never arrived (NaN figures when none did)."""
+    lags, missing = [], 0
     for p, o, at in acked:
         marks = seen[p]
         i = bisect.bisect_right([h for _, h in marks], o)  # first mark with high > o
@@ -489,15 +338,10 @@ def measure_steady(deploy: Deployment, client, token: str, args: argparse.Namesp
     lags.sort()
 
     def pct(q: float) -> float:
-        return lags[min(len(lags) - 1, int(q * len(lags)))]
+        return lags[min(len(lags) - 1, int(q * len(lags)))] if lags else float("nan")
 
-    return {"produced": len(acked), "rate": len(acked) / took, "p50": pct(0.50),
-            "p99": pct(0.99), "max": lags[-1], "mean": statistics.fmean(lags),
-            "missing": missing, "load": (load_before, os.getloadavg()[0]),
-            # CPU ms per 1,000 acknowledged messages, per process, over the whole run.
-            "cpu_per_1k": {label: (used - cpu_before.get(label, 0.0)) * 1e6 / max(len(acked), 1)
-                           for label, used in cpu_by_process(deploy).items()},
-            "errors": len(errors), "first_error": errors[0] if errors else ""}
+    return {"p50": pct(0.50), "p99": pct(0.99), "max": lags[-1] if lags else float("nan"),
+            "mean": statistics.fmean(lags) if lags else float("nan"), "missing": missing}
 
 
 # --- 3. idle cost ------------------------------------------------------------------------------
@@ -515,28 +359,6 @@ for i in range({count}):
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree(pid: int) -> list[int]:
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            for child in (task / "children").read_text().split():
-                pids += tree(int(child))
-    return pids
-
-
-def cpu_by_process(deploy: Deployment) -> dict[str, float]:
-    """CPU seconds so far of the portal (all its workers) and each engine process; PostgreSQL
-    and Redis are shared with whatever else runs, so they are not counted."""
-    procs = {"portal": deploy.process, **deploy.engine}
-    return {label: sum(cpu_seconds(p) for p in tree(process.pid))
-            for label, process in procs.items() if process is not None}
-
-
 def measure_idle(deploy: Deployment, args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     deploy.manage("shell", "-c", IDLE_SCRIPT.format(count=args.idle_streams, source=SOURCE,
@@ -547,7 +369,8 @@ def measure_idle(deploy: Deployment, args: argparse.Namespace) -> dict:
     before = {label: sum(cpu_seconds(p) for p in pids) for label, pids in procs.items()}
     wall = time.perf_counter()
     load_before = os.getloadavg()[0]
-    time.sleep(args.idle_seconds)
+    with profiling(deploy, "idle"):
+        time.sleep(args.idle_seconds)
     wall = time.perf_counter() - wall
     used = {label: sum(cpu_seconds(p) for p in pids) - before[label]
             for label, pids in procs.items()}

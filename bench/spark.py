@@ -21,8 +21,12 @@ large backlogs to Spark turned off. Per run, a paused link's source is loaded wi
 messages of the same shape (the same `load`: 200 B, 8 partitions), the link resumed and timed
 until the replica's watermarks equal the source's (bench/replication.py's `catch_up`). The
 deployment stops before the Spark runs, so its processes do not share the cores with them.
-`--skip pipe,cold,warm,gateways` leaves parts out. Everything is dropped at the end, failure
-or not.
+With `--master spark://HOST:PORT` (or `--cluster`, which starts a standalone master and worker
+on loopback with workers.spark.standalone for the run), the cluster rows: the same two jobs
+spark-submitted to that master as the Celery workers submit them (workers/jobs.py), the
+driver a fresh process here, the executors on the cluster's workers.
+`--skip pipe,cold,warm,gateways,cluster` leaves parts out. Everything is dropped at the end,
+failure or not.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -46,13 +51,14 @@ from bench import replication
 from bench.peers import warm_run
 from bench.produce import ROOT
 from replication.engine.pg.relay import relay
+from workers.spark.jobs import Spec
 from workers.spark.pg import SESSION
 
 VALUE_BYTES = 200
 PARTITIONS = 8
 TOPIC = replication.TOPIC  # the gateways' runs load through `load` too
 LOAD_BATCH = 5000
-PARTS = ("pipe", "cold", "warm", "gateways")
+PARTS = ("pipe", "cold", "warm", "gateways", "cluster")
 # figure -> (the part measuring it, its row in the table)
 ROWS = {
     "pipe": ("pipe", "raw binary COPY pipe"),
@@ -62,6 +68,9 @@ ROWS = {
                              "identical messages)"),
     "diffstreams": ("cold", "streamgate diffstreams, fresh process (Spark start-up included)"),
     "diffstreams_warm": ("warm", "streamgate diffstreams, warm context"),
+    "copystream_cluster": ("cluster", "streamgate copystream on the Spark cluster (spark-submit, "
+                                      "executors on its workers)"),
+    "diffstreams_cluster": ("cluster", "streamgate diffstreams on the Spark cluster"),
 }
 
 
@@ -78,6 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip", type=_parts, default="",
                         help=f"comma-separated parts to leave out: {','.join(PARTS)}")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", help="a Spark master (spark://HOST:PORT) for the cluster rows; "
+                       "its executors must reach this host (SPARK_LOCAL_IP names the address "
+                       "the driver gives them)")
+    where.add_argument("--cluster", type=int, metavar="CORES", nargs="?", const=2,
+                       help="start a standalone master and a worker of CORES cores (2) on "
+                            "loopback for the cluster rows")
     parser.add_argument("--database-url", default=os.environ.get(
         "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
 
@@ -132,15 +148,19 @@ def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
     return elapsed
 
 
-def spark_job(entry: str, spec: str) -> tuple[float, dict]:
-    """A fresh driver process, as spark-submit would start it: start-up included. Returns
-    the seconds and the job's result."""
-    from workers.spark.submit import PREFIX
+def spark_job(entry: str, spec: Spec, master: dict[str, str] | None = None
+              ) -> tuple[float, dict]:
+    """A fresh driver process, start-up included: local mode, or spark-submit to the master
+    of `master` (the submitting process's environment: workers.spark.standalone's
+    client_environment). Returns the seconds and the job's result."""
+    from workers.spark.submit import PREFIX, submit_command, submit_environment
 
+    argv = (submit_command(entry, master["SPARK_MASTER_URL"]) if master
+            else [sys.executable, str(ROOT / "workers/spark" / entry)])
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "workers/spark" / entry), spec],
-                          cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                          env={**submit_environment(spec), "PYTHONPATH": str(ROOT),
+                               **(master or {})})
     elapsed = time.perf_counter() - start
     lines = [json.loads(line.removeprefix(PREFIX)) for line in done.stdout.splitlines()
              if line.startswith(PREFIX)]
@@ -208,11 +228,12 @@ def gateway_run(deploy: replication.Deployment, client, stores: list,  # type: i
 # --- the Spark jobs and the pipe ---------------------------------------------------------------
 
 
-def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> int:
-    """Fills `figures` run by run; returns how many messages the source holds."""
+def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]],
+                  master: dict[str, str] | None = None) -> int:
+    """Fills `figures` run by run; returns how many messages the source holds. `master`: the
+    cluster rows' submitting environment (SPARK_MASTER_URL...), if any."""
     from replication.engine.factory import create_database, open_store
-    from workers.spark import Side, Spec, copystream, diffstreams, spark_context
-    from workers.spark.submit import spec_to_json
+    from workers.spark import Side, copystream, diffstreams, spark_context
 
     names = [f"sgbench_spark_{os.getpid()}_{side}" for side in ("src", "dst")]
     src_url, dst_url = (_url(args.database_url, name) for name in names)
@@ -248,7 +269,14 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> 
             if "cold" not in args.skip:
                 for key, entry in (("copystream", "copystream_job.py"),
                                    ("diffstreams", "diffstreams_job.py")):
-                    seconds, result = spark_job(entry, spec_to_json(spec))
+                    seconds, result = spark_job(entry, spec)
+                    _checked(key, result, messages)
+                    figures[key].append(seconds)
+            if master:
+                spec = fresh()
+                for key, entry in (("copystream_cluster", "copystream_job.py"),
+                                   ("diffstreams_cluster", "diffstreams_job.py")):
+                    seconds, result = spark_job(entry, spec, master)
                     _checked(key, result, messages)
                     figures[key].append(seconds)
             if spark is not None:
@@ -270,7 +298,25 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]]) -> 
     return messages
 
 
+@contextlib.contextmanager
+def _master(args: argparse.Namespace) -> Iterator[dict[str, str] | None]:
+    """The cluster rows' submitting environment: the master given, or one started here."""
+    if "cluster" in args.skip:
+        yield None
+    elif args.master:
+        yield {"SPARK_MASTER_URL": args.master}
+    else:
+        from workers.spark import standalone
+
+        print(f"starting a standalone Spark master and a worker of {args.cluster} cores",
+              flush=True)
+        with standalone.start(cores=args.cluster) as cluster:
+            yield cluster.client_environment
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.master is None and args.cluster is None:
+        args.skip = {*args.skip, "cluster"}
     figures: dict[str, list[float]] = {k: [] for k, (part, _) in ROWS.items()
                                        if part not in args.skip}
     load_before = os.getloadavg()
@@ -278,7 +324,8 @@ def main(args: argparse.Namespace) -> int:
         figures["gateways"] = measure_gateways(args)
     messages = args.messages // LOAD_BATCH * LOAD_BATCH
     if set(figures) - {"gateways"}:
-        messages = measure_spark(args, figures)
+        with _master(args) as master:
+            messages = measure_spark(args, figures, master)
     print()
     print(report(messages, figures, load_before, os.getloadavg()))
     return 0
@@ -297,8 +344,8 @@ def report(messages: int, figures: dict[str, list[float]], load_before: tuple[fl
         ratio = f"{median['pipe'] / median[key]:.2f}x" if "pipe" in median else ""
         lines.append(f"| {ROWS[key][1]} | {median[key]:.1f} | {messages / median[key]:,.0f} | "
                      f"{ratio} | {', '.join(f'{s:.1f}' for s in figures[key])} |")
-    paired = [k for k in ("copystream", "copystream_warm", "diffstreams", "diffstreams_warm")
-              if k in median]
+    paired = [k for k in ("copystream", "copystream_warm", "copystream_cluster", "diffstreams",
+                          "diffstreams_warm", "diffstreams_cluster") if k in median]
     if "pipe" in median and paired:
         lines += ["", "Per run, messages/s against the COPY pipe of the same run:", "",
                   "| run | " + " | ".join(k.replace("_", " ") if "_" in k else f"{k} cold"

@@ -18,11 +18,11 @@ import os
 import statistics
 import time
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
+from bench.deployment import with_db
 from replication.engine import Record, create_database
 from replication.engine.pg import PostgresStore
 from replication.engine.pg.schema import COPY_TYPES, configure_connection
@@ -46,10 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
         help="the PostgreSQL server to use (any database on it); the benchmark creates its own",
     )
-
-
-def _with_db(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
 class Bench:
@@ -165,12 +161,12 @@ def _each(values: list[float]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     name = f"sgstore_bench_{os.getpid()}"
-    url = _with_db(args.url, name)
+    url = with_db(args.url, name)
     create_database(url)
     try:
         results = run(url, args.messages, args.runs)
     finally:
-        with psycopg.connect(_with_db(args.url, "postgres"), autocommit=True) as conn:
+        with psycopg.connect(with_db(args.url, "postgres"), autocommit=True) as conn:
             drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
             conn.execute(drop.format(sql.Identifier(name)))
     print()

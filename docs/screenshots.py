@@ -139,13 +139,23 @@ def views(browser, base: str) -> None:  # type: ignore[no-untyped-def]
         page.close()
 
 
+def submit_step(page, then: int) -> None:  # type: ignore[no-untyped-def]
+    """Submit the wizard's step and wait for screen `then`: a second click must not land on
+    the page the first one is still leaving, and a refusal is said, not waited out."""
+    with page.expect_navigation():
+        page.click("#step-form button[type=submit]")
+    if page.locator(f'#wizard[data-step="{then}"]').count() == 0:
+        said = page.locator(".field-error, .messages").all_inner_texts()
+        raise RuntimeError(f"the wizard did not reach step {then}: {said or page.url}")
+
+
 def wizard(page, base: str) -> None:  # type: ignore[no-untyped-def]
     """The manual set-up at its third step (the replica list check), then autosetup's copy."""
     page.goto(f"{base}/setup/manual/")
     page.fill("#step-form input[name=source]", "/mapr/sanfrancisco/activity")
     page.fill("#step-form input[name=replica]", "/mapr/newyork/activity-manual")
-    page.click("#step-form button[type=submit]")
-    page.click("#step-form button[type=submit]")  # step 2: register the replica, paused
+    submit_step(page, 2)  # step 1: create the replica
+    submit_step(page, 3)  # step 2: register the replica, paused
     page.wait_for_selector("#replica-list")
     page.screenshot(path=str(OUT / "wizard.png"), full_page=True)
     page.goto(f"{base}/setup/auto/")

@@ -24,7 +24,8 @@ from django.utils import timezone
 from operations.models import Alarm, AlarmKind
 from replication import reports
 from replication.engine.replicator import PartitionPending, pending
-from replication.engine.store import MessageStore, OffsetOutOfRange
+from replication.engine.store import OffsetOutOfRange
+from replication.engine.storebase import MessageStore
 from replication.events import publish_after_commit
 from replication.models import Failover, Gateway, ReplicaLink, Stream, SyncMode
 from replication.services.engine import carried_topics, link_is_stalled

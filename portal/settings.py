@@ -7,7 +7,9 @@ Two modes share every code path:
 """
 
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -30,6 +32,14 @@ def _bool(name: str, default: bool) -> bool:
     if raw in {"0", "false", "no", "off"}:
         return False
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean: use true or false")
+
+
+def _positive(read: Callable[..., float], name: str, default: float) -> Any:
+    """A count, size, rate or duration from the environment, which must be above zero."""
+    value = read(name, default=default)
+    if value <= 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be positive")
+    return value
 
 
 def _secret_key() -> str:
@@ -256,81 +266,68 @@ MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
 # The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
 # for more messages to join the batch).
-REPLICATION_BATCH_MESSAGES = env.int("STREAMGATE_BATCH_MESSAGES", default=5000)
-REPLICATION_BATCH_BYTES = env.int("STREAMGATE_BATCH_BYTES", default=4 << 20)
+REPLICATION_BATCH_MESSAGES = _positive(env.int, "STREAMGATE_BATCH_MESSAGES", 5000)
+REPLICATION_BATCH_BYTES = _positive(env.int, "STREAMGATE_BATCH_BYTES", 4 << 20)
 # 2 ms, not 20: partial batches already wait while their partition has one in flight, so a
 # longer linger only added lag (docs/benchmarks.md, issue 15: p50 49 -> 39 ms, same CPU).
 REPLICATION_LINGER_MS = env.int("STREAMGATE_LINGER_MS", default=2)
 # Batches of one (replica, topic, partition) in flight at once, consecutive, to one gateway.
-REPLICATION_WINDOW = env.int("STREAMGATE_WINDOW", default=4)
+REPLICATION_WINDOW = _positive(env.int, "STREAMGATE_WINDOW", 4)
 # A gateway that has not acknowledged a batch this long is skipped for a while (suspect).
-REPLICATION_ACK_TIMEOUT = env.float("STREAMGATE_ACK_TIMEOUT", default=10.0)
+REPLICATION_ACK_TIMEOUT = _positive(env.float, "STREAMGATE_ACK_TIMEOUT", 10.0)
 REPLICATION_SUSPECT_SECONDS = env.float("STREAMGATE_SUSPECT_SECONDS", default=30.0)
 # Links waiting for a live gateway are retried this often; every link is re-planned each sweep
 # in case a wake-up was lost (wake-ups are the fast path, the sweep the safety net).
-REPLICATION_RETRY_SECONDS = env.float("STREAMGATE_RETRY_SECONDS", default=2.0)
-REPLICATION_SWEEP_SECONDS = env.float("STREAMGATE_SWEEP_SECONDS", default=20.0)
+REPLICATION_RETRY_SECONDS = _positive(env.float, "STREAMGATE_RETRY_SECONDS", 2.0)
+REPLICATION_SWEEP_SECONDS = _positive(env.float, "STREAMGATE_SWEEP_SECONDS", 20.0)
 # `-throttle true` on a replica link: at most these rates per link, with a one-second burst.
-REPLICATION_THROTTLE_MESSAGES_PER_S = env.int("STREAMGATE_THROTTLE_MESSAGES_PER_S",
-                                              default=10_000)
-REPLICATION_THROTTLE_BYTES_PER_S = env.int("STREAMGATE_THROTTLE_BYTES_PER_S", default=8 << 20)
+REPLICATION_THROTTLE_MESSAGES_PER_S = _positive(env.int, "STREAMGATE_THROTTLE_MESSAGES_PER_S",
+                                                10_000)
+REPLICATION_THROTTLE_BYTES_PER_S = _positive(env.int, "STREAMGATE_THROTTLE_BYTES_PER_S", 8 << 20)
 # `replica list` flags a link stalled when messages are pending and none applied this long.
 REPLICATION_STALL_SECONDS = env.float("STREAMGATE_STALL_SECONDS", default=60.0)
 # A replica link further behind than this on a partition is caught up by a Spark job rather
 # than by gateway batches (0 turns the hand-off off); a job whose record stops moving this
 # long lost its worker and is run again.
 REPLICATION_CATCHUP_THRESHOLD = env.int("STREAMGATE_CATCHUP_THRESHOLD", default=500_000)
-JOB_STALE_SECONDS = env.float("STREAMGATE_JOB_STALE_SECONDS", default=300.0)
-if REPLICATION_CATCHUP_THRESHOLD < 0 or JOB_STALE_SECONDS <= 0:
-    raise ImproperlyConfigured("STREAMGATE_CATCHUP_THRESHOLD must be 0 or more and "
-                               "STREAMGATE_JOB_STALE_SECONDS positive")
+if REPLICATION_CATCHUP_THRESHOLD < 0:
+    raise ImproperlyConfigured(f"STREAMGATE_CATCHUP_THRESHOLD={REPLICATION_CATCHUP_THRESHOLD} "
+                               "must be 0 or more (0 turns the hand-off to Spark off)")
+JOB_STALE_SECONDS = _positive(env.float, "STREAMGATE_JOB_STALE_SECONDS", 300.0)
 # `stream replica failover`: a planned failover drains the link for at most DRAIN seconds
 # (then gives up, changing nothing); a source store that does not answer within PROBE seconds
 # counts as unreachable (only -force true fails over then).
-FAILOVER_DRAIN_SECONDS = env.float("STREAMGATE_FAILOVER_DRAIN_SECONDS", default=120.0)
-FAILOVER_PROBE_SECONDS = env.float("STREAMGATE_FAILOVER_PROBE_SECONDS", default=5.0)
+FAILOVER_DRAIN_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_DRAIN_SECONDS", 120.0)
+FAILOVER_PROBE_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_PROBE_SECONDS", 5.0)
 # Messages below which a comparison (failback's common prefix, verification) or a failback's
 # copy runs in the calling process rather than on Spark (workers/compare.py).
-BULK_IN_PROCESS = env.int("STREAMGATE_BULK_IN_PROCESS", default=250_000)
+BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the
 # copy of what the promoted stream gained (a PostgreSQL pipe) and the divergent tail kept aside.
-FAILBACK_COPY_RATE = env.float("STREAMGATE_FAILBACK_COPY_RATE", default=200_000.0)
-FAILBACK_KEEP_RATE = env.float("STREAMGATE_FAILBACK_KEEP_RATE", default=50_000.0)
-if min(FAILOVER_DRAIN_SECONDS, FAILOVER_PROBE_SECONDS, FAILBACK_COPY_RATE,
-       FAILBACK_KEEP_RATE) <= 0:
-    raise ImproperlyConfigured("STREAMGATE_FAILOVER_DRAIN_SECONDS, _PROBE_SECONDS and "
-                               "STREAMGATE_FAILBACK_COPY_RATE, _KEEP_RATE must be positive")
+FAILBACK_COPY_RATE = _positive(env.float, "STREAMGATE_FAILBACK_COPY_RATE", 200_000.0)
+FAILBACK_KEEP_RATE = _positive(env.float, "STREAMGATE_FAILBACK_KEEP_RATE", 50_000.0)
 # Gateway presence: a Redis key refreshed every HEARTBEAT seconds that lives PRESENCE_TTL.
-GATEWAY_HEARTBEAT_SECONDS = env.float("STREAMGATE_GATEWAY_HEARTBEAT", default=2.0)
+GATEWAY_HEARTBEAT_SECONDS = _positive(env.float, "STREAMGATE_GATEWAY_HEARTBEAT", 2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
-GATEWAY_CONCURRENCY = env.int("STREAMGATE_GATEWAY_CONCURRENCY", default=4)
+GATEWAY_CONCURRENCY = _positive(env.int, "STREAMGATE_GATEWAY_CONCURRENCY", 4)
 # Replicators split the moving links with a lease per link in presence (replication/leases.py):
 # held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
 # by the others within about 1.25 times this.
-REPLICATOR_LEASE_SECONDS = env.float("STREAMGATE_REPLICATOR_LEASE_SECONDS", default=3.0)
-for _name in ("REPLICATION_BATCH_MESSAGES", "REPLICATION_BATCH_BYTES", "REPLICATION_ACK_TIMEOUT",
-              "REPLICATION_WINDOW", "REPLICATOR_LEASE_SECONDS",
-              "REPLICATION_RETRY_SECONDS", "REPLICATION_SWEEP_SECONDS",
-              "REPLICATION_THROTTLE_MESSAGES_PER_S", "REPLICATION_THROTTLE_BYTES_PER_S",
-              "GATEWAY_HEARTBEAT_SECONDS", "GATEWAY_CONCURRENCY"):
-    if globals()[_name] <= 0:
-        raise ImproperlyConfigured(f"{_name} must be positive")
+REPLICATOR_LEASE_SECONDS = _positive(env.float, "STREAMGATE_REPLICATOR_LEASE_SECONDS", 3.0)
 if GATEWAY_PRESENCE_TTL <= GATEWAY_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_GATEWAY_TTL must exceed STREAMGATE_GATEWAY_HEARTBEAT")
 # The Kafka listener (workers/kafka): Kafka's socket.request.max.bytes and
 # connections.max.idle.ms; listener presence (a node is live while it beats within the TTL);
 # SASL_SSL when a certificate and its key are given (PEM files).
-KAFKA_MAX_REQUEST_BYTES = env.int("STREAMGATE_KAFKA_MAX_REQUEST_BYTES", default=100 * 1024 * 1024)
-KAFKA_IDLE_SECONDS = env.float("STREAMGATE_KAFKA_IDLE_SECONDS", default=600.0)
-KAFKA_HEARTBEAT_SECONDS = env.float("STREAMGATE_KAFKA_HEARTBEAT", default=1.0)
+KAFKA_MAX_REQUEST_BYTES = _positive(env.int, "STREAMGATE_KAFKA_MAX_REQUEST_BYTES",
+                                    100 * 1024 * 1024)
+KAFKA_IDLE_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_IDLE_SECONDS", 600.0)
+KAFKA_HEARTBEAT_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_HEARTBEAT", 1.0)
 KAFKA_PRESENCE_TTL = env.float("STREAMGATE_KAFKA_TTL", default=4.0)
 KAFKA_TLS_CERT = env.str("STREAMGATE_KAFKA_TLS_CERT", default="")
 KAFKA_TLS_KEY = env.str("STREAMGATE_KAFKA_TLS_KEY", default="")
-if min(KAFKA_MAX_REQUEST_BYTES, KAFKA_IDLE_SECONDS, KAFKA_HEARTBEAT_SECONDS) <= 0:
-    raise ImproperlyConfigured("STREAMGATE_KAFKA_MAX_REQUEST_BYTES, STREAMGATE_KAFKA_IDLE_SECONDS "
-                               "and STREAMGATE_KAFKA_HEARTBEAT must be positive")
 if KAFKA_PRESENCE_TTL <= KAFKA_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_KAFKA_TTL must exceed STREAMGATE_KAFKA_HEARTBEAT")
 if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
@@ -339,24 +336,17 @@ if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
 # `-synchronous true`: a produce waits at most SYNC_TIMEOUT_MS for the synchronous replicas,
 # re-reading their ends every SYNC_RECHECK_MS between "applied" notifications; a replica that
 # misses the timeout, or applies slower than SYNC_LATENCY_MS, drops to asynchronous by itself.
-REPLICATION_SYNC_TIMEOUT_MS = env.int("STREAMGATE_SYNC_TIMEOUT_MS", default=2000)
-REPLICATION_SYNC_LATENCY_MS = env.int("STREAMGATE_SYNC_LATENCY_MS", default=1000)
-REPLICATION_SYNC_RECHECK_MS = env.int("STREAMGATE_SYNC_RECHECK_MS", default=50)
-for _name in ("REPLICATION_SYNC_TIMEOUT_MS", "REPLICATION_SYNC_LATENCY_MS",
-              "REPLICATION_SYNC_RECHECK_MS"):
-    if globals()[_name] <= 0:
-        raise ImproperlyConfigured(f"{_name} must be positive")
+REPLICATION_SYNC_TIMEOUT_MS = _positive(env.int, "STREAMGATE_SYNC_TIMEOUT_MS", 2000)
+REPLICATION_SYNC_LATENCY_MS = _positive(env.int, "STREAMGATE_SYNC_LATENCY_MS", 1000)
+REPLICATION_SYNC_RECHECK_MS = _positive(env.int, "STREAMGATE_SYNC_RECHECK_MS", 50)
 if REPLICATION_SYNC_LATENCY_MS > REPLICATION_SYNC_TIMEOUT_MS:
     raise ImproperlyConfigured("STREAMGATE_SYNC_LATENCY_MS must not exceed "
                                "STREAMGATE_SYNC_TIMEOUT_MS")
 
 # Alarms (operations/alarms.py): evaluated this often by beat; a retention loss stays raised this
 # long after the last one seen.
-ALARM_EVALUATE_SECONDS = env.float("STREAMGATE_ALARM_EVALUATE_SECONDS", default=10.0)
-ALARM_RETENTION_HOLD_SECONDS = env.float("STREAMGATE_ALARM_RETENTION_HOLD", default=86400.0)
-if ALARM_EVALUATE_SECONDS <= 0 or ALARM_RETENTION_HOLD_SECONDS <= 0:
-    raise ImproperlyConfigured("STREAMGATE_ALARM_EVALUATE_SECONDS and "
-                               "STREAMGATE_ALARM_RETENTION_HOLD must be positive")
+ALARM_EVALUATE_SECONDS = _positive(env.float, "STREAMGATE_ALARM_EVALUATE_SECONDS", 10.0)
+ALARM_RETENTION_HOLD_SECONDS = _positive(env.float, "STREAMGATE_ALARM_RETENTION_HOLD", 86400.0)
 
 # JSON lines with request and task ids (portal/logging.py) in production; readable lines on a
 # developer's console (DEBUG, or the embedded mode of `make run`).

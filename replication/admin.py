@@ -9,11 +9,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from accounts.admin import OperatorAccess, ReadOnlyAccess, save_each
+from accounts.admin import CountingAdmin, OperatorAccess, ReadOnlyAccess, count_column, save_each
 from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
@@ -73,26 +73,14 @@ class GatewayInline(OperatorAccess, admin.TabularInline):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(OperatorAccess, admin.ModelAdmin):
+class ClusterAdmin(OperatorAccess, CountingAdmin):
     form = ClusterForm
     list_display = ("name", "state", "store_url", "gateway_count", "stream_count", "created")
     list_filter = ("state",)
     search_fields = ("name",)
     inlines = (GatewayInline,)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Cluster]:
-        return super().get_queryset(request).annotate(
-            gateway_total=Count("gateways", distinct=True),
-            stream_total=Count("streams", distinct=True),
-        )
-
-    @admin.display(description="gateways", ordering="gateway_total")
-    def gateway_count(self, cluster: Cluster) -> int:
-        return cluster.gateway_total  # type: ignore[attr-defined]
-
-    @admin.display(description="streams", ordering="stream_total")
-    def stream_count(self, cluster: Cluster) -> int:
-        return cluster.stream_total  # type: ignore[attr-defined]
+    gateway_count = count_column("gateways", "gateways")
+    stream_count = count_column("streams", "streams")
 
 
 class GatewayStatusFilter(admin.SimpleListFilter):
@@ -139,25 +127,13 @@ class GatewayAdmin(OperatorAccess, admin.ModelAdmin):
 
 
 @admin.register(Stream)
-class StreamAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class StreamAdmin(ReadOnlyAccess, CountingAdmin):
     list_display = ("path", "cluster", "tenant", "topic_count", "replica_count", "created")
     list_filter = ("cluster", "tenant", "compression")
     list_select_related = ("cluster", "tenant")
     search_fields = ("path", "uuid")
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Stream]:
-        return super().get_queryset(request).annotate(
-            topic_total=Count("topics", distinct=True),
-            replica_total=Count("replica_links", distinct=True),
-        )
-
-    @admin.display(description="topics", ordering="topic_total")
-    def topic_count(self, stream: Stream) -> int:
-        return stream.topic_total  # type: ignore[attr-defined]
-
-    @admin.display(description="replicas", ordering="replica_total")
-    def replica_count(self, stream: Stream) -> int:
-        return stream.replica_total  # type: ignore[attr-defined]
+    topic_count = count_column("topics", "topics")
+    replica_count = count_column("replica_links", "replicas")
 
 
 @admin.register(Topic)

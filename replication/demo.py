@@ -17,10 +17,9 @@ from replication.models import Cluster, Stream
 from replication.services import (
     cluster_create,
     cluster_gateway_set,
-    replica_add,
+    replica_connect,
     stream_create,
     topic_create,
-    upstream_add,
 )
 from replication.services.defaultstreams import default_stream_set
 from replication.services.messages import messages_produce
@@ -41,8 +40,7 @@ def demo_scene_create(*, actor: AbstractBaseUser) -> bool:
     source = stream_create(actor=actor, path=SOURCE)
     topic_create(actor=actor, stream=source, name=TOPIC, partitions=4)
     replica = stream_create(actor=actor, path=REPLICA, copymetafrom=SOURCE)
-    replica_add(actor=actor, source=source, replica=replica)
-    upstream_add(actor=actor, replica=replica, source=source)
+    replica_connect(actor=actor, source=source, replica=replica)
     # Plain Kafka names (`kcat -t orders`) land in the operator tenant's default stream.
     default_stream_set(actor=actor, cluster="sanfrancisco", path=KAFKA_STREAM)
     return True

@@ -7,6 +7,8 @@ In production they live in Redis (DESIGN.md: Redis for gateway presence):
   the one that stopped answering;
 - a wake-up adds a stream to each live replicator's `sg:dirty:<id>` set and pushes its
   one-slot `sg:signal:<id>` list (replication/leases.py keeps who is live);
+- the replicator sends a gateway its batches on the gateway's own list (replication/
+  batchqueue.py);
 - a gateway acknowledges a batch by pushing its result on the sender's `sg:acks:<inbox>`, so
   two replicators (say, while one is being replaced) never take each other's acknowledgements.
 - a gateway that applied a batch publishes the link's id on `sg:applied:<link>`, so producers
@@ -37,10 +39,10 @@ import redis
 import structlog
 from django.conf import settings
 
+from replication.batchqueue import GatewayId, RedisBatches
 from replication.leases import LocalLeases, RedisLeases, ReplicatorState
 
 log = structlog.get_logger(__name__)
-GatewayId = tuple[str, str]  # (cluster name, gateway name)
 SIGNAL_TTL = 300  # seconds; a replicator that is down that long re-plans everything anyway
 
 
@@ -171,11 +173,12 @@ def namespace() -> str:
 
 
 def gateway_queue(cluster: str, name: str) -> str:
-    """The Celery queue a gateway consumes: one per gateway, so a batch goes to the one chosen."""
+    """The Celery queue a gateway consumes beside its batch list (replication/batchqueue.py):
+    apply_batch_task sent to that one gateway by any other sender."""
     return f"{namespace()}gw.{cluster}.{name}"
 
 
-class RedisPresence(RedisLeases):
+class RedisPresence(RedisLeases, RedisBatches):
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.client = client
         self.dirty, self.signal, self.acks = (

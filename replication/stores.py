@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from replication.engine.factory import create_database, open_store
-from replication.engine.store import MessageStore
+from replication.engine.storebase import MessageStore
 from replication.models import Cluster
 
 _stores: dict[str, MessageStore] = {}

@@ -7,6 +7,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts.models import Role
+from replication.services import replica_add, topic_create, upstream_add
+from replication.stores import store_for
 from tests.factories import ClusterFactory, MembershipFactory, StreamFactory, UserFactory
 
 
@@ -98,6 +100,44 @@ def activity(owner, sanfrancisco):
 def activity_ny(owner, newyork):
     """/mapr/newyork/activity, owned by alice."""
     return StreamFactory(cluster=newyork, name="activity", created_by=owner)
+
+
+@pytest.fixture
+def clicks(owner, activity, newyork):
+    """activity:clicks with 3 partitions, both clusters' stores made first (as cluster_create
+    does: the stores exist before any gateway runs)."""
+    for cluster in (activity.cluster, newyork):
+        store_for(cluster)
+    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
+
+
+@pytest.fixture
+def carol(owner):
+    """carol: in acme with alice, administers her own streams only."""
+    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
+
+
+@pytest.fixture
+def mirror(carol, newyork):
+    """/mapr/newyork/mirror, owned by carol (alice holds no permission on it)."""
+    return StreamFactory(cluster=newyork, name="mirror", created_by=carol)
+
+
+@pytest.fixture
+def agreed(owner, activity, activity_ny):
+    """activity -> activity_ny with both halves of the agreement: it replicates."""
+    link = replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    return link
+
+
+@pytest.fixture
+def private_cache(settings, request):
+    """A cache of the test's own (locmem, as the embedded mode uses) instead of the shared
+    Redis: lag samples live in Django's cache keyed by link id, and test runs sharing one
+    Redis would read each other's. Modules that read lag use it for every test."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": request.node.nodeid}}
 
 
 def _api(user):

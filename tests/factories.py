@@ -2,15 +2,32 @@ import factory
 from django.contrib.auth import get_user_model
 
 from accounts.models import Membership, Role, Tenant
+from replication import services
+from replication.engine.store import Record
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
+from replication.services.engine import batch_apply
+from replication.services.messages import messages_produce
 
 
-class TenantFactory(factory.django.DjangoModelFactory):
+def numbered(prefix: str) -> factory.Sequence:
+    """tenant0, tenant1, ...: a fresh name per row."""
+    return factory.Sequence(lambda n: f"{prefix}{n}")
+
+
+class NamedFactory(factory.django.DjangoModelFactory):
+    """Rows named uniquely (tenants, clusters): asking for a name twice gives one row."""
+
     class Meta:
-        model = Tenant
+        abstract = True
         django_get_or_create = ("name",)
 
-    name = factory.Sequence(lambda n: f"tenant{n}")
+
+def named_factory(model: type, prefix: str) -> type[NamedFactory]:
+    """The factory of a uniquely named model, its rows named prefix0, prefix1, ..."""
+    return factory.make_factory(model, FACTORY_CLASS=NamedFactory, name=numbered(prefix))
+
+
+TenantFactory = named_factory(Tenant, "tenant")
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -19,7 +36,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         django_get_or_create = ("username",)
         skip_postgeneration_save = True
 
-    username = factory.Sequence(lambda n: f"user{n}")
+    username = numbered("user")
     password = factory.django.Password("correct horse battery staple")
 
 
@@ -32,12 +49,7 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     role = Role.MEMBER
 
 
-class ClusterFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = Cluster
-        django_get_or_create = ("name",)
-
-    name = factory.Sequence(lambda n: f"cluster{n}")
+ClusterFactory = named_factory(Cluster, "cluster")
 
 
 class GatewayFactory(factory.django.DjangoModelFactory):
@@ -45,7 +57,7 @@ class GatewayFactory(factory.django.DjangoModelFactory):
         model = Gateway
 
     cluster = factory.SubFactory(ClusterFactory)
-    name = factory.Sequence(lambda n: f"gw{n}")
+    name = numbered("gw")
     address = factory.LazyAttribute(lambda o: o.name)
 
 
@@ -56,7 +68,7 @@ class StreamFactory(factory.django.DjangoModelFactory):
         model = Stream
 
     cluster = factory.SubFactory(ClusterFactory)
-    name = factory.Sequence(lambda n: f"stream{n}")
+    name = numbered("stream")
     path = factory.LazyAttribute(lambda o: f"/mapr/{o.cluster.name}/{o.name}")
     created_by = factory.SubFactory(UserFactory)
     tenant = factory.LazyAttribute(lambda o: o.created_by.memberships.first().tenant)
@@ -72,9 +84,35 @@ class TopicFactory(factory.django.DjangoModelFactory):
         model = Topic
 
     stream = factory.SubFactory(StreamFactory)
-    name = factory.Sequence(lambda n: f"topic{n}")
+    name = numbered("topic")
     partitions = 1
     origin_uuid = factory.LazyAttribute(lambda o: o.stream.uuid)
 
 
+def linked_pairs(owner, cluster, count: int) -> None:  # type: ignore[no-untyped-def]
+    """`count` more source streams on `cluster` (s0, s1, ...), each registering a replica
+    (d0, d1, ...) there: topology that pages must show without a query per row."""
+    from replication.services import replica_add
+
+    for i in range(count):
+        source = StreamFactory(cluster=cluster, name=f"s{i}", created_by=owner)
+        replica_add(actor=owner, source=source, replica=StreamFactory(
+            cluster=cluster, name=f"d{i}", created_by=owner))
+
+
 __all__ = ["PERMISSIONS"]
+
+
+def replicated_clicks(owner, source, replica, *, per_partition: int,  # type: ignore[no-untyped-def]
+                      value: bytes = b"%d"):
+    """source -> replica agreed, with a 2-partition topic `clicks` of which `per_partition`
+    messages a partition are produced (valued `value % i`) and replicated. Returns the link."""
+    services.topic_create(actor=owner, stream=source, name="clicks", partitions=2)
+    link = services.replica_add(actor=owner, source=source, replica=replica)
+    services.upstream_add(actor=owner, replica=replica, source=source)
+    messages_produce(actor=owner, stream=source, topic="clicks",
+                     records=[Record(value=value % i) for i in range(2 * per_partition)])
+    for partition in (0, 1):
+        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0,
+                    end=per_partition)
+    return link

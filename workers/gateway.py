@@ -1,5 +1,6 @@
-"""A gateway: a Celery worker consuming its own queue (`gw.<cluster>.<name>`), applying the
-batches the replicator sends it to the replicas of its cluster, and heartbeating.
+"""A gateway: a process consuming its own batch list (`sg:batches:<cluster>:<name>`,
+workers/batches.py) and Celery queue (`gw.<cluster>.<name>`), applying the batches the
+replicator sends it to the replicas of its cluster, and heartbeating.
 
 `manage.py rungateway --cluster C --name G` (or `streamgate gateway run -cluster C -name G`)
 runs one. Its heartbeat is a Redis key with a short TTL (replication/presence.py): a gateway that
@@ -27,6 +28,8 @@ from replication.services.sync import links_sync_drop, links_sync_restore
 
 log = structlog.get_logger(__name__)
 DB_HEARTBEAT_SECONDS = 5.0
+WATCH_SECONDS = 5.0  # between full presence watches while the live gateways stay the same
+Watched = tuple[list[GatewayId], set[GatewayId]]  # configured gateways, the live ones
 
 
 class GatewayRefused(Exception):
@@ -78,35 +81,64 @@ def gateway_check(cluster: str, name: str) -> Gateway:
     return gateway
 
 
-def gateways_watch(signals: Presence, serving: set[str]) -> None:
+def gateways_watch(signals: Presence, serving: set[str]) -> Watched:
     """What follows from which gateways are live now: "gateway.status" events for the ones
     that came up or went down, synchronous links dropping to async where no gateway is left
     and, on the clusters in `serving` (the caller's, so live), returning to sync once caught
-    up. Any process watching presence may call it; each change happens once."""
+    up. Any process watching presence may call it; each change happens once. Returns the
+    configured gateways and the live ones it saw."""
     configured = [(c, n) for c, names in gateways_configured().items() for n in names]
     live = set(signals.live(configured))
     gateways_announce(live=live)
     clusters = {cluster for cluster, _ in live}
     links_sync_drop(live_clusters=clusters)
     links_sync_restore(clusters=serving & clusters)
+    return configured, live
 
 
-def presence_watch(signals: Presence, serving: set[str] | None = None) -> None:
+def presence_watch(signals: Presence, serving: set[str] | None = None) -> Watched | None:
     """gateways_watch, for loops that must go on whatever it meets (a database restarting)."""
     try:
-        gateways_watch(signals, serving or set())
+        return gateways_watch(signals, serving or set())
     except Exception as error:  # a beat or a plan must not fail for what only reports follow
         log.warning("gateway_watch_failed", error=str(error))
+        return None
+
+
+class PresenceWatch:
+    """presence_watch when it may find something: when forced, every WATCH_SECONDS (a
+    synchronous link that caught up returns to sync then), and whenever the live gateways
+    differ from those the last watch saw, which costs one MGET. Its queries were a quarter of
+    a gateway's CPU at 5,000 messages/s when every beat ran them (docs/benchmarks-history.md)."""
+
+    def __init__(self, signals: Presence) -> None:
+        self.presence = signals
+        self.seen: Watched | None = None
+        self.next = 0.0
+
+    def __call__(self, serving: set[str] | None = None, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self.next and self.seen is not None:
+            configured, live = self.seen
+            try:
+                if set(self.presence.live(configured)) == live:
+                    return
+            except Exception as error:  # Redis restarting: the full watch says the same
+                log.warning("gateway_watch_failed", error=str(error))
+                return
+        self.seen = presence_watch(self.presence, serving)
+        self.next = now + WATCH_SECONDS
 
 
 class Heartbeat:
     """Refreshes the presence key of each gateway every GATEWAY_HEARTBEAT_SECONDS, and the
     database row (with the tallied counters) every few seconds; after each beat, watches
-    presence (gateways_watch)."""
+    presence (PresenceWatch)."""
 
     def __init__(self, gateways: list[GatewayId] | None, signals: Presence | None = None) -> None:
         self.fixed = gateways  # None: every configured gateway (embedded mode)
         self.presence = signals or presence()
+        self.watcher = PresenceWatch(self.presence)
         self.stop = threading.Event()
         self.incarnation = uuid.uuid4().hex
         self.thread = threading.Thread(target=self._loop, name="gateway-heartbeat", daemon=True)
@@ -127,10 +159,11 @@ class Heartbeat:
             self.presence.beat(gateway, settings.GATEWAY_PRESENCE_TTL, self.incarnation)
         if database:
             self.flush(gateways, heartbeat=True)
-        self.watch(gateways)
+        self.watch(gateways, force=database)
 
-    def watch(self, gateways: list[GatewayId], *, serving: bool = True) -> None:
-        presence_watch(self.presence, {c for c, _ in gateways} if serving else None)
+    def watch(self, gateways: list[GatewayId], *, serving: bool = True,
+              force: bool = True) -> None:
+        self.watcher({c for c, _ in gateways} if serving else None, force=force)
 
     def flush(self, gateways: list[GatewayId], *, heartbeat: bool) -> None:
         for cluster, name in gateways:
@@ -163,13 +196,26 @@ def run_gateway(cluster: str, name: str, *, loglevel: str = "INFO") -> None:
     """Serve the gateway's queue until stopped (SIGTERM finishes the batches in hand)."""
     from celery.signals import worker_ready, worker_shutdown
 
+    from workers.batches import BatchConsumer
     from workers.celery import app
 
     gateway_check(cluster, name)
     heartbeat = Heartbeat([(cluster, name)])
-    # Live only once the worker consumes its queue, and down as soon as it stops.
-    worker_ready.connect(lambda **_: heartbeat.start(), weak=False)
-    worker_shutdown.connect(lambda **_: heartbeat.close(), weak=False)
+    # The replicator's batches come on the gateway's own list; the Celery queue still takes
+    # apply_batch_task from any other sender.
+    batches = BatchConsumer((cluster, name), heartbeat.presence)
+
+    def ready(**_: object) -> None:
+        batches.start()
+        heartbeat.start()
+
+    def shutdown(**_: object) -> None:
+        batches.close()
+        heartbeat.close()
+
+    # Live only once the worker consumes its queues, and down as soon as it stops.
+    worker_ready.connect(ready, weak=False)
+    worker_shutdown.connect(shutdown, weak=False)
     app.worker_main([
         "worker", "-Q", gateway_queue(cluster, name), "-n", f"{name}@{cluster}",
         "--pool", "threads", "--concurrency", str(settings.GATEWAY_CONCURRENCY),

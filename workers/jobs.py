@@ -5,14 +5,10 @@ the replica link it serves and the browser."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-import pyspark
 import structlog
 from django.conf import settings
 from django.db import connection
@@ -23,8 +19,7 @@ from replication.services.engine import carried_topics
 from replication.services.jobs import job_finished, publish_job_event
 from replication.stores import store_for, store_url
 from workers.spark import Side, Spec
-from workers.spark.session import java_options
-from workers.spark.submit import PREFIX, spec_to_json
+from workers.spark.submit import PREFIX, submit_command, submit_environment
 
 log = structlog.get_logger(__name__)
 ENTRY = {Job.Kind.COPYSTREAM: "copystream_job.py", Job.Kind.CATCHUP: "copystream_job.py",
@@ -101,12 +96,8 @@ def _execute(job: Job, spec: Spec, progress: _Writer) -> dict:
 def _submit(job: Job, spec: Spec, progress: _Writer) -> dict:
     """spark-submit the job's entry file; its driver prints progress and the result as JSON
     lines (workers/spark/submit.py)."""
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    entry = Path(__file__).parent / "spark" / ENTRY[job.kind]
-    argv = [str(spark_submit), "--master", settings.SPARK_MASTER_URL,
-            "--conf", f"spark.driver.extraJavaOptions={java_options()}", str(entry),
-            spec_to_json(spec)]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    argv = submit_command(ENTRY[job.kind], settings.SPARK_MASTER_URL)
+    env = submit_environment(spec)  # the spec there, never in argv (ps shows argv to all)
     outcome: dict = {}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env) as driver:
         for line in driver.stdout or ():

@@ -7,7 +7,8 @@ from the replica partitions' ends, a gateway's apply trims what the replica alre
 refuses a batch that would leave a gap, so a batch sent twice, to two gateways, or applied
 late by a gateway presumed dead, changes nothing (invariant 2). Up to REPLICATION_WINDOW
 batches of a (link, topic, partition) are in flight, consecutive and all to one gateway, whose
-queue hands them out in order; one that still arrives before its predecessor is applied waits
+batch list (replication/batchqueue.py; a step's batches go in one pipeline) hands them out in
+order; one that still arrives before its predecessor is applied waits
 a moment at the gateway, then is refused, and the replicator forgets the partition's flights
 and re-plans from the replica's end. A partial batch (the tail of a backlog) goes only when
 nothing of its partition is in flight, so under steady load batches grow while the previous
@@ -39,10 +40,11 @@ import structlog
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connections
 
+from replication.batchqueue import RedisBatches
 from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
 from replication.leases import LinkLeases
-from replication.presence import GatewayId, Presence, gateway_queue
+from replication.presence import SIGNAL_TTL, GatewayId, Presence
 from replication.services.engine import (
     LINKS_CHANGED,
     MovingLink,
@@ -53,7 +55,8 @@ from replication.services.engine import (
     link_waiting,
 )
 from replication.stores import store_for
-from workers.gateway import presence_watch
+from workers.batches import send_eagerly
+from workers.gateway import PresenceWatch
 from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
 from workers.linkcache import LinkCache
@@ -110,9 +113,14 @@ class Replicator(GatewayChoice):
     # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
     _live: dict[str, list[Chosen]] = field(default_factory=dict)
     leases: LinkLeases = field(init=False)
+    watcher: PresenceWatch = field(init=False)
+    # Batches cut this step, sent together at its end (one round trip): see _flush.
+    outbox: list[tuple[GatewayId, dict]] = field(default_factory=list)
+    _gathering: bool = False
 
     def __post_init__(self) -> None:
         self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
+        self.watcher = PresenceWatch(self.presence)
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -251,7 +259,7 @@ class Replicator(GatewayChoice):
         # their synchronous links to async now, not at the next produce or gateway start. One
         # replicator of the live ones does it (its queries were a seventh of a replicator's CPU).
         if self.leases.leads():
-            presence_watch(self.presence)
+            self.watcher()
         self.next_watch = now + settings.REPLICATION_RETRY_SECONDS
 
     def _lease_tick(self, now: float) -> None:
@@ -290,11 +298,16 @@ class Replicator(GatewayChoice):
             self.cache.refresh(streams, self.dirty_links, now)
         if lingered or sweep:
             self.dirty_streams, self.linger_until = set(), None
-        for link in self._due(streams, sweep):
-            # Cursors change only with a wake-up of the source stream (a commit), or wait for
-            # data (owed); a pump on a gateway's acknowledgement alone skips reading them.
-            cursors = sweep or str(link.source) in streams or link.id in self.owed
-            self._pump(link, now, cursors=cursors or link.id not in self.cursors)
+        self._gathering = True
+        try:
+            for link in self._due(streams, sweep):
+                # Cursors change only with a wake-up of the source stream (a commit), or wait
+                # for data (owed); a pump on a gateway's acknowledgement alone skips them.
+                cursors = sweep or str(link.source) in streams or link.id in self.owed
+                self._pump(link, now, cursors=cursors or link.id not in self.cursors)
+        finally:
+            self._gathering = False
+            self._flush()
 
     def _due(self, streams: set[str], sweep: bool) -> list[MovingLink]:
         """The cached links to plan now; a link handed to a catch-up job waits for the retry
@@ -431,29 +444,39 @@ class Replicator(GatewayChoice):
 
     def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec, chosen: Chosen,
                   now: float) -> None:
-        from workers.tasks import apply_batch_task
-
         ticket = uuid.uuid4().hex
         timeout = settings.REPLICATION_ACK_TIMEOUT
-        # Registered before sending: in embedded mode the task runs (and acknowledges) inside
-        # apply_async.
+        # Registered before sending: in embedded mode the batch applies (and acknowledges)
+        # inside the send.
         gateway, incarnation = chosen
         flights = self.inflight.setdefault(key, [])
         flights.append(InFlight(spec, gateway, incarnation, now + timeout, ticket))
         self.tickets[ticket] = key
+        self.outbox.append((gateway, {
+            "link": link.id, "topic": spec.topic, "partition": spec.partition,
+            "start": spec.start, "end": spec.end, "ticket": ticket, "reply_to": self.inbox,
+            # A batch still queued when its ack is long overdue was sent elsewhere already.
+            "expires": time.time() + timeout * 3}))
+        if not self._gathering:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the batches cut since the last flush: one pipeline to the gateways' lists."""
+        outbox, self.outbox = self.outbox, []
+        if not outbox:
+            return
         try:
-            apply_batch_task.apply_async(
-                args=(link.id, spec.topic, spec.partition, spec.start, spec.end),
-                kwargs={"gateway": "/".join(gateway), "ticket": ticket, "reply_to": self.inbox},
-                queue=gateway_queue(*gateway),
-                # A batch still queued when its ack is long overdue was sent elsewhere already.
-                expires=timeout * 3,
-            )
+            if isinstance(self.presence, RedisBatches):
+                self.presence.send_batches(outbox, SIGNAL_TTL)
+            else:
+                send_eagerly(outbox)
         except Exception as error:  # the broker is down: nothing was sent
-            self._land(key, ticket)
-            self.tickets.pop(ticket, None)
-            link_error(link_id=link.id, error=f"cannot send a batch: {error}")
-            self.retry.add(link.id)
+            for _gateway, batch in outbox:
+                key = self.tickets.pop(batch["ticket"], None)
+                if key is not None:
+                    self._land(key, batch["ticket"])
+                link_error(link_id=batch["link"], error=f"cannot send a batch: {error}")
+                self.retry.add(batch["link"])
 
     # --- progress ---------------------------------------------------------------------------
 

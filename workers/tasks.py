@@ -6,21 +6,13 @@ import structlog
 from celery import shared_task
 
 from operations.throughput import throughput_record
-from replication.engine.store import Applied, Misordered
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
-from replication.presence import Presence, presence
-from replication.services.engine import batch_apply
 from replication.services.messages import stream_expire
 from replication.services.verify import links_verify_due
-from replication.services.wire import link_wire_refusal
-from workers.gateway import parse_gateway, tally
+from workers.batches import batch_serve
 
 log = structlog.get_logger(__name__)
-
-
-class WireRefused(Exception):
-    """The link asks for what the connections to its stores no longer give (wire.py)."""
 
 
 @shared_task(name="workers.tasks.expire_stream_task", acks_late=True)
@@ -48,42 +40,11 @@ def apply_batch_task(
     link_id: int, topic: str, partition: int, start: int, end: int, *, gateway: str = "",
     ticket: str = "", reply_to: str = "",
 ) -> int:
-    """A gateway applies [start, end) of one partition to a replica. Safe to run any number of
-    times, on any number of gateways at once: the replica keeps each message once (trim under
-    the partition's lock). Acknowledges to the replicator with what happened."""
-    result: dict = {"ticket": ticket, "gateway": gateway.partition("/")[2], "link": link_id}
-    try:
-        refusal = link_wire_refusal(link_id=link_id)
-        if refusal:  # -networkencryption true, and a store now allows plaintext
-            raise WireRefused(refusal)
-        applied = batch_apply(link_id=link_id, topic=topic, partition=partition, start=start,
-                              end=end)
-    except Misordered as error:  # the replica is not where the plan thought: re-plan
-        applied, result["error"], result["misordered"] = Applied({}), str(error), True
-    except Exception as error:
-        log.warning("apply_failed", link=link_id, topic=topic, partition=partition,
-                    error=str(error))
-        applied, result["error"] = Applied({}), f"{type(error).__name__}: {error}"
-    result["applied"] = applied.count
-    if gateway:
-        tally.add(parse_gateway(gateway), batches=1, messages=applied.count,
-                  nbytes=applied.bytes,
-                  errors=int("error" in result and "misordered" not in result))
-    signals = presence()
-    if applied.count:
-        _announce_applied(signals, link_id)
-    if ticket:
-        signals.ack(result, reply_to)
-    return applied.count
-
-
-def _announce_applied(signals: Presence, link_id: int) -> None:
-    # Producers waiting for a synchronous replica re-read its ends now (replication/services/
-    # sync.py); they re-check on a timer too, so a lost notification only slows them.
-    try:
-        signals.applied([link_id])
-    except Exception as error:
-        log.warning("applied_notify_failed", link=link_id, error=str(error))
+    """A gateway applies [start, end) of one partition to a replica (workers/batches.py); the
+    replicator sends its batches on the gateway's own list instead, except in embedded mode,
+    where this task runs them eagerly. Safe to run any number of times, anywhere."""
+    return batch_serve(link_id=link_id, topic=topic, partition=partition, start=start, end=end,
+                       gateway=gateway, tickets=[ticket] if ticket else [], reply_to=reply_to)
 
 
 @shared_task(name="workers.tasks.record_lag_task", ignore_result=True)

@@ -10,31 +10,45 @@ other two clusters' stores on a second private PostgreSQL, so the engine's conne
 do not crowd the shared server (whose max_connections other sessions' suites also use).
 
 Real processes: `manage.py rungateway` for sanfrancisco gw1/gw2, newyork gw1/gw2, tokyo gw1,
-two `manage.py runreplicator` (splitting the links with leases) and a Celery worker, with Redis
-keys and queues of the run's own.
+two `manage.py runreplicator` (splitting the links with leases), a Celery worker, a portal
+(uvicorn) and a Kafka listener (`manage.py runkafka`), on a Redis of the run's own.
 
-Faults, at random for `--seconds`: kill -9 a gateway (restarted a moment later), kill -9 one of
-the two replicators (the other takes its links; restarted a moment later), crash and
-restart newyork's PostgreSQL, pause a replica (resumed a moment later), and hand a replica
-link to the Spark catch-up job, as the replicator does with a large backlog (the Celery
-worker runs it; skipped, printed "not built", while `workers.spark` does not exist). Then
-everything is restored, the run waits until every replica's ends equal its origins' and the
-checker (replication/engine/checker.py) reads every stream against its origins with the
-acknowledged offsets: lost, duplicate, inconsistent, reordered and unreplicated messages must
-all be 0. Per fault kind the table prints how many were injected and the time from the fault
-to replication moving again (every replica topic advanced, or caught up): median and max.
+Producers: one per origin through the services in this process, one over REST through the
+portal (API token) and one idempotent librdkafka producer (enable.idempotence=true) through the
+Kafka listener, the last two on newyork's topics. Every message carries an `id` header never
+reused; a call that got no answer counts as not acknowledged and is not retried by the soak
+(librdkafka retries its own batches, idempotently).
 
-`python -m bench.chaos [--seconds 180] [--seed N] [--no-spark]` runs on servers of its own:
-the control database `sgchaos_<pid>` sits on the second private PostgreSQL (or on `--url`),
-Redis keys and Celery queues under a namespace of the run's own; everything it made is removed
-at the end, failure or not. The exit status is non-zero on any anomaly.
-tests/workers/test_chaos.py runs a short soak on the test database with the tests' fixtures.
+Faults, at random for `--seconds` (each kind at least once): kill -9 a gateway (restarted a
+moment later), kill -9 one of the two replicators (the other takes its links), crash and
+restart newyork's PostgreSQL, kill -9 Redis and start it empty (queued batches, presence,
+leases and wake-ups lost), kill -9 the portal or the Kafka listener in the middle of produce
+calls (restarted on the same port), pause a replica (resumed a moment later), hand a replica
+link to the Spark catch-up job (the Celery worker runs it; skipped, printed "not built", while
+`workers.spark` does not exist), and a failover/failback cycle: newyork takes over
+sanfrancisco's topics with `replica failover -force` while producers write (sanfrancisco's
+producer moves to newyork), then `replica failback` brings sanfrancisco back, keeping its
+divergent tail in `<topic>.diverged` (bench/chaos/failover.py). Then everything is restored,
+the run waits until every replica's ends equal its origins' and the checker
+(replication/engine/checker.py) reads every stream against its origins with the acknowledged
+offsets, and sanfrancisco's topics and divergence topics with the acknowledged ids: lost,
+duplicate, inconsistent, reordered and unreplicated messages must all be 0. Per fault kind the
+table prints how many were injected and the time from the fault to replication moving again
+(every replica topic advanced, or caught up): median and max.
+
+`python -m bench.chaos [--seconds 180] [--seed N] [--no-spark] [--no-portal] [--no-kafka]
+[--no-failover]` runs on servers of its own: the control database `sgchaos_<pid>` sits on the
+second private PostgreSQL (or on `--url`), Redis is a redis-server of the run's own (the shared
+one is never restarted); everything it made is removed at the end, failure or not. The exit
+status is non-zero on any anomaly. tests/workers/test_chaos.py runs a short soak on the test
+database with the tests' fixtures (the shared Redis, so no Redis restart there).
 """
 
 from bench.chaos.command import Processes, main
 from bench.chaos.soak import (
     ANOMALIES,
     ENGINE_SETTINGS,
+    FAILED,
     FAULT_KINDS,
     SOAK_SETTINGS,
     Options,
@@ -43,5 +57,5 @@ from bench.chaos.soak import (
     run_soak,
 )
 
-__all__ = ["ANOMALIES", "ENGINE_SETTINGS", "FAULT_KINDS", "SOAK_SETTINGS", "Options",
+__all__ = ["ANOMALIES", "ENGINE_SETTINGS", "FAILED", "FAULT_KINDS", "SOAK_SETTINGS", "Options",
            "Processes", "Result", "check_all", "main", "run_soak"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.chaos.faults import spark_built
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
 from bench.pgserver import PrivatePostgres
+from bench.processes import stop_process
+from bench.redisserver import PrivateRedis
 
 # Room beyond the default 100: five gateways, the replicator, a Celery worker and this
 # process's pools all connect to these servers (the control database too, without --url).
@@ -45,26 +48,29 @@ class Processes:
     def replicator(self, label: str = "replicator") -> subprocess.Popen:
         return self._start(label, "manage.py", "runreplicator")
 
+    def portal(self, port: int, label: str = "portal") -> subprocess.Popen:
+        """One uvicorn process, no supervisor: the soak kills -9 it and starts it again."""
+        return self._start(label, "-m", "uvicorn", "portal.asgi:application", "--host",
+                           "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level",
+                           "warning")
+
+    def kafka_listener(self, port: int, label: str = "kafka") -> subprocess.Popen:
+        return self._start(label, "manage.py", "runkafka", "--listen", f"127.0.0.1:{port}")
+
     def celery_worker(self) -> subprocess.Popen:
         return self._start("celery", "-m", "celery", "-A", "workers.celery", "worker", "-Q",
                            self.env["CELERY_QUEUE"], "--pool", "solo", "--without-heartbeat",
                            "--without-gossip", "--without-mingle", "--loglevel", "WARNING")
 
     def stop(self, label: str, *, kill: bool = False) -> None:
-        process = self.processes.pop(label)
-        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.processes.pop(label), kill=kill)
 
     def close(self) -> None:
         for label in list(self.processes):
             self.stop(label)
 
 
-def command_env(url: str, name: str) -> dict[str, str]:
+def command_env(url: str, name: str, redis_url: str) -> dict[str, str]:
     parts = urlsplit(url)
     tag = uuid.uuid4().hex[:10]
     return {
@@ -72,7 +78,7 @@ def command_env(url: str, name: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "portal.settings",
         "DATABASE_URL": urlunsplit(parts._replace(scheme="postgres", path=f"/{name}")),
         "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "REDIS_URL": redis_url,
         "STREAMGATE_DATA_DIR": str(ROOT / "var" / "chaos"),
         "STREAMGATE_NAMESPACE": f"sgchaos-{tag}:",
         "CELERY_QUEUE": f"sgchaos-{tag}",
@@ -105,17 +111,12 @@ def forget_unacked(client: Any, prefix: str) -> None:
                 client.zrem("unacked_index", tag)
 
 
-def forget_redis(env: dict[str, str]) -> None:
-    import redis
+def spark_cluster_start() -> Any:
+    """A standalone master and worker on loopback: the catch-ups' executors run in the
+    worker's JVM, which the driver kills mid-job."""
+    from workers.spark import standalone
 
-    client = redis.Redis.from_url(env["REDIS_URL"])
-    forget_unacked(client, env["STREAMGATE_NAMESPACE"])
-    for pattern in (f"{env['STREAMGATE_NAMESPACE']}*",
-                    f"_kombu.binding*{env['STREAMGATE_NAMESPACE']}*",
-                    f"_kombu.binding*{env['CELERY_QUEUE']}*", f"{env['CELERY_QUEUE']}*"):
-        keys = list(client.scan_iter(pattern))
-        if keys:
-            client.delete(*keys)
+    return standalone.start(cores=2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between a producer's calls (2 producers, 100 records each)")
     parser.add_argument("--converge-timeout", type=float, default=300.0)
     parser.add_argument("--no-spark", action="store_true", help="no Spark catch-ups")
+    parser.add_argument("--no-portal", action="store_true",
+                        help="no producer through a portal process (nor its kills)")
+    parser.add_argument("--no-kafka", action="store_true",
+                        help="no idempotent producer through a Kafka listener (nor its kills)")
+    parser.add_argument("--no-failover", action="store_true", help="no failover/failback cycle")
     parser.add_argument("--url", default="",
                         help="a PostgreSQL server for the control database (default: the "
                              "private one that holds sanfrancisco's and tokyo's stores)")
@@ -138,15 +144,19 @@ def main(args: argparse.Namespace) -> int:
     logs = Path(tempfile.mkdtemp(prefix="sgchaos-logs-"))
     store, others = (PrivatePostgres(prefix="sgchaos-pg-", settings=SERVER_SETTINGS)
                      for _ in range(2))
+    # A Redis of the run's own: the driver kills it, and the shared one serves other sessions.
+    redis = PrivateRedis()
     env: dict[str, str] = {}
     engine = Processes(env, logs)
+    cluster: Any = None
     result: Result | None = None
     try:
         for server in (store, others):
             server.launch()
+        redis.start()
         # The control database on the second private server too, unless --url names one.
         url = args.url or others.url("postgres")
-        env |= command_env(url, name)
+        env |= command_env(url, name, redis.url)
         admin = urlunsplit(urlsplit(url)._replace(scheme="postgresql", path="/postgres"))
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -156,14 +166,26 @@ def main(args: argparse.Namespace) -> int:
         import django
 
         django.setup()
+        # This process's own store pools and Redis clients warn on every fault injected; the
+        # engine's processes log to files.
+        logging.disable(logging.WARNING)
+        if not args.no_spark and spark_built():
+            cluster = spark_cluster_start()
+            # The Celery worker submits to it; its drivers bind to loopback (session.py), so
+            # they must name loopback to the executors too, not the host's address.
+            env |= {"SPARK_MASTER_URL": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
         engine.celery_worker()
         options = Options(seconds=args.seconds, interval=args.interval,
-                          converge_timeout=args.converge_timeout, spark=not args.no_spark)
+                          converge_timeout=args.converge_timeout, spark=not args.no_spark,
+                          portal=not args.no_portal, kafka=not args.no_kafka,
+                          failover=not args.no_failover)
         if args.seed is not None:
             options.seed = args.seed
-        result = run_soak(engine, store, options, others)
+        result = run_soak(engine, store, options, others, redis=redis, spark_cluster=cluster)
     finally:
         engine.close()
+        if cluster is not None:
+            cluster.stop()
         with contextlib.suppress(Exception):
             from replication.stores import close_stores
 
@@ -176,8 +198,7 @@ def main(args: argparse.Namespace) -> int:
             drop_databases(args.url, name)
         store.remove()
         others.remove()
-        if env:
-            forget_redis(env)
+        redis.remove()
         if result is None or not result.ok:
             print(f"logs kept in {logs}")
         else:

@@ -8,11 +8,10 @@ from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
-from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.viewsets import TenantScopedViewSet
+from portal.api.viewsets import ReadOnlyViewSet
 from replication.models import Job
 from replication.services.jobs import MAX_THREADS, copystream_start, diffstreams_start
 
@@ -55,12 +54,11 @@ class JobFilter(filters.FilterSet):
         fields = ("kind", "state")
 
 
-class JobViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class JobViewSet(ReadOnlyViewSet):
     queryset = Job.objects.select_related("requested_by")
     serializer_class = JobSerializer
     filterset_class = JobFilter
     lookup_url_kwarg = "job_id"
-    lookup_value_converter = "int"
 
     @extend_schema(request=CopyStreamSerializer, responses={202: JobSerializer})
     @action(detail=False, methods=["post"])

@@ -10,10 +10,9 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
 from rest_framework import serializers
-from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
 
 from operations.models import Alarm, AlarmKind, AuditAction, AuditEvent, Interface
-from portal.api.viewsets import TenantScopedViewSet
+from portal.api.viewsets import ReadOnlyViewSet
 
 # --- serializers -----------------------------------------------------------------------------
 
@@ -83,21 +82,19 @@ class AuditEventFilter(filters.FilterSet):
 # --- views -----------------------------------------------------------------------------------
 
 
-class AlarmViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class AlarmViewSet(ReadOnlyViewSet):
     """Alarms the engine raised and cleared (`alarm list`); `?open=true` for the current ones."""
 
     queryset = Alarm.objects.select_related("cluster")
     serializer_class = AlarmSerializer
     filterset_class = AlarmFilter
     lookup_url_kwarg = "alarm_id"
-    lookup_value_converter = "int"
 
 
-class AuditEventViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class AuditEventViewSet(ReadOnlyViewSet):
     """Control-plane changes: who, tenant, what, before/after, when, through which interface."""
 
     queryset = AuditEvent.objects.all()
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
     lookup_url_kwarg = "event_id"
-    lookup_value_converter = "int"

@@ -23,7 +23,7 @@ from portal.api import filters
 from portal.api import serializers as s
 from portal.api.errors import field_alias
 from portal.api.jobs import JobSerializer
-from portal.api.viewsets import StreamChildViewSet, TenantScopedViewSet
+from portal.api.viewsets import ReadOnlyViewSet, StreamChildViewSet, TenantScopedViewSet
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
 
@@ -33,12 +33,11 @@ NO_CONTENT = {204: OpenApiResponse(description="done")}
 # --- tenants, clusters, gateways ---------------------------------------------------------
 
 
-class TenantViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class TenantViewSet(ReadOnlyViewSet):
     """The tenants you belong to, with your role in each."""
 
     queryset = Tenant.objects.all()
     serializer_class = s.TenantSerializer
-    lookup_value_converter = "int"
 
     def get_queryset(self) -> QuerySet:
         role = Membership.objects.filter(tenant=OuterRef("pk"), user=self.request.user.pk)
@@ -47,7 +46,7 @@ class TenantViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
 
 @extend_schema_view(create=extend_schema(request=s.ClusterCreateSerializer,
                                          responses={201: s.ClusterSerializer}))
-class ClusterViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class ClusterViewSet(ReadOnlyViewSet):
     """Clusters are infrastructure: every user reads them; operators (staff) change them."""
 
     shared = True
@@ -85,14 +84,13 @@ class ClusterViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class GatewayViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class GatewayViewSet(ReadOnlyViewSet):
     """Gateways of every cluster, with their status from heartbeats."""
 
     shared = True
     queryset = Gateway.objects.select_related("cluster")
     serializer_class = s.GatewaySerializer
     filterset_class = filters.GatewayFilter
-    lookup_value_converter = "int"
 
 
 # --- streams and topics -------------------------------------------------------------------
@@ -110,7 +108,7 @@ def count_topics() -> Coalesce:
                                  responses=s.StreamSerializer),
     destroy=extend_schema(responses=NO_CONTENT),
 )
-class StreamViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+class StreamViewSet(ReadOnlyViewSet):
     """Streams of your tenants. ACEs are shown to the stream's administrators only."""
 
     queryset = Stream.objects.select_related("cluster", "tenant")

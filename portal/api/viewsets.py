@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Model, QuerySet
 from django.shortcuts import get_object_or_404
+from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
@@ -93,3 +94,10 @@ class StreamChildViewSet(TenantScopedViewSet):
         if getattr(self, "swagger_fake_view", False):
             return queryset
         return queryset.filter(**{self.parent_field: self.parent})
+
+
+class ReadOnlyViewSet(ListModelMixin, RetrieveModelMixin, TenantScopedViewSet):
+    """List and retrieve, tenant-scoped; objects are addressed by integer id unless the
+    viewset names another converter."""
+
+    lookup_value_converter = "int"

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.web.forms import field_errors
-from portal.web.tenancy import current_tenant, render_page
+from portal.web.tenancy import current_tenant, page_and_fragment, render_page
 from replication.errors import StreamgateError
 from replication.models import Job
 from replication.services.jobs import copystream_start, diffstreams_start
@@ -115,12 +115,6 @@ def _detail_context(request: HttpRequest, pk: int) -> dict[str, Any]:
             "result_rows": rows}
 
 
-@login_required
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return render_page(request, "web/job_detail.html", _detail_context(request, pk))
-
-
-@login_required
-def job_status(request: HttpRequest, pk: int) -> HttpResponse:
-    """The job's card alone, re-fetched when the job changes state."""
-    return render(request, "web/_job_card.html", _detail_context(request, pk))
+# The job's page, and its card alone (re-fetched when the job changes state).
+job_detail, job_status = page_and_fragment("web/job_detail.html", "web/_job_card.html",
+                                           _detail_context)

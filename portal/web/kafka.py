@@ -9,22 +9,31 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from portal.web.forms import field_errors
 from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
 from replication.models import Cluster, DefaultStream
 from replication.services.defaultstreams import default_stream_set
 from workers.kafka.nodes import live_listeners
 
+FIELDS = ("cluster", "path", "scope")
+
 
 @login_required
 def kafka_settings(request: HttpRequest) -> HttpResponse:
+    return _page(request, {}, {})
+
+
+def _page(request: HttpRequest, form: dict[str, str], errors: dict[str, str]) -> HttpResponse:
+    """The page; after a refusal, with the error beside its field and what was typed."""
     tenant = current_tenant(request)
     settings = DefaultStream.objects.restrict(request.user).filter(tenant=tenant).select_related(
         "cluster", "user")
     rows = [s for s in settings if s.user_id in (None, request.user.pk)]
     clusters = list(Cluster.objects.all())
     return render_page(request, "web/kafka.html", {
-        "default_streams": rows, "clusters": clusters, "listeners": _listeners(clusters)})
+        "default_streams": rows, "clusters": clusters, "listeners": _listeners(clusters),
+        "form": form, "errors": errors}, status=400 if errors else 200)
 
 
 def _listeners(clusters: list[Cluster]) -> list[tuple[str, str]]:
@@ -47,7 +56,7 @@ def default_stream_save(request: HttpRequest) -> HttpResponse:
                            tenant=tenant.name if tenant else None,
                            personal=request.POST.get("scope") == "user")
     except StreamgateError as err:
-        messages.error(request, err.desc)
-    else:
-        messages.success(request, "default stream set")
+        return _page(request, {k: request.POST.get(k, "") for k in FIELDS},
+                     field_errors(err, FIELDS))
+    messages.success(request, "default stream set")
     return redirect("kafka")

@@ -21,9 +21,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from portal.web.forms import field_errors
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
-from portal.web.tenancy import current_tenant, render_page
+from portal.web.tenancy import current_tenant, page_and_fragment, render_page
 from replication.errors import StreamgateError
 from replication.models import Job, ReplicaLink, Stream, Upstream
 from replication.reports import replica_rows, upstream_rows
@@ -76,6 +77,9 @@ STEPS = (
          "streamgate stream replica resume -path {source} -replica {replica}"),
 )
 DONE = len(STEPS) + 1
+WIZARD_FIELDS = ("source", "replica")
+# stream create's -path is the replica the wizard creates; -copymetafrom is the source.
+CREATE_ALIASES = {"path": "replica", "copymetafrom": "source"}
 
 
 @login_required
@@ -88,22 +92,29 @@ def _tenant_name(request: HttpRequest) -> str | None:
     return tenant.name if tenant is not None else None
 
 
+def _refused(request: HttpRequest, err: StreamgateError) -> dict[str, str]:
+    """The refusal in the page's message list (the summary at the top) and beside its field."""
+    messages.error(request, err.desc)
+    return field_errors(err, WIZARD_FIELDS, CREATE_ALIASES)
+
+
 @login_required
 def manual_start(request: HttpRequest) -> HttpResponse:
     """Step 1: `stream create -copymetafrom`."""
-    form = {k: request.POST.get(k, "").strip() for k in ("source", "replica")}
+    form = {k: request.POST.get(k, "").strip() for k in WIZARD_FIELDS}
+    errors: dict[str, str] = {}
     if request.method == "POST":
         try:
             source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
             replica = stream_create(actor=request.user, path=form["replica"],
                                     copymetafrom=source.path, tenant=_tenant_name(request))
         except StreamgateError as err:
-            messages.error(request, err.desc)
+            errors = _refused(request, err)
         else:
             messages.success(request, f"{replica.path} created with the metadata of "
                                       f"{source.path}")
             return redirect("setup-manual-step", source.pk, replica.pk, 2)
-    context = {"step": STEPS[0], "steps": STEPS, "number": 1, "form": form,
+    context = {"step": STEPS[0], "steps": STEPS, "number": 1, "form": form, "errors": errors,
                "cli": STEPS[0].cli.format(source=form["source"] or "<source>",
                                           replica=form["replica"] or "<replica>")}
     return render_page(request, "web/setup_manual.html", context,
@@ -182,8 +193,9 @@ def manual_step(request: HttpRequest, source_pk: int, replica_pk: int, number: i
 
 @login_required
 def auto_start(request: HttpRequest) -> HttpResponse:
-    form = {k: request.POST.get(k, "").strip() for k in ("source", "replica")}
+    form = {k: request.POST.get(k, "").strip() for k in WIZARD_FIELDS}
     flags = {k: request.POST.get(k) == "on" for k in ("multimaster", "synchronous")}
+    errors: dict[str, str] = {}
     if request.method == "POST":
         try:
             source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
@@ -192,11 +204,12 @@ def auto_start(request: HttpRequest) -> HttpResponse:
                                      tenant=_tenant_name(request),
                                      synchronous=flags["synchronous"])
         except StreamgateError as err:
-            messages.error(request, err.desc)
+            errors = _refused(request, err)
         else:
             messages.success(request, f"autosetup of {link.replica.path} started")
             return redirect("setup-auto-progress", link.pk)
-    return render_page(request, "web/setup_auto.html", {"form": form, "flags": flags},
+    return render_page(request, "web/setup_auto.html", {"form": form, "flags": flags,
+                                                        "errors": errors},
                        status=400 if request.method == "POST" else 200)
 
 
@@ -209,11 +222,6 @@ def _auto_context(request: HttpRequest, pk: int) -> dict[str, Any]:
             .exists()}
 
 
-@login_required
-def auto_progress(request: HttpRequest, pk: int) -> HttpResponse:
-    return render_page(request, "web/setup_auto_progress.html", _auto_context(request, pk))
-
-
-@login_required
-def auto_status(request: HttpRequest, pk: int) -> HttpResponse:
-    return render(request, "web/_setup_auto_status.html", _auto_context(request, pk))
+# Autosetup's progress page, and its status part alone (re-fetched as the link and job move).
+auto_progress, auto_status = page_and_fragment("web/setup_auto_progress.html",
+                                               "web/_setup_auto_status.html", _auto_context)

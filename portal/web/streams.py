@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal.web.forms import field_errors
 from portal.web.health import links_health
+from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import StreamgateError
@@ -127,8 +128,8 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     }), content_type="application/json")
 
 
-def _detail_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
-                 errors: dict[str, str] | None = None) -> HttpResponse:
+def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
+                errors: dict[str, str] | None = None) -> HttpResponse:
     """The stream page; after a refused form, with what was typed and the errors by field."""
     context = _replica_context(request, stream)
     topics = list(stream.topics.all())
@@ -144,7 +145,7 @@ def _detail_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | N
 
 @login_required
 def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return _detail_page(request, visible_stream(request, pk))
+    return stream_page(request, visible_stream(request, pk))
 
 
 @login_required
@@ -154,14 +155,28 @@ def stream_replicas(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "web/_stream_replicas.html", _replica_context(request, stream))
 
 
-def _act(request: HttpRequest, pk: int, call: Callable[[], object], done: str) -> HttpResponse:
+ADMIN_ROWS = {"verify"}  # the parts of the stream page shown to its admins only
+
+
+def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLink,
+                err: StreamgateError) -> HttpResponse:
+    """A button's refusal in the words of the service: in the summary at the top of the
+    stream page, as before, and beside its row of the `part` table ("replica", "verify");
+    a user the page shows no such table (their adminperm was taken since) gets the summary."""
+    messages.error(request, err.desc)
+    if part in ADMIN_ROWS and not stream.allows(request.user, "adminperm"):
+        return redirect("stream-detail", stream.pk)
+    return stream_page(request, stream, errors={row_key(part, link.pk): err.desc})
+
+
+def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable[[], object],
+         done: str) -> HttpResponse:
     try:
         call()
     except StreamgateError as err:
-        messages.error(request, err.desc)
-    else:
-        messages.success(request, done)
-    return redirect("stream-detail", pk)
+        return row_refusal(request, stream, "replica", link, err)
+    messages.success(request, done)
+    return redirect("stream-detail", stream.pk)
 
 
 def _form(request: HttpRequest, stream: Stream, call: Callable[[], object], done: str,
@@ -172,7 +187,7 @@ def _form(request: HttpRequest, stream: Stream, call: Callable[[], object], done
         call()
     except StreamgateError as err:
         typed = {name: request.POST.get(name, "") for name in fields}
-        return _detail_page(request, stream, typed, field_errors(err, fields))
+        return stream_page(request, stream, typed, field_errors(err, fields))
     messages.success(request, done)
     return redirect("stream-detail", stream.pk)
 
@@ -212,5 +227,5 @@ def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> 
     link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
                              pk=link_pk, source=source)
     service = REPLICA_ACTIONS[action]
-    return _act(request, pk, lambda: service(actor=request.user, source=source,
-                                             replica=link.replica), f"replica {action}d")
+    return _act(request, source, link, lambda: service(actor=request.user, source=source,
+                                                       replica=link.replica), f"replica {action}d")

@@ -7,8 +7,10 @@ another tenant's object stays a 404.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -44,3 +46,23 @@ def render_page(
     page = {"tenants": tenants, "current_tenant": current_tenant(request, tenants)}
     page.update(context or {})
     return render(request, template, page, status=status)
+
+
+DetailView = Callable[[HttpRequest, int], HttpResponse]
+
+
+def page_and_fragment(page: str, fragment: str,
+                      context: Callable[[HttpRequest, int], dict[str, Any]]
+                      ) -> tuple[DetailView, DetailView]:
+    """The views of an object's page and of its live part (the fragment static/js/live.js
+    re-fetches when the object changes), both from one context function."""
+
+    @login_required
+    def page_view(request: HttpRequest, pk: int) -> HttpResponse:
+        return render_page(request, page, context(request, pk))
+
+    @login_required
+    def fragment_view(request: HttpRequest, pk: int) -> HttpResponse:
+        return render(request, fragment, context(request, pk))
+
+    return page_view, fragment_view

@@ -5,7 +5,6 @@ from replication.engine.factory import create_database, open_store
 from replication.engine.store import (
     Applied,
     Message,
-    MessageStore,
     Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
@@ -14,6 +13,7 @@ from replication.engine.store import (
     UnknownTopic,
     choose_partition,
 )
+from replication.engine.storebase import MessageStore
 
 __all__ = [
     "Applied",

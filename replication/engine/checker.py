@@ -13,7 +13,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from replication.engine.store import Key, Message, MessageStore, OffsetOutOfRange, UnknownTopic
+from replication.engine.store import Key, Message, OffsetOutOfRange, UnknownTopic
+from replication.engine.storebase import MessageStore
 
 WINDOW = 5000
 MAX_BYTES = 8 << 20
@@ -223,3 +224,71 @@ def _lost(
         owed = offset >= max(origin.low, replica.low) or replica.low <= offset < replica.high
         if caught_up and owed and offset not in r:
             replica.flag("lost", offset, "acknowledged, missing")
+
+
+# --- after a failback: acknowledged ids in the primary or kept aside ---------------------------
+
+
+def check_kept(
+    store: MessageStore,
+    stream: UUID,
+    topics: list[str],
+    *,
+    acknowledged: dict[str, set[bytes]],
+    kept: dict[str, set[bytes]],
+    suffix: str,
+    order_header: str,
+    id_header: str = "id",
+    window: int = WINDOW,
+) -> Report:
+    """A failback keeps the old source's divergent tail aside in `<topic><suffix>` before it
+    cuts the topic back, so an acknowledged message may have moved: every id of
+    `acknowledged[topic]` must be in the topic or its divergence topic exactly once, those of
+    `kept[topic]` in the divergence topic, whose messages follow their original offsets
+    (`order_header`) in each partition. Offsets are checked as everywhere (no gap, no twice)."""
+    report = Report()
+    for topic in topics:
+        found: dict[bytes, list[str]] = {}
+        for name in (topic, f"{topic}{suffix}"):
+            copy = _Copy(name, store, stream, name, report, id_header)
+            for partition in sorted(copy.marks):
+                _read_ids(copy.side(partition), found, window,
+                          order_header if name != topic else None)
+        _placed(report, topic, found, acknowledged.get(topic, set()), kept.get(topic, set()),
+                f"{topic}{suffix}")
+    return report
+
+
+def _read_ids(side: _Side, found: dict[bytes, list[str]], window: int,
+              order_header: str | None) -> None:
+    last = -1
+    for lo in range(side.low, side.high, window):
+        for _, m in sorted(side.window(lo, lo + window).items()):
+            side.copy.report.checked += 1
+            headers = dict(m.headers or ())
+            ident = headers.get(side.copy.id_header or "")
+            if ident is not None:
+                found.setdefault(ident, []).append(side.copy.name)
+            if order_header is not None:
+                original = int(headers.get(order_header, b"-1"))
+                if original <= last:
+                    side.flag("reordered", m.offset, f"kept from offset {original}, after {last}")
+                last = original
+    side.finish()
+
+
+def _placed(report: Report, topic: str, found: dict[bytes, list[str]], acked: set[bytes],
+            kept: set[bytes], diverged: str) -> None:
+    def flag(kind: str, detail: str) -> None:
+        getattr(report, kind).append(Anomaly(topic, -1, None, detail))
+
+    for ident in sorted(acked):
+        where = found.get(ident, [])
+        if not where:
+            flag("lost", f"acknowledged id {ident!r} in neither {topic} nor {diverged}")
+        elif (ident in kept) != (diverged in where):
+            wanted = diverged if ident in kept else topic
+            flag("inconsistent", f"id {ident!r} belongs in {wanted}, found in {where}")
+    for ident, where in found.items():
+        if len(set(where)) > 1:  # twice in one topic is flagged as it is read
+            flag("duplicates", f"id {ident!r} both in {topic} and {diverged}")

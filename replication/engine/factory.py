@@ -6,7 +6,8 @@ from pathlib import Path
 
 from replication.engine.pg import PostgresStore, create_pg_database
 from replication.engine.sqlitestore import SqliteStore
-from replication.engine.store import MessageStore, StoreError
+from replication.engine.store import StoreError
+from replication.engine.storebase import MessageStore
 
 
 def _sqlite_path(url: str) -> Path:

@@ -18,7 +18,6 @@ from replication.engine.store import (
     CursorKey,
     Key,
     Message,
-    MessageStore,
     Misordered,
     OffsetOutOfRange,
     PartitionStats,
@@ -26,6 +25,7 @@ from replication.engine.store import (
     StoreError,
     UnknownTopic,
 )
+from replication.engine.storebase import MessageStore
 
 MAX_MESSAGES = 5000
 MAX_BYTES = 4 << 20

@@ -1,8 +1,9 @@
-"""The message store of one cluster: interface, data classes, partitioner, header codec.
+"""The message store's data classes, errors, partitioner and header codec.
 
 Plain Python (no Django): gateways, Spark executors and tests use it alike (DESIGN.md).
-Two implementations share every rule written here: `PostgresStore` (production, binary COPY)
-and `SqliteStore` (embedded default). `open_store(url)` picks one from the store URL.
+The interface, `MessageStore` (storebase.py), has two implementations sharing every rule
+written here: `PostgresStore` (production, binary COPY) and `SqliteStore` (embedded default).
+`open_store(url)` picks one from the store URL.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
-
-if TYPE_CHECKING:
-    from replication.engine.producers import ProducerBatch, ProducerState
 
 Key = tuple[str, int]  # (topic, partition)
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
@@ -64,24 +61,6 @@ class PartitionStats:
     last_ts: int | None
     consumers: int  # consumer groups with a committed cursor
     min_cursor: int | None
-
-
-# One query for both stores; `{p}` is the driver's placeholder.
-PARTITION_STATS = """
-SELECT p.partition, p.low_offset, p.next_offset, p.rows, p.bytes,
-    (SELECT ts FROM messages m WHERE m.pid = p.id AND m."offset" = p.low_offset),
-    (SELECT ts FROM messages m WHERE m.pid = p.id AND m."offset" = p.next_offset - 1),
-    (SELECT count(*) FROM consumer_cursors c WHERE c.pid = p.id),
-    (SELECT min(c."offset") FROM consumer_cursors c WHERE c.pid = p.id)
-FROM partitions p WHERE p.stream = {p} AND p.topic = {p} ORDER BY p.partition
-"""
-
-
-def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[PartitionStats]:
-    stats = [PartitionStats(*row) for row in rows]
-    if not stats:
-        raise UnknownTopic(f"topic {topic!r} does not exist")
-    return stats
 
 
 class _MessageBuilder:
@@ -168,147 +147,6 @@ class Applied:
     @property
     def count(self) -> int:
         return sum(self.written.values())
-
-
-class MessageStore(Protocol):
-    """The message store of one cluster. Streams are named by UUID, partitions by number."""
-
-    def ensure_topic(self, stream: UUID, topic: str, partitions: int) -> None:
-        """Create the topic or grow it to `partitions`; never shrinks (fewer is a no-op)."""
-
-    def partitions(self, stream: UUID, topic: str) -> int: ...
-
-    def append(
-        self,
-        stream: UUID,
-        topic: str,
-        records: Sequence[Record],
-        *,
-        origin: UUID,
-        producer: str | None = None,
-        log_append_time: bool = False,
-        sequence: ProducerBatch | None = None,
-    ) -> list[tuple[int, int]]:
-        """Store a batch in one transaction; (partition, offset) per record, in input order.
-        Offsets are gap-free per partition whatever the number of concurrent appenders.
-        With `sequence` (an idempotent producer's batch; every record names one partition),
-        the producer's state is checked and kept in the same transaction (`sequence_check`):
-        a retried batch returns its original offsets and writes nothing."""
-
-    def apply(
-        self,
-        stream: UUID,
-        messages: Sequence[Message],
-        *,
-        link: str,
-        origin_low: dict[Key, int] | None = None,
-    ) -> Applied:
-        """Replication: store messages keeping their origin offsets, timestamps and origin, in
-        one transaction. Each (topic, partition) run must be contiguous. Under the partition's
-        lock, its next offset decides, whichever link sends (see `trim_runs`): a run starting
-        past it refuses the whole batch (Misordered, nothing written), an overlap is trimmed.
-        `origin_low` names the origin's low watermark per partition: a partition that never
-        held a message accepts a run starting exactly there. The link's status cursor moves
-        in the same transaction."""
-
-    def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
-        """For status only, never a check: the end of the furthest run this link delivered
-        to the partition (0 before any). The replica holds every offset below it."""
-
-    def read(
-        self,
-        stream: UUID,
-        topic: str,
-        partition: int,
-        offset: int,
-        *,
-        limit: int = 1000,
-        max_bytes: int = 1 << 20,
-    ) -> list[Message]:
-        """Messages from `offset` in order, at least one if any (even past max_bytes); [] at
-        the high watermark; OffsetOutOfRange below the low one or past the high one."""
-
-    def read_rows(
-        self,
-        stream: UUID,
-        topic: str,
-        partition: int,
-        offset: int,
-        *,
-        limit: int = 1000,
-        max_bytes: int = 1 << 20,
-    ) -> list[tuple]:
-        """`read` without building Messages, for the Kafka fetch path that re-encodes them at
-        once: rows (offset, ts, key, value, encoded headers or None, origin bytes, producer,
-        logical bytes), the same rules and errors as `read`."""
-
-    def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
-        """partition -> (low, high): earliest retained offset, next offset."""
-
-    def partition_stats(self, stream: UUID, topic: str) -> list[PartitionStats]: ...
-
-    def sizes(self, stream: UUID) -> dict:
-        """{"logicalsize", "physicalsize", "numtopics"}, as maprcli stream info reports."""
-
-    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
-        """Delete up to `batch` messages older than before_ms (a prefix of each partition);
-        raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
-
-    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
-             batch: int = 10_000) -> int:
-        """`stream purge`: delete up to `batch` of the partition's messages below `end` (a
-        prefix, as retention removes); raises the low watermark, never touches the next
-        offset. Callers loop until it returns 0."""
-
-    def commit_cursor(
-        self, stream: UUID, group: str, topic: str, partition: int, offset: int
-    ) -> None: ...
-
-    def commit_cursors(
-        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
-    ) -> None:
-        """A group's (topic, partition, offset) commits in one transaction (Kafka's
-        OffsetCommit carries many partitions)."""
-
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        """Delete the committed cursors matching every filter given; returns how many."""
-
-    def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None: ...
-
-    def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
-        """Every consumer cursor of the stream as (group, topic, partition, offset)."""
-
-    def merge_cursors(
-        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
-    ) -> dict[CursorKey, int]:
-        """Replication of committed cursors, in one transaction: each (group, topic, partition,
-        offset) is clamped to the partition's next offset (a replica's cursor past what it holds
-        would skip messages on failover) and never moves a cursor back. Partitions the stream
-        does not have are skipped. Returns each merged cursor's stored offset."""
-
-    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
-        """diffstreams' repair: delete the partition's messages from `offset` on and move its
-        next offset back there (replication and consumer cursors with it), in one
-        transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
-
-    def producer_state(
-        self, stream: UUID, topic: str, partition: int, producer_id: int
-    ) -> ProducerState | None:
-        """An idempotent producer's state on a partition (None before its first batch)."""
-
-    def offset_for_time(
-        self, stream: UUID, topic: str, partition: int, timestamp_ms: int
-    ) -> tuple[int, int] | None:
-        """Kafka's ListOffsets by time: (offset, timestamp) of the first retained message with
-        a timestamp at or after `timestamp_ms`, None when there is none."""
-
-    def drop_stream(self, stream: UUID) -> None: ...
-    def drop_topic(self, stream: UUID, topic: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def first_at_or_after(low: int, high: int, ts_at: Callable[[int], int], target: int) -> int:

@@ -15,6 +15,7 @@ from replication.services.jobs import replica_repair
 from replication.services.replicas import (
     replica_add,
     replica_autosetup,
+    replica_connect,
     replica_edit,
     replica_pause,
     replica_remove,
@@ -31,6 +32,7 @@ __all__ = [
     "cluster_gateway_set",
     "replica_add",
     "replica_autosetup",
+    "replica_connect",
     "replica_edit",
     "replica_failback",
     "replica_failover",

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.engine.store import Message, MessageStore, OffsetOutOfRange
+from replication.engine.store import Message, OffsetOutOfRange
+from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
 from replication.models import Stream, Topic
 from replication.services.messages import _on_store, messages_consume

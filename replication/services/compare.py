@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from replication.engine.store import MessageStore, UnknownTopic
+from replication.engine.store import UnknownTopic
+from replication.engine.storebase import MessageStore
 
 if TYPE_CHECKING:
     from replication.models import ReplicaLink, Stream

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.engine.store import MessageStore, OffsetOutOfRange
+from replication.engine.store import OffsetOutOfRange
+from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
 from replication.reports import mapr_time

@@ -23,7 +23,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from replication.engine.store import MessageStore, Record
+from replication.engine.store import Record
+from replication.engine.storebase import MessageStore
 from replication.errors import Conflict, InvalidInput
 from replication.models import Compression, Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.paths import validate_topic_name

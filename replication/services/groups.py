@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.engine.store import MessageStore
+from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink, Stream, Topic
 from replication.services.browse import offset_for_time

@@ -22,7 +22,8 @@ from uuid import UUID
 from django.contrib.auth.models import AbstractBaseUser
 
 from replication.engine.replicator import pending
-from replication.engine.store import MessageStore, UnknownTopic
+from replication.engine.store import UnknownTopic
+from replication.engine.storebase import MessageStore
 from replication.models import ReplicaLink, Stream
 from replication.services.engine import carried_topics
 from replication.services.messages import stream_expire

@@ -82,6 +82,16 @@ def replica_add(
 
 
 @transaction.atomic
+def replica_connect(*, actor: AbstractBaseUser, source: Stream, replica: Stream) -> ReplicaLink:
+    """Both halves of the agreement at once, for an actor who administers both streams (the
+    demo scene, the benchmarks' topologies): `source` registers `replica` and `replica`
+    accepts `source` as its upstream, the manual primary-secondary steps."""
+    link = replica_add(actor=actor, source=source, replica=replica)
+    upstream_add(actor=actor, replica=replica, source=source)
+    return link
+
+
+@transaction.atomic
 def replica_edit(
     *, actor: AbstractBaseUser, source: Stream, replica: Stream, newreplica: str | None = None,
     **options: Any,

@@ -14,7 +14,8 @@ from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.engine.store import Message, MessageStore, OffsetOutOfRange
+from replication.engine.store import Message, OffsetOutOfRange
+from replication.engine.storebase import MessageStore
 from replication.errors import Conflict, InvalidInput
 from replication.models import Stream, Topic
 from replication.services.purge import watermarks

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -14,6 +16,14 @@ from replication.services.common import (
 )
 from replication.services.streams import clean_partitions
 from replication.stores import store_for
+
+
+class TopicOptions(TypedDict, total=False):
+    """What a topic is created with or changed to; None (or absent) keeps the stream's
+    default at creation, the topic's value at an edit."""
+
+    partitions: int | None
+    timestamptype: str | None
 
 
 def topic_of(stream: Stream, name: str) -> Topic:
@@ -44,28 +54,20 @@ def _timestamptype(value: str | None, default: str) -> str:
 
 
 @transaction.atomic
-def topic_create(
-    *,
-    actor: AbstractBaseUser,
-    stream: Stream,
-    name: str,
-    partitions: int | None = None,
-    timestamptype: str | None = None,
-) -> Topic:
+def topic_create(*, actor: AbstractBaseUser, stream: Stream, name: str,
+                 **options: Unpack[TopicOptions]) -> Topic:
     stream.require(actor, "topicperm", action="create topics")
-    return topic_autocreate(stream=stream, name=name, partitions=partitions,
-                            timestamptype=timestamptype)
+    return topic_autocreate(stream=stream, name=name, **options)
 
 
 @transaction.atomic
-def topic_autocreate(
-    *, stream: Stream, name: str, partitions: int | None = None, timestamptype: str | None = None
-) -> Topic:
+def topic_autocreate(*, stream: Stream, name: str, **options: Unpack[TopicOptions]) -> Topic:
     """Create a topic with every rule but the topicperm check, which a producer's first write
     to an autocreate stream does not need (the stream's owner allowed it with -autocreate)."""
     validate_topic_name(name)
+    partitions = options.get("partitions")
     count = clean_partitions(stream.defaultpartitions if partitions is None else partitions)
-    kind = _timestamptype(timestamptype, stream.defaulttimestamptype)
+    kind = _timestamptype(options.get("timestamptype"), stream.defaulttimestamptype)
     topology_lock()
     if stream.topics.filter(name=name).exists():
         raise AlreadyExists(f"topic {stream.path}:{name} already exists", field="topic")
@@ -78,15 +80,10 @@ def topic_autocreate(
 
 
 @transaction.atomic
-def topic_edit(
-    *,
-    actor: AbstractBaseUser,
-    stream: Stream,
-    name: str,
-    partitions: int | None = None,
-    timestamptype: str | None = None,
-) -> Topic:
+def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
+               **options: Unpack[TopicOptions]) -> Topic:
     stream.require(actor, "topicperm", action="edit topics")
+    partitions, timestamptype = options.get("partitions"), options.get("timestamptype")
     topology_lock()
     topic = topic_of(stream, name)
     _origin_only(topic, "edit")

@@ -3,8 +3,8 @@
 // live points from the "replica.lag" events static/js/live.js re-dispatches on document.
 (function () {
   "use strict";
-  var SVG = "http://www.w3.org/2000/svg";
-  var W = 480, H = 150, LEFT = 60, RIGHT = 8, TOP = 10, BOTTOM = 22;
+  var BOX = { W: 480, H: 150, LEFT: 60, RIGHT: 8 }, TOP = 10, BOTTOM = 22;
+  var W = BOX.W, H = BOX.H, LEFT = BOX.LEFT, RIGHT = BOX.RIGHT;
   var MIN_SPAN_MS = 60000;
   var SERIES = [
     { key: "messages", title: "Messages pending", index: 1, scale: 1, unit: "" },
@@ -12,19 +12,7 @@
   ];
   var root, keepMs = 3600000, charts = {};
 
-  function node(tag, attrs, text) {
-    var el = document.createElementNS(SVG, tag);
-    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, attrs[k]); });
-    if (text !== undefined) { el.textContent = text; }
-    return el;
-  }
-
-  function nice(max) {
-    if (max <= 0) { return 1; }
-    var step = Math.pow(10, Math.floor(Math.log10(max)));
-    var n = [1, 2, 5, 10].find(function (m) { return m * step >= max; });
-    return n * step;
-  }
+  function node(tag, attrs, text) { return window.streamgateSvg.node(tag, attrs, text); }
 
   function clock(ms) { return new Date(ms).toTimeString().slice(0, 8); }
 
@@ -41,15 +29,10 @@
     var first = points.length ? points[0][0] : last;
     var t0 = Math.min(first, last - MIN_SPAN_MS), t1 = last;
     var values = points.map(function (p) { return p[s.index] * s.scale; });
-    var top = nice(Math.max.apply(null, values.concat([0])));
+    var top = window.streamgateSvg.nice(Math.max.apply(null, values.concat([0])));
     var x = function (t) { return LEFT + (W - LEFT - RIGHT) * (t - t0) / (t1 - t0); };
     var y = function (v) { return TOP + (H - TOP - BOTTOM) * (1 - v / top); };
-    [0, top / 2, top].forEach(function (v) {
-      svg.appendChild(node("line", { x1: LEFT, x2: W - RIGHT, y1: y(v), y2: y(v), "class": "grid" }));
-      svg.appendChild(node("text", { x: LEFT - 6, y: y(v) + 4, "text-anchor": "end" }, short(v) + s.unit));
-    });
-    svg.appendChild(node("text", { x: LEFT, y: H - 6 }, clock(t0)));
-    svg.appendChild(node("text", { x: W - RIGHT, y: H - 6, "text-anchor": "end" }, clock(t1)));
+    window.streamgateSvg.axes(svg, BOX, y, top, function (v) { return short(v) + s.unit; }, [clock(t0), clock(t1)]);
     var coords = points.map(function (p, i) { return x(p[0]) + "," + y(values[i]); }).join(" ");
     svg.appendChild(node("polyline", { points: coords, "class": "line " + s.key }));
     points.forEach(function (p, i) {

@@ -4,31 +4,20 @@
 // 30 s, the recorder's sampling period.
 (function () {
   "use strict";
-  var SVG = "http://www.w3.org/2000/svg";
-  var W = 480, H = 140, LEFT = 58, RIGHT = 8, TOP = 10, BOTTOM = 22;
+  var BOX = { W: 480, H: 140, LEFT: 58, RIGHT: 8 }, TOP = 10, BOTTOM = 22;
+  var W = BOX.W, H = BOX.H, LEFT = BOX.LEFT, RIGHT = BOX.RIGHT;
   var PANELS = [
     { key: "messages", title: "Messages per second", cols: [1, 3], unit: "/s" },
     { key: "bytes", title: "Bytes per second", cols: [2, 4], unit: "B/s" }
   ];
   var NAMES = ["in", "replicated"];
 
-  function node(tag, attrs, text) {
-    var el = document.createElementNS(SVG, tag);
-    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, attrs[k]); });
-    if (text !== undefined) { el.textContent = text; }
-    return el;
-  }
+  function node(tag, attrs, text) { return window.streamgateSvg.node(tag, attrs, text); }
 
   function short(v) {
     if (v >= 1048576) { return (v / 1048576).toFixed(1) + "M"; }
     if (v >= 1024) { return (v / 1024).toFixed(1) + "k"; }
     return String(+v.toPrecision(3));
-  }
-
-  function nice(max) {
-    if (max <= 0) { return 1; }
-    var step = Math.pow(10, Math.floor(Math.log10(max)));
-    return [1, 2, 5, 10].find(function (m) { return m * step >= max; }) * step;
   }
 
   function panel(points, p, title) {
@@ -38,15 +27,10 @@
     var now = Date.now(), t0 = now - 3600000;
     var values = [];
     points.forEach(function (row) { values.push(row[p.cols[0]], row[p.cols[1]]); });
-    var top = nice(Math.max.apply(null, values.concat([0])));
+    var top = window.streamgateSvg.nice(Math.max.apply(null, values.concat([0])));
     var x = function (t) { return LEFT + (W - LEFT - RIGHT) * Math.max(0, t - t0) / (now - t0); };
     var y = function (v) { return TOP + (H - TOP - BOTTOM) * (1 - v / top); };
-    [0, top / 2, top].forEach(function (v) {
-      svg.appendChild(node("line", { x1: LEFT, x2: W - RIGHT, y1: y(v), y2: y(v), "class": "grid" }));
-      svg.appendChild(node("text", { x: LEFT - 6, y: y(v) + 4, "text-anchor": "end" }, short(v) + p.unit));
-    });
-    svg.appendChild(node("text", { x: LEFT, y: H - 6 }, "1 h ago"));
-    svg.appendChild(node("text", { x: W - RIGHT, y: H - 6, "text-anchor": "end" }, "now"));
+    window.streamgateSvg.axes(svg, BOX, y, top, function (v) { return short(v) + p.unit; }, ["1 h ago", "now"]);
     p.cols.forEach(function (col, i) {
       var coords = points.map(function (row) { return x(row[0]) + "," + y(row[col]); }).join(" ");
       svg.appendChild(node("polyline", { points: coords, "class": "line " + NAMES[i] }));

@@ -17,13 +17,19 @@
   var SETTLED = { insync: true, pending: true, stalled: true, unknown: true };
   var GROUP_AT = 200;   // more streams than this: open on the clusters view
   var TABLE_ROWS = 300; // the table under the graph lists at most this many links
-  // Past this many arrows the graph drops the arrows' text (a canvas redraw per changed
-  // label would not keep up with hundreds of events a second) and applies events at most
-  // every FLUSH_BIG_MS: a colour changes only when a link's health does.
+  // Past this many arrows the graph drops the arrows' text: a colour changes only when a
+  // link's health does. Its repaint then costs tens of milliseconds of canvas work however
+  // few arrows changed, in one piece the page cannot interrupt, so the recolouring is
+  // batched: at least PAINT_GAP_MS apart, and PAINT_SHARE times the last repaint's cost
+  // apart, so the graph never holds the main thread more than 1/PAINT_SHARE of the time
+  // (a slow machine repaints less often instead of freezing). The table and the link panel
+  // take every event on the next animation frame, whatever the size.
   var LABELS_MAX = 300;
-  var FLUSH_BIG_MS = 500;
+  var PAINT_GAP_MS = 1000;
+  var PAINT_SHARE = 10;
   var S = { labels: {}, ranks: {}, links: {}, streams: {}, clusters: {}, cy: null, version: 0,
-            shown: null, lagQueue: {}, lagFrame: 0, refetch: 0, regroup: 0 };
+            shown: null, lagQueue: {}, lagFrame: 0, refetch: 0, regroup: 0,
+            dirty: {}, paintTimer: 0, paintAt: 0 };
   var root, table, fmt;
 
   function el(id) { return document.getElementById(id); }
@@ -133,6 +139,10 @@
       { selector: "node[cluster]", style: { "background-color": "#e9eef8", "background-opacity": 0.6,
         "border-width": 1, "border-color": "#9aa3b5", shape: "round-rectangle", "text-valign": "top",
         "font-weight": "bold", "font-size": 12, padding: 12 } },
+      { selector: "node[region]", style: { width: "data(w)", height: "data(h)", "z-index-compare": "manual",
+        "z-index": 0, "text-valign": "top", "text-margin-y": 0, events: "yes" } },
+      { selector: "node[stream], edge", style: { "z-index-compare": "manual", "z-index": 1 } },
+      { selector: "node[stream]", style: { "z-index": 2 } },
       { selector: "node[big]", style: { width: 90, height: 50, "text-valign": "center", "text-margin-y": 0 } },
       { selector: "edge", style: { width: 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
         "arrow-scale": 0.9, label: "data(label)", "font-size": 9, "text-rotation": "autorotate",
@@ -145,6 +155,7 @@
       rules.push({ selector: 'edge[health = "' + css + '"]', style: { "line-color": COLORS[css],
         "target-arrow-color": COLORS[css], "line-style": LINE[css] || "solid" } });
     });
+    if (window.__variant) { rules = rules.concat(window.__variant); }
     return rules;
   }
 
@@ -152,11 +163,28 @@
     var name = window.cytoscapeFcose ? "fcose" : "cose";
     // A few nodes fitted to the box would be drawn huge: no closer than 1.2x.
     S.cy.one("layoutstop", function () {
+      if (S.big) { flatten(); }
       if (S.cy.zoom() > 1.2) { S.cy.zoom(1.2); S.cy.center(); }
     });
     S.cy.layout({ name: name, animate: false, randomize: true, fit: true, padding: 24,
                   nodeDimensionsIncludeLabels: true, packComponents: true, idealEdgeLength: 80,
                   nodeRepulsion: 6000, quality: S.cy.nodes().length > 400 ? "draft" : "default" }).run();
+  }
+
+  // With compound nodes cytoscape cannot reuse its cached layer of the graph: at 2,000 arrows
+  // every repaint cost ~110 ms of main-thread CPU with them, ~4 ms without (a repaint after
+  // 30 colour changes: ~55-85 ms). So on a large graph the clusters are laid out as compounds,
+  // then turned into plain "region" nodes of the same place and size beneath the streams:
+  // the same picture, repainted cheaply.
+  function flatten() {
+    S.cy.batch(function () {
+      S.cy.nodes("[cluster]").forEach(function (c) {
+        var bb = c.boundingBox({ includeLabels: false }), kids = c.children();
+        kids.move({ parent: null });
+        c.data({ region: 1, w: bb.w, h: bb.h });
+        c.position({ x: bb.x1 + bb.w / 2, y: bb.y1 + bb.h / 2 });
+      });
+    });
   }
 
   function draw() {
@@ -165,6 +193,8 @@
       .filter(function (l) { return linkVisible(l, f); })
       .sort(function (x, y) { return (S.ranks[y.health] - S.ranks[x.health]) || (x.id - y.id); });
     S.big = f.group === "streams" && visible.length > LABELS_MAX;
+    clearTimeout(S.paintTimer);  // the new elements carry every change so far
+    S.dirty = {}; S.paintTimer = 0;
     var els = f.group === "clusters" ? clusterElements(f, visible) : streamElements(f, visible);
     S.cy.batch(function () { S.cy.elements().remove(); S.cy.add(els); });
     layout();
@@ -264,11 +294,9 @@
   function setHealth(l, css, text) {
     var changed = l.health !== css;
     l.health = css; l.text = text;
-    var edge = S.cy.getElementById("link-" + l.id);
-    var label = edgeLabel(l);
-    // Touch the graph only when what it shows changed: each change restyles and redraws.
-    if (edge.nonempty() && (changed || edge.data("label") !== label)) {
-      edge.data({ health: css, label: label });
+    // The graph is touched only when what it shows changed: each change restyles and redraws.
+    if (changed || (!S.big && edgeLabel(l) !== (S.cy.getElementById("link-" + l.id).data("label") || ""))) {
+      S.dirty[l.id] = true;
     }
     var row = table.querySelector('tr[data-link="' + l.id + '"]');
     if (row) { row.dataset.health = css; row.replaceChild(healthCell(l), row.lastChild); }
@@ -276,19 +304,45 @@
     return changed;
   }
 
+  // Recolour the arrows of the links that changed since the last paint, in one batch.
+  function paint() {
+    var dirty = S.dirty, started = performance.now();
+    S.dirty = {}; S.paintTimer = 0;
+    S.cy.batch(function () {
+      Object.keys(dirty).forEach(function (id) {
+        var edge = S.cy.getElementById("link-" + id), l = S.links[id];
+        if (l && edge.nonempty()) { edge.data({ health: l.health, label: edgeLabel(l) }); }
+      });
+    });
+    S.painted = (S.painted || 0) + 1;
+    root.dataset.painted = String(S.painted);
+    // cytoscape draws on its next animation frame: the cost is measured once that is done.
+    window.requestAnimationFrame(function () {
+      setTimeout(function () {
+        var now = performance.now();
+        S.paintAt = now + Math.max(PAINT_GAP_MS, PAINT_SHARE * (now - started));
+      }, 0);
+    });
+  }
+
+  function schedulePaint() {
+    if (S.paintTimer || !Object.keys(S.dirty).length) { return; }
+    if (!S.big) { paint(); return; }
+    S.paintTimer = setTimeout(paint, Math.max(0, S.paintAt - performance.now()));
+  }
+
   function flushLag() {
     S.lagFrame = 0;
     var queue = S.lagQueue, regroup = false;
     S.lagQueue = {};
-    S.cy.batch(function () {
-      Object.keys(queue).forEach(function (id) {
-        var p = queue[id], l = S.links[id];
-        if (!l) { return; }
-        var css = l.health;
-        if (SETTLED[css]) { css = p.stalled ? "stalled" : (p.messagesPending ? "pending" : "insync"); }
-        regroup = setHealth(l, css, lagText(css, p)) || regroup;
-      });
+    Object.keys(queue).forEach(function (id) {
+      var p = queue[id], l = S.links[id];
+      if (!l) { return; }
+      var css = l.health;
+      if (SETTLED[css]) { css = p.stalled ? "stalled" : (p.messagesPending ? "pending" : "insync"); }
+      regroup = setHealth(l, css, lagText(css, p)) || regroup;
     });
+    schedulePaint();
     S.version += 1;
     root.dataset.version = String(S.version);
     // The clusters view counts links per health: recount, at most every 2 s.
@@ -299,9 +353,7 @@
 
   function onLag(p) {
     S.lagQueue[p.link] = p;
-    if (S.lagFrame) { return; }
-    S.lagFrame = S.big ? setTimeout(function () { window.requestAnimationFrame(flushLag); }, FLUSH_BIG_MS)
-                       : window.requestAnimationFrame(flushLag);
+    if (!S.lagFrame) { S.lagFrame = window.requestAnimationFrame(flushLag); }
   }
 
   function sameShape(data) {
@@ -312,15 +364,14 @@
   function apply(data) {
     if (!sameShape(data)) { index(data); draw(); return; }
     var f = filters(), redraw = false;
-    S.cy.batch(function () {
-      data.links.forEach(function (x) {
-        var l = S.links[x[0]];
-        var was = linkVisible(l, f);
-        setHealth(l, x[3], x[4]);
-        if (was !== linkVisible(l, f)) { redraw = true; }
-      });
+    data.links.forEach(function (x) {
+      var l = S.links[x[0]];
+      var was = linkVisible(l, f);
+      setHealth(l, x[3], x[4]);
+      if (was !== linkVisible(l, f)) { redraw = true; }
     });
-    if (redraw || f.group === "clusters") { draw(); }
+    // A pause, a resume or an approval shows at once, not on the next lag repaint.
+    if (redraw || f.group === "clusters") { draw(); } else { clearTimeout(S.paintTimer); paint(); }
     S.version += 1;
     root.dataset.version = String(S.version);
   }

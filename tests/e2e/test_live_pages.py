@@ -1,9 +1,6 @@
 """End to end with the real engine: the stream page's lag chart rising while a replica is
 paused and falling once resumed, the manual set-up wizard, and autosetup's live copy."""
 
-import subprocess
-import sys
-import uuid
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -15,9 +12,17 @@ from replication.services.messages import messages_produce
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in
 from tests.factories import GatewayFactory
-from tests.workers.conftest import ROOT
+from tests.workers.conftest import celery_worker_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def submit_pair(page: Page, form: str, source: str,
+                replica: str = "/mapr/newyork/activity") -> None:
+    """Fill a set-up form's source and replica and submit it."""
+    page.fill(f"{form} input[name=source]", source)
+    page.fill(f"{form} input[name=replica]", replica)
+    page.click(f"{form} button[type=submit]")
 
 
 def produce(owner, stream, count: int) -> None:
@@ -78,9 +83,7 @@ def test_manual_wizard_sets_up_a_replicating_pair(portal_url, page: Page, owner,
     page.goto(f"{portal_url}/setup/")
     page.click("#start-manual")
     expect(page.locator(".does")).to_contain_text("metadata")
-    page.fill("#step-form input[name=source]", activity.path)
-    page.fill("#step-form input[name=replica]", "/mapr/newyork/activity")
-    page.click("#step-form button[type=submit]")
+    submit_pair(page, "#step-form", activity.path)
     expected = [
         (2, "Register the replica, paused", "#step-form button"),
         (3, "Check the replica list", "#next"),
@@ -104,9 +107,7 @@ def test_a_refused_step_shows_the_services_reason(portal_url, page: Page, owner,
                                                   activity, newyork):
     sign_in(page, portal_url, "bob")
     page.goto(f"{portal_url}/setup/manual/")
-    page.fill("#step-form input[name=source]", activity.path)
-    page.fill("#step-form input[name=replica]", "/mapr/newyork/activity")
-    page.click("#step-form button[type=submit]")
+    submit_pair(page, "#step-form", activity.path)
     expect(page.locator(".messages")).to_contain_text("may not copy metadata")
 
 
@@ -114,25 +115,8 @@ def test_a_refused_step_shows_the_services_reason(portal_url, page: Page, owner,
 def job_worker(live_engine):  # type: ignore[no-untyped-def]
     """A Celery worker for the jobs (Spark in local mode inside it), on the engine's
     namespace and a queue of the test's own."""
-    from workers.celery import app
-
-    queue = f"sg-e2e-{uuid.uuid4().hex[:8]}"
-    log = (live_engine.logs / "celery.log").open("ab")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "-Q", queue,
-         "--pool", "solo", "--without-heartbeat", "--without-gossip", "--without-mingle",
-         "--loglevel", "WARNING"],
-        cwd=ROOT, env={**live_engine.env, "CELERY_QUEUE": queue}, stdout=log,
-        stderr=subprocess.STDOUT)
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    yield worker
-    app.conf.task_default_queue = previous
-    worker.terminate()
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
+    with celery_worker_on(live_engine.env, live_engine.logs, "sg-e2e", timeout=20) as (_, worker):
+        yield worker
 
 
 def test_autosetup_shows_the_copy_progress_live_until_replicating(
@@ -145,9 +129,7 @@ def test_autosetup_shows_the_copy_progress_live_until_replicating(
     produce(owner, activity, 2000)
     sign_in(page, portal_url, "alice")
     page.goto(f"{portal_url}/setup/auto/")
-    page.fill("#autosetup-form input[name=source]", activity.path)
-    page.fill("#autosetup-form input[name=replica]", "/mapr/newyork/activity")
-    page.click("#autosetup-form button[type=submit]")
+    submit_pair(page, "#autosetup-form", activity.path)
     expect(page.locator(".messages")).to_contain_text("autosetup of /mapr/newyork/activity")
     loads = navigations(page)
     status = page.locator("#autosetup-status")

@@ -7,7 +7,6 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from replication.models import ReplicaLink, Stream
-from tests.factories import MembershipFactory, StreamFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 PASSWORD = "correct horse battery staple"  # tests/factories.py
@@ -19,16 +18,6 @@ def sign_in(page: Page, base: str, username: str) -> None:
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("#who")).to_have_text(username)
-
-
-@pytest.fixture
-def carol(owner):
-    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
-
-
-@pytest.fixture
-def mirror(carol, newyork):
-    return StreamFactory(cluster=newyork, name="mirror", created_by=carol)
 
 
 def test_sign_in_and_create_a_stream_with_live_ace_validation(portal_url, page, owner,

@@ -6,6 +6,7 @@ what it names."""
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from replication.models import ReplicaLink
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
@@ -40,22 +41,40 @@ def _job(activity) -> int:
 
 PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
          "/streams/{a}/groups/",
-         "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/"]
+         "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/",
+         "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
+         "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",
+         "/approvals/{waiting}/"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_every_page_has_no_serious_accessibility_violation(portal_url, browser: Browser,
-                                                           scheme, owner, activity, scene):
+                                                           scheme, owner, activity,
+                                                           activity_ny, scene):
     job = _job(activity)
+    waiting = ReplicaLink.objects.get(replica__name="waits").pk
     page = browser.new_context(color_scheme=scheme).new_page()
     page.goto(f"{portal_url}/login/")
     assert_accessible(page)
     sign_in(page, portal_url, "alice")
     for path in PAGES:
-        page.goto(portal_url + path.format(a=activity.pk, job=job))
+        response = page.goto(portal_url + path.format(a=activity.pk, ny=activity_ny.pk, job=job,
+                                                      link=scene.pk, waiting=waiting))
+        assert response is not None and response.ok, path  # the page itself, not a 404
         if path == "/topology/":
             expect(page.locator("#topology")).to_have_attribute("data-ready", "1")
+        if path in ("/", "/streams/{a}/"):  # the throughput charts drawn, axes and all
+            svgs = page.locator("[data-throughput-url][data-ready='1'] svg.chart.throughput")
+            expect(svgs.first).to_be_visible()
+            expect(svgs.locator("line.grid")).to_have_count(3 * svgs.count())
         assert_accessible(page)
+    # A refused form: its error beside the field, announced and tied to the input.
+    page.goto(f"{portal_url}/streams/")
+    page.fill("#create-stream input[name=path]", "nowhere")
+    page.click("#create-stream button[type=submit]")
+    expect(page.locator("#err-path")).to_contain_text("write it as /mapr/")
+    expect(page.locator("#create-stream input[name=path]")).to_have_value("nowhere")
+    assert_accessible(page)
 
 
 def test_overview_fits_a_phone_with_no_horizontal_scroll(portal_url, browser: Browser, owner,

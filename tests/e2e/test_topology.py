@@ -135,3 +135,43 @@ def test_another_tenant_sees_none_of_the_topology(portal_url, page: Page, outsid
     expect(page.locator("#topology")).to_have_attribute("data-edges", "0")
     assert page.evaluate("streamgateTopology.state.cy.nodes().length") == 0
     assert activity.path not in page.content()
+
+
+@pytest.fixture
+def many_links(owner, sanfrancisco, newyork):
+    """160 streams and 320 links among them (past the 300 arrows that make a graph large),
+    written in bulk as the services leave them."""
+    from bench.pages import _more_links
+    from replication.models import ReplicaLink, Stream
+
+    aces = dict.fromkeys(("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm"),
+                         "u:alice")
+    tenant = owner.memberships.get().tenant
+    streams = Stream.objects.bulk_create(
+        Stream(path=f"/mapr/{c.name}/s{i:03d}", cluster=c, name=f"s{i:03d}", tenant=tenant,
+               created_by=owner, **aces)
+        for i, c in ((i, (sanfrancisco, newyork)[i % 2]) for i in range(160)))
+    _more_links(streams, 320, owner)
+    return list(ReplicaLink.objects.filter(paused=False).order_by("pk")
+                .values_list("pk", "source_id", "replica_id")[:40])
+
+
+def test_a_large_graph_takes_every_event_and_recolours_in_batches(portal_url, page: Page,
+                                                                  owner, many_links):
+    sign_in(page, portal_url, "alice")
+    open_topology(page, portal_url)
+    assert page.evaluate("streamgateTopology.state.big") is True
+    painted = int(page.eval_on_selector("#topology", "el => el.dataset.painted || '0'"))
+    for pk, source, replica in many_links:  # 40 links stall within a second or so
+        off_loop(publish_after_commit, tenant_ids={owner.memberships.get().tenant_id},
+                 event="replica.lag", payload={
+                     "link": pk, "source": source, "replica": replica, "messagesPending": 7,
+                     "bytesPending": 70, "timeLagMs": 180_000, "stalled": True, "t": 1})
+    ids = [pk for pk, _, _ in many_links]
+    page.wait_for_function("""ids => ids.every(id => streamgateTopology.state.cy
+        .getElementById('link-' + id).data('health') === 'stalled')""", arg=ids,
+                           timeout=15_000)
+    # Every event reached the arrows, in a few repaints rather than one per event or frame.
+    repaints = int(page.eval_on_selector("#topology", "el => el.dataset.painted")) - painted
+    assert 1 <= repaints <= 4, repaints
+    assert edge(page, ids[0], "label") == ""  # a large graph's arrows carry no text

@@ -12,10 +12,9 @@ from operations.models import Alarm, AuditEvent
 from replication import services
 from replication.engine.store import Record
 from replication.models import Failover, ReplicaLink, Stream, Topic, Upstream
-from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.stores import store_for
-from tests.factories import StreamFactory
+from tests.factories import StreamFactory, replicated_clicks
 
 MODELS = (Stream, Topic, ReplicaLink, Upstream, Failover, Alarm)
 
@@ -27,13 +26,7 @@ def snapshot() -> dict[str, list[dict[str, Any]]]:
 @pytest.fixture
 def pair(owner, activity, activity_ny):
     """activity -> activity_ny, agreed, with 12 messages replicated."""
-    services.topic_create(actor=owner, stream=activity, name="clicks", partitions=2)
-    link = services.replica_add(actor=owner, source=activity, replica=activity_ny)
-    services.upstream_add(actor=owner, replica=activity_ny, source=activity)
-    messages_produce(actor=owner, stream=activity, topic="clicks",
-                     records=[Record(value=b"%d" % i) for i in range(12)])
-    for partition in (0, 1):
-        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0, end=6)
+    replicated_clicks(owner, activity, activity_ny, per_partition=6)
     return activity, activity_ny
 
 

@@ -8,7 +8,6 @@ import re
 import time
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from operations.models import AuditEvent
@@ -17,15 +16,10 @@ from replication.services import replica_add, topic_create, upstream_add
 from replication.services.groups import group_offsets_reset
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
+from tests.clients import signed_in
 from workers.kafka.board import Placement, group_key, publish, snapshot
 from workers.kafka.groupmodel import GroupView, MemberView
 from workers.models import KafkaGroup
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -7,19 +7,12 @@ import re
 import time
 
 import pytest
-from django.test import Client
 
 from replication.engine.store import Record
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_consume, messages_produce
 from replication.stores import store_for
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
+from tests.clients import signed_in
 
 BASE = int(time.time() * 1000) - 3_600_000  # an hour ago
 

@@ -17,11 +17,9 @@ from operations.models import Alarm, AlarmKind, AuditEvent
 from replication import services
 from replication.engine.store import Record
 from replication.models import Job, ReplicaLink, Stream
-from replication.services.engine import batch_apply
-from replication.services.messages import messages_produce
 from replication.services.verify import link_verify
 from replication.stores import store_for
-from tests.factories import StreamFactory
+from tests.factories import StreamFactory, replicated_clicks
 from tests.streamgate.test_cli import STREAMGATE, token_for
 from workers.jobs import job_run
 
@@ -35,13 +33,7 @@ def snapshot() -> dict[str, list[dict[str, Any]]]:
 def diverge(owner, source: Stream, replica: Stream) -> ReplicaLink:  # type: ignore[no-untyped-def]
     """source -> replica agreed, 10 per partition replicated, then the replica's partition 1
     rewritten from offset 4 on; verification has found it."""
-    services.topic_create(actor=owner, stream=source, name="clicks", partitions=2)
-    link = services.replica_add(actor=owner, source=source, replica=replica)
-    services.upstream_add(actor=owner, replica=replica, source=source)
-    messages_produce(actor=owner, stream=source, topic="clicks",
-                     records=[Record(value=b"m%d" % i) for i in range(20)])
-    for partition in (0, 1):
-        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0, end=10)
+    replicated_clicks(owner, source, replica, per_partition=10, value=b"m%d")
     store = store_for(replica.cluster)
     store.truncate(replica.uuid, "clicks", 1, 4)
     store.append(replica.uuid, "clicks", [Record(value=b"bad", partition=1)] * 6,

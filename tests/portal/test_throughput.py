@@ -3,7 +3,6 @@ gateways' applied counters and the replicas' backlog: sampled by the lag recorde
 entry, served as rates for the charts; the outsider from another tenant sees none of it."""
 
 import pytest
-from django.test import Client
 
 from operations import throughput
 from replication import lag_history
@@ -11,19 +10,10 @@ from replication.engine.store import Record
 from replication.models import Gateway
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from replication.services.messages import messages_produce
+from tests.clients import signed_in
 from tests.factories import GatewayFactory
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def produce(owner, stream, count: int) -> None:

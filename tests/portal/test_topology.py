@@ -3,35 +3,19 @@ the tenant's only (another tenant sees none of it), cytoscape served from static
 one link's lag history for the chart."""
 
 import re
+from functools import partial
 
 import orjson
 import pytest
-from django.test import Client
 
 from replication import lag_history
 from replication.models import ReplicaLink
 from replication.services import replica_add, replica_pause, upstream_add
-from tests.factories import StreamFactory
+from tests.clients import query_count, signed_in
+from tests.factories import StreamFactory, linked_pairs
 from tests.portal.test_web import produce
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def embedded(page: str) -> dict:
@@ -113,21 +97,9 @@ def test_topology_embeds_its_data_without_breaking_out_of_the_script(owner, acti
 
 
 def test_topology_query_count_does_not_grow_with_links(owner, newyork, agreed):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    client = signed_in(owner)
-
-    def count() -> int:
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get("/topology/").status_code == 200
-        return len(ctx.captured_queries)
-
+    count = partial(query_count, signed_in(owner), "/topology/")
     few = count()
-    for i in range(10):
-        source = StreamFactory(cluster=newyork, name=f"s{i}", created_by=owner)
-        replica_add(actor=owner, source=source, replica=StreamFactory(
-            cluster=newyork, name=f"d{i}", created_by=owner))
+    linked_pairs(owner, newyork, 10)
     assert ReplicaLink.objects.count() == 11
     assert count() == few
 

@@ -4,6 +4,7 @@ Every page goes through restrict(user), so the outsider (another tenant) gets 40
 
 import re
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.test import Client
@@ -15,25 +16,17 @@ from replication.engine.store import Record
 from replication.models import ReplicaLink, ReplicaState, Stream, Upstream
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
+from tests.clients import query_count, signed_in
 from tests.factories import (
     GatewayFactory,
     MembershipFactory,
     StreamFactory,
     TenantFactory,
     TopicFactory,
+    linked_pairs,
 )
 
-
-@pytest.fixture
-def carol(owner):
-    """carol: in acme with alice, administers her own streams only."""
-    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
-
-
-@pytest.fixture
-def mirror(carol, newyork):
-    """/mapr/newyork/mirror, owned by carol (alice holds no permission on it)."""
-    return StreamFactory(cluster=newyork, name="mirror", created_by=carol)
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture
@@ -42,32 +35,9 @@ def pending(owner, activity, mirror):
     return replica_add(actor=owner, source=activity, replica=mirror)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    # The lag history lives in Django's cache, keyed by link id: test runs sharing one Redis
-    # would read each other's rings, so each test gets a cache of its own (locmem, as the
-    # embedded mode uses).
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    """activity -> activity_ny with both halves of the agreement: it replicates."""
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
 def produce(user, stream, count: int, topic: str = "clicks") -> None:
     messages_produce(actor=user, stream=stream, topic=topic,
                      records=[Record(f"m{i}".encode()) for i in range(count)])
-
-
-def signed_in(user, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 def messages_of(response) -> list[str]:
@@ -440,16 +410,7 @@ def test_stream_page_shows_the_last_sampled_lag_and_the_chart(owner, agreed, act
 
 
 def test_stream_page_query_count_does_not_grow_with_replicas(owner, activity, newyork):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    client = signed_in(owner)
-
-    def count() -> int:
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get(f"/streams/{activity.pk}/").status_code == 200
-        return len(ctx.captured_queries)
-
+    count = partial(query_count, signed_in(owner), f"/streams/{activity.pk}/")
     for i in range(2):
         replica_add(actor=owner, source=activity, replica=StreamFactory(
             cluster=newyork, name=f"r{i}", created_by=owner))
@@ -513,21 +474,10 @@ def test_overview_shows_replication_health_per_stream(owner, carol, agreed, acti
 
 
 def test_overview_query_count_does_not_grow_with_streams_or_links(owner, newyork, agreed):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    client = signed_in(owner)
-
-    def count() -> int:
-        with CaptureQueriesContext(connection) as ctx:
-            assert client.get("/").status_code == 200
-        return len(ctx.captured_queries)
-
+    count = partial(query_count, signed_in(owner), "/")
     few = count()
+    linked_pairs(owner, newyork, 10)
     for i in range(10):
-        source = StreamFactory(cluster=newyork, name=f"s{i}", created_by=owner)
-        replica_add(actor=owner, source=source, replica=StreamFactory(
-            cluster=newyork, name=f"d{i}", created_by=owner))
         GatewayFactory(cluster=newyork, name=f"gw{i}")
     lag_history.lag_record()
     assert count() == few

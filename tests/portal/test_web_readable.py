@@ -7,39 +7,16 @@ from datetime import timedelta
 
 import pytest
 from django.template import Context, Template
-from django.test import Client
 from django.utils import timezone
 
 from replication import lag_history
-from replication.models import ReplicaLink, SyncMode
-from replication.services import replica_add, replica_pause, upstream_add
-from tests.factories import GatewayFactory, MembershipFactory, StreamFactory
+from replication.models import ReplicaLink, Stream, SyncMode
+from replication.services import replica_add, replica_pause
+from tests.clients import signed_in
+from tests.factories import GatewayFactory, StreamFactory
 from tests.portal.test_web import make_job, produce
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
-@pytest.fixture
-def agreed(owner, activity, activity_ny):
-    link = replica_add(actor=owner, source=activity, replica=activity_ny)
-    upstream_add(actor=owner, replica=activity_ny, source=activity)
-    return link
-
-
-@pytest.fixture
-def carol(owner):
-    """carol: in acme with alice, administers her own streams only."""
-    return MembershipFactory(user__username="carol", tenant=owner.memberships.get().tenant).user
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def render(text: str, **context) -> str:
@@ -227,3 +204,31 @@ def test_another_tenants_stream_form_posts_are_refused(outsider, activity):
     response = client.post(f"/streams/{activity.pk}/replicas/add/", {"replica": activity.path})
     assert response.status_code == 404
     assert client.post(f"/streams/{activity.pk}/aces/", {"consumeperm": "p"}).status_code == 404
+
+
+def test_wizards_show_a_refusal_beside_its_field_and_keep_what_was_typed(owner, activity,
+                                                                         newyork):
+    client = signed_in(owner)
+    for url in ("/setup/manual/", "/setup/auto/"):
+        response = client.post(url, {"source": activity.path, "replica": "newyork/copy",
+                                     "synchronous": "on"})
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert "write it as /mapr/" in _error_beside(page, "replica"), url
+        assert 'value="newyork/copy"' in page and f'value="{activity.path}"' in page
+        response = client.post(url, {"source": "/mapr/sanfrancisco/nowhere",
+                                     "replica": "/mapr/newyork/copy"})
+        assert "does not exist" in _error_beside(response.content.decode(), "source"), url
+    assert 'name="synchronous" checked' in client.post("/setup/auto/", {
+        "source": activity.path, "replica": "x", "synchronous": "on"}).content.decode()
+    assert not ReplicaLink.objects.exists()
+    assert not Stream.objects.filter(path="/mapr/newyork/copy").exists()
+
+
+def test_kafka_default_stream_form_shows_a_refusal_beside_its_field(owner, sanfrancisco):
+    response = signed_in(owner).post("/kafka/default-stream/", {
+        "cluster": "sanfrancisco", "path": "/mapr/newyork/kafka", "scope": "user"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "/mapr/sanfrancisco/" in _error_beside(page, "path")
+    assert 'value="/mapr/newyork/kafka"' in page and 'value="user" selected' in page

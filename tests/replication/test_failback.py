@@ -23,13 +23,10 @@ from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.factories import StreamFactory
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
 HEADER = "streamgate.original."
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
 
 
 def produce(owner, stream: Stream, prefix: str, count: int, topic: str = "clicks") -> set[str]:

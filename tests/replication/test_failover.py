@@ -31,6 +31,9 @@ from replication.stores import store_for
 from replication.topology import origin_conflicts
 from tests.factories import ClusterFactory, StreamFactory
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
 UNREACHABLE = "postgresql://postgres@127.0.0.1:9/lost_cluster_store"
 
 
@@ -76,14 +79,6 @@ def ends(stream: Stream, topic: str = "clicks") -> dict[int, int]:
 
 def origin_of(stream: Stream, topic: str = "clicks") -> object:
     return Topic.objects.get(stream=stream, name=topic).origin_uuid
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(settings, request):
-    # Lag samples live in the cache keyed by link id: concurrent runs sharing one Redis would
-    # read each other's, so each test gets a cache of its own.
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
 
 
 @pytest.fixture

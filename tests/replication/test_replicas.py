@@ -176,34 +176,36 @@ def test_actions_on_an_unregistered_replica_are_not_found(owner, activity, activ
         replica_resume(actor=owner, source=activity, replica=activity_ny)
 
 
-def test_a_stream_has_at_most_64_replicas(owner, activity, settings):
+def past_the_limit(owner, connect) -> Stream:  # type: ignore[no-untyped-def]
+    """64 new streams (on a cluster "far"), each passed to `connect`; then a 65th, returned
+    unconnected: one past every 64-stream limit."""
     cluster = ClusterFactory(name="far")
-    replicas = [StreamFactory(cluster=cluster, created_by=owner) for _ in range(65)]
-    for replica in replicas[:64]:
-        replica_add(actor=owner, source=activity, replica=replica)
+    for _ in range(64):
+        connect(StreamFactory(cluster=cluster, created_by=owner))
+    return StreamFactory(cluster=cluster, created_by=owner)
+
+
+def test_a_stream_has_at_most_64_replicas(owner, activity, settings):
+    extra = past_the_limit(owner, lambda s: replica_add(actor=owner, source=activity, replica=s))
     with pytest.raises(Conflict, match="64 replicas"):
-        replica_add(actor=owner, source=activity, replica=replicas[64])
+        replica_add(actor=owner, source=activity, replica=extra)
     assert activity.replica_links.count() == 64
     assert sorted(activity.replica_links.values_list("idx", flat=True)) == list(range(1, 65))
 
 
 def test_a_replica_has_at_most_64_upstreams(owner, activity_ny):
-    cluster = ClusterFactory(name="far")
-    sources = [StreamFactory(cluster=cluster, created_by=owner) for _ in range(65)]
-    for source in sources[:64]:
-        upstream_add(actor=owner, replica=activity_ny, source=source)
+    extra = past_the_limit(owner, lambda s: upstream_add(actor=owner, replica=activity_ny,
+                                                         source=s))
     with pytest.raises(Conflict, match="64 upstreams"):
-        upstream_add(actor=owner, replica=activity_ny, source=sources[64])
+        upstream_add(actor=owner, replica=activity_ny, source=extra)
     assert activity_ny.upstreams.count() == 64
 
 
 def test_a_replica_receives_from_at_most_64_sources(owner, activity_ny):
-    cluster = ClusterFactory(name="far")
-    sources = [StreamFactory(cluster=cluster, created_by=owner) for _ in range(65)]
-    for source in sources[:64]:
-        replica_add(actor=owner, source=source, replica=activity_ny)
+    extra = past_the_limit(owner, lambda s: replica_add(actor=owner, source=s,
+                                                        replica=activity_ny))
     with pytest.raises(Conflict, match="64 sources"):
-        replica_add(actor=owner, source=sources[64], replica=activity_ny)
+        replica_add(actor=owner, source=extra, replica=activity_ny)
 
 
 def test_two_origins_of_one_topic_name_never_feed_one_replica(owner, activity, activity_ny):

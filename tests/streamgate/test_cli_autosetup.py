@@ -12,20 +12,12 @@ import subprocess
 import pytest
 
 from replication.models import ReplicaLink, ReplicaState, Stream
-from replication.services import topic_create
 from replication.stores import store_for
 from tests.streamgate.test_cli import STREAMGATE, streamgate, token_for
 from tests.workers.test_replication import Producer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NY = "/mapr/newyork/activity"
-
-
-@pytest.fixture
-def clicks(owner, activity, newyork):
-    for cluster in (activity.cluster, newyork):
-        store_for(cluster)
-    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
 
 
 def on_a_terminal(url: str, token: str, *args: str) -> tuple[int, str, str]:

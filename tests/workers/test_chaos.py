@@ -1,10 +1,14 @@
 """The chaos soak, short (bench/chaos/; `make chaos` runs it for minutes): two multi-master
-streams and a secondary, producers writing all along, gateways killed with SIGKILL and
-restarted, newyork's PostgreSQL crashed and restarted, replicas paused and resumed; then every
-stream must equal its origins (invariants 1-3) with every acknowledged message in place.
+streams and a secondary, producers writing all along (through the services, a portal process
+over REST and an idempotent librdkafka producer through a Kafka listener), gateways,
+replicators, the portal and the listener killed with SIGKILL and restarted, newyork's
+PostgreSQL crashed and restarted, replicas paused and resumed, a forced failover of newyork
+from sanfrancisco and its failback; then every stream must equal its origins (invariants 1-3)
+with every acknowledged message in place, once, in the primary or kept aside.
 
 No Spark catch-up here: its JVM takes 20-50 s to start on these two cores and the link waits
-for the job, which would double the test's time; `make chaos` runs it."""
+for the job, which would double the test's time; `make chaos` runs it. No Redis restart
+either: the tests share one Redis (`make chaos` runs on a Redis of its own)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from django.db import connection
 
 from bench.chaos import (
     ANOMALIES,
+    FAILED,
     FAULT_KINDS,
     SOAK_SETTINGS,
     Options,
@@ -28,7 +33,9 @@ from bench.chaos import (
 )
 from bench.chaos.command import forget_unacked
 from bench.pgserver import BusyServer, PrivatePostgres, wait_for_free_connections
-from replication.stores import close_stores, store_url
+from replication.engine.store import Record
+from replication.services.failback import DIVERGED_SUFFIX, HEADER
+from replication.stores import close_stores, store_for, store_url
 from workers.celery import app
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -87,8 +94,8 @@ def soak(engine, job_worker, private_postgres, other_stores) -> Iterator[Result]
     said: list[str] = []
     try:
         result = run_soak(engine, private_postgres,
-                          Options(seconds=FAULT_SECONDS, converge_timeout=75.0,
-                                  spark=False, say=said.append), other_stores)
+                          Options(seconds=FAULT_SECONDS, converge_timeout=75.0, spark=False,
+                                  failover_every=FAULT_SECONDS, say=said.append), other_stores)
         print("\n".join(said))
         print(result.table())
         yield result
@@ -101,8 +108,10 @@ def soak(engine, job_worker, private_postgres, other_stores) -> Iterator[Result]
 def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
     assert soak.converge_seconds is not None, soak.table()
     assert sum(soak.anomalies.values()) == 0, "\n".join([soak.table(), *soak.examples[:20]])
-    for kind in (*FAULT_KINDS[:3], "replicator kill -9"):  # each, while producers wrote
-        assert soak.faults[kind] >= 1, soak.table()
+    for kind in (*FAULT_KINDS[:3], "replicator kill -9", "portal kill -9",
+                 "Kafka listener kill -9", "failover -force", "failback"):
+        assert soak.faults[kind] >= 1, soak.table()  # each, while producers wrote
+    assert all(acked > 0 for acked, _ in soak.ways.values()) and len(soak.ways) == 3
     # Replication moved again after each killed replicator: the other took its links.
     assert len(soak.driver.recovered["replicator kill -9"]) == soak.faults["replicator kill -9"]
     assert soak.acknowledged > 5_000 and soak.acknowledged + soak.refused == soak.produced
@@ -117,6 +126,20 @@ def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
             'DELETE FROM messages WHERE ctid = (SELECT ctid FROM messages WHERE "offset" = 3 '
             'LIMIT 1)').rowcount
     assert removed == 1
+    # And a message of sanfrancisco's both in its topic and in the divergence topic: twice.
+    keep_twice(soak.topology.streams[FAILED])
     recheck = Result(soak.seed, soak.seconds, topology=soak.topology, acked=soak.acked)
     check_all(recheck)
     assert recheck.anomalies["lost"] == 1 and set(recheck.anomalies) <= set(ANOMALIES)
+    assert recheck.anomalies["duplicates"] == 1, recheck.examples
+
+
+def keep_twice(stream) -> None:  # type: ignore[no-untyped-def]
+    """Append a copy of sf0's first message to `sf0.diverged`, as a failback keeping aside a
+    message it had not cut would."""
+    store = store_for(stream.cluster)
+    [first] = store.read(stream.uuid, "sf0", 0, 0, limit=1)
+    store.ensure_topic(stream.uuid, f"sf0{DIVERGED_SUFFIX}", 4)
+    store.append(stream.uuid, f"sf0{DIVERGED_SUFFIX}", [Record(
+        value=first.value, key=first.key, headers=(*first.headers, (f"{HEADER}offset", b"0")),
+        partition=0)], origin=stream.uuid, producer=None)

@@ -78,16 +78,8 @@ def replicated(origin: Stream, replica: Stream, **kwargs) -> bool:  # type: igno
         return False
 
 
-@pytest.fixture
-def _private_cache(settings, request):
-    # The lag sample the failover reads lives in the cache, keyed by link id: a cache of the
-    # test's own (the live portal runs in this process) rather than Redis shared with others.
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": request.node.nodeid}}
-
-
 def test_forced_failover_after_the_source_store_dies_loses_nothing_replicated(
-        engine, owner, newyork, private_postgres, live_server, _private_cache):
+        engine, owner, newyork, private_postgres, live_server, private_cache):
     forced_failover_after_losing_the_source(engine, owner, newyork, private_postgres,
                                             live_server)
 
@@ -182,7 +174,7 @@ def forced_failover_after_losing_the_source(engine, owner, newyork, private_post
 
 
 def test_failback_after_the_source_returns_keeps_every_message_of_both_periods_once(
-        engine, owner, newyork, private_postgres, live_server, _private_cache):
+        engine, owner, newyork, private_postgres, live_server, private_cache):
     source, replica, downstream, first, second, ends, kept = \
         forced_failover_after_losing_the_source(engine, owner, newyork, private_postgres,
                                                 live_server)
@@ -235,7 +227,7 @@ def _ends_or_none(stream: Stream) -> dict[int, int] | None:
 
 
 def test_multi_master_pair_fails_over_and_back_keeping_every_message_once(
-        engine, owner, newyork, private_postgres, live_server, _private_cache):
+        engine, owner, newyork, private_postgres, live_server, private_cache):
     lost = ClusterFactory(name="lost", store_url=private_postgres.url("lost_store"))
     store_for(lost), store_for(newyork)
     a = StreamFactory(cluster=lost, name="a", created_by=owner)

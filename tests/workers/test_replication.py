@@ -34,9 +34,13 @@ from replication.services.messages import (
 from replication.stores import store_for
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
-from tests.workers.conftest import wait_until
-from workers.celery import app
-from workers.gateway import Heartbeat, tally
+from tests.workers.conftest import (
+    in_process_engine,
+    replicate_with_engine,
+    start_gateways,
+    wait_until,
+)
+from workers.gateway import tally
 from workers.replicator import InFlight, Replicator
 from workers.tasks import apply_batch_task
 
@@ -60,6 +64,12 @@ class Producer:
         for partition, offset in offsets:
             self.acked.setdefault((self.topic, partition), set()).add(offset)
         self.sent += count
+
+
+def source_ends(stream: Stream, topic: str = "clicks") -> dict[int, int]:
+    """Each partition's high watermark at the stream's store."""
+    marks = store_for(stream.cluster).watermarks(stream.uuid, topic)
+    return {partition: high for partition, (_low, high) in marks.items()}
 
 
 def check(origin: Stream, replica: Stream, topics: list[str], **kwargs):
@@ -86,13 +96,6 @@ def row_of(source: Stream, replica: Stream) -> dict:
 
 
 @pytest.fixture
-def clicks(owner, activity, newyork):
-    for cluster in (activity.cluster, newyork):
-        store_for(cluster)  # as cluster_create does: the stores exist before any gateway runs
-    return topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
-
-
-@pytest.fixture
 def pair(owner, activity, activity_ny, clicks):
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
@@ -100,20 +103,22 @@ def pair(owner, activity, activity_ny, clicks):
 
 
 @pytest.fixture
+def replicating(gateways, owner, pair):  # type: ignore[no-untyped-def]
+    """The pair with the replicator started: (source, replica, a Producer into the source)."""
+    source, replica = pair
+    gateways.replicator()
+    return source, replica, Producer(owner, source)
+
+
+@pytest.fixture
 def gateways(engine, newyork):
     """gw1 and gw2 configured on newyork, started, and live."""
-    for name in ("gw1", "gw2"):
-        GatewayFactory(cluster=newyork, name=name)
-        engine.gateway("newyork", name)
-    wait_until(lambda: len(presence().live([("newyork", "gw1"), ("newyork", "gw2")])) == 2,
-               timeout=30)
+    start_gateways(engine, newyork, "gw1", "gw2")
     return engine
 
 
-def test_primary_secondary_end_to_end(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_primary_secondary_end_to_end(replicating):
+    source, replica, produce = replicating
     for _ in range(5):
         produce(400)
     wait_replicated(produce, replica)
@@ -122,10 +127,8 @@ def test_primary_secondary_end_to_end(gateways, owner, pair):
     assert ReplicaLink.objects.get().last_progress is not None
 
 
-def test_new_data_wakes_the_replicator_promptly(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_new_data_wakes_the_replicator_promptly(replicating):
+    _source, replica, produce = replicating
     produce(1)
     wait_replicated(produce, replica)
     started = time.monotonic()
@@ -208,10 +211,9 @@ def commit_all(owner, stream: Stream, offsets: dict[int, int]) -> None:
                       partition=partition, offset=offset)
 
 
-def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(
+        gateways, owner, replicating):
+    source, replica, produce = replicating
     produce(300)
     wait_replicated(produce, replica)
     mid = {p: high // 2 for p, high in highs(source).items()}
@@ -241,11 +243,8 @@ def consume_ids(owner, stream: Stream, partition: int, start: int, end: int) -> 
     return ids
 
 
-def test_a_consumer_group_fails_over_to_the_replica_at_its_committed_offsets(gateways, owner,
-                                                                              pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_a_consumer_group_fails_over_to_the_replica_at_its_committed_offsets(owner, replicating):
+    source, replica, produce = replicating
     produce(600)
     seen: list[bytes] = []
     halves = {p: high // 2 for p, high in highs(source).items()}
@@ -283,10 +282,8 @@ def test_a_throttled_link_keeps_to_its_rate_and_delays_no_other(gateways, owner,
     assert time.monotonic() - started >= 3000 / 500 - 1 - 0.5  # minus the burst, and slack
 
 
-def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_a_gateway_killed_mid_stream_loses_nothing(gateways, replicating):
+    _source, replica, produce = replicating
     done = threading.Event()
 
     def keep_producing() -> None:
@@ -305,10 +302,8 @@ def test_a_gateway_killed_mid_stream_loses_nothing(gateways, owner, pair):
     assert produce.sent == 6000
 
 
-def test_all_gateways_down_then_one_comes_back(gateways, owner, pair, settings):
-    source, replica = pair
-    gateways.replicator()
-    produce = Producer(owner, source)
+def test_all_gateways_down_then_one_comes_back(gateways, replicating, settings):
+    source, replica, produce = replicating
     produce(100)
     wait_replicated(produce, replica)
     for name in ("gw1", "gw2"):
@@ -359,8 +354,7 @@ def test_a_redelivered_batch_applies_once(owner, pair):
     link = ReplicaLink.objects.get()
     produce = Producer(owner, source)
     produce(90)
-    ends = {p: high for p, (_low, high) in
-            store_for(source.cluster).watermarks(source.uuid, "clicks").items()}
+    ends = source_ends(source)
     for partition, end in ends.items():
         assert apply_batch_task(link.pk, "clicks", partition, 0, end) == end
         assert apply_batch_task(link.pk, "clicks", partition, 0, end) == 0  # redelivered
@@ -405,11 +399,7 @@ def wait_acks(count: int, timeout: float = 20) -> list[dict]:
 
 def test_intracluster_replication(engine, owner, sanfrancisco, activity, clicks):
     activity2 = StreamFactory(cluster=sanfrancisco, name="activity2", created_by=owner)
-    replica_add(actor=owner, source=activity, replica=activity2)
-    upstream_add(actor=owner, replica=activity2, source=activity)
-    GatewayFactory(cluster=sanfrancisco, name="gw1")
-    engine.gateway("sanfrancisco", "gw1")
-    engine.replicator()
+    replicate_with_engine(engine, owner, activity, activity2)
     produce = Producer(owner, activity)
     produce(500)
     wait_replicated(produce, activity2)
@@ -459,21 +449,13 @@ def test_embedded_mode_replicates_in_process(owner, newyork, pair, settings):
     """`make run`: no Redis, the configured gateways live in the process, batches apply
     eagerly in the replicator's thread (here, the test's)."""
     source, replica = pair
-    settings.REDIS_URL = ""
-    app.conf.task_always_eager = True
-    try:
-        GatewayFactory(cluster=newyork, name="gw1")
-        signals = presence()
-        assert isinstance(signals, LocalPresence)
-        Heartbeat(None, signals).beat(database=True)
+    with in_process_engine(settings, newyork) as signals:
         replicator = Replicator(signals)
         produce = Producer(owner, source)
         produce(700)
         deadline = time.monotonic() + 20
         while not check(source, replica, ["clicks"]).ok and time.monotonic() < deadline:
             replicator.step()
-    finally:
-        app.conf.task_always_eager = False
     report = check(source, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok, report.summary()
     assert row_of(source, replica)["isUptodate"]
@@ -484,11 +466,7 @@ def test_a_restarted_replica_database_loses_and_duplicates_nothing(engine, owner
     tokyo = ClusterFactory(name="tokyo", store_url=private_postgres.url("tokyo_store"))
     store_for(tokyo)
     replica = StreamFactory(cluster=tokyo, name="activity", created_by=owner)
-    replica_add(actor=owner, source=activity, replica=replica)
-    upstream_add(actor=owner, replica=replica, source=activity)
-    GatewayFactory(cluster=tokyo, name="gw1")
-    engine.gateway("tokyo", "gw1")
-    engine.replicator()
+    replicate_with_engine(engine, owner, activity, replica)
     produce = Producer(owner, activity)
     thread = threading.Thread(target=lambda: [produce(200) or time.sleep(0.05)
                                               for _ in range(20)])

@@ -22,7 +22,6 @@ from tests.workers.conftest import ROOT, Engine, wait_until
 from tests.workers.test_replication import (  # noqa: F401 (fixtures)
     Producer,
     check,
-    clicks,
     gateways,
     pair,
     replica_count,

@@ -16,16 +16,14 @@ from django.db import connection
 
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ReplicaLink, Stream, SyncMode
-from replication.presence import LocalPresence, presence
+from replication.presence import presence
 from replication.reports import replica_rows
 from replication.services import replica_add, replica_edit, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory, StreamFactory
-from tests.workers.conftest import wait_until
-from workers.celery import app
-from workers.gateway import Heartbeat
+from tests.workers.conftest import in_process_engine, wait_until
 from workers.replicator import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -250,13 +248,8 @@ def test_embedded_mode_waits_for_the_in_process_gateway(owner, newyork, sync_pai
     """`make run`: no Redis; the gateways live in the process and batches apply eagerly in
     the replicator's thread, which notifies the producer waiting in another thread."""
     source, replica = sync_pair
-    settings.REDIS_URL = ""
-    app.conf.task_always_eager = True
-    try:
-        GatewayFactory(cluster=newyork, name="gw1")
-        signals = presence()
-        assert isinstance(signals, LocalPresence)
-        Heartbeat(None, signals).beat(database=True)  # live, and promotes the link
+    # The gateway's beat makes it live, and promotes the link.
+    with in_process_engine(settings, newyork) as signals:
         assert link_of(source, replica).mode == SyncMode.SYNC
         replicator = Replicator(signals)
 
@@ -274,8 +267,6 @@ def test_embedded_mode_waits_for_the_in_process_gateway(owner, newyork, sync_pai
             while not future.done() and time.monotonic() < deadline:
                 replicator.step()
             _offsets, waited, held = future.result(timeout=5)
-    finally:
-        app.conf.task_always_eager = False
     assert held and waited < 1.0
     assert link_of(source, replica).mode == SyncMode.SYNC
 

@@ -1,4 +1,6 @@
-"""spark-submit entry: `spark-submit workers/spark/copystream_job.py '<spec JSON>'`."""
+"""spark-submit entry: `STREAMGATE_JOB_SPEC='<spec JSON>' spark-submit
+workers/spark/copystream_job.py` (the spec in the environment: workers/spark/submit.py says
+why)."""
 
 import sys
 

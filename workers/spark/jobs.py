@@ -14,7 +14,8 @@ from uuid import UUID
 
 from pyspark import SparkContext
 
-from replication.engine.store import MessageStore, UnknownTopic
+from replication.engine.store import UnknownTopic
+from replication.engine.storebase import MessageStore
 from workers.spark.ranges import BUCKET, Range, Side, Work, copy_ranges, diff_ranges, stores
 
 # (messages done, messages total, bytes done, bytes total)

@@ -22,10 +22,10 @@ import psycopg
 from replication.engine.factory import open_store
 from replication.engine.store import (
     Message,
-    MessageStore,
     StoreError,
     encode_headers,
 )
+from replication.engine.storebase import MessageStore
 from workers.spark import pg
 
 CHUNK = 100_000  # offsets per destination transaction

@@ -1,22 +1,55 @@
 """What the spark-submit entry files share: the spec as JSON in, progress and the result as
-JSON lines out (the Celery side reads them from the driver's standard output)."""
+JSON lines out (the Celery side reads them from the driver's standard output).
+
+The spec comes in the driver's environment (SPEC_VARIABLE), never its arguments: it carries the
+stores' URLs, passwords included, and every local user sees every process's command line
+(`ps`), while a process's environment is its owner's alone (/proc/PID/environ). The executors
+get the URLs inside their tasks, over Spark's own connection to the driver."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+import pyspark
 
 from workers.spark.jobs import Spec
 from workers.spark.ranges import Side
-from workers.spark.session import spark_context, stop
+from workers.spark.session import java_options, spark_context, stop
 
 PREFIX = "streamgate-job "  # marks our lines among Spark's own output
+SPEC_VARIABLE = "STREAMGATE_JOB_SPEC"
+USAGE = (f"usage: {SPEC_VARIABLE}='<spec as JSON>' spark-submit <job file>\n"
+         "The spec carries store URLs, passwords included: it goes in the environment, never "
+         "on a command line (`ps` shows those to every local user).")
 
 
 def spec_to_json(spec: Spec) -> str:
     return json.dumps({"src": vars(spec.src), "dst": vars(spec.dst), "topics": spec.topics,
                        "link": spec.link, "threads": spec.threads, "repair": spec.repair})
+
+
+def spec_environment(spec: Spec) -> dict[str, str]:
+    """What a job's driver process needs in its environment, beside the caller's own."""
+    return {SPEC_VARIABLE: spec_to_json(spec)}
+
+
+def submit_command(entry: str, master: str) -> list[str]:
+    """spark-submit of an entry file of this package ("copystream_job.py") to `master`, in
+    client mode: the driver runs here, the executors wherever the master puts them."""
+    return [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--master", master,
+            "--conf", f"spark.driver.extraJavaOptions={java_options()}",
+            str(Path(__file__).parent / entry)]
+
+
+def submit_environment(spec: Spec) -> dict[str, str]:
+    """The whole environment of a submitted job's driver: the spec, and this interpreter for
+    the executors' Python (it has psycopg and the project installed)."""
+    return {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            **spec_environment(spec)}
 
 
 def spec_from_json(text: str) -> Spec:
@@ -30,12 +63,14 @@ def emit(kind: str, **values: object) -> None:
 
 
 def main(run: Callable, argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: spark-submit <job file> '<spec as JSON>'", file=sys.stderr)
+    if argv or SPEC_VARIABLE not in os.environ:
+        print(USAGE, file=sys.stderr)
         return 2
+    # Out of the environment the driver's Python workers and any other child would inherit.
+    spec = spec_from_json(os.environ.pop(SPEC_VARIABLE))
     spark = spark_context()
     try:
-        result = run(spark, spec_from_json(argv[0]), lambda *figures: emit(
+        result = run(spark, spec, lambda *figures: emit(
             "progress", figures=figures))
     except Exception as error:
         emit("error", error=f"{type(error).__name__}: {error}")

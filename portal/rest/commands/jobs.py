@@ -5,11 +5,12 @@ follows the job to its end (streamgate/jobs.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from portal.rest.commands.registry import Row, command
+from portal.rest.commands.registry import Handler, Row, command
 from portal.rest.options import Bool, Choice, Int, Refused, StreamPath
 from replication import reports
 from replication.errors import NotFound
@@ -20,31 +21,34 @@ SRC = StreamPath("src", "the source stream", required=True)
 DST = StreamPath("dst", "the destination stream", required=True)
 
 
-@command(
+def _job_start(start: Callable[..., Job], option: str) -> Handler:
+    """A command starting a bulk job from -src to -dst, with one option of its own; it
+    answers with the job's row at once."""
+
+    def handler(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+        job = start(actor=user, source_path=opts["src"], destination_path=opts["dst"],
+                    **{option: opts[option]})
+        return [reports.job_row(job)]
+
+    return handler
+
+
+copystream = command(
     "copystream", SRC, DST,
     Refused("mapreduce", accepts_false=True,
             reason="MapReduce is not available: streamgate's bulk copies run as Spark jobs"),
     Int("numthreads", "Spark tasks running at once (default: one per partition)"),
     summary="Copy every topic and partition of a stream into another (created with the "
             "source's metadata when missing), as a Spark job.",
-)
-def copystream(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    job = copystream_start(actor=user, source_path=opts["src"], destination_path=opts["dst"],
-                           numthreads=opts["numthreads"])
-    return [reports.job_row(job)]
+)(_job_start(copystream_start, "numthreads"))
 
-
-@command(
+diffstreams = command(
     "diffstreams", SRC, DST,
     Bool("repair", "recopy each partition from its first difference (default false)",
          default=False),
     summary="Compare two streams partition by partition (counts, offsets, checksums per "
             "offset range) and report the first differing offset, as a Spark job.",
-)
-def diffstreams(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    job = diffstreams_start(actor=user, source_path=opts["src"], destination_path=opts["dst"],
-                            repair=opts["repair"])
-    return [reports.job_row(job)]
+)(_job_start(diffstreams_start, "repair"))
 
 
 @command(

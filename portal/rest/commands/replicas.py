@@ -3,12 +3,13 @@ add|list|remove: the two halves of MapR's two-way replication agreement."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
-from portal.rest.options import Bool, Choice, Str, StreamPath
+from portal.rest.options import Bool, Choice, Option, Str, StreamPath
 from replication import reports, services
 from replication.lag_history import lag_record
 from replication.models import Compression, Job, ReplicaLink
@@ -30,6 +31,37 @@ LINK_OPTIONS = (
 )
 REPLICA_PATH = StreamPath("path", "the replica stream", required=True)
 UPSTREAM = StreamPath("upstream", "the source stream", required=True)
+
+
+def _pair_commands(own: Option, other: Option, names: tuple[str, str],
+                   commands: dict[str, tuple[Callable[..., object], str]]) -> None:
+    """Register commands that run a service on the stream at -`own` and the one at -`other`
+    (both looked up through the tenant choke point), passed as `names`, and answer nothing."""
+    first, second = names
+    for path, (service, summary) in commands.items():
+
+        def handler(user: AbstractBaseUser, opts: dict[str, Any],
+                    service: Callable[..., object] = service) -> None:
+            service(actor=user, **{first: stream_at(user, opts, own.name),
+                                   second: stream_at(user, opts, other.name)})
+
+        command(path, own, other, summary=summary)(handler)
+
+
+_pair_commands(SOURCE, REPLICA, ("source", "replica"), {
+    "stream/replica/remove": (services.replica_remove,
+                              "Unregister a replica (needs adminperm on the source)."),
+    "stream/replica/pause": (services.replica_pause,
+                             "Pause replication to a replica (needs adminperm on the source)."),
+    "stream/replica/resume": (services.replica_resume, "Resume replication where it left off "
+                              "(needs adminperm on the source)."),
+})
+_pair_commands(REPLICA_PATH, UPSTREAM, ("replica", "source"), {
+    "stream/upstream/add": (services.upstream_add,
+                            "Accept data from a source stream (needs adminperm on the replica)."),
+    "stream/upstream/remove": (services.upstream_remove, "Stop accepting data from a source "
+                               "(needs adminperm on the replica)."),
+})
 
 
 @command("stream/replica/add", SOURCE, REPLICA,
@@ -69,27 +101,6 @@ def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.replica_rows(stream)
 
 
-@command("stream/replica/remove", SOURCE, REPLICA,
-         summary="Unregister a replica (needs adminperm on the source).")
-def replica_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.replica_remove(actor=user, source=stream_at(user, opts),
-                            replica=stream_at(user, opts, "replica"))
-
-
-@command("stream/replica/pause", SOURCE, REPLICA,
-         summary="Pause replication to a replica (needs adminperm on the source).")
-def replica_pause(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.replica_pause(actor=user, source=stream_at(user, opts),
-                           replica=stream_at(user, opts, "replica"))
-
-
-@command("stream/replica/resume", SOURCE, REPLICA,
-         summary="Resume replication where it left off (needs adminperm on the source).")
-def replica_resume(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.replica_resume(actor=user, source=stream_at(user, opts),
-                            replica=stream_at(user, opts, "replica"))
-
-
 @command(
     "stream/replica/autosetup",
     SOURCE,
@@ -114,13 +125,6 @@ def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]
     return [reports.job_row(job)]
 
 
-@command("stream/upstream/add", REPLICA_PATH, UPSTREAM,
-         summary="Accept data from a source stream (needs adminperm on the replica).")
-def upstream_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.upstream_add(actor=user, replica=stream_at(user, opts),
-                          source=stream_at(user, opts, "upstream"))
-
-
 @command("stream/upstream/list", REPLICA_PATH,
          summary="List the sources a stream accepts data from.")
 def upstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
@@ -129,8 +133,3 @@ def upstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.upstream_rows(stream)
 
 
-@command("stream/upstream/remove", REPLICA_PATH, UPSTREAM,
-         summary="Stop accepting data from a source (needs adminperm on the replica).")
-def upstream_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.upstream_remove(actor=user, replica=stream_at(user, opts),
-                             source=stream_at(user, opts, "upstream"))

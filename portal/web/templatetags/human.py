@@ -177,5 +177,18 @@ def error_of(errors: dict[str, str] | None, name: str) -> str:
 
 
 @register.filter
+def row_key(part: str, pk: int) -> str:
+    """The errors key of one table row's buttons (e.g. "replica-12"): see `row_refused`."""
+    return f"{part}-{pk}"
+
+
+@register.filter
 def index(items: list[Any], position: int) -> Any:
     return items[position]
+
+
+@register.filter
+def headings(value: str) -> list[str]:
+    """"Path|Cluster|Topics" -> the column headings of web/_table.html (templates cannot
+    write a list)."""
+    return value.split("|")

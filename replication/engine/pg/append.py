@@ -12,15 +12,13 @@ from psycopg.pq import TransactionStatus
 
 from replication.engine.batches import layout_batch
 from replication.engine.pg.catalog import Catalog
-from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_GET, SEQ_PUT
+from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_PUT
 from replication.engine.sequences import (
-    ProducerBatch,
     ProducerState,
-    sequence_check,
-    sequence_next,
     sequenced_partition,
 )
 from replication.engine.store import Plan, Record, StoreError, plan_partitions
+from replication.engine.storebase import Produce
 
 
 class _TopicChanged(Exception):
@@ -50,27 +48,15 @@ def _committing(conn: psycopg.Connection) -> Iterator[None]:
 class Appending(Catalog):
     """Producing: offsets reserved and rows copied in, one transaction per batch."""
 
-    def append(
-        self,
-        stream: UUID,
-        topic: str,
-        records: Sequence[Record],
-        *,
-        origin: UUID,
-        producer: str | None = None,
-        log_append_time: bool = False,
-        sequence: ProducerBatch | None = None,
-    ) -> list[tuple[int, int]]:
-        if not records:
-            return []
+    def _append(self, stream: UUID, topic: str, records: Sequence[Record],
+                produce: Produce) -> list[tuple[int, int]]:
         for _ in range(3):
             ids = self._topic_cache(stream, topic)
-            if sequence is not None:
+            if produce.sequence is not None:
                 sequenced_partition(records, len(ids))
             plan = plan_partitions(records, len(ids), self._rr)
             try:
-                placed = self._append(stream, topic, ids, records, plan, origin.bytes, producer,
-                                      log_append_time, sequence)
+                placed = self._append_planned(stream, topic, ids, records, plan, produce)
             except _TopicChanged:
                 self._topics.pop((stream, topic), None)  # it grew or vanished: look again
                 continue
@@ -81,42 +67,27 @@ class Appending(Catalog):
             return placed
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
 
-    def _append(
-        self,
-        stream: UUID,
-        topic: str,
-        ids: list[int],
-        records: Sequence[Record],
-        plan: Plan,
-        origin: bytes,
-        producer: str | None,
-        log_append_time: bool,
-        sequence: ProducerBatch | None = None,
-    ) -> list[tuple[int, int]]:
+    def _append_planned(self, stream: UUID, topic: str, ids: list[int],
+                        records: Sequence[Record], plan: Plan,
+                        produce: Produce) -> list[tuple[int, int]]:
         pids = {p: ids[p] for p in plan.totals}
         with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
             firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan)
-            if sequence is not None:
+            if produce.sequence is not None:
                 # Under the partition's row lock (taken by the reserve): the producer's state
                 # read here holds until the commit, which stores the batch and it together.
                 ((p, pid),) = pids.items()
-                self._sequence(cur, pid, sequence, firsts[p])
+                retried = self._sequence(cur, pid, produce.sequence, firsts[p])
+                if retried is not None:
+                    raise _Retried(retried)  # rolls back: the reserved offsets are given back
             with cur.copy(COPY_IN) as copy:
                 copy.set_types(COPY_TYPES)
-                return layout_batch(
-                    records, plan, pids, firsts, origin, producer, log_append_time, copy.write_row
-                )
+                return layout_batch(records, plan, pids, firsts, *produce[:3], copy.write_row)
 
-    @staticmethod
-    def _sequence(cur: psycopg.Cursor, pid: int, batch: ProducerBatch, first: int) -> None:
-        row = cur.execute(SEQ_GET, (pid, batch.producer_id)).fetchone()
-        state = ProducerState(row[0], *map(tuple, row[1:])) if row else None
-        retried = sequence_check(state, batch)
-        if retried is not None:
-            raise _Retried(retried)  # rolls back: the reserved offsets are given back
-        new = sequence_next(state, batch, first)
-        cur.execute(SEQ_PUT, (pid, batch.producer_id, new.epoch, list(new.firsts),
-                              list(new.lasts), list(new.offsets)))
+    def _put_state(self, conn: psycopg.Cursor, pid: int, producer_id: int,
+                   state: ProducerState) -> None:
+        conn.execute(SEQ_PUT, (pid, producer_id, state.epoch, list(state.firsts),
+                               list(state.lasts), list(state.offsets)))
 
     @staticmethod
     def _reserve(

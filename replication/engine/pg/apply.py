@@ -4,16 +4,16 @@ origin, DESIGN.md invariant 2) with the link's cursor advanced in the same trans
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from uuid import UUID
 
 import psycopg
 
-from replication.engine.batches import Ends, group_runs, layout_apply, trim_runs
+from replication.engine.batches import Ends, Trimmed, layout_apply, trim_runs
 from replication.engine.pg.catalog import Catalog
 from replication.engine.pg.pipe import Overtaken, pipe_into, source_range
 from replication.engine.pg.schema import ADVANCE, COPY_IN, COPY_TYPES, LINK_CURSORS, LOCK, START
-from replication.engine.store import Applied, Key, Message, MessageStore, ReturnToOrigin, StoreError
+from replication.engine.store import Applied, Key, Message, ReturnToOrigin, StoreError
+from replication.engine.storebase import MessageStore
 
 
 class Applying(Catalog):
@@ -23,17 +23,8 @@ class Applying(Catalog):
     def _advance(cur: psycopg.Cursor, ends: Ends) -> None:
         cur.execute(ADVANCE, (list(ends), *map(list, zip(*ends.values(), strict=True))))
 
-    def apply(
-        self,
-        stream: UUID,
-        messages: Sequence[Message],
-        *,
-        link: str,
-        origin_low: dict[Key, int] | None = None,
-    ) -> Applied:
-        runs = group_runs(messages)
-        if not runs:
-            return Applied({})
+    def _apply(self, stream: UUID, runs: dict[Key, list[Message]], link: str,
+               origin_low: dict[Key, int] | None) -> tuple[Trimmed, Ends]:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             pids = self._apply_pids(conn, stream, runs)
             # The partitions' row locks serialise every applier and appender of a partition,
@@ -52,8 +43,7 @@ class Applying(Catalog):
                 self._advance(cur, ends)
             delivered = {pids[key]: run[-1].offset + 1 for key, run in runs.items()}
             cur.execute(LINK_CURSORS, (link, list(delivered), list(delivered.values())))
-        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()},
-                       sum(nbytes for _, _, nbytes in ends.values()))
+        return trimmed, ends
 
     def apply_from(
         self,
@@ -113,21 +103,3 @@ class Applying(Catalog):
             nxt, rows, nbytes = pipe_into(src, cur, (spid, pid), key, first, upto, low=low,
                                           link=link)
         return Applied({key: nxt}, {key: rows}, nbytes)
-
-    def _apply_pids(
-        self, conn: psycopg.Connection, stream: UUID, runs: dict[Key, list[Message]]
-    ) -> dict[Key, int]:
-        # Topics and partitions the origin has appear on the replica as messages arrive
-        # (invariant 7): grow the replica's topic to cover every partition in the batch.
-        need: dict[str, int] = {}
-        for topic, partition in runs:
-            need[topic] = max(need.get(topic, 0), partition + 1)
-        # Sorted, so two appliers creating the same partitions insert them in one order.
-        topics = sorted(need)
-        self._grow(conn, stream, topics, [need[t] for t in topics])
-        rows = conn.execute(
-            "SELECT topic, partition, id FROM partitions WHERE stream = %s AND topic = ANY(%s)",
-            (stream, list(need)),
-        ).fetchall()
-        ids = {(t, p): pid for t, p, pid in rows}
-        return {key: ids[key] for key in runs}

@@ -1,5 +1,5 @@
-"""Cursors in the PostgreSQL store: consumer groups' committed offsets, and how far each
-replica link delivered."""
+"""Cursors in the PostgreSQL store: what of consumer groups' committed offsets is written in
+PostgreSQL's own way (the shared rest is in storebase.py)."""
 
 from __future__ import annotations
 
@@ -12,68 +12,7 @@ from replication.engine.store import CursorKey
 
 
 class Cursors(Catalog):
-    """Consumer groups' offsets and replica links' delivery cursors."""
-
-    def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
-        with self._pool.connection() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            row = conn.execute(
-                "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s",
-                (pid, link),
-            ).fetchone()
-        return row[0] if row else 0
-
-    def commit_cursor(
-        self, stream: UUID, group: str, topic: str, partition: int, offset: int
-    ) -> None:
-        with self._pool.connection() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            conn.execute(
-                'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (%s, %s, %s) '
-                'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"',
-                (pid, group, offset),
-            )
-
-    def commit_cursors(
-        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
-    ) -> None:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            rows = [(self._pid(conn, stream, topic, partition), group, offset)
-                    for topic, partition, offset in cursors]
-            cur.executemany(
-                'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (%s, %s, %s) '
-                'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"', rows)
-
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        with self._pool.connection() as conn:
-            return conn.execute(
-                "DELETE FROM consumer_cursors c USING partitions p WHERE p.id = c.pid "
-                "AND p.stream = %s AND (%s::text IS NULL OR c.grp = %s) "
-                "AND (%s::text IS NULL OR p.topic = %s) "
-                "AND (%s::int IS NULL OR p.partition = %s)",
-                (stream, group, group, topic, topic, partition, partition),
-            ).rowcount
-
-    def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
-        with self._pool.connection() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            row = conn.execute(
-                'SELECT "offset" FROM consumer_cursors WHERE pid = %s AND grp = %s', (pid, group)
-            ).fetchone()
-        return row[0] if row else None
-
-    def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
-                "JOIN partitions p ON p.id = c.pid WHERE p.stream = %s "
-                "ORDER BY c.grp, p.topic, p.partition",
-                (stream,),
-            ).fetchall()
-        return [tuple(r) for r in rows]
+    """Consumer groups' offsets merged from an origin."""
 
     def merge_cursors(
         self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]

@@ -185,28 +185,12 @@ def piped_bytes(relayed: Relayed) -> int:
     return relayed.stream - HEADER - TRAILER - relayed.rows * PIPED_ROW - relayed.first
 
 
-EXPIRE_CUT = """
-SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
-    SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s
-    ORDER BY "offset" LIMIT %s) c
-"""
 EXPIRE_DELETE = """
 WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s
     RETURNING octet_length(value) + coalesce(octet_length(key), 0)
         + coalesce(octet_length(headers), 0) AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM d
 """
-# diffstreams' repair cuts a partition back to `offset`; its low watermark follows when the
-# cut reaches below it.
-TRUNCATE = """
-UPDATE partitions SET next_offset = %(off)s, low_offset = least(low_offset, %(off)s),
-    rows = rows - %(n)s, bytes = bytes - %(b)s WHERE id = %(id)s
-"""
-# Rough on-disk bytes of a row beyond its payload (tuple header, fixed columns, line pointer,
-# index entry): weighs streams of small messages fairly when apportioning physicalsize.
-ROW_OVERHEAD = 88
-
-
 def configure_connection(conn: psycopg.Connection) -> None:
     """COPY picks dumpers by type oid, and for bytea that finds the DB-API `Binary` dumper,
     written in Python; registering bytes' own dumper by oid brings back the C one."""

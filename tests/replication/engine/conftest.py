@@ -9,6 +9,7 @@ over two clusters' stores, with the control plane's record of each topic's origi
 import contextlib
 import itertools
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,20 @@ from replication.engine.replicator import BatchSpec, plan_batches, pump
 from replication.engine.store import Key
 
 _databases = itertools.count()
+
+
+def wait_for_session(url: str, condition: str, never: str, *, timeout: float = 30,
+                     every: float = 0.005) -> None:
+    """Poll pg_stat_activity of `url`'s database until a session matches `condition` (SQL
+    over its columns); AssertionError(`never`) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as probe:
+        while time.monotonic() < deadline:
+            if probe.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                             f"current_database() AND {condition}").fetchone()[0]:
+                return
+            time.sleep(every)
+    raise AssertionError(never)
 
 
 def _server_url() -> str:

@@ -7,7 +7,7 @@ from contextlib import closing
 import psycopg
 import pytest
 
-from replication.engine.checker import Anomaly, Report
+from replication.engine.checker import Anomaly, Report, check_kept
 from replication.engine.store import Record, encode_headers
 
 
@@ -186,3 +186,55 @@ def test_two_messages_with_one_offset_are_duplicates(fresh_pg_net):
     report = net.check("A", "B")
     assert report.duplicates == [Anomaly("t", 0, 9, "origin: two messages with this offset")]
     assert _kinds(report) == {"duplicates"}
+
+
+# --- after a failback: acknowledged ids in the topic or kept aside (check_kept) ----------------
+
+ORIGINAL = "original-offset"
+
+
+def _keep(store, stream, messages) -> None:  # type: ignore[no-untyped-def]
+    """Append `messages` to `t.diverged` as a failback keeps them: their partition, their
+    original offset in a header."""
+    store.append(stream, "t.diverged", [
+        Record(m.value, key=m.key, headers=(*m.headers, (ORIGINAL, b"%d" % m.offset)),
+               partition=m.partition) for m in messages], origin=stream)
+
+
+def _failed_back(net) -> tuple[set[bytes], set[bytes]]:  # type: ignore[no-untyped-def]
+    """A's `t` cut back at offset 10 of partition 0, what followed kept in `t.diverged`;
+    every id, and the kept ones."""
+    net.add("A")
+    net.produce("A", "t", 40, partitions=2)
+    store, a = net.store("A"), net.id("A")
+    every = {dict(m.headers)["id"] for p in (0, 1) for m in store.read(a, "t", p, 0, limit=99)}
+    tail = store.read(a, "t", 0, 10, limit=99)
+    store.ensure_topic(a, "t.diverged", 2)
+    _keep(store, a, tail)
+    store.truncate(a, "t", 0, 10)
+    return every, {dict(m.headers)["id"] for m in tail}
+
+
+def _check_kept(net, every, kept):  # type: ignore[no-untyped-def]
+    return check_kept(net.store("A"), net.id("A"), ["t"], acknowledged={"t": every},
+                      kept={"t": kept}, suffix=".diverged", order_header=ORIGINAL)
+
+
+def test_every_acknowledged_id_in_the_topic_or_kept_aside_passes(net):
+    every, kept = _failed_back(net)
+    assert len(kept) >= 5
+    report = _check_kept(net, every, kept)
+    assert report.ok and report.checked == 40, report.summary()
+
+
+def test_a_kept_message_missing_is_lost_and_one_kept_twice_a_duplicate(net):
+    every, kept = _failed_back(net)
+    store, a = net.store("A"), net.id("A")
+    [first] = store.read(a, "t", 0, 0, limit=1)  # before the cut: still in `t`
+    _keep(store, a, [first])
+    report = _check_kept(net, every | {b"never-written"}, kept)
+    assert [x.detail for x in report.lost] == [
+        "acknowledged id b'never-written' in neither t nor t.diverged"]
+    assert len(report.duplicates) == 1 and "both in t and t.diverged" in report.duplicates[0].detail
+    # Kept out of its original order (offset 0 after the tail's), and where it does not belong.
+    assert len(report.reordered) == 1 and len(report.inconsistent) == 1

@@ -9,10 +9,8 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 import uuid
 
-import psycopg
 import pytest
 
 from replication.engine import Misordered, Record, open_store
@@ -28,6 +26,7 @@ from replication.engine.replicator import (
     sync_cursors,
 )
 from replication.engine.store import ReturnToOrigin, headers_size, now_ms
+from tests.replication.engine.conftest import wait_for_session
 
 
 def _partitions(net, name, topic):
@@ -260,27 +259,15 @@ def test_gateway_killed_mid_batch_leaves_a_prefix(pg_net):
     ctx = multiprocessing.get_context("spawn")
     doomed = ctx.Process(target=_doomed_gateway, args=(net.url("A"), net.url("B"), spec))
     doomed.start()
-    _wait_for_copy_into(net.url("B"))  # the gateway is inside its apply transaction
+    # The gateway is inside its apply transaction.
+    wait_for_session(net.url("B"), "state = 'active' AND query LIKE 'COPY messages%'",
+                     "the gateway never began writing")
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.join(10)
     assert net.store("B").watermarks(net.id("B"), "a") == {0: (0, 1000)}
     net.assert_replica("A", "B", require_caught_up=False)
     assert net.pump("A", "B") == 60_000
     net.assert_replica("A", "B")
-
-
-def _wait_for_copy_into(url: str) -> None:
-    deadline = time.monotonic() + 30
-    with psycopg.connect(url, autocommit=True) as probe:
-        while time.monotonic() < deadline:
-            copying = probe.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'active' AND query LIKE 'COPY messages%'"
-            ).fetchone()[0]
-            if copying:
-                return
-            time.sleep(0.005)
-    raise AssertionError("the gateway never began writing")
 
 
 # --- growth, retention, backlog -----------------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 
 from replication.engine import open_store
 from replication.engine.sequences import ProducerBatch, SequenceError
-from replication.engine.store import MessageStore, Record
+from replication.engine.store import Record
+from replication.engine.storebase import MessageStore
 
 
 def _batch(n: int, partition: int = 1, tag: str = "") -> list[Record]:

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import FrozenInstanceError
@@ -14,26 +13,20 @@ from dataclasses import FrozenInstanceError
 import psycopg
 import pytest
 
-from replication.engine import (
-    Message,
+from replication.engine import Message, Record, choose_partition, create_database, open_store
+from replication.engine.store import (
     Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
-    Record,
     StoreError,
     UnknownTopic,
-    choose_partition,
-    create_database,
-    open_store,
-)
-from replication.engine.store import (
     build_message,
     decode_headers,
     encode_headers,
     headers_size,
     now_ms,
 )
-from tests.replication.engine.conftest import _server_url, _with_db
+from tests.replication.engine.conftest import _server_url, _with_db, wait_for_session
 
 ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
 BINARY = bytes(range(256)) * 3 + b"\x00\x00tail\x00"
@@ -348,7 +341,8 @@ def test_expire_mid_delete_does_not_block_appenders(pg_url, stream):
             )
             worker = threading.Thread(target=store.expire, args=(stream,), kwargs={"before_ms": 2})
             worker.start()
-            _wait_for_lock_wait(blocker)
+            wait_for_session(blocker.info.dsn, "wait_event_type = 'Lock'",
+                             "the expire never reached its DELETE", timeout=5, every=0.05)
             appender = threading.Thread(
                 target=store.append, args=(stream, "t", [Record(b"n")]), kwargs={"origin": ORIGIN}
             )
@@ -361,19 +355,6 @@ def test_expire_mid_delete_does_not_block_appenders(pg_url, stream):
         assert store.watermarks(stream, "t") == {0: (100, 101)}
     finally:
         store.close()
-
-
-def _wait_for_lock_wait(conn: psycopg.Connection) -> None:
-    for _ in range(100):
-        with psycopg.connect(conn.info.dsn, autocommit=True) as probe:
-            waiting = probe.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            ).fetchone()[0]
-        if waiting:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the expire never reached its DELETE")
 
 
 # --- consumer cursors --------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +15,23 @@ from pathlib import Path
 import pytest
 from knox.models import AuthToken
 
-from tests.workers.conftest import ROOT, test_database_url
+from bench.processes import stop_process
+from tests.workers.conftest import ROOT, redis_namespace, test_database_url
 
 # Fast presence, so tests of listeners dying see leadership move in seconds.
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
+
+
+def orders_topic(owner, partitions: int):  # type: ignore[no-untyped-def]
+    """/mapr/c1/apps:orders in alice's tenant, with its partitions in the store."""
+    from replication.stores import store_for
+    from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+
+    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    made = TopicFactory(stream=stream, name="orders", partitions=partitions)
+    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", partitions)
+    return made
 
 
 def free_port() -> int:
@@ -66,13 +78,7 @@ class KafkaListeners:
         return f"127.0.0.1:{self.processes[label][1]}"
 
     def stop(self, label: str = "k1", *, kill: bool = False) -> None:
-        process, _ = self.processes.pop(label)
-        process.kill() if kill else process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.processes.pop(label)[0], kill=kill)
 
     def close(self) -> None:
         for label in list(self.processes):
@@ -105,20 +111,14 @@ class KafkaEndpoint:
 
 @pytest.fixture
 def kafka_listeners(transactional_db, tmp_path, settings) -> Iterator[KafkaListeners]:
-    import redis
-
-    namespace = f"sgk-{uuid.uuid4().hex[:10]}:"
-    env = {**os.environ, **LISTENER_SETTINGS, "DATABASE_URL": test_database_url(),
-           "STREAMGATE_NAMESPACE": namespace}
-    listeners = KafkaListeners(tmp_path, env)
-    try:
-        yield listeners
-    finally:
-        listeners.close()
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        keys = list(client.scan_iter(f"{namespace}*"))
-        if keys:
-            client.delete(*keys)
+    with redis_namespace(settings, "sgk") as namespace:
+        env = {**os.environ, **LISTENER_SETTINGS, "DATABASE_URL": test_database_url(),
+               "STREAMGATE_NAMESPACE": namespace}
+        listeners = KafkaListeners(tmp_path, env)
+        try:
+            yield listeners
+        finally:
+            listeners.close()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from kio.index import load_request_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
-from replication.stores import store_for
-from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+from tests.workers.kafka.conftest import orders_topic
 from workers.kafka.codec import reader
 from workers.kafka.records import CODECS, decode_batches
 
@@ -87,11 +86,7 @@ def _exactly(sock: socket.socket, n: int) -> bytes | None:
 
 @pytest.fixture
 def topic(owner):
-    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
-                           tenant=owner.memberships.get().tenant)
-    made = TopicFactory(stream=stream, name="orders", partitions=2)
-    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 2)
-    return made
+    return orders_topic(owner, 2)
 
 
 @pytest.mark.parametrize("codec", sorted(CODECS))

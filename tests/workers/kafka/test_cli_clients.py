@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from replication.stores import store_for
-from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+from tests.workers.kafka.conftest import orders_topic
 
 pytestmark = pytest.mark.slow
 NAME = "/mapr/c1/apps:orders"
@@ -21,11 +21,7 @@ JS = Path(__file__).parent / "js"
 
 @pytest.fixture
 def topic(owner):
-    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
-                           tenant=owner.memberships.get().tenant)
-    made = TopicFactory(stream=stream, name="orders", partitions=2)
-    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 2)
-    return made
+    return orders_topic(owner, 2)
 
 
 def kcat(endpoint, *args: str, stdin: str | None = None) -> str:  # type: ignore[no-untyped-def]

@@ -4,28 +4,16 @@ membership shows in `stream assign list`, both through the portal's /rest."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 import requests
 from confluent_kafka import Consumer, Producer
 
-from tests.workers.conftest import ROOT
-from tests.workers.kafka.conftest import free_port
-from tests.workers.kafka.test_embedded import MINT_TOKEN, manage
+from tests.workers.kafka.embedded import embedded_site
 
 pytestmark = pytest.mark.slow
 STREAM = "/mapr/sanfrancisco/kafka"  # the demo tenant's default stream (replication/demo.py)
-
-
-def wait_log(path, text: str, server: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 90
-    while text not in path.read_text():
-        assert server.poll() is None and time.monotonic() < deadline, path.read_text()
-        time.sleep(0.2)
 
 
 def rest(port: int, token: str, command: str, **params: str) -> list[dict]:
@@ -37,25 +25,8 @@ def rest(port: int, token: str, command: str, **params: str) -> list[dict]:
 
 
 def test_embedded_group_commits_and_membership_show_in_the_portal(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(STREAMGATE_DATA_DIR=str(tmp_path), STREAMGATE_ADMIN_USER="admin",
-               STREAMGATE_ADMIN_PASSWORD="embedded-test-password-1")
-    manage(env, "migrate", "--no-input", "-v", "0")
-    manage(env, "ensureoperator")
-    manage(env, "demoscene")
-    token = manage(env, "shell", "-c", MINT_TOKEN).strip().splitlines()[-1]
-    web, kafka_port = free_port(), free_port()
-    log_path = tmp_path / "embedded.log"
-    log = log_path.open("ab")
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "runembedded", "--port", str(web),
-         "--kafka", f"127.0.0.1:{kafka_port}"], cwd=ROOT, env=env, stdout=log,
-        stderr=subprocess.STDOUT)
-    config = {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "security.protocol":
-              "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "admin",
-              "sasl.password": token}
-    try:
-        wait_log(log_path, "kafka listener ready", server)
+    with embedded_site(tmp_path) as site:
+        config, web, token = site.config, site.web, site.token
         producer = Producer(config)
         for index in range(20):
             producer.produce("orders", f"v{index}".encode())
@@ -80,7 +51,3 @@ def test_embedded_group_commits_and_membership_show_in_the_portal(tmp_path):
         assert {r["consumergroup"] for r in rows} == {"shipping"}
         assert {r["topic"] for r in rows} == {"orders"}
         consumer.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()

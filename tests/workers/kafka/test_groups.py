@@ -26,12 +26,19 @@ async def join(co: Coordinator, member_id: str = "", *, protocols: list | None =
                          rebalance_timeout_ms=rebalance_ms, client_id="c", **kw)
 
 
+async def join_soon(co: Coordinator, *args: Any, **kw: Any) -> asyncio.Future:
+    """A join started in the background, given time to reach the coordinator (where it waits
+    for the rebalance it triggers or joins)."""
+    task = asyncio.ensure_future(join(co, *args, **kw))
+    await asyncio.sleep(0.01)
+    return task
+
+
 async def join_two(co: Coordinator) -> tuple[JoinResult, JoinResult]:
     first = await join(co)
     assert first.error is Err.NONE and first.generation_id == 1
     # The second member's join triggers a rebalance the first completes by rejoining.
-    second_task = asyncio.ensure_future(join(co))
-    await asyncio.sleep(0.01)
+    second_task = await join_soon(co)
     assert co.heartbeat("g", generation_id=1, member_id=first.member_id) \
         is Err.REBALANCE_IN_PROGRESS
     first_again = await join(co, first.member_id)
@@ -87,8 +94,7 @@ def test_leader_gets_all_metadata_followers_wait_for_its_assignment() -> None:
 def test_protocol_is_chosen_among_those_every_member_supports() -> None:
     async def scenario(co: Coordinator) -> None:
         first = await join(co)
-        second = asyncio.ensure_future(join(co, protocols=[("roundrobin", b"x")]))
-        await asyncio.sleep(0.01)
+        second = await join_soon(co, protocols=[("roundrobin", b"x")])
         again = await join(co, first.member_id)
         assert again.protocol_name == (await second).protocol_name == "roundrobin"
         refused = await join(co, protocols=[("cooperative-sticky", b"")])
@@ -137,8 +143,7 @@ def test_session_timeout_removes_silent_member_and_rebalances() -> None:
     async def scenario(co: Coordinator) -> None:
         a = await join(co, session_ms=300)
         await settle(co, [a])
-        b_task = asyncio.ensure_future(join(co, session_ms=300))
-        await asyncio.sleep(0.01)
+        b_task = await join_soon(co, session_ms=300)
         a2 = await join(co, a.member_id, session_ms=300)
         b = await b_task
         await settle(co, [a2, b])
@@ -176,8 +181,7 @@ def test_cooperative_follow_up_rebalance_completes_when_members_rejoin_with_subs
         a, b = await join_two(co)
         await settle(co, [a, b])
         # Both rejoin with changed "owned partitions" in their metadata, in turn.
-        first = asyncio.ensure_future(join(co, a.member_id, protocols=[("range", b"a-owns-1")]))
-        await asyncio.sleep(0.01)
+        first = await join_soon(co, a.member_id, protocols=[("range", b"a-owns-1")])
         second = await join(co, b.member_id, protocols=[("range", b"b-owns-0")])
         first_result = await first
         assert first_result.generation_id == second.generation_id == 3
@@ -247,8 +251,7 @@ def test_a_repeated_join_answers_the_earlier_one_instead_of_leaving_it_hanging()
     async def scenario(co: Coordinator) -> None:
         a, b = await join_two(co)
         await settle(co, [a, b])
-        earlier = asyncio.ensure_future(join(co, a.member_id, protocols=[("range", b"new")]))
-        await asyncio.sleep(0.01)
+        earlier = await join_soon(co, a.member_id, protocols=[("range", b"new")])
         again = asyncio.ensure_future(join(co, a.member_id, protocols=[("range", b"new")]))
         assert (await earlier).error is Err.REBALANCE_IN_PROGRESS
         await join(co, b.member_id)

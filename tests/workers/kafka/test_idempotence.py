@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from replication.engine.store import Record
 from replication.stores import close_stores, store_for, store_url
-from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+from tests.workers.kafka.conftest import orders_topic
 from workers.kafka.records import encode_batch
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,7 @@ NAME = "/mapr/c1/apps:orders"
 
 @pytest.fixture
 def topic(owner):
-    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
-                           tenant=owner.memberships.get().tenant)
-    made = TopicFactory(stream=stream, name="orders", partitions=3)
-    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 3)
-    return made
+    return orders_topic(owner, 3)
 
 
 def stored_values(topic) -> Counter:

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from replication.stores import store_for
-from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+from tests.workers.kafka.conftest import orders_topic
 
 pytestmark = pytest.mark.slow
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -17,11 +17,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 @pytest.fixture
 def topic(owner):
-    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
-                           tenant=owner.memberships.get().tenant)
-    made = TopicFactory(stream=stream, name="orders", partitions=3)
-    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 3)
-    return made
+    return orders_topic(owner, 3)
 
 
 NAME = "/mapr/c1/apps:orders"

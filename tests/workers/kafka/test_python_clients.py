@@ -11,8 +11,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
 from replication.names import kafka_legal_name
-from replication.stores import store_for
-from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+from tests.workers.kafka.conftest import orders_topic
 
 pytestmark = pytest.mark.slow
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
@@ -20,11 +19,7 @@ CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 
 @pytest.fixture
 def topic(owner):
-    stream = StreamFactory(cluster=ClusterFactory(name="c1"), name="apps", created_by=owner,
-                           tenant=owner.memberships.get().tenant)
-    made = TopicFactory(stream=stream, name="orders", partitions=2)
-    store_for(stream.cluster).ensure_topic(stream.uuid, "orders", 2)
-    return made
+    return orders_topic(owner, 2)
 
 
 def _sent(codec: str | None) -> list[tuple[bytes, bytes, list]]:

@@ -23,7 +23,7 @@ from replication.engine.pg.schema import PIPE_ROWS
 from replication.engine.store import Record, UnknownTopic
 from replication.stores import default_store_url
 from workers.spark import Side, Spec, copystream, diffstreams
-from workers.spark.submit import spec_to_json
+from workers.spark.submit import spec_environment
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPICS = {"clicks": 4, "views": 3, "orders": 1}
@@ -156,9 +156,9 @@ def test_copy_killed_mid_job_and_run_again_ends_equal(db, spark):
     fill(opened[0], src, 120_000, batch=20_000)
     spec = spec_of(urls, src, dst)
     driver = subprocess.Popen(
-        [sys.executable, str(ROOT / "workers/spark/copystream_job.py"), spec_to_json(spec)],
+        [sys.executable, str(ROOT / "workers/spark/copystream_job.py")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **spec_environment(spec)},
     )
     try:
         deadline = time.monotonic() + 120

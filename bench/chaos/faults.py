@@ -1,0 +1,399 @@
+"""The fault driver: injects faults at random while the producers write, undoes each a moment
+later (restart, resume, fail back), and times each kind from the fault to replication moving
+again."""
+
+from __future__ import annotations
+
+import heapq
+import importlib.util
+import random
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bench.chaos.topology import (
+    GATEWAYS,
+    RESTARTED,
+    Ends,
+    Topology,
+    held_by,
+    moved,
+    origin_ends,
+    replica_ends,
+)
+
+if TYPE_CHECKING:
+    from bench.chaos.failover import Cycle
+    from bench.chaos.soak import Options
+
+FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
+               "replicator kill -9", "Redis restart", "portal kill -9", "Kafka listener kill -9",
+               "Spark worker kill -9", "failover -force", "failback")
+REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
+# How often each kind is drawn once every kind has run (the slow or rare ones are gated).
+WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
+           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1}
+
+
+class Engine(Protocol):
+    """What the soak needs of the engine's processes (bench/chaos/command.py's Processes)."""
+
+    processes: dict[str, subprocess.Popen]
+
+    def gateway(self, cluster: str, name: str) -> subprocess.Popen: ...
+
+    def replicator(self, label: str = "replicator") -> subprocess.Popen: ...
+
+    def stop(self, label: str, *, kill: bool = False) -> None: ...
+
+
+class Restartable(Protocol):
+    """A server the soak may crash and start again (PostgreSQL, Redis)."""
+
+    def start(self) -> None: ...
+
+    def stop(self, mode: str = "fast") -> None: ...
+
+
+class Store(Restartable, Protocol):
+    """A PostgreSQL server holding message stores (bench/pgserver.py's PrivatePostgres)."""
+
+    def url(self, database: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Entrance:
+    """A process producers write through (a portal, a Kafka listener): killed -9 under them
+    and started again on the same port."""
+
+    label: str  # its label among the engine's processes
+    restart: Callable[[], Any]
+
+
+# --- Spark ---------------------------------------------------------------------------------------
+
+
+def spark_built() -> bool:
+    return importlib.util.find_spec("workers.spark") is not None
+
+
+def spark_catchup(driver: Driver) -> None:
+    """Hand a replica link to the Spark catch-up job, as the replicator does with a large
+    backlog (replication.services.engine.link_catchup_request): the Celery worker runs the job
+    while the replicator leaves the link alone, then the link replicates on from the replica's
+    end."""
+    from replication.models import Job, ReplicaLink
+    from replication.services.engine import link_catchup_request
+
+    if "Redis" in driver.down:
+        return  # the job is sent through the broker
+    source, replica = driver.rng.choice(driver.topology.moving_links())
+    streams = driver.topology.streams
+    link = ReplicaLink.objects.get(source=streams[source], replica=streams[replica])
+    before = Job.objects.count()
+    # True also when a job of the link still runs: count only the jobs submitted here.
+    if link_catchup_request(link_id=link.pk) and Job.objects.count() > before:
+        driver.faults["Spark catch-up"] += 1
+        driver.next_spark = time.monotonic() + driver.options.spark_every
+        driver.options.say(f"  Spark catch-up of {source} -> {replica}")
+
+
+def spark_app_running(cluster: Any) -> bool:
+    """An application (a catch-up job) has executors running on the standalone cluster's
+    worker."""
+    try:
+        return bool(cluster.worker is not None and cluster.worker_state().get("executors"))
+    except (OSError, ValueError):  # the worker's page not answering this time
+        return False
+
+
+def catching_up() -> frozenset[str]:
+    """The replica streams whose link a running Spark catch-up holds."""
+    from replication.models import Job
+
+    return frozenset(Job.objects.filter(state__in=Job.ACTIVE, kind=Job.Kind.CATCHUP)
+                     .values_list("destination_path", flat=True))
+
+
+def jobs_active() -> bool:
+    from replication.models import Job
+
+    return Job.objects.filter(state__in=Job.ACTIVE).exists()
+
+
+def spark_jobs(timeout: float, say: Callable[[str], None]) -> Counter[str]:
+    """Wait for the catch-up jobs to end; their states."""
+    if not spark_built():
+        return Counter()
+    from replication.models import Job
+
+    deadline = time.monotonic() + timeout
+    while jobs_active() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for job in Job.objects.exclude(error=""):
+        say(f"  Spark job {job.pk} ({job.kind} {job.source_path} -> {job.destination_path}) "
+            f"{job.state}: {job.error.strip().splitlines()[0][:300]}")
+    return Counter(Job.objects.values_list("state", flat=True))
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Driver:
+    """Injects faults at random and undoes each a moment later (restart, resume)."""
+
+    engine: Engine
+    store: Restartable
+    topology: Topology
+    options: Options
+    rng: random.Random
+    redis: Restartable | None = None  # a private Redis to restart, if the run has one
+    entrances: dict[str, Entrance] = field(default_factory=dict)  # fault kind -> its process
+    cycle: Cycle | None = None  # the failover/failback cycle, if the run has one
+    # A standalone Spark cluster (workers/spark/standalone.py) the catch-ups run on, if any.
+    spark_cluster: Any = None
+    faults: Counter[str] = field(default_factory=Counter)
+    undo: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)
+    paused: set[tuple[str, str]] = field(default_factory=set)
+    down: set[str] = field(default_factory=set)  # "PostgreSQL", "Redis" while crashed
+    next_restart: float = 0.0
+    next_spark: float = 0.0
+    next_failover: float = 0.0
+    _seq: int = 0
+    # Faults whose replication has not moved again yet: (kind, when, the replica clusters it
+    # stopped, their replica topics' ends then).
+    pending: list[tuple[str, float, set[str], Ends]] = field(default_factory=list)
+    hit: set[str] = field(default_factory=set)  # the replica clusters the last fault stopped
+    recovered: dict[str, list[float]] = field(default_factory=dict)  # kind -> seconds each
+    next_look: float = 0.0
+
+    def later(self, delay: float, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self.undo, (time.monotonic() + delay, self._seq, action))
+
+    def kinds(self) -> list[str]:
+        """Every kind this run can inject, the slow ones last (run first: popped)."""
+        kinds = sorted(self.kinds_possible | {"PostgreSQL restart"})
+        self.rng.shuffle(kinds)
+        if self.spark:  # early: the job's JVM takes a while to start, let it overlap faults
+            kinds.append("Spark catch-up")
+        if self.cycle:  # first: a failover waits for no Spark job to run
+            kinds.append("failover -force")
+        return kinds
+
+    def run(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        self.next_restart = time.monotonic() + self.rng.uniform(2, 6)
+        kinds = self.kinds()  # each at least once, then at random
+        due = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            self.run_due()
+            self.look()
+            if time.monotonic() >= due:
+                self.inject(self.spark_worker_due() or (kinds.pop() if kinds else self.pick()))
+                due = time.monotonic() + self.rng.uniform(*self.options.fault_every)
+            time.sleep(0.05)
+        self.restore()
+
+    def pick(self) -> str:
+        kinds = [kind for kind, weight in WEIGHTS.items() for _ in range(weight)
+                 if kind in self.kinds_possible]
+        now = time.monotonic()
+        if now >= self.next_restart and "PostgreSQL" not in self.down:
+            kinds.append("PostgreSQL restart")
+        if self.spark and now >= self.next_spark:
+            kinds.append("Spark catch-up")
+        if self.cycle and now >= self.next_failover and not self.topology.failed_over:
+            kinds.append("failover -force")
+        return self.rng.choice(kinds)
+
+    def spark_worker_due(self) -> str:
+        """The Spark worker's kill, once, as soon as a catch-up runs executors on it."""
+        if (self.spark_cluster is None or self.faults["Spark worker kill -9"]
+                or not spark_app_running(self.spark_cluster)):
+            return ""
+        return "Spark worker kill -9"
+
+    @property
+    def kinds_possible(self) -> set[str]:
+        return {"gateway kill -9", "replica pause", "replicator kill -9", *self.entrances,
+                *(["Redis restart"] if self.redis else [])}
+
+    @property
+    def spark(self) -> bool:
+        return self.options.spark and spark_built()
+
+    def inject(self, kind: str) -> None:
+        before, self.hit = sum(self.faults.values()), set(GATEWAYS)
+        actions: dict[str, Callable[[], None]] = {
+            "gateway kill -9": self.kill_gateway, "replica pause": self.pause_replica,
+            "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
+            "Redis restart": self.restart_redis, "failover -force": self.fail_over,
+            "Spark worker kill -9": self.kill_spark_worker,
+            "Spark catch-up": lambda: spark_catchup(self)}
+        actions.get(kind, lambda: self.kill_entrance(kind))()
+        if sum(self.faults.values()) > before:
+            self.started(kind)
+
+    def started(self, kind: str, at: float | None = None) -> None:
+        self.pending.append((kind, at or time.monotonic(), self.hit,
+                             replica_ends(self.topology, self.stores_down)))
+
+    @property
+    def stores_down(self) -> frozenset[str]:
+        return frozenset({RESTARTED} if "PostgreSQL" in self.down else ())
+
+    def look(self, every: float = 0.25) -> None:
+        """Faults after which every replica topic has moved on (or caught up): the time from
+        the fault to replication moving again, per kind."""
+        now = time.monotonic()
+        if not self.pending or (every and now < self.next_look):
+            return
+        self.next_look = now + every
+        down = self.stores_down
+        ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
+        held, still = catching_up() if self.spark else frozenset(), []
+        for kind, at, clusters, before in self.pending:
+            if moved(before, ends, origins, clusters, held):
+                self.recovered.setdefault(kind, []).append(now - at)
+            else:
+                still.append((kind, at, clusters, before))
+        self.pending = still
+
+    def run_due(self) -> None:
+        while self.undo and self.undo[0][0] <= time.monotonic():
+            heapq.heappop(self.undo)[2]()
+
+    def restore(self) -> None:
+        while self.undo:
+            heapq.heappop(self.undo)[2]()
+
+    # --- the faults ------------------------------------------------------------------------------
+
+    def kill_gateway(self) -> None:
+        running = [(c, n) for c, names in GATEWAYS.items() for n in names
+                   if f"gw-{c}-{n}" in self.engine.processes]
+        if not running:
+            return
+        cluster, name = self.rng.choice(running)
+        self.engine.stop(f"gw-{cluster}-{name}", kill=True)  # SIGKILL: no goodbye, no flush
+        self.hit = {cluster}
+        self.faults["gateway kill -9"] += 1
+        self.options.say(f"  kill -9 gateway {name} of {cluster}")
+        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name))
+
+    def kill_replicator(self) -> None:
+        running = [label for label in REPLICATORS if label in self.engine.processes]
+        if len(running) < len(REPLICATORS) or "Redis" in self.down:
+            return  # one is down already: the fault is a replicator dying with another live
+        label = self.rng.choice(running)
+        self.hit = held_by(self.engine.processes[label].pid, self.topology)
+        self.engine.stop(label, kill=True)
+        self.faults["replicator kill -9"] += 1
+        self.options.say(f"  kill -9 {label}")
+        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.replicator(label))
+
+    def kill_entrance(self, kind: str) -> None:
+        entrance = self.entrances[kind]
+        if entrance.label not in self.engine.processes:
+            return
+        self.engine.stop(entrance.label, kill=True)  # mid-call: producers see no answer
+        self.faults[kind] += 1
+        self.options.say(f"  kill -9 {entrance.label}")
+        self.later(self.rng.uniform(0.5, 3.0), entrance.restart)
+
+    def kill_spark_worker(self) -> None:
+        """SIGKILL to the worker and its executors mid catch-up, as a node lost; Spark reruns
+        their tasks on the worker started a moment later (in a thread: it registers slowly)."""
+        cluster = self.spark_cluster
+        cluster.kill_worker()
+        self.faults["Spark worker kill -9"] += 1
+        self.options.say("  kill -9 the Spark worker (and its executors)")
+        restart = threading.Thread(target=cluster.start_worker, name="spark-worker",
+                                   daemon=True)
+        self.later(self.rng.uniform(0.5, 3.0), restart.start)
+
+    def pause_replica(self) -> None:
+        from replication.services import replica_pause, replica_resume
+
+        moving = [link for link in self.topology.moving_links() if link not in self.paused]
+        if not moving or "Redis" in self.down:
+            return
+        source, replica = self.rng.choice(moving)
+        streams, actor = self.topology.streams, self.topology.actor
+        replica_pause(actor=actor, source=streams[source], replica=streams[replica])
+        self.paused.add((source, replica))
+        self.hit = {replica}
+        self.faults["replica pause"] += 1
+        self.options.say(f"  pause {source} -> {replica}")
+
+        def resume() -> None:
+            replica_resume(actor=actor, source=streams[source], replica=streams[replica])
+            self.paused.discard((source, replica))
+
+        self.later(self.rng.uniform(1.0, 5.0), resume)
+
+    def crash(self, what: str, server: Restartable, mode: str, up: Callable[[], None]) -> None:
+        """Stop `server` at once and start it again a moment later."""
+        server.stop(mode)
+        self.down.add(what)
+
+        def start() -> None:
+            server.start()
+            self.down.discard(what)
+            up()
+
+        self.later(self.rng.uniform(0.5, 2.5), start)
+
+    def restart_store(self) -> None:
+        if "PostgreSQL" in self.down:
+            return
+
+        def up() -> None:
+            self.next_restart = time.monotonic() + self.options.restart_every
+
+        self.crash("PostgreSQL", self.store, "immediate", up)  # connections cut mid-transaction
+        self.faults["PostgreSQL restart"] += 1
+        self.options.say(f"  crash {RESTARTED}'s PostgreSQL")
+
+    def restart_redis(self) -> None:
+        if self.redis is None or "Redis" in self.down:
+            return
+        # kill -9 and no persistence: queued batches, presence, leases and wake-ups are lost.
+        self.crash("Redis", self.redis, "kill", lambda: None)
+        self.faults["Redis restart"] += 1
+        self.options.say("  kill -9 Redis (restarted empty)")
+
+    def fail_over(self) -> None:
+        if self.cycle is None or self.topology.failed_over or jobs_active():
+            return
+        self.restore()  # links resumed, servers and processes up: the services need them
+        self.cycle.fail_over()
+        self.faults["failover -force"] += 1
+        self.options.say("  failover -force of newyork from sanfrancisco")
+        self.later(self.rng.uniform(6.0, 12.0), self.fail_back)
+
+    def fail_back(self, attempts: int = 5) -> None:
+        assert self.cycle is not None
+        at = time.monotonic()
+        for attempt in range(attempts):
+            self.restore()
+            try:
+                self.cycle.fail_back()
+                break
+            except Exception as error:  # a store's pool reconnecting after its restart
+                self.options.say(f"  failback attempt {attempt + 1} failed: {error}")
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
+        self.faults["failback"] += 1
+        self.hit = set(GATEWAYS)
+        self.started("failback", at)
+        self.next_failover = time.monotonic() + self.options.failover_every
+        self.options.say(f"  failback of sanfrancisco ({self.cycle.kept_aside} kept aside so "
+                         "far)")

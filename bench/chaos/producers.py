@@ -1,0 +1,173 @@
+"""The soak's producers: numbered messages (an `id` header each, never reused: a call that got
+no answer may still have committed) round-robin over a stream's topics, each keeping what was
+acknowledged, where, and in which failover epoch (bench/chaos/failover.py). Three ways in: the
+services in this process, REST through a real portal process, and the Kafka protocol through a
+listener from an idempotent librdkafka producer."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.chaos.soak import Options
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    path: str  # the stream that acknowledged it
+    topic: str
+    partition: int
+    offset: int
+    id: bytes
+    epoch: int  # failovers done when it was sent
+
+
+@dataclass
+class Target:
+    """Where a producer writes now; the failover cycle moves it."""
+
+    stream: Any
+    epoch: int = 0
+
+
+class Producer(threading.Thread):
+    """Produces through the services in this process (messages_produce)."""
+
+    way = "services"
+
+    def __init__(self, label: str, target: Target, topics: tuple[str, ...], options: Options,
+                 stop: threading.Event, *, actor: Any = None) -> None:
+        super().__init__(name=f"producer-{label}", daemon=True)
+        self.label, self.target, self.topics, self.actor = label, target, topics, actor
+        self.options, self.halt = options, stop
+        self.sent = self.refused = 0
+        self.held = threading.Event()  # set: no new calls (a failback drains what they wrote)
+        self.acks: list[Ack] = []
+        self.errors: Counter[str] = Counter()
+
+    def run(self) -> None:
+        from django.db import connections
+
+        try:
+            while not self.halt.is_set():
+                if not self.held.is_set():
+                    self.produce_once()
+                self.halt.wait(self.options.interval)
+            self.finish()
+        finally:
+            connections.close_all()
+
+    def batch(self) -> tuple[str, list[tuple[bytes, bytes, bytes]]]:
+        """The next topic and its (id, key, value) messages."""
+        topic = self.topics[(self.sent // self.options.batch) % len(self.topics)]
+        prefix = f"{self.label}/{topic}".encode()
+        messages = [(b"%s-%d" % (prefix, n), b"k%d" % (n % 101), b"%s-%d:" % (prefix, n) +
+                     b"v" * 120) for n in range(self.sent, self.sent + self.options.batch)]
+        self.sent += len(messages)
+        return topic, messages
+
+    def produce_once(self) -> None:
+        from replication.engine.store import Record
+        from replication.services.messages import messages_produce
+
+        topic, messages = self.batch()
+        target = self.target
+        records = [Record(value=value, key=key, headers=(("id", ident),))
+                   for ident, key, value in messages]
+        try:
+            placed = messages_produce(actor=self.actor, stream=target.stream,
+                                      topic=topic, records=records)
+        except Exception as error:  # the store restarting, a fenced stream: not acknowledged
+            self.refuse(len(records), error)
+            return
+        self.acked(target, topic, placed, [ident for ident, _, _ in messages])
+
+    def refuse(self, count: int, error: BaseException) -> None:
+        self.refused += count
+        self.errors[type(error).__name__] += 1
+        self.halt.wait(0.2)
+
+    def acked(self, target: Target, topic: str, placed: list[tuple[int, int]],
+              ids: list[bytes]) -> None:
+        self.acks += [Ack(target.stream.path, topic, p, o, i, target.epoch)
+                      for (p, o), i in zip(placed, ids, strict=True)]
+
+    def finish(self) -> None:
+        """Wait for what is in flight (the Kafka producer's queue)."""
+
+
+class RestProducer(Producer):
+    """Produces over HTTP through a portal process (/api/v1, the API token); no retry of a
+    call that got no answer: its ids are not reused, so a retry could not be told apart."""
+
+    way = "REST (portal)"
+
+    def __init__(self, *args: Any, url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from streamgate.client import Client
+
+        self.client = Client(url, token, timeout=30.0)
+
+    def produce_once(self) -> None:
+        topic, messages = self.batch()
+        target = self.target
+        try:
+            rows = self.client.produce(target.stream.path, topic, [
+                {"value": value, "key": key, "headers": {"id": ident}}
+                for ident, key, value in messages])
+        except Exception as error:  # the portal killed mid-call, or a refusal
+            self.refuse(len(messages), error)
+            return
+        self.acked(target, topic, [(r["partition"], r["offset"]) for r in rows],
+                   [ident for ident, _, _ in messages])
+
+
+class KafkaProducer(Producer):
+    """Produces with librdkafka (confluent-kafka), enable.idempotence=true, through a
+    `manage.py runkafka` listener: a batch retried after the listener died is written once."""
+
+    way = "Kafka (idempotent)"
+
+    def __init__(self, *args: Any, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from confluent_kafka import Producer as Librdkafka
+
+        self.client = Librdkafka({**config, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 5, "message.timeout.ms": 60000,
+                                  "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500,
+                                  "log_level": 2})  # not each refused connection on stderr
+        self.lock = threading.Lock()
+
+    def produce_once(self) -> None:
+        topic, messages = self.batch()
+        target = self.target
+        name = f"{target.stream.path}:{topic}"
+
+        def report(ident: bytes, error: Any, message: Any) -> None:
+            # A delivery report carries no headers: the id comes with the callback.
+            try:
+                if error is not None:
+                    self.refused += 1
+                    self.errors[f"Kafka {error.name()}"] += 1
+                    return
+                self.acked(target, topic, [(message.partition(), message.offset())], [ident])
+            except Exception as failure:  # an exception must not cross librdkafka's C code
+                self.errors[f"delivery report {failure!r}"] += 1
+
+        for ident, key, value in messages:
+            try:
+                self.client.produce(name, value, key, headers=[("id", ident)],
+                                    on_delivery=partial(report, ident))
+            except BufferError as error:  # the local queue is full: wait for deliveries
+                self.client.poll(1.0)
+                self.refuse(1, error)
+        self.client.poll(0)
+
+    def finish(self) -> None:
+        # message.timeout.ms bounds it: each message ends delivered or failed (refused).
+        left = self.client.flush(90)
+        self.refused += left

@@ -1,0 +1,61 @@
+"""The replicator's batches to a gateway: a plain Redis list per gateway (mixed into
+RedisPresence), `sg:batches:<cluster>:<name>`, which the gateway pops directly.
+
+Why not a Celery task per batch: building, publishing, consuming and tracing a task message
+was about 0.3 of the replicator's CPU per batch and as much again of the gateway's
+(docs/benchmarks-history.md, issue 15). A batch here is a few fields of JSON, pushed in one
+pipeline with every other batch of the replicator's step.
+
+Nothing about delivery rests on the list: a batch popped by a gateway that dies before it
+acknowledges is sent again to another gateway once its acknowledgement is overdue (workers/
+replicator.py), and applying a batch twice changes nothing (the apply trims under the
+partition's lock). The list expires when nobody pushes to it for SIGNAL_TTL seconds (a gateway
+gone for good), and a batch carries its own expiry: one still queued when its acknowledgement
+is long overdue was sent elsewhere already, and the gateway drops it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+GatewayId = tuple[str, str]  # (cluster name, gateway name)
+TAKE_AT_MOST = 64  # batches a gateway takes from its list at once
+
+
+def batch_expired(batch: dict[str, Any], now: float | None = None) -> bool:
+    return batch.get("expires", float("inf")) <= (time.time() if now is None else now)
+
+
+class RedisBatches:
+    client: redis.Redis
+    prefix: str
+
+    def batch_queue(self, gateway: GatewayId) -> str:
+        return f"{self.prefix}sg:batches:{gateway[0]}:{gateway[1]}"
+
+    def send_batches(self, batches: Iterable[tuple[GatewayId, dict[str, Any]]], ttl: int) -> None:
+        """Queue each batch on its gateway's list, all in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        keys = set()
+        for gateway, batch in batches:
+            keys.add(key := self.batch_queue(gateway))
+            pipe.rpush(key, json.dumps(batch, separators=(",", ":")))
+        for key in keys:
+            pipe.expire(key, ttl)
+        pipe.execute()
+
+    def take_batches(self, gateway: GatewayId, timeout: float,
+                     at_most: int = TAKE_AT_MOST) -> list[dict[str, Any]]:
+        """The batches queued for `gateway`, oldest first, waiting up to `timeout` seconds for
+        the first; [] when none came."""
+        key = self.batch_queue(gateway)
+        popped = self.client.blpop([key], timeout=max(timeout, 0.01))
+        if not popped:
+            return []
+        more = self.client.lpop(key, at_most - 1) if at_most > 1 else None
+        return [json.loads(raw) for raw in (popped[1], *(more or ()))]

@@ -1,0 +1,60 @@
+"""The statements both message stores run, in PostgreSQL's dialect with `%s` placeholders;
+`storebase.sql()` turns them into SQLite's. Each store keeps its own schema and the statements
+that differ beyond that (bulk writes, COPY, locks)."""
+
+TOPIC_IDS = "SELECT id FROM partitions WHERE stream = %s AND topic = %s ORDER BY partition"
+MARKS = "SELECT low_offset, next_offset FROM partitions WHERE id = %s"
+TS_AT = 'SELECT ts FROM messages WHERE pid = %s AND "offset" = %s'
+WATERMARKS = (
+    "SELECT partition, low_offset, next_offset FROM partitions "
+    "WHERE stream = %s AND topic = %s ORDER BY partition"
+)
+PARTITION_STATS = """
+SELECT p.partition, p.low_offset, p.next_offset, p.rows, p.bytes,
+    (SELECT ts FROM messages m WHERE m.pid = p.id AND m."offset" = p.low_offset),
+    (SELECT ts FROM messages m WHERE m.pid = p.id AND m."offset" = p.next_offset - 1),
+    (SELECT count(*) FROM consumer_cursors c WHERE c.pid = p.id),
+    (SELECT min(c."offset") FROM consumer_cursors c WHERE c.pid = p.id)
+FROM partitions p WHERE p.stream = %s AND p.topic = %s ORDER BY p.partition
+"""
+STREAM_SIZE = (
+    "SELECT count(DISTINCT topic), coalesce(sum(bytes), 0), coalesce(sum(rows), 0) "
+    "FROM partitions WHERE stream = %s"
+)
+STREAM_PIDS = "SELECT id FROM partitions WHERE stream = %s ORDER BY id"
+REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s"
+COMMIT_CURSOR = (
+    'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (%s, %s, %s) '
+    'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"'
+)
+FETCH_CURSOR = 'SELECT "offset" FROM consumer_cursors WHERE pid = %s AND grp = %s'
+CURSORS = (
+    'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
+    "JOIN partitions p ON p.id = c.pid WHERE p.stream = %s ORDER BY c.grp, p.topic, p.partition"
+)
+# CAST, not PostgreSQL's `::`: a NULL filter matches everything, in both dialects.
+DELETE_CURSORS = """
+DELETE FROM consumer_cursors WHERE (CAST(%s AS text) IS NULL OR grp = %s) AND pid IN (
+    SELECT id FROM partitions WHERE stream = %s AND (CAST(%s AS text) IS NULL OR topic = %s)
+    AND (CAST(%s AS integer) IS NULL OR partition = %s))
+"""
+EXPIRE_CUT = """
+SELECT min("offset") FILTER (WHERE ts >= %s), max("offset") FROM (
+    SELECT "offset", ts FROM messages WHERE pid = %s AND "offset" >= %s
+    ORDER BY "offset" LIMIT %s) c
+"""
+# Retention and purge remove a prefix: the low watermark only rises.
+CUT_PREFIX = (
+    "UPDATE partitions SET low_offset = greatest(low_offset, %s), rows = rows - %s, "
+    "bytes = bytes - %s WHERE id = %s"
+)
+# diffstreams' repair cuts a partition back to `offset`; its low watermark follows when the
+# cut reaches below it, and so do the cursors past it.
+TRUNCATE = (
+    "UPDATE partitions SET next_offset = %s, low_offset = least(low_offset, %s), "
+    "rows = rows - %s, bytes = bytes - %s WHERE id = %s"
+)
+TRUNCATE_CURSORS = (
+    "UPDATE replication_cursors SET next_offset = %s WHERE pid = %s AND next_offset > %s",
+    'UPDATE consumer_cursors SET "offset" = %s WHERE pid = %s AND "offset" > %s',
+)

@@ -1,0 +1,483 @@
+"""The message store's interface, and the rules both stores run through it.
+
+`MessageStore` is what callers type against and what `PostgresStore` and `SqliteStore` derive
+from: every rule that is not SQL dialect or bulk transfer (COPY) lives here once, written
+against a DB-API connection and a few hooks each store fills (connections, transactions, the
+writes it does its own way). The statements (statements.py) are written in PostgreSQL's
+dialect; `sql()` turns them into SQLite's for the embedded store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
+from uuid import UUID
+
+from replication.engine.batches import (
+    OriginCache,
+    Trimmed,
+    cut_to_bytes,
+    expire_end,
+    group_runs,
+    messages_from_rows,
+)
+from replication.engine.sequences import sequence_check, sequence_next
+from replication.engine.statements import (
+    COMMIT_CURSOR,
+    CURSORS,
+    CUT_PREFIX,
+    DELETE_CURSORS,
+    EXPIRE_CUT,
+    FETCH_CURSOR,
+    MARKS,
+    PARTITION_STATS,
+    REPLICATION_CURSOR,
+    STREAM_PIDS,
+    STREAM_SIZE,
+    TOPIC_IDS,
+    TRUNCATE,
+    TRUNCATE_CURSORS,
+    TS_AT,
+    WATERMARKS,
+)
+from replication.engine.store import (
+    Applied,
+    CursorKey,
+    Key,
+    Message,
+    OffsetOutOfRange,
+    PartitionOutOfRange,
+    PartitionStats,
+    Record,
+    StoreError,
+    UnknownTopic,
+    first_at_or_after,
+)
+
+if TYPE_CHECKING:
+    from replication.engine.batches import Ends
+    from replication.engine.producers import ProducerBatch, ProducerState
+
+Connection = Any  # a DB-API connection: psycopg's or sqlite3's (both have .execute)
+_SQLITE_WORDS = {"%s": "?", "greatest(": "max(", "least(": "min(", "octet_length(": "length("}
+
+
+def sql(statement: str, dialect: str) -> str:
+    """A statement of `statements` in the store's dialect ("postgresql" or "sqlite")."""
+    if dialect == "sqlite":
+        for word, theirs in _SQLITE_WORDS.items():
+            statement = statement.replace(word, theirs)
+    return statement
+
+def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[PartitionStats]:
+    stats = [PartitionStats(*row) for row in rows]
+    if not stats:
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    return stats
+
+
+class ReadBounds(TypedDict, total=False):
+    limit: int  # at most this many messages (default 1000)
+    max_bytes: int  # and about this many logical bytes, but at least one (default 1 MiB)
+
+
+class Produce(NamedTuple):
+    """How an append batch is stored, besides its records."""
+
+    origin: bytes  # the stream the messages are first produced in
+    producer: str | None
+    log_append_time: bool  # the store's clock stamps every record
+    sequence: ProducerBatch | None  # an idempotent producer's batch
+
+
+class MessageStore(ABC):
+    """The message store of one cluster. Streams are named by UUID, partitions by number."""
+
+    DIALECT = "postgresql"
+    ROW_OVERHEAD = 0  # rough bytes a row costs on disk beyond its payload (see `sizes`)
+    _STATEMENTS: dict[tuple[str, str], str] = {}  # sql() of each statement used, per dialect
+
+    def __init__(self) -> None:
+        self._pids: dict[tuple[UUID, str, int], int] = {}  # ids never change: cache them
+        self._origins = OriginCache()
+        self._rr = 0  # round-robin counter; a lost update between threads only skews balance
+
+    # --- what each store provides ------------------------------------------------------------
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Connection]:
+        """A connection for reads (autocommit)."""
+
+    @abstractmethod
+    def _writing(self) -> AbstractContextManager[Connection]:
+        """A connection in a transaction, committed when the block ends."""
+
+    @abstractmethod
+    def _key(self, stream: UUID) -> Any:
+        """The stream as the driver binds it."""
+
+    @abstractmethod
+    def _ensure(self, stream: UUID, topic: str, partitions: int) -> None: ...
+
+    @abstractmethod
+    def _append(self, stream: UUID, topic: str, records: Sequence[Record],
+                produce: Produce) -> list[tuple[int, int]]: ...
+
+    @abstractmethod
+    def _apply(self, stream: UUID, runs: dict[Key, list[Message]], link: str,
+               origin_low: dict[Key, int] | None) -> tuple[Trimmed, Ends]:
+        """Write the runs under their partitions' locks; what `trim_runs` kept and wrote."""
+
+    @abstractmethod
+    def _partition_ids(self, conn: Connection, stream: UUID,
+                       need: dict[str, int]) -> dict[Key, int]:
+        """Grow each topic to `need` partitions; every partition id of those topics."""
+
+    @abstractmethod
+    def _rows(self, conn: Connection, pid: int, offset: int, end: int) -> list[tuple]:
+        """The rows of [offset, end) as `read_rows` returns them."""
+
+    @abstractmethod
+    def _state(self, conn: Connection, pid: int, producer_id: int) -> ProducerState | None: ...
+
+    @abstractmethod
+    def _put_state(self, conn: Connection, pid: int, producer_id: int,
+                   state: ProducerState) -> None: ...
+
+    @abstractmethod
+    def _disk(self, conn: Connection) -> tuple[int, int, int]:
+        """(logical bytes, rows, bytes on disk) of every stream of the store."""
+
+    @abstractmethod
+    def _delete_range(self, conn: Connection, pid: int, low: int, end: int) -> tuple[int, int]:
+        """Delete offsets [low, end); (rows, logical bytes) deleted."""
+
+    @abstractmethod
+    def _lock(self, conn: Connection, pid: int) -> tuple[int, int]:
+        """(low, next offset) of the partition, locked until the commit."""
+
+    @abstractmethod
+    def _drop(self, stream: UUID, topic: str | None) -> None: ...
+
+    @abstractmethod
+    def merge_cursors(
+        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+    ) -> dict[CursorKey, int]:
+        """Replication of committed cursors, in one transaction: each (group, topic, partition,
+        offset) is clamped to the partition's next offset (a replica's cursor past what it holds
+        would skip messages on failover) and never moves a cursor back. Partitions the stream
+        does not have are skipped. Returns each merged cursor's stored offset."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _sql(self, statement: str) -> str:
+        key = (self.DIALECT, statement)
+        found = self._STATEMENTS.get(key)
+        if found is None:
+            found = self._STATEMENTS[key] = sql(statement, self.DIALECT)
+        return found
+
+    def _one(self, conn: Connection, statement: str, args: Sequence) -> tuple | None:
+        return conn.execute(self._sql(statement), args).fetchone()
+
+    def _all(self, conn: Connection, statement: str, args: Sequence) -> list[tuple]:
+        return conn.execute(self._sql(statement), args).fetchall()
+
+    # --- topics ------------------------------------------------------------------------------
+
+    def ensure_topic(self, stream: UUID, topic: str, partitions: int) -> None:
+        """Create the topic or grow it to `partitions`; never shrinks (fewer is a no-op)."""
+        if partitions < 1:
+            raise StoreError(f"a topic needs at least one partition, not {partitions}")
+        self._ensure(stream, topic, partitions)
+
+    def partitions(self, stream: UUID, topic: str) -> int:
+        with self._reading() as conn:
+            return len(self._topic_ids(conn, stream, topic))
+
+    def _topic_ids(self, conn: Connection, stream: UUID, topic: str) -> list[int]:
+        rows = self._all(conn, TOPIC_IDS, (self._key(stream), topic))
+        if not rows:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        return [r[0] for r in rows]
+
+    def _pid(self, conn: Connection, stream: UUID, topic: str, partition: int) -> int:
+        pid = self._pids.get((stream, topic, partition))
+        if pid is None:
+            ids = self._topic_ids(conn, stream, topic)
+            if not 0 <= partition < len(ids):
+                raise PartitionOutOfRange(
+                    f"partition {partition} does not exist: topic {topic!r} has partitions "
+                    f"0..{len(ids) - 1}"
+                )
+            pid = self._pids[(stream, topic, partition)] = ids[partition]
+        return pid
+
+    def _marks(self, conn: Connection, pid: int) -> tuple[int, int]:
+        return self._one(conn, MARKS, (pid,))
+
+    def _range(self, conn: Connection, stream: UUID, topic: str, pid: int) -> tuple[int, int]:
+        row = self._one(conn, MARKS, (pid,))
+        if row is None:  # dropped by another process after this one cached the id
+            self._pids = {k: v for k, v in self._pids.items() if v != pid}
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        return row
+
+    def drop_stream(self, stream: UUID) -> None:
+        self._drop(stream, None)
+
+    def drop_topic(self, stream: UUID, topic: str) -> None:
+        self._drop(stream, topic)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: UUID,
+        topic: str,
+        records: Sequence[Record],
+        *,
+        origin: UUID,
+        producer: str | None = None,
+        log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
+    ) -> list[tuple[int, int]]:
+        """Store a batch in one transaction; (partition, offset) per record, in input order.
+        Offsets are gap-free per partition whatever the number of concurrent appenders.
+        With `sequence` (an idempotent producer's batch; every record names one partition),
+        the producer's state is checked and kept in the same transaction (`sequence_check`):
+        a retried batch returns its original offsets and writes nothing."""
+        if not records:
+            return []
+        return self._append(stream, topic, records,
+                            Produce(origin.bytes, producer, log_append_time, sequence))
+
+    def apply(
+        self,
+        stream: UUID,
+        messages: Sequence[Message],
+        *,
+        link: str,
+        origin_low: dict[Key, int] | None = None,
+    ) -> Applied:
+        """Replication: store messages keeping their origin offsets, timestamps and origin, in
+        one transaction. Each (topic, partition) run must be contiguous. Under the partition's
+        lock, its next offset decides, whichever link sends (see `trim_runs`): a run starting
+        past it refuses the whole batch (Misordered, nothing written), an overlap is trimmed.
+        `origin_low` names the origin's low watermark per partition: a partition that never
+        held a message accepts a run starting exactly there. The link's status cursor moves
+        in the same transaction."""
+        runs = group_runs(messages)
+        if not runs:
+            return Applied({})
+        trimmed, ends = self._apply(stream, runs, link, origin_low)
+        return Applied(trimmed.ends, {key: len(run) for key, run in trimmed.todo.items()},
+                       sum(nbytes for _, _, nbytes in ends.values()))
+
+    def _sequence(self, conn: Connection, pid: int, batch: ProducerBatch,
+                  first: int) -> int | None:
+        """The batch's original first offset when it is a retry; else its producer's state
+        is recorded as written at `first` (the caller writes the batch in this transaction,
+        under the partition's lock)."""
+        state = self._state(conn, pid, batch.producer_id)
+        retried = sequence_check(state, batch)
+        if retried is None:
+            self._put_state(conn, pid, batch.producer_id, sequence_next(state, batch, first))
+        return retried
+
+    def _apply_pids(
+        self, conn: Connection, stream: UUID, runs: dict[Key, list[Message]]
+    ) -> dict[Key, int]:
+        # Topics and partitions the origin has appear on the replica as messages arrive
+        # (invariant 7): grow the replica's topic to cover every partition in the batch.
+        need: dict[str, int] = {}
+        for topic, partition in runs:
+            need[topic] = max(need.get(topic, 0), partition + 1)
+        ids = self._partition_ids(conn, stream, need)
+        return {key: ids[key] for key in runs}
+
+    def replication_cursor(self, stream: UUID, link: str, topic: str, partition: int) -> int:
+        """For status only, never a check: the end of the furthest run this link delivered
+        to the partition (0 before any). The replica holds every offset below it."""
+        with self._reading() as conn:
+            row = self._one(conn, REPLICATION_CURSOR,
+                            (self._pid(conn, stream, topic, partition), link))
+        return row[0] if row else 0
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def read(self, stream: UUID, topic: str, partition: int, offset: int,
+             **bounds: Unpack[ReadBounds]) -> list[Message]:
+        """Messages from `offset` in order, at least one if any (even past max_bytes); [] at
+        the high watermark; OffsetOutOfRange below the low one or past the high one."""
+        rows = self.read_rows(stream, topic, partition, offset, **bounds)
+        return messages_from_rows(topic, partition, rows, self._origins)
+
+    def read_rows(
+        self,
+        stream: UUID,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        limit: int = 1000,
+        max_bytes: int = 1 << 20,
+    ) -> list[tuple]:
+        """`read` without building Messages, for the Kafka fetch path that re-encodes them at
+        once: rows (offset, ts, key, value, encoded headers or None, origin bytes, producer,
+        logical bytes), the same rules and errors as `read`."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            rows = self._rows(conn, pid, offset, offset + limit)
+            if not rows or rows[0][0] != offset:
+                low, high = self._range(conn, stream, topic, pid)
+                if not low <= offset <= high:
+                    raise OffsetOutOfRange(offset, low, high)
+        return rows[: cut_to_bytes(map(itemgetter(7), rows), max_bytes)]
+
+    def offset_for_time(
+        self, stream: UUID, topic: str, partition: int, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by time: (offset, timestamp) of the first retained message with
+        a timestamp at or after `timestamp_ms`, None when there is none."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, high = self._range(conn, stream, topic, pid)
+
+            def ts_at(offset: int) -> int:
+                return self._one(conn, TS_AT, (pid, offset))[0]
+
+            found = first_at_or_after(low, high, ts_at, timestamp_ms)
+            return (found, ts_at(found)) if found < high else None
+
+    def producer_state(
+        self, stream: UUID, topic: str, partition: int, producer_id: int
+    ) -> ProducerState | None:
+        """An idempotent producer's state on a partition (None before its first batch)."""
+        with self._reading() as conn:
+            return self._state(conn, self._pid(conn, stream, topic, partition), producer_id)
+
+    def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
+        """partition -> (low, high): earliest retained offset, next offset."""
+        with self._reading() as conn:
+            rows = self._all(conn, WATERMARKS, (self._key(stream), topic))
+        if not rows:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        return {p: (low, high) for p, low, high in rows}
+
+    def partition_stats(self, stream: UUID, topic: str) -> list[PartitionStats]:
+        with self._reading() as conn:
+            rows = self._all(conn, PARTITION_STATS, (self._key(stream), topic))
+        return partition_stats_from(rows, topic)
+
+    def sizes(self, stream: UUID) -> dict:
+        """{"logicalsize", "physicalsize", "numtopics"}, as maprcli stream info reports.
+        logicalsize: maintained counters of key+value+header bytes. physicalsize: the store's
+        bytes on disk (`_disk`), apportioned to the stream by its share of the counted bytes
+        and rows (each row weighed with ROW_OVERHEAD, the store's rough cost of a row beyond
+        its payload, so streams of small messages are weighed fairly)."""
+        with self._reading() as conn:
+            topics, nbytes, nrows = self._one(conn, STREAM_SIZE, (self._key(stream),))
+            all_bytes, all_rows, disk = self._disk(conn)
+        weight = nbytes + self.ROW_OVERHEAD * nrows
+        total = all_bytes + self.ROW_OVERHEAD * all_rows
+        physical = disk * weight // total if total else 0
+        return {"logicalsize": int(nbytes), "physicalsize": int(physical), "numtopics": topics}
+
+    # --- retention ---------------------------------------------------------------------------
+
+    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
+        """Delete up to `batch` messages older than before_ms (a prefix of each partition);
+        raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
+        with self._reading() as conn:
+            pids = self._all(conn, STREAM_PIDS, (self._key(stream),))
+        done = 0
+        for (pid,) in pids:
+            if done >= batch:
+                break
+            done += self._expire_partition(pid, before_ms, batch - done)
+        return done
+
+    def _expire_partition(self, pid: int, before_ms: int, limit: int) -> int:
+        # A bounded batch per transaction keeps the writers that wait on it waiting briefly.
+        with self._writing() as conn:
+            low = self._marks(conn, pid)[0]
+            young, last = self._one(conn, EXPIRE_CUT, (before_ms, pid, low, limit))
+            end = expire_end(young, last)
+            if end is None or end <= low:
+                return 0
+            return self._cut_prefix(conn, pid, low, end)
+
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        """`stream purge`: delete up to `batch` of the partition's messages below `end` (a
+        prefix, as retention removes); raises the low watermark, never touches the next
+        offset. Callers loop until it returns 0."""
+        with self._writing() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, nxt = self._marks(conn, pid)
+            cut = min(end, nxt, low + batch)
+            return self._cut_prefix(conn, pid, low, cut) if cut > low else 0
+
+    def _cut_prefix(self, conn: Connection, pid: int, low: int, end: int) -> int:
+        """Delete offsets [low, end) of a partition. The partitions row (which appenders lock)
+        is updated last, just before the commit, so an appender waits at most for that
+        commit, never for the delete."""
+        count, size = self._delete_range(conn, pid, low, end)
+        conn.execute(self._sql(CUT_PREFIX), (end, count, size, pid))
+        return count
+
+    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
+        """diffstreams' repair: delete the partition's messages from `offset` on and move its
+        next offset back there (replication and consumer cursors with it), in one
+        transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
+        with self._writing() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            nxt = self._lock(conn, pid)[1]
+            if offset >= nxt:
+                return 0
+            count, size = self._delete_range(conn, pid, offset, nxt)
+            conn.execute(self._sql(TRUNCATE), (offset, offset, count, size, pid))
+            for statement in TRUNCATE_CURSORS:
+                conn.execute(self._sql(statement), (offset, pid, offset))
+        return count
+
+    # --- consumer cursors --------------------------------------------------------------------
+
+    def commit_cursor(
+        self, stream: UUID, group: str, topic: str, partition: int, offset: int
+    ) -> None:
+        self.commit_cursors(stream, group, [(topic, partition, offset)])
+
+    def commit_cursors(
+        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
+    ) -> None:
+        """A group's (topic, partition, offset) commits in one transaction (Kafka's
+        OffsetCommit carries many partitions)."""
+        with self._writing() as conn:
+            rows = [(self._pid(conn, stream, topic, partition), group, offset)
+                    for topic, partition, offset in cursors]
+            conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
+
+    def delete_cursors(
+        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
+        partition: int | None = None,
+    ) -> int:
+        """Delete the committed cursors matching every filter given; returns how many."""
+        with self._writing() as conn:
+            return conn.execute(self._sql(DELETE_CURSORS), (
+                group, group, self._key(stream), topic, topic, partition, partition)).rowcount
+
+    def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
+        with self._reading() as conn:
+            row = self._one(conn, FETCH_CURSOR, (self._pid(conn, stream, topic, partition), group))
+        return row[0] if row else None
+
+    def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
+        """Every consumer cursor of the stream as (group, topic, partition, offset)."""
+        with self._reading() as conn:
+            return [tuple(r) for r in self._all(conn, CURSORS, (self._key(stream),))]

@@ -1,0 +1,43 @@
+"""The replication domain's models, by responsibility: clusters, gateways, streams and topics
+(streams.py); links, upstreams, mode switches and failovers (links.py); Spark jobs and default
+streams (jobs.py). One Django app, `replication`: the models are defined in its submodules and
+registered when this package is imported."""
+
+from replication.models.jobs import DefaultStream, Job
+from replication.models.links import (
+    Failover,
+    ModeSwitch,
+    ReplicaLink,
+    ReplicaState,
+    SyncMode,
+    Upstream,
+)
+from replication.models.streams import (
+    GATEWAY_HEARTBEAT_TIMEOUT,
+    PERMISSIONS,
+    Cluster,
+    Compression,
+    Gateway,
+    Stream,
+    TimestampType,
+    Topic,
+)
+
+__all__ = [
+    "GATEWAY_HEARTBEAT_TIMEOUT",
+    "PERMISSIONS",
+    "Cluster",
+    "Compression",
+    "DefaultStream",
+    "Failover",
+    "Gateway",
+    "Job",
+    "ModeSwitch",
+    "ReplicaLink",
+    "ReplicaState",
+    "Stream",
+    "SyncMode",
+    "TimestampType",
+    "Topic",
+    "Upstream",
+]

@@ -1,0 +1,175 @@
+"""Clusters, their gateways, streams and topics."""
+
+from __future__ import annotations
+
+import uuid as uuid_lib
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from accounts.modelbases import lowercase_choices, named_within, titled
+from accounts.models import Membership, Tenant
+from accounts.scoping import RestrictedQuerySet
+from replication import ace
+from replication.errors import NotFound, PermissionDenied
+from replication.paths import parse_stream_path
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+PERMISSIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")
+GATEWAY_HEARTBEAT_TIMEOUT = timedelta(seconds=15)
+
+
+Compression = lowercase_choices("Compression", "OFF LZ4 LZF ZLIB", __name__)
+TimestampType = lowercase_choices("TimestampType", "CREATETIME LOGAPPENDTIME", __name__)
+
+
+class Cluster(titled("name")):
+    class State(models.TextChoices):
+        ONLINE = "ONLINE"
+        OFFLINE = "OFFLINE"
+
+    name = models.CharField(max_length=63, unique=True)
+    # Where the cluster's message store lives; empty means the default for the mode.
+    store_url = models.CharField(max_length=1024, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
+    created = models.DateTimeField(auto_now_add=True)
+
+
+class GatewayQuerySet(models.QuerySet):
+    def live(self, now=None) -> GatewayQuerySet:  # type: ignore[no-untyped-def]
+        now = now or timezone.now()
+        return self.filter(enabled=True, last_heartbeat__gte=now - GATEWAY_HEARTBEAT_TIMEOUT)
+
+
+class Gateway(named_within("cluster", "name", shown="{self.name}@{self.cluster.name}")):
+    class Status(models.TextChoices):
+        UNKNOWN = "UNKNOWN", "No heartbeat yet"
+        UP = "UP"
+        DOWN = "DOWN"
+        DISABLED = "DISABLED"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gateways")
+    name = models.CharField(max_length=255)
+    address = models.CharField(max_length=255, blank=True)
+    enabled = models.BooleanField(default=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # The status last announced to the pages ("gateway.status" events), so that of several
+    # processes watching presence exactly one announces each change (workers/gateway.py).
+    announced_status = models.CharField(max_length=16, blank=True)
+    # What the gateway process applied, flushed with its heartbeat (workers/gateway.py).
+    batches_applied = models.PositiveBigIntegerField(default=0)
+    messages_applied = models.PositiveBigIntegerField(default=0)
+    bytes_applied = models.PositiveBigIntegerField(default=0)  # logical: keys, values, headers
+    errors = models.PositiveBigIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = GatewayQuerySet.as_manager()
+
+    @property
+    def status(self) -> str:
+        if not self.enabled:
+            return self.Status.DISABLED
+        if self.last_heartbeat is None:
+            return self.Status.UNKNOWN
+        if timezone.now() - self.last_heartbeat > GATEWAY_HEARTBEAT_TIMEOUT:
+            return self.Status.DOWN
+        return self.Status.UP
+
+
+class StreamQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant",)
+
+    def by_path(self, text: str, *, field: str = "path") -> Stream:
+        """The stream at a MapR path; absent and invisible streams read alike (404)."""
+        path = str(parse_stream_path(text, field=field))
+        stream = self.select_related("cluster", "tenant").filter(path=path).first()
+        if stream is None:
+            raise NotFound(
+                f"stream {path} does not exist: check -{field}, or create it with "
+                f"'streamgate stream create -path {path}'",
+                field=field,
+            )
+        return stream
+
+
+class Stream(titled("path")):
+    path = models.CharField(max_length=1024, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="streams")
+    name = models.CharField(max_length=1024)
+    uuid = models.UUIDField(default=uuid_lib.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="streams")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    defaultpartitions = models.PositiveIntegerField(default=1)
+    ttl = models.PositiveBigIntegerField(default=604800, help_text="seconds; 0 keeps forever")
+    compression = models.CharField(max_length=8, choices=Compression.choices, default="lz4")
+    autocreate = models.BooleanField(default=True)
+    defaulttimestamptype = models.CharField(
+        max_length=16, choices=TimestampType.choices, default=TimestampType.CREATETIME
+    )
+    produceperm = models.TextField()
+    consumeperm = models.TextField()
+    topicperm = models.TextField()
+    copyperm = models.TextField()
+    adminperm = models.TextField()
+    # Why producers are refused here ("" while they are not): a stream a failover moved its
+    # producers away from (replication/services/failover.py), so none writes to both sides.
+    producers_stopped = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    modified = models.DateTimeField(auto_now=True)
+
+    objects = StreamQuerySet.as_manager()
+
+
+    def identity_of(self, user: AbstractBaseUser) -> ace.Identity:
+        roles = Membership.objects.filter(user=user, tenant_id=self.tenant_id).values_list(
+            "role", flat=True
+        )
+        groups = user.groups.values_list("name", flat=True)
+        return ace.Identity(user.get_username(), frozenset(groups), frozenset(roles))
+
+    def allows(self, user: AbstractBaseUser, perm: str) -> bool:
+        return ace.allows(getattr(self, perm), self.identity_of(user))
+
+    def perms_of(self, user: AbstractBaseUser) -> frozenset[str]:
+        """The permissions `user` holds on this stream (one identity lookup for all five)."""
+        who = self.identity_of(user)
+        return frozenset(perm for perm in PERMISSIONS if ace.allows(getattr(self, perm), who))
+
+    def require(self, user: AbstractBaseUser, *perms: str, action: str) -> None:
+        """Pass when the user holds any one of `perms` on this stream."""
+        who = self.identity_of(user)
+        if not any(ace.allows(getattr(self, perm), who) for perm in perms):
+            needed = " or ".join(perms)
+            raise PermissionDenied(
+                f"{user.get_username()} may not {action} on {self.path}: it needs {needed}; "
+                f"ask the stream's administrator to add you to the {perms[0]} ACE"
+            )
+
+
+class TopicQuerySet(RestrictedQuerySet):
+    tenant_paths = ("stream__tenant",)
+
+
+class Topic(named_within("stream", "path", shown="{self.stream.path}:{self.name}")):
+    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="topics")
+    name = models.CharField(max_length=249)
+    partitions = models.PositiveIntegerField(default=1)
+    timestamptype = models.CharField(
+        max_length=16, choices=TimestampType.choices, default=TimestampType.CREATETIME
+    )
+    # The stream where the topic was first created (DESIGN.md invariant 4: one origin per topic).
+    origin_uuid = models.UUIDField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    objects = TopicQuerySet.as_manager()
+
+    @property
+    def is_origin(self) -> bool:
+        return self.origin_uuid == self.stream.uuid
