@@ -147,7 +147,6 @@ def _copystream(base: str, replica: Any, spark: Any, figures: dict[str, list[flo
     """Step 4: the promoted stream copied into an empty database, cold then warm."""
     from replication.engine.factory import create_database, open_store
     from workers.spark import Side, Spec, copystream
-    from workers.spark.submit import spec_to_json
 
     name = f"sgbench_failback_{os.getpid()}_dst"
     held = sum(h - lo for lo, h in open_store(_store_url(replica)).watermarks(
@@ -159,7 +158,7 @@ def _copystream(base: str, replica: Any, spark: Any, figures: dict[str, list[flo
         spec = Spec(Side(_store_url(replica), str(replica.uuid)),
                     Side(_url(base, name), str(uuid.uuid4())), {TOPIC: PARTITIONS})
         if key == "copystream":
-            seconds, result = spark_job("copystream_job.py", spec_to_json(spec))
+            seconds, result = spark_job("copystream_job.py", spec)
         else:
             result, seconds = warm_run(copystream, spark, spec)
         if result["messages"] != held:
