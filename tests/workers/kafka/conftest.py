@@ -3,6 +3,7 @@ credentials for the shared users, for tests that drive them with real Kafka clie
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from bench.processes import stop_process
 from tests.workers.conftest import ROOT, redis_namespace, test_database_url
 
 # Fast presence, so tests of listeners dying see leadership move in seconds.
+JS = Path(__file__).parent / "js"  # the kafkajs scripts
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
 
 
@@ -103,6 +105,14 @@ class KafkaEndpoint:
         return {"bootstrap_servers": self.bootstrap, "security_protocol": "SASL_PLAINTEXT",
                 "sasl_mechanism": "PLAIN", "sasl_plain_username": self.username,
                 "sasl_plain_password": self.password, **extra}
+
+    def kafkajs(self, script: str, *args: str) -> dict:
+        """Run one of the kafkajs scripts (js/) as this user: its one-line JSON answer."""
+        env = {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "KAFKA_USERNAME": self.username,
+               "KAFKA_PASSWORD": self.password}
+        done = subprocess.run(["node", str(JS / script), *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def as_user(self, user, password: str | None = None) -> KafkaEndpoint:  # type: ignore[no-untyped-def]
         return KafkaEndpoint(self.bootstrap, user.get_username(), password or sasl_token(user),

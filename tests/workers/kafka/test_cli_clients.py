@@ -5,9 +5,7 @@ consumer always joins a group."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,6 @@ from tests.workers.kafka.conftest import orders_topic
 
 pytestmark = pytest.mark.slow
 NAME = "/mapr/c1/apps:orders"
-JS = Path(__file__).parent / "js"
 
 
 @pytest.fixture
@@ -51,11 +48,7 @@ def test_kcat_produces_and_consumes_with_every_codec_keys_and_headers(kafka, top
 
 
 def kafkajs(kafka, script: str, *args: str) -> dict:  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KAFKA_BOOTSTRAP": kafka.bootstrap,
-           "KAFKA_USERNAME": kafka.username, "KAFKA_PASSWORD": kafka.password}
-    done = subprocess.run(["node", str(JS / script), *args],
-                          capture_output=True, text=True, timeout=120, env=env)
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer = kafka.kafkajs(script, *args)
     assert "error" not in answer, answer
     return answer
 

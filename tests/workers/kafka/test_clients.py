@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +15,6 @@ from replication.services.defaultstreams import default_stream_set
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
-JS = Path(__file__).parent / "js"
 
 
 @pytest.fixture
@@ -49,11 +46,7 @@ def test_kcat_lists_brokers_and_topics_by_mapr_name(kafka, apps, outsider):
 
 
 def kafkajs(endpoint, *topics: str) -> dict:  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KAFKA_BOOTSTRAP": endpoint.bootstrap,
-           "KAFKA_USERNAME": endpoint.username, "KAFKA_PASSWORD": endpoint.password}
-    done = subprocess.run(["node", str(JS / "admin.js"), *topics], capture_output=True,
-                          text=True, timeout=120, env=env)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return endpoint.kafkajs("admin.js", *topics)
 
 
 def test_kafkajs_creates_and_describes_mapr_and_plain_topics(kafka, apps):

@@ -5,12 +5,9 @@ and another tenant's `events` is another topic."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import subprocess
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +17,6 @@ from replication.stores import store_for
 from tests.factories import ClusterFactory
 
 pytestmark = pytest.mark.slow
-JS = Path(__file__).parent / "js"
 TOPIC = "events"
 
 
@@ -112,20 +108,15 @@ def _kcat(endpoint, values: list[str]) -> list[str]:  # type: ignore[no-untyped-
 
 
 def _kafkajs(endpoint, values: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KAFKA_BOOTSTRAP": endpoint.bootstrap,
-           "KAFKA_USERNAME": endpoint.username, "KAFKA_PASSWORD": endpoint.password}
-
-    def node(*args: str) -> dict:
-        done = subprocess.run(["node", *args], capture_output=True, text=True, timeout=120,
-                              env=env)
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    def node(script: str, *args: str) -> dict:
+        answer = endpoint.kafkajs(script, *args)
         assert "error" not in answer, answer
         return answer
 
-    node(str(JS / "admin.js"), TOPIC)
+    node("admin.js", TOPIC)
     prefix = values[0].rsplit("-", 1)[0]  # produce.js sends <prefix>-<i>, as the values are
-    node(str(JS / "produce.js"), TOPIC, str(len(values)), "none", prefix)
-    got = node(str(JS / "consume.js"), TOPIC, f"g-{uuid.uuid4().hex[:6]}", str(len(values)))
+    node("produce.js", TOPIC, str(len(values)), "none", prefix)
+    got = node("consume.js", TOPIC, f"g-{uuid.uuid4().hex[:6]}", str(len(values)))
     return [m["value"] for m in got["messages"]]
 
 
