@@ -53,9 +53,6 @@ class RedisBatches:
                      at_most: int = TAKE_AT_MOST) -> list[dict[str, Any]]:
         """The batches queued for `gateway`, oldest first, waiting up to `timeout` seconds for
         the first; [] when none came."""
-        key = self.batch_queue(gateway)
-        popped = self.client.blpop([key], timeout=max(timeout, 0.01))
-        if not popped:
-            return []
-        more = self.client.lpop(key, at_most - 1) if at_most > 1 else None
-        return [json.loads(raw) for raw in (popped[1], *(more or ()))]
+        popped = self.client.blmpop(max(timeout, 0.01), 1, self.batch_queue(gateway),
+                                    direction="LEFT", count=at_most)
+        return [json.loads(raw) for raw in popped[1]] if popped else []

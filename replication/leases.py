@@ -174,10 +174,12 @@ class RedisLeases:
         return {link: owner.decode() for link, owner in zip(links, owners, strict=True)
                 if owner is not None}
 
-    def _wake_replicators(self, streams: list[str], ttl: int) -> None:
+    def _wake_replicators(self, streams: list[str], ttl: int, client: Any = None) -> None:
+        """`client`: a pipeline to queue the wake-ups on (sent with the rest of it)."""
         for i in range(0, len(streams), WAKE_CHUNK):
             self._scripts()["wake"](keys=[self._registry],
-                                    args=[f"{self.prefix}sg:", ttl, *streams[i:i + WAKE_CHUNK]])
+                                    args=[f"{self.prefix}sg:", ttl, *streams[i:i + WAKE_CHUNK]],
+                                    client=client)
 
 
 @dataclass

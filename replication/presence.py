@@ -15,10 +15,10 @@ In production they live in Redis (DESIGN.md: Redis for gateway presence):
   waiting for synchronous replicas (replication/services/sync.py) re-read the replica's ends
   at once rather than polling. Each process listens with one pattern subscription
   (`AppliedListener`), whatever the number of producers waiting in it.
-The replicator blocks on both lists with one BLPOP, so an idle deployment costs one blocked
-connection, and a burst of produces costs one signal. Sets and lists rather than pub/sub: a
-wake-up sent while the replicator restarts is still there when it comes back (or expires,
-and the start-up sweep covers it).
+The replicator blocks on both lists with one BLMPOP (Redis 7), so an idle deployment costs
+one blocked connection, and a burst of produces costs one signal. Sets and lists rather than
+pub/sub: a wake-up sent while the replicator restarts is still there when it comes back (or
+expires, and the start-up sweep covers it).
 
 Embedded mode has no Redis: `LocalPresence` keeps the same state in process memory, where
 the replicator thread and the in-process gateways live.
@@ -75,6 +75,12 @@ class Presence(Protocol):
 
     def applied_board(self) -> AppliedBoard:
         """Where this process learns of applied batches, ready to be watched."""
+        ...
+
+    def done(self, acks: list[dict[str, Any]], inbox: str, applied: list[int],
+             wake: list[str]) -> None:
+        """A gateway's batch is done: `ack` each result, `applied` the links, `wake` the
+        streams, all at once (one round trip to Redis)."""
         ...
 
     # Replicators and their link leases (replication/leases.py).
@@ -215,15 +221,21 @@ class RedisPresence(RedisLeases, RedisBatches):
         return f"{key}:{inbox}" if inbox else key
 
     def ack(self, result: dict[str, Any], inbox: str = "") -> None:
-        key = self._inbox(inbox)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(result)).expire(key, SIGNAL_TTL)
-        pipe.execute()
+        self.done([result], inbox, [], [])
 
     def applied(self, links: Iterable[int]) -> None:
+        self.done([], "", list(links), [])
+
+    def done(self, acks: list[dict[str, Any]], inbox: str, applied: list[int],
+             wake: list[str]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        for link in links:
+        if wake:
+            self._wake_replicators(wake, SIGNAL_TTL, client=pipe)
+        for link in applied:
             pipe.publish(f"{self.prefix}sg:applied:{link}", 1)
+        if acks:
+            key = self._inbox(inbox)
+            pipe.rpush(key, *(json.dumps(a) for a in acks)).expire(key, SIGNAL_TTL)
         pipe.execute()
 
     def applied_board(self) -> AppliedBoard:
@@ -241,14 +253,20 @@ class RedisPresence(RedisLeases, RedisBatches):
     def wait(self, timeout: float, inbox: str = "") -> Signals:
         signals, acks = Signals(), self._inbox(inbox)
         signal, dirty = self._own(self.signal, inbox), self._own(self.dirty, inbox)
-        popped = self.client.blpop([acks, signal], timeout=max(timeout, 0.01))
-        if popped and popped[0].decode() == acks:
-            signals.acks.append(json.loads(popped[1]))
+        # The signal first, or a steady flow of acknowledgements would hold wake-ups back.
+        # Acknowledgements alone (most steps under load) take this one round trip.
+        popped = self.client.blmpop(max(timeout, 0.01), 2, signal, acks, direction="LEFT",
+                                    count=10_000)
+        if not popped:
+            return signals
+        if popped[0].decode() == acks:
+            signals.acks = [json.loads(a) for a in popped[1]]
+            return signals
         pipe = self.client.pipeline(transaction=False)
-        pipe.lpop(acks, 10_000).spop(dirty, 100_000).delete(signal)
-        acks, dirty, _ = pipe.execute()
-        signals.acks += [json.loads(a) for a in acks or ()]
-        signals.streams = {s.decode() for s in dirty or ()}
+        pipe.lpop(acks, 10_000).spop(dirty, 100_000)
+        acked, streams = pipe.execute()
+        signals.acks = [json.loads(a) for a in acked or ()]
+        signals.streams = {s.decode() for s in streams or ()}
         return signals
 
 
@@ -298,6 +316,14 @@ class LocalPresence(LocalLeases):
 
     def applied(self, links: Iterable[int]) -> None:
         self._board.bump(str(link) for link in links)
+
+    def done(self, acks: list[dict[str, Any]], inbox: str, applied: list[int],
+             wake: list[str]) -> None:
+        if wake:
+            self.wake(wake)
+        self.applied(applied)
+        for result in acks:
+            self.ack(result, inbox)
 
     def applied_board(self) -> AppliedBoard:
         return self._board

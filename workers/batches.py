@@ -23,7 +23,7 @@ from operations.audit import enter_system
 from replication.batchqueue import batch_expired
 from replication.engine.store import Applied, Misordered
 from replication.presence import GatewayId, Presence, presence
-from replication.services.engine import batch_apply
+from replication.services.engine import batch_apply, gateway_link
 from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
 
@@ -41,12 +41,15 @@ def batch_serve(*, link_id: int, topic: str, partition: int, start: int, end: in
     batches it covers) to the replicator with what happened. Safe to run any number of times,
     on any number of gateways at once: the replica keeps each message once."""
     result: dict[str, Any] = {"gateway": gateway.partition("/")[2], "link": link_id}
+    wake: list[str] = []  # the replica, when it feeds a moving link of its own
+    link = None
     try:
         refusal = link_wire_refusal(link_id=link_id)
         if refusal:  # -networkencryption true, and a store now allows plaintext
             raise WireRefused(refusal)
+        link = gateway_link(link_id)
         applied = batch_apply(link_id=link_id, topic=topic, partition=partition, start=start,
-                              end=end)
+                              end=end, wake=lambda stream: wake.append(str(stream)), link=link)
     except Misordered as error:  # the replica is not where the plan thought: re-plan
         applied, result["error"], result["misordered"] = Applied({}), str(error), True
     except Exception as error:
@@ -57,13 +60,13 @@ def batch_serve(*, link_id: int, topic: str, partition: int, start: int, end: in
         tally.add(parse_gateway(gateway), batches=1, messages=applied.count,
                   nbytes=applied.bytes,
                   errors=int("error" in result and "misordered" not in result))
-    signals = presence()
-    if applied.count:
-        _announce_applied(signals, link_id)
-    for n, ticket in enumerate(tickets, start=1):
-        # Coalesced batches: the messages are counted once, on the last acknowledgement.
-        signals.ack({**result, "ticket": ticket,
-                     "applied": applied.count if n == len(tickets) else 0}, reply_to)
+    # Coalesced batches: the messages are counted once, on the last acknowledgement.
+    acks = [{**result, "ticket": ticket, "applied": applied.count if n == len(tickets) else 0}
+            for n, ticket in enumerate(tickets, start=1)]
+    # Producers waiting for a synchronous replica re-read its ends on `applied` (replication/
+    # services/sync.py); they re-check on a timer too, so a lost notification only slows them.
+    waited = applied.count and link is not None and link.synchronous
+    presence().done(acks, reply_to, [link_id] if waited else [], wake)
     return applied.count
 
 
@@ -78,15 +81,6 @@ def send_eagerly(outbox: list[tuple[GatewayId, dict]]) -> None:
                   batch["end"]),
             kwargs={"gateway": "/".join(gateway), "ticket": batch["ticket"],
                     "reply_to": batch["reply_to"]})
-
-
-def _announce_applied(signals: Presence, link_id: int) -> None:
-    # Producers waiting for a synchronous replica re-read its ends now (replication/services/
-    # sync.py); they re-check on a timer too, so a lost notification only slows them.
-    try:
-        signals.applied([link_id])
-    except Exception as error:
-        log.warning("applied_notify_failed", link=link_id, error=str(error))
 
 
 def coalesce(batches: list[dict[str, Any]], max_messages: int) -> list[dict[str, Any]]:

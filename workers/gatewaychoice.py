@@ -1,7 +1,7 @@
 """How the replicator picks a destination cluster's gateway for a batch: the live ones (from
-presence, read once a step per cluster), round-robin, skipping those that missed an
-acknowledgement (suspect) until they restart; a partition's batches in flight stay with the
-gateway they went to, whose queue keeps them in order."""
+presence, read at most every LIVE_REFRESH seconds per cluster), round-robin, skipping those
+that missed an acknowledgement (suspect) until they restart; a partition's batches in flight
+stay with the gateway they went to, whose queue keeps them in order."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
 GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways
+# Seconds a read of the live gateways serves. A gateway's presence outlives it by its TTL
+# (seconds) anyway, and a dead one is noticed by its missing acknowledgements (suspect).
+LIVE_REFRESH = 0.5
 
 
 class GatewayChoice:
@@ -25,17 +28,19 @@ class GatewayChoice:
     rr: dict[str, int]
     _gateways: dict[str, list[str]]
     _gateways_read: float
-    _live: dict[str, list[Chosen]]
+    _live: dict[str, tuple[float, list[Chosen]]]  # per cluster: (read at, live gateways)
 
     def _live_gateways(self, cluster: str, now: float) -> list[Chosen]:
         if now - self._gateways_read > GATEWAYS_REFRESH:
-            self._gateways, self._gateways_read = gateways_configured(), now
-        if cluster not in self._live:
+            self._gateways, self._gateways_read, self._live = gateways_configured(), now, {}
+        read, live = self._live.get(cluster, (float("-inf"), []))
+        if now - read > LIVE_REFRESH:
             gateways = [(cluster, name) for name in self._gateways.get(cluster, ())]
-            live = self.presence.live(gateways)
-            self._live[cluster] = [(g, live[g]) for g in gateways
-                                   if g in live and not self._suspected(g, live[g], now)]
-        return self._live[cluster]
+            found = self.presence.live(gateways)
+            live = [(g, found[g]) for g in gateways if g in found]
+            self._live[cluster] = (now, live)
+        return [(g, incarnation) for g, incarnation in live
+                if not self._suspected(g, incarnation, now)]
 
     def _choose(self, cluster: str, now: float) -> Chosen | None:
         """The next live gateway of the cluster, round-robin; None when all are down."""

@@ -7,7 +7,7 @@ replica's ends it planned from); the time lag needs one row read per lagging par
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 from django.conf import settings
@@ -53,6 +53,15 @@ class LagEvents:
     def moved(self, link_id: int, now: float) -> None:
         if link_id in self.lags:
             self.lags[link_id].moved = now
+
+    def applied(self, link_id: int, key: tuple[str, int], end: int) -> None:
+        """The replica holds the partition up to `end`: its backlog shrinks without a plan."""
+        lag = self.lags.get(link_id)
+        if lag is None:
+            return
+        lag.lagging = [replace(b, start=max(b.start, end)) if b.key == key else b
+                       for b in lag.lagging]
+        lag.lagging = [b for b in lag.lagging if b.messages > 0]
 
     def keep(self, moving: set[int]) -> None:
         self.lags = {i: lag for i, lag in self.lags.items() if i in moving}

@@ -14,14 +14,16 @@ and re-plans from the replica's end. A partial batch (the tail of a backlog) goe
 nothing of its partition is in flight, so under steady load batches grow while the previous
 one travels instead of multiplying. Across partitions any number run in parallel.
 
-What wakes it: produce and cursor commits (a wake-up per stream after commit), a gateway's
-acknowledgement (the partition's next batch) and its apply (a wake-up for the replica stream,
-whose own replicas must move on), a change to a stream's links (resume, pause, replica and
+What wakes it: produce and cursor commits (a wake-up per stream after commit; a cursor
+commit's is marked, CURSORS_CHANGED, and only it makes the plan copy cursors), a gateway's
+acknowledgement (the partition's next batch, when the last plan saw more than is in flight)
+and its apply to a replica that feeds a moving link of its own (a wake-up for the replica
+stream), a change to a stream's links (resume, pause, replica and
 upstream add, edit, a new topic: a marked wake-up, replication.services.engine.LINKS_CHANGED),
 a retry timer for links waiting for a gateway or newly moving, and a slow sweep over every
 moving link in case a wake-up was lost. Links are cached between wake-ups (workers/
 linkcache.py); progress events for the browser come from what the plans read (workers/
-lagevents.py). Idle, it blocks in one BLPOP.
+lagevents.py). Idle, it blocks in one BLMPOP.
 
 Any number run at once (`streamgate replicator run` on several nodes): each plans only the
 links it holds a lease on, and the live ones split the moving links between them
@@ -46,6 +48,7 @@ from replication.engine.store import CursorKey
 from replication.leases import LinkLeases
 from replication.presence import SIGNAL_TTL, GatewayId, Presence
 from replication.services.engine import (
+    CURSORS_CHANGED,
     LINKS_CHANGED,
     MovingLink,
     link_catchup_request,
@@ -89,12 +92,16 @@ class Replicator(GatewayChoice):
     rr: dict[str, int] = field(default_factory=dict)  # round-robin counter per cluster
     failures: dict[Key, int] = field(default_factory=dict)
     dirty_streams: set[str] = field(default_factory=set)
+    cursor_streams: set[str] = field(default_factory=set)  # of those, cursors were committed
     dirty_links: set[int] = field(default_factory=set)
     retry: set[int] = field(default_factory=set)  # links to re-plan at next_retry
     progressed: set[int] = field(default_factory=set)
     # Per link, each consumer cursor as last copied to the replica (see sync_cursors).
     cursors: dict[int, dict[CursorKey, int]] = field(default_factory=dict)
     owed: set[int] = field(default_factory=set)  # links with cursors clamped to the replica end
+    # Per link, the source's high watermark of each partition its last plan found lagging: an
+    # acknowledgement re-plans the link only if that plan saw more than is in flight or applied.
+    highs: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
     throttles: dict[int, Throttle] = field(default_factory=dict)  # per throttled link
     throttled: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
     linger_until: float | None = None
@@ -110,8 +117,8 @@ class Replicator(GatewayChoice):
     handed_off: set[int] = field(default_factory=set)  # links a catch-up job is copying
     _gateways: dict[str, list[str]] = field(default_factory=dict)
     _gateways_read: float = float("-inf")
-    # This step's live gateways per cluster, with their incarnations: one MGET per cluster.
-    _live: dict[str, list[Chosen]] = field(default_factory=dict)
+    # The live gateways per cluster, with their incarnations, as last read (gatewaychoice.py).
+    _live: dict[str, tuple[float, list[Chosen]]] = field(default_factory=dict)
     leases: LinkLeases = field(init=False)
     watcher: PresenceWatch = field(init=False)
     # Batches cut this step, sent together at its end (one round trip): see _flush.
@@ -148,7 +155,6 @@ class Replicator(GatewayChoice):
     def step(self) -> None:
         signals = self.presence.wait(self._timeout(), self.inbox)
         now = self.clock()
-        self._live = {}
         self._on_acks(signals.acks, now)
         if signals.streams:
             self._on_wake(signals.streams, now)
@@ -159,7 +165,10 @@ class Replicator(GatewayChoice):
     def _on_wake(self, streams: set[str], now: float) -> None:
         marked = {s.removeprefix(LINKS_CHANGED) for s in streams if s.startswith(LINKS_CHANGED)}
         self.cache.changed |= marked
-        self.dirty_streams |= {s.removeprefix(LINKS_CHANGED) for s in streams}
+        self.cursor_streams |= {s.removeprefix(CURSORS_CHANGED) for s in streams
+                                if s.startswith(CURSORS_CHANGED)}
+        self.dirty_streams |= {s.removeprefix(LINKS_CHANGED).removeprefix(CURSORS_CHANGED)
+                               for s in streams}
         if self.linger_until is None:
             # With batches in flight, a burst of produces gathers into the next batch while
             # they travel; with none, the first message goes at once (lag).
@@ -194,11 +203,14 @@ class Replicator(GatewayChoice):
                 continue  # a batch already re-sent elsewhere: its apply was a no-op or harmless
             link_id = key[0]
             if not ack.get("error"):
-                self._land(key, ack["ticket"], now)
+                landed = self._land(key, ack["ticket"], now)
                 self.failures.pop(key, None)
                 self.progressed.add(link_id)
                 self.lag_events.moved(link_id, now)
-                self.dirty_links.add(link_id)  # the partition's next batch, if any
+                if landed is not None:
+                    self.lag_events.applied(link_id, key[1:], landed.spec.end)
+                if self._more(key, landed) or link_id in self.owed:
+                    self.dirty_links.add(link_id)  # the partition's next batch
                 continue
             # The later batches of the partition start past what this one would have brought:
             # they will be refused too. Forget them all and re-plan from the replica's end
@@ -211,17 +223,28 @@ class Replicator(GatewayChoice):
             link_error(link_id=link_id, error=ack["error"], gateway=ack.get("gateway", ""))
             self.retry.add(link_id)  # back off rather than spin on a batch that keeps failing
 
-    def _land(self, key: Key, ticket: str, now: float | None = None) -> None:
-        flights = [f for f in self.inflight.get(key, ()) if f.ticket != ticket]
+    def _land(self, key: Key, ticket: str, now: float | None = None) -> InFlight | None:
+        """Forget the flight of `ticket`; returns it (None if it was not in flight)."""
+        flights = self.inflight.get(key, [])
+        landed = next((f for f in flights if f.ticket == ticket), None)
+        flights = [f for f in flights if f.ticket != ticket]
         if not flights:
             self.inflight.pop(key, None)
-            return
+            return landed
         self.inflight[key] = flights
         if now is not None:
             # The rest queued behind it at the same gateway: their time starts now, so a
             # window of batches on a slow (not dead) gateway is not taken for a timeout.
             for flight in flights:
                 flight.deadline = max(flight.deadline, now + settings.REPLICATION_ACK_TIMEOUT)
+        return landed
+
+    def _more(self, key: Key, landed: InFlight | None) -> bool:
+        """Whether the partition has more to send than is in flight, as far as the last plan
+        knows. New data past it comes with a wake-up of the source stream (and the sweep)."""
+        flights, highs = self.inflight.get(key), self.highs.get(key[0])
+        sent = flights[-1].spec.end if flights else landed.spec.end if landed else None
+        return sent is None or highs is None or highs.get(key[1:], 0) > sent
 
     def _abandon(self, key: Key) -> None:
         for flight in self.inflight.pop(key, ()):
@@ -253,6 +276,7 @@ class Replicator(GatewayChoice):
         self.moving = moving
         self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
         self.owed &= moving
+        self.highs = {i: h for i, h in self.highs.items() if i in moving}
         self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
         self.lag_events.keep(moving)
         # Gateways that died with no other gateway left to notice: announce them down and drop
@@ -291,19 +315,20 @@ class Replicator(GatewayChoice):
         if not (sweep or lingered or self.dirty_links):
             return
         streams = self.dirty_streams if lingered else set()
+        cursor_streams = self.cursor_streams if lingered else set()
         if sweep:
             self.cache.reload(now)
             self.next_sweep = now + settings.REPLICATION_SWEEP_SECONDS
         else:
             self.cache.refresh(streams, self.dirty_links, now)
         if lingered or sweep:
-            self.dirty_streams, self.linger_until = set(), None
+            self.dirty_streams, self.cursor_streams, self.linger_until = set(), set(), None
         self._gathering = True
         try:
             for link in self._due(streams, sweep):
-                # Cursors change only with a wake-up of the source stream (a commit), or wait
-                # for data (owed); a pump on a gateway's acknowledgement alone skips them.
-                cursors = sweep or str(link.source) in streams or link.id in self.owed
+                # Cursors change only with a cursor commit's wake-up of the source stream, or
+                # wait for data (owed); a pump on new data or an acknowledgement skips them.
+                cursors = sweep or str(link.source) in cursor_streams or link.id in self.owed
                 self._pump(link, now, cursors=cursors or link.id not in self.cursors)
         finally:
             self._gathering = False
@@ -338,6 +363,7 @@ class Replicator(GatewayChoice):
             self.retry.add(link.id)
             return
         self.lag_events.note(link, lagging, now)
+        self.highs[link.id] = {lag.key: lag.stats.high for lag in lagging}
         if cursors:
             self._sync_cursors(link)
         self.handed_off.discard(link.id)

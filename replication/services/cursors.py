@@ -17,7 +17,7 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
 from replication.reports import mapr_time
-from replication.services.engine import stream_wake
+from replication.services.engine import cursors_wake
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
 from replication.stores import store_for
@@ -49,7 +49,7 @@ def cursors_commit(
             accepted[(name, partition)] = offset  # the last of duplicates wins, as in Kafka
     if accepted:
         store.commit_cursors(stream.uuid, group, [(t, p, o) for (t, p), o in accepted.items()])
-        stream_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now
+        cursors_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now
     return results
 
 

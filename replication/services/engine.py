@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NamedTuple
 from uuid import UUID
 
 import structlog
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -95,24 +96,45 @@ _LINK_FIELDS = ("source__uuid", "replica__uuid", "source__cluster__name",
 
 
 @functools.cache
-def _moving_sql(*fields: str, one_link: bool = False) -> Compiled:
-    """ReplicaLink.objects.moving(), compiled once: gateways ask for every batch, and its
-    agreement subquery and joins were half of a gateway's CPU to build and compile."""
-    links = ReplicaLink.objects.moving()
-    if one_link:
-        links = links.filter(pk=PLACEHOLDER)
-    return Compiled(links.values_list(*fields).order_by())
+def _moving_sql(*fields: str) -> Compiled:
+    """ReplicaLink.objects.moving(), compiled once: its agreement subquery and joins were half
+    of a gateway's CPU to build and compile."""
+    return Compiled(ReplicaLink.objects.moving().values_list(*fields).order_by())
 
 
-def _moving_link(link_id: int) -> tuple[UUID, UUID, Cluster, Cluster] | None:
-    """(source, replica, their clusters) of a moving link; None when it does not move."""
-    rows = _moving_sql(*_LINK_FIELDS, one_link=True).run(link_id)
+class GatewayLink(NamedTuple):
+    """What a gateway needs of a moving link to apply a batch."""
+
+    source: UUID
+    replica: UUID
+    source_cluster: Cluster
+    replica_cluster: Cluster
+    feeds: bool  # the replica is the source of a moving link too: its replicator wants a wake
+    synchronous: bool  # producers may be waiting for the replica (replication/services/sync.py)
+
+
+@functools.cache
+def _gateway_link_sql() -> Compiled:
+    """One moving link, compiled once (a gateway asks for every batch)."""
+    moving = ReplicaLink.objects.moving()
+    feeds = Exists(ReplicaLink.objects.moving().filter(source_id=OuterRef("replica_id")))
+    return Compiled(moving.filter(pk=PLACEHOLDER).annotate(feeds=feeds)
+                    .values_list(*_LINK_FIELDS, "feeds", "synchronous").order_by())
+
+
+@functools.lru_cache(maxsize=256)
+def _cluster(name: str, store_url: str) -> Cluster:
+    return Cluster(name=name, store_url=store_url)  # only what store_for reads
+
+
+def gateway_link(link_id: int) -> GatewayLink | None:
+    """The link if it moves; None when it does not."""
+    rows = _gateway_link_sql().run(link_id)
     if not rows:
         return None
-    source, replica, src_name, src_url, dst_name, dst_url = rows[0]
-    # Only what store_for reads: a cluster's name and store URL.
-    return (UUID(str(source)), UUID(str(replica)), Cluster(name=src_name, store_url=src_url),
-            Cluster(name=dst_name, store_url=dst_url))
+    source, replica, src_name, src_url, dst_name, dst_url, feeds, synchronous = rows[0]
+    return GatewayLink(UUID(str(source)), UUID(str(replica)), _cluster(src_name, src_url),
+                       _cluster(dst_name, dst_url), bool(feeds), synchronous)
 
 
 def _topics_by_stream(stream_ids: set[int]) -> dict[int, dict[str, UUID]]:
@@ -136,17 +158,24 @@ def carried_topics(replica: UUID, topics: dict[str, UUID]) -> dict[str, UUID]:
 MISORDER_WAITS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
 
 
-def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int) -> Applied:
+def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int,
+                wake: Callable[[UUID], None] | None = None,
+                link: GatewayLink | None = None) -> Applied:
     """A gateway's work: copy [start, end) of the source partition to the replica and advance
     the replica's cursor in one transaction of the replica's store. No produceperm check:
     gateways publish to replicas with implicit authority (DESIGN.md invariant 6). A link that
     lost its agreement or was paused since the batch was cut applies nothing, so pause stops
     at a batch boundary. Returns what was newly applied: messages (`count`) and their logical
-    bytes, both 0 for a redelivered batch (the replica trims what it already holds)."""
-    link = _moving_link(link_id)
+    bytes, both 0 for a redelivered batch (the replica trims what it already holds).
+
+    New messages in a replica that is itself the source of a moving link (a chain's next
+    hop, the way back of a multi-master pair) wake its replicator: through `wake` (a gateway
+    sends it with its acknowledgement), else once the transaction commits. `link`: the
+    caller's own `gateway_link(link_id)`, read for this batch."""
+    link = link or gateway_link(link_id)
     if link is None:
         return Applied({})
-    source_uuid, replica_uuid, source_cluster, replica_cluster = link
+    source_uuid, replica_uuid, source_cluster, replica_cluster, feeds, _ = link
     spec = BatchSpec(source_uuid, replica_uuid, topic, partition, start, end)
     source, replica = store_for(source_cluster), store_for(replica_cluster)
     for wait in (*MISORDER_WAITS, None):
@@ -158,9 +187,13 @@ def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: in
             if wait is None:
                 raise  # the previous batch is lost, not late: the replicator re-plans
             time.sleep(wait)
-    if applied.count:
-        stream_wake(stream=replica_uuid)  # the replica's own replicas move on (chains)
+    if applied.count and feeds:
+        (wake or _wake_on_commit)(replica_uuid)
     return applied
+
+
+def _wake_on_commit(stream: UUID) -> None:
+    stream_wake(stream=stream)
 
 
 def link_progress(*, link_ids: Iterable[int]) -> None:
@@ -240,6 +273,9 @@ def link_catchup_request(*, link_id: int) -> bool:
 # re-reads the stream's links at once rather than trusting its cache (a produce's wake-up only
 # says there is new data).
 LINKS_CHANGED = "links:"
+# A cursor commit's wake-up carries this one: the replicator copies cursors to the replicas on
+# it (and on the sweep), not on every produce's wake-up.
+CURSORS_CHANGED = "cursors:"
 
 
 @receiver([post_save, post_delete], sender=ReplicaLink)
@@ -268,6 +304,11 @@ def _links_changed(stream_id: int) -> None:
 def stream_wake(*, stream: UUID) -> None:
     """New data in `stream`: wake the source side once the producing transaction commits."""
     transaction.on_commit(lambda: _wake([str(stream)]))
+
+
+def cursors_wake(*, stream: UUID) -> None:
+    """Consumer cursors committed in `stream`: its replicas get them now."""
+    transaction.on_commit(lambda: _wake([f"{CURSORS_CHANGED}{stream}"]))
 
 
 def _wake(streams: list[str]) -> None:

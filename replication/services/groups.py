@@ -18,7 +18,7 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink, Stream, Topic
 from replication.services.browse import offset_for_time
-from replication.services.engine import stream_wake
+from replication.services.engine import cursors_wake
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
 from replication.signals import group_offsets_reset_done
@@ -129,7 +129,7 @@ def group_offsets_reset(
     before = {p: store.fetch_cursor(stream.uuid, group, target.name, p) for p in new}
     for partition, moved in sorted(new.items()):
         store.commit_cursor(stream.uuid, group, target.name, partition, moved)
-    stream_wake(stream=stream.uuid)
+    cursors_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now
     group_offsets_reset_done.send(
         sender=Stream, stream=stream, actor=actor,
         details={"group": group, "topic": target.name, "to": to, "timestamp_ms": timestamp_ms,

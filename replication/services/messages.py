@@ -33,7 +33,7 @@ from replication.engine.store import (
 from replication.errors import InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
-from replication.services.engine import stream_wake
+from replication.services.engine import cursors_wake, stream_wake
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
 from replication.signals import stream_expiring
@@ -179,7 +179,7 @@ def cursor_commit(
         raise InvalidInput(f"offset {offset} is out of range for {target} partition "
                            f"{partition}: commit 0 to {high}", field="offset")
     store.commit_cursor(stream.uuid, group, target.name, partition, offset)
-    stream_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
+    cursors_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
 
 
 def cursor_list(

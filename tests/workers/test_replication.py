@@ -233,6 +233,22 @@ def test_committed_cursors_follow_the_data_and_never_pass_the_replica_end(
     wait_until(lambda: cursors_of(owner, replica) == ends, timeout=10)  # caught up with data
 
 
+def test_a_cursor_commit_reaches_the_replica_by_its_own_wake_up(gateways, owner, pair):
+    """Produces' wake-ups move data without copying cursors; a commit's wake-up (marked
+    CURSORS_CHANGED) copies them, with no sweep or retry timer to fall back on."""
+    source, replica = pair
+    start_replicator_without_timers(gateways)
+    produce = Producer(owner, source)
+    produce(200)
+    wait_replicated(produce, replica)
+    for n in (1, 2):
+        offsets = {p: high * n // 3 for p, high in highs(source).items()}
+        started = time.monotonic()
+        commit_all(owner, source, offsets)
+        wait_until(lambda o=offsets: cursors_of(owner, replica) == o, timeout=5, every=0.05)
+        assert time.monotonic() - started < 2.0  # a wake-up, not the 60 s timers
+
+
 def consume_ids(owner, stream: Stream, partition: int, start: int, end: int) -> list[bytes]:
     ids: list[bytes] = []
     while start < end:

@@ -69,7 +69,7 @@ def copy_chunk(
     transaction, by the gateways' own pipe apply (PostgreSQL store's `pipe_into`); returns
     (messages, bytes) newly written."""
     try:
-        with dst.transaction(), dst.cursor() as cur:
+        with dst.cursor() as cur:
             _, rows, size = pipe_into(src, cur, pids, key, lo, hi, low=origin_low, link=link)
     except Overtaken:
         raise StoreError(

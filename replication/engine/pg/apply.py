@@ -10,7 +10,7 @@ import psycopg
 
 from replication.engine.batches import Ends, Trimmed, layout_apply, trim_runs
 from replication.engine.pg.catalog import Catalog
-from replication.engine.pg.pipe import Overtaken, pipe_into, source_range
+from replication.engine.pg.pipe import Overtaken, PartitionGone, pipe_into, source_range
 from replication.engine.pg.schema import ADVANCE, COPY_IN, COPY_TYPES, LINK_CURSORS, LOCK, START
 from replication.engine.store import Applied, Key, Message, ReturnToOrigin, StoreError
 from replication.engine.storebase import MessageStore
@@ -98,8 +98,20 @@ class Applying(Catalog):
         first, upto = max(start, low), min(end, high)
         if first >= upto:
             return Applied({})
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            pid = self._apply_pids(conn, stream, {key: []})[key]
-            nxt, rows, nbytes = pipe_into(src, cur, (spid, pid), key, first, upto, low=low,
-                                          link=link)
+        with self._pool.connection() as conn, conn.cursor() as cur:
+
+            def pipe(pid: int) -> tuple[int, int, int]:
+                return pipe_into(src, cur, (spid, pid), key, first, upto, low=low, link=link)
+
+            try:
+                nxt, rows, nbytes = pipe(self._pids.get((stream, *key))
+                                         or self._piped_pid(conn, stream, key))
+            except PartitionGone:  # its topic was deleted (and made again) since it was cached
+                nxt, rows, nbytes = pipe(self._piped_pid(conn, stream, key))
         return Applied({key: nxt}, {key: rows}, nbytes)
+
+    def _piped_pid(self, conn: psycopg.Connection, stream: UUID, key: Key) -> int:
+        """The replica partition's id, made if it is new (invariant 7), and cached: ids never
+        change, and looking it up was two of a piped batch's round trips."""
+        pid = self._pids[(stream, *key)] = self._apply_pids(conn, stream, {key: []})[key]
+        return pid

@@ -178,6 +178,13 @@ UPDATE partitions SET next_offset = greatest(next_offset, %(end)s), rows = rows 
     bytes = bytes + %(b)s
 WHERE id = %(pid)s
 """
+# The same with the link's cursor (LINK_CURSORS), in one statement: one round trip a batch.
+ADVANCE_PIPED_LINK = """
+WITH advanced AS (""" + ADVANCE_PIPED + """)
+INSERT INTO replication_cursors (pid, link, next_offset) VALUES (%(pid)s, %(link)s, %(end)s)
+ON CONFLICT (pid, link) DO UPDATE
+SET next_offset = greatest(replication_cursors.next_offset, excluded.next_offset)
+"""
 
 
 def piped_bytes(relayed: Relayed) -> int:

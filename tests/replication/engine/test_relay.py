@@ -11,6 +11,7 @@ import pytest
 
 from replication.engine import Record, StoreError, open_store
 from replication.engine.pg.relay import BLOCK, HEADER, TRAILER, relay
+from replication.engine.store import Misordered
 
 ROWS = 20_000
 OUT = b"COPY (SELECT n, repeat('x', 200) FROM generate_series(1, %d) n) TO STDOUT (FORMAT BINARY)"
@@ -137,3 +138,29 @@ def test_source_rows_removed_during_a_pipe_write_nothing_and_say_so(pg_url: str,
     finally:
         src.close()
         dst.close()
+
+
+def test_a_piped_apply_finds_a_replica_topic_made_again_since_it_cached_the_id(
+        pg_url: str, pg_url_b: str):
+    """A gateway caches its replica partitions' ids; another process deletes the topic and
+    makes it again (new ids): the next piped batch finds the new partition and starts it at
+    the source's low watermark, and a refused batch leaves no transaction open."""
+    src, dst, other = open_store(pg_url), open_store(pg_url_b), open_store(pg_url_b)
+    stream, replica = uuid.uuid4(), uuid.uuid4()
+    try:
+        src.ensure_topic(stream, "t", 1)
+        src.append(stream, "t", [Record(b"v%d" % i) for i in range(10)], origin=stream)
+        assert dst.apply_from(src, stream, replica, "t", 0, 0, 5, link="l").count == 5
+        other.drop_topic(replica, "t")
+        other.ensure_topic(replica, "t", 1)
+        assert dst.apply_from(src, stream, replica, "t", 0, 0, 10, link="l").count == 10
+        assert other.watermarks(replica, "t") == {0: (0, 10)}
+        src.append(stream, "t", [Record(b"w%d" % i) for i in range(10)], origin=stream)
+        with pytest.raises(Misordered):  # [15, 20) past the replica's end, 10: a gap
+            dst.apply_from(src, stream, replica, "t", 0, 15, 20, link="l")
+        assert dst.apply_from(src, stream, replica, "t", 0, 10, 20, link="l").count == 10
+        assert [m.value for m in other.read(replica, "t", 0, 8, limit=4)] == [
+            b"v8", b"v9", b"w0", b"w1"]
+    finally:
+        for store in (src, dst, other):
+            store.close()
