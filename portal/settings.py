@@ -193,9 +193,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 SPARK_MASTER_URL = env.str("SPARK_MASTER_URL", default="")
 
 # Shared by every web worker: sign-in failure counts and API throttles must add up across them.
+# Timeouts, so a Redis that stops answering fails a request in seconds (a 503, or the produce
+# throttle letting it through: portal/unavailable.py) rather than holding it forever.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "portal.cache.ReusingRedisCache",
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache"}}
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache",
+                          "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

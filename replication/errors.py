@@ -61,3 +61,11 @@ class NotOrigin(InvalidInput):
 
 class TooLarge(InvalidInput):
     """A message over the maximum message size."""
+
+
+class ServiceUnavailable(StreamgateError, errno=_errno.EAGAIN, http_status=503):
+    """A service the request needs (the control plane's Redis, a cluster's message store) did
+    not answer. The request changed nothing and may be sent again after `retry_after` seconds,
+    which interfaces pass on (HTTP's Retry-After)."""
+
+    retry_after = 5

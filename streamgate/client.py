@@ -54,9 +54,10 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-# HTTP statuses of /api/v1 errors, as the errno maprcli would report.
+# HTTP statuses of /api/v1 errors, as the errno maprcli would report (503: try again, as
+# /rest's envelope says for the same outage).
 ERRNO_OF_STATUS = {400: errno.EINVAL, 401: errno.EACCES, 403: errno.EPERM, 404: errno.ENOENT,
-                   409: errno.EEXIST, 501: errno.EOPNOTSUPP}
+                   409: errno.EEXIST, 501: errno.EOPNOTSUPP, 503: errno.EAGAIN}
 
 
 def _b64(raw: bytes) -> str:

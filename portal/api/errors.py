@@ -3,6 +3,8 @@
 A `StreamgateError` answers with its `http_status` and
 `{"detail": desc, "code": "<class name in snake_case>", <field>: [desc]}` (the field entry only
 when the error names one), so clients branch on `code` and forms show the text by the field.
+An outage of Redis or a message store is a `ServiceUnavailable` (portal/unavailable.py): 503,
+code `service_unavailable`, with Retry-After.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from portal.unavailable import as_unavailable, retry_headers
 from replication.errors import StreamgateError
 
 logger = logging.getLogger(__name__)
@@ -38,9 +41,11 @@ def domain_error_body(exc: StreamgateError) -> dict[str, Any]:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    exc = as_unavailable(exc) or exc
     if isinstance(exc, StreamgateError):
         set_rollback()
-        return Response(domain_error_body(exc), status=exc.http_status)
+        return Response(domain_error_body(exc), status=exc.http_status,
+                        headers=retry_headers(exc))
     if isinstance(exc, IntegrityError):
         # The services check uniqueness first; this is two requests racing past that check.
         set_rollback()

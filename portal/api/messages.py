@@ -22,8 +22,8 @@ from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 
+from portal.api.throttling import FailOpenScopedRateThrottle
 from portal.api.viewsets import StreamChildViewSet
 from replication.engine.store import Message, Record
 from replication.models import Topic
@@ -162,7 +162,7 @@ class MessageViewSet(StreamChildViewSet):
 
     def get_throttles(self) -> list:
         # Only producing is rate-limited; consumers long-poll and would trip it for nothing.
-        return [ScopedRateThrottle()] if self.action == "create" else []
+        return [FailOpenScopedRateThrottle()] if self.action == "create" else []
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def create(self, request: Request, **kwargs: Any) -> Response:

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from accounts.tokens import TokenAuthentication
 from portal.rest.commands import REGISTRY
+from portal.unavailable import as_unavailable, retry_headers
 from replication.errors import InvalidInput, NotFound, StreamgateError
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ def failure(
 
 def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """Every failure in the envelope; a traceback is logged, never returned."""
+    exc = as_unavailable(exc) or exc
     if isinstance(exc, StreamgateError):
-        return failure(exc.errno, exc.desc, exc.http_status)
+        return failure(exc.errno, exc.desc, exc.http_status, retry_headers(exc))
     if isinstance(exc, Http404):
         return failure(errno.ENOENT, "not found", 404)
     if isinstance(exc, exceptions.APIException):
