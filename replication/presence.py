@@ -335,7 +335,7 @@ _local = LocalPresence()
 @cache
 def _client(url: str) -> redis.Redis:
     # A connect timeout, so a produce never hangs on an unreachable Redis (it logs and goes on);
-    # no read timeout, which would cut the replicator's long BLPOP.
+    # no read timeout, which would cut the replicator's long BLMPOP.
     return redis.Redis.from_url(url, health_check_interval=30, socket_connect_timeout=2)
 
 
