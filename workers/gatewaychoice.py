@@ -11,7 +11,7 @@ from replication.presence import GatewayId, Presence
 from replication.services.engine import gateways_configured
 
 if TYPE_CHECKING:
-    from workers.replicator import InFlight
+    from workers.flights import InFlight
 
 Chosen = tuple[GatewayId, str]  # a live gateway and its incarnation
 GATEWAYS_REFRESH = 5.0  # seconds between reads of the configured gateways

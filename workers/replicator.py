@@ -59,6 +59,7 @@ from replication.services.engine import (
 )
 from replication.stores import store_for
 from workers.batches import send_eagerly
+from workers.flights import Flights, InFlight, Key
 from workers.gateway import PresenceWatch
 from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
@@ -66,21 +67,11 @@ from workers.linkcache import LinkCache
 from workers.throttle import Throttle
 
 log = structlog.get_logger(__name__)
-Key = tuple[int, str, int]  # (link id, topic, partition)
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
 
 
 @dataclass
-class InFlight:
-    spec: BatchSpec
-    gateway: GatewayId
-    incarnation: str
-    deadline: float
-    ticket: str = ""
-
-
-@dataclass
-class Replicator(GatewayChoice):
+class Replicator(GatewayChoice, Flights):
     presence: Presence
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
@@ -222,33 +213,6 @@ class Replicator(GatewayChoice):
                 continue
             link_error(link_id=link_id, error=ack["error"], gateway=ack.get("gateway", ""))
             self.retry.add(link_id)  # back off rather than spin on a batch that keeps failing
-
-    def _land(self, key: Key, ticket: str, now: float | None = None) -> InFlight | None:
-        """Forget the flight of `ticket`; returns it (None if it was not in flight)."""
-        flights = self.inflight.get(key, [])
-        landed = next((f for f in flights if f.ticket == ticket), None)
-        flights = [f for f in flights if f.ticket != ticket]
-        if not flights:
-            self.inflight.pop(key, None)
-            return landed
-        self.inflight[key] = flights
-        if now is not None:
-            # The rest queued behind it at the same gateway: their time starts now, so a
-            # window of batches on a slow (not dead) gateway is not taken for a timeout.
-            for flight in flights:
-                flight.deadline = max(flight.deadline, now + settings.REPLICATION_ACK_TIMEOUT)
-        return landed
-
-    def _more(self, key: Key, landed: InFlight | None) -> bool:
-        """Whether the partition has more to send than is in flight, as far as the last plan
-        knows. New data past it comes with a wake-up of the source stream (and the sweep)."""
-        flights, highs = self.inflight.get(key), self.highs.get(key[0])
-        sent = flights[-1].spec.end if flights else landed.spec.end if landed else None
-        return sent is None or highs is None or highs.get(key[1:], 0) > sent
-
-    def _abandon(self, key: Key) -> None:
-        for flight in self.inflight.pop(key, ()):
-            self.tickets.pop(flight.ticket, None)
 
     def _expire(self, now: float) -> None:
         for key, flights in list(self.inflight.items()):
