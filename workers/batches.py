@@ -23,7 +23,7 @@ from operations.audit import enter_system
 from replication.batchqueue import batch_expired
 from replication.engine.store import Applied, Misordered
 from replication.presence import GatewayId, Presence, presence
-from replication.services.engine import batch_apply, gateway_link
+from replication.services.engine import gateway_link, link_apply
 from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
 
@@ -41,15 +41,15 @@ def batch_serve(*, link_id: int, topic: str, partition: int, start: int, end: in
     batches it covers) to the replicator with what happened. Safe to run any number of times,
     on any number of gateways at once: the replica keeps each message once."""
     result: dict[str, Any] = {"gateway": gateway.partition("/")[2], "link": link_id}
-    wake: list[str] = []  # the replica, when it feeds a moving link of its own
-    link = None
+    link, applied = None, Applied({})
     try:
         refusal = link_wire_refusal(link_id=link_id)
         if refusal:  # -networkencryption true, and a store now allows plaintext
             raise WireRefused(refusal)
         link = gateway_link(link_id)
-        applied = batch_apply(link_id=link_id, topic=topic, partition=partition, start=start,
-                              end=end, wake=lambda stream: wake.append(str(stream)), link=link)
+        if link is not None:  # else paused or no longer agreed since the batch was cut
+            applied = link_apply(link, link_id=link_id, topic=topic, partition=partition,
+                                 start=start, end=end)
     except Misordered as error:  # the replica is not where the plan thought: re-plan
         applied, result["error"], result["misordered"] = Applied({}), str(error), True
     except Exception as error:
@@ -65,8 +65,10 @@ def batch_serve(*, link_id: int, topic: str, partition: int, start: int, end: in
             for n, ticket in enumerate(tickets, start=1)]
     # Producers waiting for a synchronous replica re-read its ends on `applied` (replication/
     # services/sync.py); they re-check on a timer too, so a lost notification only slows them.
-    waited = applied.count and link is not None and link.synchronous
-    presence().done(acks, reply_to, [link_id] if waited else [], wake)
+    # The replica's own replicas (a chain, the way back of a multi-master pair) move on.
+    moved = link if applied.count and link is not None else None
+    waited = [link_id] if moved and moved.synchronous else []
+    presence().done(acks, reply_to, waited, [str(moved.replica)] if moved and moved.feeds else [])
     return applied.count
 
 

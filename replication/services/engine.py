@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import NamedTuple
@@ -87,7 +87,7 @@ def links_moving(
 
 
 def link_ids_moving() -> set[int]:
-    return {pk for (pk,) in _moving_sql("pk").run()}
+    return {pk for (pk,) in _moving_ids_sql().run()}
 
 
 _LINK_FIELDS = ("source__uuid", "replica__uuid", "source__cluster__name",
@@ -96,10 +96,9 @@ _LINK_FIELDS = ("source__uuid", "replica__uuid", "source__cluster__name",
 
 
 @functools.cache
-def _moving_sql(*fields: str) -> Compiled:
-    """ReplicaLink.objects.moving(), compiled once: its agreement subquery and joins were half
-    of a gateway's CPU to build and compile."""
-    return Compiled(ReplicaLink.objects.moving().values_list(*fields).order_by())
+def _moving_ids_sql() -> Compiled:
+    """The moving links' ids, compiled once: the replicator asks every retry interval."""
+    return Compiled(ReplicaLink.objects.moving().values_list("pk").order_by())
 
 
 class GatewayLink(NamedTuple):
@@ -158,42 +157,42 @@ def carried_topics(replica: UUID, topics: dict[str, UUID]) -> dict[str, UUID]:
 MISORDER_WAITS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
 
 
-def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int,
-                wake: Callable[[UUID], None] | None = None,
-                link: GatewayLink | None = None) -> Applied:
+def batch_apply(*, link_id: int, topic: str, partition: int, start: int, end: int) -> Applied:
     """A gateway's work: copy [start, end) of the source partition to the replica and advance
-    the replica's cursor in one transaction of the replica's store. No produceperm check:
-    gateways publish to replicas with implicit authority (DESIGN.md invariant 6). A link that
-    lost its agreement or was paused since the batch was cut applies nothing, so pause stops
-    at a batch boundary. Returns what was newly applied: messages (`count`) and their logical
-    bytes, both 0 for a redelivered batch (the replica trims what it already holds).
-
-    New messages in a replica that is itself the source of a moving link (a chain's next
-    hop, the way back of a multi-master pair) wake its replicator: through `wake` (a gateway
-    sends it with its acknowledgement), else once the transaction commits. `link`: the
-    caller's own `gateway_link(link_id)`, read for this batch."""
-    link = link or gateway_link(link_id)
+    the replica's cursor in one transaction of the replica's store (`link_apply`). A link
+    that lost its agreement or was paused since the batch was cut applies nothing, so pause
+    stops at a batch boundary. New messages in a replica that is itself the source of a moving
+    link (a chain's next hop, the way back of a multi-master pair) wake its replicator once
+    the transaction commits (a gateway sends that wake-up with its acknowledgement instead)."""
+    link = gateway_link(link_id)
     if link is None:
         return Applied({})
-    source_uuid, replica_uuid, source_cluster, replica_cluster, feeds, _ = link
-    spec = BatchSpec(source_uuid, replica_uuid, topic, partition, start, end)
-    source, replica = store_for(source_cluster), store_for(replica_cluster)
-    for wait in (*MISORDER_WAITS, None):
-        try:
-            applied = apply_spec(source, replica, spec, link=str(link_id),
-                                 max_bytes=settings.REPLICATION_BATCH_BYTES)
-            break
-        except Misordered:
-            if wait is None:
-                raise  # the previous batch is lost, not late: the replicator re-plans
-            time.sleep(wait)
-    if applied.count and feeds:
-        (wake or _wake_on_commit)(replica_uuid)
+    applied = link_apply(link, link_id=link_id, topic=topic, partition=partition, start=start,
+                         end=end)
+    if applied.count and link.feeds:
+        stream_wake(stream=link.replica)
     return applied
 
 
-def _wake_on_commit(stream: UUID) -> None:
-    stream_wake(stream=stream)
+def link_apply(link: GatewayLink, *, link_id: int, topic: str, partition: int, start: int,
+               end: int) -> Applied:
+    """`batch_apply` of a link the caller read (`gateway_link`), without the wake-up. No
+    produceperm check: gateways publish to replicas with implicit authority (DESIGN.md
+    invariant 6). Returns what was newly applied: messages (`count`) and their logical
+    bytes, both 0 for a redelivered batch (the replica trims what it already holds)."""
+    spec = BatchSpec(link.source, link.replica, topic, partition, start, end)
+    source, replica = store_for(link.source_cluster), store_for(link.replica_cluster)
+
+    def apply() -> Applied:
+        return apply_spec(source, replica, spec, link=str(link_id),
+                          max_bytes=settings.REPLICATION_BATCH_BYTES)
+
+    for wait in MISORDER_WAITS:
+        try:
+            return apply()
+        except Misordered:
+            time.sleep(wait)
+    return apply()  # Misordered still: the previous batch is lost, not late; re-planned
 
 
 def link_progress(*, link_ids: Iterable[int]) -> None:
