@@ -208,8 +208,9 @@ def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
         try:
             wait_until(lambda: copied(destination, replica) > 0, timeout=180, every=0.01)
             spark_master.kill_worker()  # the node lost: worker, executor, Python workers
-            killed_at.append(copied(destination, replica))
             time.sleep(1)  # the driver notices its executor gone, the master its worker
+            # Read once the lost attempt is over: a COMMIT it had sent lands after the kill.
+            killed_at.append(copied(destination, replica))
             spark_master.restart_worker()
         finally:
             destination.close()
