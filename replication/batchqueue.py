@@ -12,19 +12,32 @@ replicator.py), and applying a batch twice changes nothing (the apply trims unde
 partition's lock). The list expires when nobody pushes to it for SIGNAL_TTL seconds (a gateway
 gone for good), and a batch carries its own expiry: one still queued when its acknowledgement
 is long overdue was sent elsewhere already, and the gateway drops it.
+
+Each take also reads the links epoch (`sg:links:epoch`), a random value set afresh on every
+change of a link, an upstream, a topic or a cluster (replication/services/engine.py): a
+gateway trusts the links it read for as long as the epoch it sees stays the same, rather than
+reading its link for every batch. The epoch is read after the pop, so a change committed
+before a batch was taken is seen before that batch applies; a Redis that lost the key (a
+restart) gets a new value, which no gateway has seen.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 GatewayId = tuple[str, str]  # (cluster name, gateway name)
 TAKE_AT_MOST = 64  # batches a gateway takes from its list at once
+
+
+class Taken(NamedTuple):
+    batches: list[dict[str, Any]]
+    links_epoch: bytes
 
 
 def batch_expired(batch: dict[str, Any], now: float | None = None) -> bool:
@@ -49,10 +62,20 @@ class RedisBatches:
             pipe.expire(key, ttl)
         pipe.execute()
 
+    def links_changed(self) -> None:
+        self.client.set(self._links_epoch(), uuid.uuid4().hex)
+
+    def _links_epoch(self) -> str:
+        return f"{self.prefix}sg:links:epoch"
+
     def take_batches(self, gateway: GatewayId, timeout: float,
-                     at_most: int = TAKE_AT_MOST) -> list[dict[str, Any]]:
+                     at_most: int = TAKE_AT_MOST) -> Taken:
         """The batches queued for `gateway`, oldest first, waiting up to `timeout` seconds for
-        the first; [] when none came."""
-        popped = self.client.blmpop(max(timeout, 0.01), 1, self.batch_queue(gateway),
-                                    direction="LEFT", count=at_most)
-        return [json.loads(raw) for raw in popped[1]] if popped else []
+        the first (none when none came), and the links epoch after them; one round trip."""
+        epoch = self._links_epoch()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.blmpop(max(timeout, 0.01), 1, self.batch_queue(gateway), direction="LEFT",
+                    count=at_most)
+        pipe.set(epoch, uuid.uuid4().hex, nx=True).get(epoch)
+        popped, _, links_epoch = pipe.execute()
+        return Taken([json.loads(raw) for raw in popped[1]] if popped else [], links_epoch)

@@ -65,6 +65,11 @@ class Presence(Protocol):
 
     def wake(self, streams: Iterable[str]) -> None: ...
 
+    def links_changed(self) -> None:
+        """A link, upstream, topic or cluster changed: gateways read their links again
+        (replication/batchqueue.py)."""
+        ...
+
     def ack(self, result: dict[str, Any], inbox: str = "") -> None: ...
 
     def wait(self, timeout: float, inbox: str = "") -> Signals: ...
@@ -327,6 +332,9 @@ class LocalPresence(LocalLeases):
 
     def applied_board(self) -> AppliedBoard:
         return self._board
+
+    def links_changed(self) -> None:
+        pass  # embedded gateways read their link for every batch
 
 
 _local = LocalPresence()

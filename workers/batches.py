@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -23,7 +23,7 @@ from operations.audit import enter_system
 from replication.batchqueue import batch_expired
 from replication.engine.store import Applied, Misordered
 from replication.presence import GatewayId, Presence, presence
-from replication.services.engine import gateway_link, link_apply
+from replication.services.engine import GatewayLink, gateway_link, link_apply
 from replication.services.wire import link_wire_refusal
 from workers.gateway import parse_gateway, tally
 
@@ -36,17 +36,19 @@ class WireRefused(Exception):
 
 
 def batch_serve(*, link_id: int, topic: str, partition: int, start: int, end: int,
-                gateway: str = "", tickets: Sequence[str] = (), reply_to: str = "") -> int:
+                gateway: str = "", tickets: Sequence[str] = (), reply_to: str = "",
+                link_of: Callable[[int], GatewayLink | None] = gateway_link) -> int:
     """Apply [start, end) of one partition to a replica, then acknowledge each ticket (the
     batches it covers) to the replicator with what happened. Safe to run any number of times,
-    on any number of gateways at once: the replica keeps each message once."""
+    on any number of gateways at once: the replica keeps each message once. `link_of` reads
+    the link (a LinkBook remembers it between batches)."""
     result: dict[str, Any] = {"gateway": gateway.partition("/")[2], "link": link_id}
     link, applied = None, Applied({})
     try:
         refusal = link_wire_refusal(link_id=link_id)
         if refusal:  # -networkencryption true, and a store now allows plaintext
             raise WireRefused(refusal)
-        link = gateway_link(link_id)
+        link = link_of(link_id)
         if link is not None:  # else paused or no longer agreed since the batch was cut
             applied = link_apply(link, link_id=link_id, topic=topic, partition=partition,
                                  start=start, end=end)
@@ -103,21 +105,43 @@ def coalesce(batches: list[dict[str, Any]], max_messages: int) -> list[dict[str,
     return jobs
 
 
+class LinkBook:
+    """`gateway_link` for a gateway's threads, read once per links epoch (the value its last
+    take saw, replication/batchqueue.py) rather than once per batch: that query was a sixth of
+    a gateway's CPU at 5,000 messages/s (docs/benchmarks-history.md). A link paused, removed
+    or no longer agreed changes the epoch, so a batch taken after the change reads it again
+    and applies nothing, as before."""
+
+    def __init__(self) -> None:
+        self.epoch: bytes | None = None
+        self.links: dict[int, GatewayLink | None] = {}
+
+    def seen(self, epoch: bytes | None) -> None:
+        if epoch is None or epoch != self.epoch:
+            self.links, self.epoch = {}, epoch
+
+    def __call__(self, link_id: int) -> GatewayLink | None:
+        links = self.links  # a take on another thread may start a new dict meanwhile
+        if link_id not in links:
+            links[link_id] = gateway_link(link_id)
+        return links[link_id]
+
+
 class BatchConsumer:
-    """Takes the gateway's batches from its list while a thread is free for them, and applies
-    them on GATEWAY_CONCURRENCY threads, oldest first."""
+    """Takes the gateway's batches from its list and applies them on GATEWAY_CONCURRENCY
+    threads, oldest first. Each thread takes for itself when it is free, so while every one is
+    busy the batches wait in the list, where consecutive ones of a partition gather into one
+    apply; a take that brings several jobs leaves the rest to whichever thread is free next."""
 
     def __init__(self, gateway: GatewayId, signals: Presence | None = None) -> None:
         self.gateway = gateway
         self.presence = signals or presence()
-        self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
-        self.busy = 0
-        self.freed = threading.Condition()
+        self.links = LinkBook()
+        self.pending: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._take, name="gateway-batches", daemon=True)]
-        self.threads += [threading.Thread(target=self._apply, name=f"gateway-batch-{n}",
-                                          daemon=True)
-                         for n in range(settings.GATEWAY_CONCURRENCY)]
+        self.threads = [threading.Thread(target=self._serve, name=f"gateway-batch-{n}",
+                                         daemon=True)
+                        for n in range(settings.GATEWAY_CONCURRENCY)]
 
     def start(self) -> BatchConsumer:
         for thread in self.threads:
@@ -127,45 +151,51 @@ class BatchConsumer:
     def close(self) -> None:
         """Stop taking batches and finish those in hand."""
         self.stop.set()
-        self.threads[0].join(timeout=TAKE_WAIT + 5)
-        for _ in self.threads[1:]:
-            self.jobs.put(None)
-        for thread in self.threads[1:]:
-            thread.join(timeout=60)
+        for thread in self.threads:
+            thread.join(timeout=TAKE_WAIT + 60)
 
-    def _take(self) -> None:
-        while not self.stop.is_set():
-            with self.freed:
-                # While every thread is busy the batches wait in the list, where consecutive
-                # ones of a partition gather into one apply.
-                if self.busy >= len(self.threads) - 1:
-                    self.freed.wait(TAKE_WAIT)
-                    continue
-            try:
-                batches = self.presence.take_batches(self.gateway, TAKE_WAIT)
-            except Exception as error:  # Redis restarting: the replicator re-sends what is lost
-                log.warning("batch_take_failed", error=str(error))
-                self.stop.wait(0.5)
-                continue
-            fresh = [b for b in batches if not batch_expired(b)]
-            for job in coalesce(fresh, settings.REPLICATION_BATCH_MESSAGES):
-                with self.freed:
-                    self.busy += 1
-                self.jobs.put(job)
-
-    def _apply(self) -> None:
+    def _serve(self) -> None:
         enter_system()  # changes made by a batch are the system's, as in a Celery task
         try:
-            while (job := self.jobs.get()) is not None:
+            while not self.stop.is_set():
+                job = self._next()
+                if job is not None:
+                    self._run(job)
+            while (job := self._pending()) is not None:
                 self._run(job)
         finally:
             connections.close_all()
+
+    def _pending(self) -> dict[str, Any] | None:
+        try:
+            return self.pending.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _next(self) -> dict[str, Any] | None:
+        job = self._pending()
+        if job is not None:
+            return job
+        try:
+            batches, epoch = self.presence.take_batches(self.gateway, TAKE_WAIT)
+        except Exception as error:  # Redis restarting: the replicator re-sends what is lost
+            log.warning("batch_take_failed", error=str(error))
+            self.links.seen(None)
+            self.stop.wait(0.5)
+            return None
+        self.links.seen(epoch)
+        jobs = coalesce([b for b in batches if not batch_expired(b)],
+                        settings.REPLICATION_BATCH_MESSAGES)
+        for job in jobs[1:]:
+            self.pending.put(job)
+        return jobs[0] if jobs else None
 
     def _run(self, job: dict[str, Any]) -> None:
         try:
             batch_serve(link_id=job["link"], topic=job["topic"], partition=job["partition"],
                         start=job["start"], end=job["end"], gateway="/".join(self.gateway),
-                        tickets=job["tickets"], reply_to=job.get("reply_to", ""))
+                        tickets=job["tickets"], reply_to=job.get("reply_to", ""),
+                        link_of=self.links)
         except Exception:  # batch_serve acknowledges its own failures; this is Redis gone
             log.exception("batch_failed", link=job["link"])
         finally:
@@ -173,6 +203,3 @@ class BatchConsumer:
             # check-out costs a query), unless it broke: then it reconnects next time.
             if connection.errors_occurred:
                 connection.close_if_unusable_or_obsolete()
-            with self.freed:
-                self.busy -= 1
-                self.freed.notify()

@@ -291,8 +291,21 @@ def _topic_changed(sender: type, instance: Topic, created: bool, **kwargs: objec
         _links_changed(instance.stream_id)  # the stream's links carry one more topic
 
 
+@receiver(post_save, sender=Cluster)
+def _cluster_changed(sender: type, instance: Cluster, **kwargs: object) -> None:
+    transaction.on_commit(_gateways_reread)  # a store URL the gateways may have read
+
+
+def _gateways_reread() -> None:
+    try:
+        presence().links_changed()
+    except Exception as error:  # Redis down: it gets a new epoch when it comes back
+        log.warning("links_changed_failed", error=str(error))
+
+
 def _links_changed(stream_id: int) -> None:
     def wake() -> None:
+        _gateways_reread()
         found = Stream.objects.filter(pk=stream_id).values_list("uuid", flat=True).first()
         if found is not None:  # else deleted: the replicator's watch drops its links
             _wake([f"{LINKS_CHANGED}{found}"])

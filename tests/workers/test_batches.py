@@ -11,6 +11,8 @@ import pytest
 
 from replication.models import ReplicaLink
 from replication.presence import presence
+from replication.services.replicas import replica_pause
+from replication.stores import store_for
 from tests.workers.test_replication import (  # noqa: F401
     Producer,
     check,
@@ -31,6 +33,14 @@ def thirds(link: int, partition: int, end: int, inbox: str) -> list[dict]:
              "expires": time.time() + 60} for start, stop in pairwise(cuts)]
 
 
+def acks_for(signals, inbox: str, count: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    acks: list[dict] = []
+    deadline = time.monotonic() + 20
+    while len(acks) < count and time.monotonic() < deadline:
+        acks += signals.wait(0.5, inbox).acks
+    return acks
+
+
 def test_consecutive_batches_waiting_together_apply_as_one_and_each_is_acknowledged(
         engine, owner, pair):  # noqa: F811
     source, replica = pair
@@ -48,10 +58,7 @@ def test_consecutive_batches_waiting_together_apply_as_one_and_each_is_acknowled
 
     consumer = BatchConsumer(GATEWAY, signals).start()
     try:
-        acks: list[dict] = []
-        deadline = time.monotonic() + 20
-        while len(acks) < len(batches) and time.monotonic() < deadline:
-            acks += signals.wait(0.5, inbox).acks
+        acks = acks_for(signals, inbox, len(batches))
     finally:
         consumer.close()
     assert sorted(a["ticket"] for a in acks) == sorted(b["ticket"] for b in batches)
@@ -61,3 +68,37 @@ def test_consecutive_batches_waiting_together_apply_as_one_and_each_is_acknowled
     assert tally.take(GATEWAY)["batches"] == len(ends)
     report = check(source, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok, report.summary()
+
+
+def test_a_batch_taken_after_its_link_paused_applies_nothing_though_the_gateway_read_it(
+        engine, owner, pair):  # noqa: F811
+    """A gateway remembers the links it read (LinkBook) while the links epoch stays the same.
+    Pausing the link sets a new epoch, so a batch taken after the pause reads the link again
+    and applies nothing: pause stops at a batch boundary, however fresh that memory."""
+    source, replica = pair
+    link = ReplicaLink.objects.get()
+    Producer(owner, source)(60)
+    ends = source_ends(source)
+    signals, inbox = presence(), uuid.uuid4().hex
+
+    def batches(half: int) -> list[tuple]:
+        return [(GATEWAY, {"link": link.pk, "topic": "clicks", "partition": p,
+                           "start": half * (end // 2), "end": end // 2 if half == 0 else end,
+                           "ticket": f"{p}:{half}", "reply_to": inbox,
+                           "expires": time.time() + 60}) for p, end in ends.items()]
+
+    consumer = BatchConsumer(GATEWAY, signals).start()
+    try:
+        signals.send_batches(batches(0), 60)
+        first = acks_for(signals, inbox, len(ends))
+        assert consumer.links(link.pk) is not None  # read once, remembered as moving
+        replica_pause(actor=owner, source=source, replica=replica)
+        signals.send_batches(batches(1), 60)
+        second = acks_for(signals, inbox, len(ends))
+    finally:
+        consumer.close()
+    assert sum(a["applied"] for a in first) == sum(end // 2 for end in ends.values())
+    assert len(second) == len(ends)
+    assert [a["applied"] for a in second] == [0] * len(ends)
+    marks = store_for(replica.cluster).watermarks(replica.uuid, "clicks")
+    assert {p: high for p, (_, high) in marks.items()} == {p: e // 2 for p, e in ends.items()}
