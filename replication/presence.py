@@ -258,18 +258,16 @@ class RedisPresence(RedisLeases, RedisBatches):
     def wait(self, timeout: float, inbox: str = "") -> Signals:
         signals, acks = Signals(), self._inbox(inbox)
         signal, dirty = self._own(self.signal, inbox), self._own(self.dirty, inbox)
-        # The signal first, or a steady flow of acknowledgements would hold wake-ups back.
-        # Acknowledgements alone (most steps under load) take this one round trip.
-        popped = self.client.blmpop(max(timeout, 0.01), 2, signal, acks, direction="LEFT",
-                                    count=10_000)
-        if not popped:
-            return signals
-        if popped[0].decode() == acks:
-            signals.acks = [json.loads(a) for a in popped[1]]
-            return signals
+        # One round trip whatever comes: the wake-ups' streams and the rest of the
+        # acknowledgements are popped right after the blocking pop returns. Streams popped
+        # with acknowledgements leave their signal behind: the next wait returns at once,
+        # with nothing new.
         pipe = self.client.pipeline(transaction=False)
-        pipe.lpop(acks, 10_000).spop(dirty, 100_000)
-        acked, streams = pipe.execute()
+        pipe.blmpop(max(timeout, 0.01), 2, signal, acks, direction="LEFT", count=10_000)
+        pipe.spop(dirty, 100_000).lpop(acks, 10_000)
+        popped, streams, acked = pipe.execute()
+        if popped and popped[0].decode() == acks:
+            acked = [*popped[1], *(acked or ())]
         signals.acks = [json.loads(a) for a in acked or ()]
         signals.streams = {s.decode() for s in streams or ()}
         return signals

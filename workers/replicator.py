@@ -93,6 +93,10 @@ class Replicator(GatewayChoice, Flights):
     # Per link, the source's high watermark of each partition its last plan found lagging: an
     # acknowledgement re-plans the link only if that plan saw more than is in flight or applied.
     highs: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
+    # Per link, the replica's next offset per partition as last read or acknowledged: a plan
+    # reads only the source while these hold (engine/replicator.py _positions). Forgotten on
+    # any doubt: a refusal, a timeout, a catch-up job, a lease taken over, the sweep.
+    positions: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
     throttles: dict[int, Throttle] = field(default_factory=dict)  # per throttled link
     throttled: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
     linger_until: float | None = None
@@ -156,6 +160,8 @@ class Replicator(GatewayChoice, Flights):
     def _on_wake(self, streams: set[str], now: float) -> None:
         marked = {s.removeprefix(LINKS_CHANGED) for s in streams if s.startswith(LINKS_CHANGED)}
         self.cache.changed |= marked
+        for link_id in self.cache.of_sources(marked):
+            self.positions.pop(link_id, None)  # paused, resumed or edited: read the replica
         self.cursor_streams |= {s.removeprefix(CURSORS_CHANGED) for s in streams
                                 if s.startswith(CURSORS_CHANGED)}
         self.dirty_streams |= {s.removeprefix(LINKS_CHANGED).removeprefix(CURSORS_CHANGED)
@@ -200,6 +206,9 @@ class Replicator(GatewayChoice, Flights):
                 self.lag_events.moved(link_id, now)
                 if landed is not None:
                     self.lag_events.applied(link_id, key[1:], landed.spec.end)
+                    known = self.positions.get(link_id)
+                    if known is not None:
+                        known[key[1:]] = max(known.get(key[1:], 0), landed.spec.end)
                 if self._more(key, landed) or link_id in self.owed:
                     self.dirty_links.add(link_id)  # the partition's next batch
                 continue
@@ -207,6 +216,7 @@ class Replicator(GatewayChoice, Flights):
             # they will be refused too. Forget them all and re-plan from the replica's end
             # (any of them still applied meanwhile is trimmed from the resent ones).
             self._abandon(key)
+            self.positions.pop(link_id, None)
             self.failures[key] = failures = self.failures.get(key, 0) + 1
             if ack.get("misordered") and failures < MAX_FAILURES:
                 self.dirty_links.add(link_id)  # the replica moved meanwhile: re-plan from it
@@ -220,6 +230,7 @@ class Replicator(GatewayChoice, Flights):
             if late is None:
                 continue
             self._abandon(key)
+            self.positions.pop(key[0], None)
             # No acknowledgement in time: the gateway counts as down for a while, and the
             # batches go to another (if the first applies them late, the trim makes that a no-op).
             self.suspect[late.gateway] = (now + settings.REPLICATION_SUSPECT_SECONDS,
@@ -241,6 +252,7 @@ class Replicator(GatewayChoice, Flights):
         self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
         self.owed &= moving
         self.highs = {i: h for i, h in self.highs.items() if i in moving}
+        self.positions = {i: p for i, p in self.positions.items() if i in moving}
         self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
         self.lag_events.keep(moving)
         # Gateways that died with no other gateway left to notice: announce them down and drop
@@ -260,6 +272,8 @@ class Replicator(GatewayChoice, Flights):
         if taken:
             log.info("replicator_links_taken", links=sorted(taken))
         self.dirty_links |= taken  # a dead peer's links move on now, not at the next sweep
+        for link_id in taken:
+            self.positions.pop(link_id, None)  # the peer moved the replicas meanwhile
         self.lag_events.keep(self.moving & self.leases.held)
 
     # --- planning and dispatch ---------------------------------------------------------------
@@ -282,6 +296,7 @@ class Replicator(GatewayChoice, Flights):
         cursor_streams = self.cursor_streams if lingered else set()
         if sweep:
             self.cache.reload(now)
+            self.positions = {}
             self.next_sweep = now + settings.REPLICATION_SWEEP_SECONDS
         else:
             self.cache.refresh(streams, self.dirty_links, now)
@@ -320,7 +335,8 @@ class Replicator(GatewayChoice, Flights):
     def _pump(self, link: MovingLink, now: float, *, cursors: bool = True) -> None:
         try:
             lagging = backlog(store_for(link.source_cluster), link.source,
-                              store_for(link.replica_cluster), link.replica, link.topics)
+                              store_for(link.replica_cluster), link.replica, link.topics,
+                              self.positions.setdefault(link.id, {}))
         except Exception as error:  # a store that is down: say so on the link, retry later
             log.warning("plan_failed", link=link.id, error=str(error))
             link_error(link_id=link.id, error=f"cannot plan batches: {error}")
@@ -359,6 +375,7 @@ class Replicator(GatewayChoice, Flights):
             return False
         if taken:
             self.handed_off.add(link.id)
+            self.positions.pop(link.id, None)  # the job moves the replica
             if self.next_retry <= now:  # asked again at the next tick, not at once
                 self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
         return taken

@@ -113,10 +113,11 @@ def _backlog(
     replica: MessageStore,
     replica_stream: UUID,
     topics: dict[str, UUID],
+    known: dict[Key, int] | None = None,
 ) -> Iterator[tuple[str, PartitionStats, int]]:
     """(topic, source partition stats, first offset to send) of each partition with a backlog.
     Reads the source's partitions afresh, so topics and partitions added since the last plan
-    are included (invariant 7)."""
+    are included (invariant 7). `known`: replica positions the caller learnt (`_positions`)."""
     for topic, origin in topics.items():
         if origin == replica_stream:
             continue  # invariant 3: a topic never goes back to the stream it originates in
@@ -124,13 +125,28 @@ def _backlog(
             stats = source.partition_stats(source_stream, topic)
         except UnknownTopic:
             continue  # not in the source's store yet (e.g. upstream has not sent it)
-        positions = replica_positions(replica, replica_stream, {topic: len(stats)})
+        positions = _positions(replica, replica_stream, topic, len(stats), known)
         for st in stats:
             # Below the source's low watermark the messages are gone: a fresh replica starts
             # there (apply's origin_low); a lagging one is refused as a gap, as it must be.
             start = max(positions[(topic, st.partition)], st.low)
             if start < st.high:
                 yield topic, st, start
+
+
+def _positions(replica: MessageStore, replica_stream: UUID, topic: str, count: int,
+               known: dict[Key, int] | None) -> dict[Key, int]:
+    """The replica's next offset on each partition of the topic: from `known` when it has them
+    all, else read from the replica (and remembered there). A position known too low costs a
+    batch the gateway trims, one too high a refusal (Misordered) after which the caller
+    forgets it: the replica's apply rule decides either way (DESIGN.md invariant 2)."""
+    keys = [(topic, p) for p in range(count)]
+    if known is not None and all(k in known for k in keys):
+        return {k: known[k] for k in keys}
+    positions = replica_positions(replica, replica_stream, {topic: count})
+    if known is not None:
+        known.update(positions)
+    return positions
 
 
 def _batch_size(st: PartitionStats, max_messages: int, max_bytes: int) -> int:
@@ -181,9 +197,10 @@ def backlog(
     replica: MessageStore,
     replica_stream: UUID,
     topics: dict[str, UUID],
+    known: dict[Key, int] | None = None,
 ) -> list[Backlog]:
     """Each partition the replica lags on, from its end to the source's high watermark."""
-    found = _backlog(source, source_stream, replica, replica_stream, topics)
+    found = _backlog(source, source_stream, replica, replica_stream, topics, known)
     return [Backlog(topic, st, start) for topic, st, start in found]
 
 

@@ -489,3 +489,21 @@ def test_piped_apply_within_one_store_copies_on_the_server(pg_net):
     assert [apply_batch(src, src, spec, link="l") for spec in specs] == [0] * len(specs)
     pg_net.assert_replica("A", "C")
     assert _stats(pg_net, "C", "a") == _stats(pg_net, "A", "a")
+
+
+def test_a_backlog_goes_by_the_replica_positions_it_knows_and_reads_those_it_lacks(net):
+    """The replicator's plans read only the source while it knows where the replica is
+    (`known`, learnt from the last read and the acknowledgements); a topic it lacks a
+    position for is read from the replica, and remembered."""
+    net.add("A", "B")
+    net.produce("A", "a", 100, partitions=2)
+    args = (net.store("A"), net.id("A"), net.store("B"), net.id("B"), net.topics("A"))
+    known: dict = {}
+    assert {lag.key: lag.start for lag in backlog(*args, known)} == {("a", 0): 0, ("a", 1): 0}
+    assert known == {("a", 0): 0, ("a", 1): 0}
+    net.pump("A", "B")  # the replica moves on behind the caller's back
+    assert {lag.key: lag.start for lag in backlog(*args, known)} == {("a", 0): 0, ("a", 1): 0}
+    del known[("a", 1)]
+    assert backlog(*args, known) == []  # read again: caught up
+    highs = {("a", p): high for p, (_, high) in net.store("A").watermarks(net.id("A"), "a").items()}
+    assert known == highs
