@@ -12,7 +12,14 @@ from replication.engine.batches import Ends, Trimmed, layout_apply, trim_runs
 from replication.engine.pg.catalog import Catalog
 from replication.engine.pg.pipe import Overtaken, PartitionGone, pipe_into, source_range
 from replication.engine.pg.schema import ADVANCE, COPY_IN, COPY_TYPES, LINK_CURSORS, LOCK, START
-from replication.engine.store import Applied, Key, Message, ReturnToOrigin, StoreError
+from replication.engine.store import (
+    Applied,
+    Key,
+    Message,
+    Misordered,
+    ReturnToOrigin,
+    StoreError,
+)
 from replication.engine.storebase import MessageStore
 
 
@@ -62,42 +69,58 @@ class Applying(Catalog):
         a Python object per row. None when the source is not a PostgresStore."""
         if not isinstance(source, Catalog):
             return None
-        for _ in range(3):
-            # Within one store the rows are copied by the server, on the replica's connection
-            # (holding a second connection of the same pool could exhaust it).
-            with (contextlib.nullcontext() if source is self
-                  else source._pool.connection()) as src:
-                row = (source_range(src, source_stream, topic, partition, start) if src
-                       else self._source_range(source_stream, topic, partition, start))
-                if row[3] is not None and UUID(bytes=row[3]) == stream:
-                    raise ReturnToOrigin(
-                        f"{topic}:{partition}: its messages originate in stream {stream}, and "
-                        "a message is never replicated back to its origin")
+        key, known = (topic, partition), (source_stream, stream, topic, partition)
+        # Within one store the rows are copied by the server, on the replica's connection
+        # (holding a second connection of the same pool could exhaust it).
+        with contextlib.nullcontext() if source is self else source._pool.connection() as src:
+            spid = source._spids.get(known)
+            if spid is not None:
+                # Its origin was checked (a partition id's messages keep their topic's origin),
+                # and the pipe's count of rows proves [start, end) all there: no look-up at
+                # the source, one round trip fewer a batch. A failed attempt wrote nothing;
+                # the look-up then decides, a refusal included, as it does for a first batch.
                 try:
-                    return self._apply_piped(src, row[:3], stream, (topic, partition), start,
-                                             end, link)
+                    return self._apply_piped(src, spid, None, stream, key, start, end, link)
+                except (Overtaken, Misordered):
+                    source._spids.pop(known, None)
+            for _ in range(3):
+                spid, low, high = self._source_range(source, src, known, start)
+                first, upto = max(start, low), min(end, high)
+                if first >= upto:
+                    return Applied({})
+                try:
+                    return self._apply_piped(src, spid, low, stream, key, first, upto, link)
                 except Overtaken:
                     continue  # retention moved the source's low watermark: look again
         raise StoreError(f"{topic}:{partition}: retention kept overtaking the batch")
 
-    def _source_range(self, stream: UUID, topic: str, partition: int, start: int) -> tuple:
-        with self._pool.connection() as conn:
-            return source_range(conn, stream, topic, partition, start)
+    def _source_range(self, source: Catalog, src: psycopg.Connection | None,
+                      known: tuple[UUID, UUID, str, int], start: int) -> tuple[int, int, int]:
+        """The source partition's id, low and next offset, refused if its messages originate
+        in the replica's stream; the id is cached for the next batches once that was checked
+        (no message at `start`, nothing to check)."""
+        source_stream, stream, topic, partition = known
+        with contextlib.nullcontext(src) if src else self._pool.connection() as conn:
+            spid, low, high, origin = source_range(conn, source_stream, topic, partition, start)
+        if origin is not None:
+            if UUID(bytes=origin) == stream:
+                raise ReturnToOrigin(
+                    f"{topic}:{partition}: its messages originate in stream {stream}, and a "
+                    "message is never replicated back to its origin")
+            source._spids[known] = spid
+        return spid, low, high
 
     def _apply_piped(
         self,
         src: psycopg.Connection | None,
-        source_range: tuple[int, int, int],
+        spid: int,
+        low: int | None,
         stream: UUID,
         key: Key,
-        start: int,
-        end: int,
+        first: int,
+        upto: int,
         link: str,
     ) -> Applied:
-        spid, low, high = source_range
-        first, upto = max(start, low), min(end, high)
-        if first >= upto:
-            return Applied({})
         with self._pool.connection() as conn, conn.cursor() as cur:
 
             def pipe(pid: int) -> tuple[int, int, int]:

@@ -35,6 +35,10 @@ class Catalog(MessageStore):
         )
         # A topic's list of partition ids may grow (checked at each append).
         self._topics: dict[tuple[UUID, str], list[int]] = {}
+        # Partition ids of this store as a source, by (stream, replica stream, topic,
+        # partition), once a piped batch checked their messages' origin against that replica
+        # stream (apply.py).
+        self._spids: dict[tuple[UUID, UUID, str, int], int] = {}
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             conn.execute(SCHEMA)

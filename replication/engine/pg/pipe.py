@@ -26,7 +26,13 @@ from replication.engine.store import Key, Misordered, StoreError
 
 
 class Overtaken(Exception):
-    """Retention removed rows of the source range while they were being piped."""
+    """Rows of the source range were missing: retention removed some while they were being
+    piped, or (`low=None`) the range or the partition id was not what the caller took."""
+
+
+class LowUnknown(Overtaken):
+    """A replica partition that never held a message begins at the source's low watermark,
+    and the caller piped without it (`low=None`)."""
 
 
 class PartitionGone(Exception):
@@ -45,7 +51,7 @@ def source_range(
 
 def pipe_into(
     src: psycopg.Connection | None, cur: psycopg.Cursor, pids: tuple[int, int], key: Key,
-    first: int, upto: int, *, low: int, link: str = "",
+    first: int, upto: int, *, low: int | None, link: str = "",
 ) -> tuple[int, int, int]:
     """Source offsets [first, upto) of partition pids[0] into replica partition pids[1], by
     binary COPY from `src` (None: both in `cur`'s database), in one transaction of `cur`'s
@@ -56,6 +62,11 @@ def pipe_into(
     begins at the source's low watermark `low` when the range starts there. Returns (the
     replica's next offset, rows written, their bytes). Raises Overtaken when retention
     removed source rows of the range meanwhile; any error rolls the transaction back.
+
+    `low=None` pipes a range the caller did not look up at the source (a gateway's batch
+    from a partition id it cached): Overtaken then also says the range, or the partition id,
+    is not (or no longer) all there, and LowUnknown (an Overtaken) that the replica partition
+    never held a message, so where it begins needs `low`.
 
     BEGIN rides in a pipeline with the lock, COMMIT with the advance: a gateway's batch is
     small, and those two round trips were a fifth of its statements."""
@@ -70,7 +81,7 @@ def pipe_into(
 
 def _pipe_locked(
     src: psycopg.Connection | None, cur: psycopg.Cursor, pids: tuple[int, int], key: Key,
-    first: int, upto: int, *, low: int, link: str,
+    first: int, upto: int, *, low: int | None, link: str,
 ) -> tuple[int, int, int]:
     spid, pid = pids
     conn = cur.connection
@@ -82,9 +93,12 @@ def _pipe_locked(
     if not locked:
         raise PartitionGone(pid)
     ((_, rlow, nxt),) = locked
-    if rlow == nxt == 0 and 0 < first == low:  # trim_runs' fresh-replica rule
-        cur.execute(START, ([pid], [first]))
-        nxt = first
+    if rlow == nxt == 0 and first > 0:  # trim_runs' fresh-replica rule
+        if low is None:
+            raise LowUnknown(pid)
+        if first == low:
+            cur.execute(START, ([pid], [first]))
+            nxt = first
     if first > nxt:
         raise Misordered(key, nxt, first)
     frm, nbytes = max(first, nxt), 0
@@ -111,9 +125,10 @@ def _pipe(src: psycopg.Connection | None, cur: psycopg.Cursor, spid: int, pid: i
         query = sql.SQL(PIPE_OUT).format(rpid=pid, pid=spid, start=start, end=end)
         relayed = relay(src, query.as_bytes(src), cur, PIPE_IN)
         rows, nbytes = relayed.rows, piped_bytes(relayed)
-    # Offsets are unique and [start, end) was below the source's high watermark, so the
-    # count of rows written proves the range complete; short means retention removed a
-    # prefix meanwhile (the transaction rolls back, nothing written).
+    # Offsets are unique, so the count of rows written proves the range complete; short
+    # means retention removed a prefix meanwhile or, when the caller did not look the range
+    # up, that it lies outside [low, high) or the partition id names a deleted partition
+    # (its rows went with it). The transaction rolls back: nothing written.
     if rows != end - start:
         raise Overtaken
     return int(nbytes)

@@ -1,9 +1,11 @@
 """The binary COPY relay between two PostgreSQL connections (replication/engine/pg/relay.py):
 rows arrive whole across blocks, and an error at either end is raised as psycopg raises it,
-writes nothing, and leaves both connections usable."""
+writes nothing, and leaves both connections usable; and the piped apply built on it
+(replication/engine/pg/pipe.py), with and without looking the source partition up."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import psycopg
@@ -164,3 +166,108 @@ def test_a_piped_apply_finds_a_replica_topic_made_again_since_it_cached_the_id(
     finally:
         for store in (src, dst, other):
             store.close()
+
+
+
+@pytest.fixture
+def piped(pg_url: str, pg_url_b: str):
+    """A source store whose statements give up after 1 s waiting for a lock, with a topic of
+    100 messages, and a replica store that applied [0, 10) of it: from then on the replica
+    knows the source partition's id."""
+    src = open_store(pg_url + ("&" if "?" in pg_url else "?") + "options=-c%20lock_timeout%3D1000")
+    dst = open_store(pg_url_b)
+    stream, replica = uuid.uuid4(), uuid.uuid4()
+    src.ensure_topic(stream, "t", 1)
+    src.append(stream, "t", [Record(b"v%d" % i) for i in range(100)], origin=stream)
+    assert dst.apply_from(src, stream, replica, "t", 0, 0, 10, link="l").count == 10
+    yield src, dst, stream, replica
+    src.close()
+    dst.close()
+
+
+@contextlib.contextmanager
+def partitions_locked(url: str):
+    """The store's partitions table held in ACCESS EXCLUSIVE mode by another session. The
+    source partition's look-up (SOURCE_RANGE) is the only statement of a piped batch that
+    reads it at the source; on `piped`'s source it then fails on the lock timeout
+    (LockNotAvailable), while the pipe itself reads only messages."""
+    with psycopg.connect(url) as locker:
+        locker.execute("LOCK TABLE partitions IN ACCESS EXCLUSIVE MODE")
+        yield
+        locker.rollback()
+
+
+def values(store, stream: uuid.UUID, start: int = 0) -> list[bytes]:
+    return [m.value for m in store.read(stream, "t", 0, start, limit=1000)]
+
+
+def test_a_piped_batch_after_the_first_does_not_look_the_source_partition_up(pg_url, piped):
+    """The batch goes through with the source's partitions table locked (partitions_locked):
+    no look-up ran."""
+    src, dst, stream, replica = piped
+    with partitions_locked(pg_url):
+        assert dst.apply_from(src, stream, replica, "t", 0, 10, 30, link="l").count == 20
+    assert dst.watermarks(replica, "t") == {0: (0, 30)}
+    assert values(dst, replica) == [b"v%d" % i for i in range(30)]
+
+
+def test_retention_past_a_known_range_trims_or_refuses_it_as_after_a_look_up(piped):
+    """Retention moving the source's low watermark past a batch's start: the rows after the
+    replica's end are written once each, or, past the replica's end, the batch is refused
+    (a gap) and nothing is written."""
+    src, dst, stream, replica = piped
+    assert dst.apply_from(src, stream, replica, "t", 0, 10, 20, link="l").count == 10
+    src.trim(stream, "t", 0, 15)
+    assert dst.apply_from(src, stream, replica, "t", 0, 10, 30, link="l").count == 10
+    src.trim(stream, "t", 0, 50)
+    with pytest.raises(Misordered) as refused:  # 30..49 gone
+        dst.apply_from(src, stream, replica, "t", 0, 30, 60, link="l")
+    assert (refused.value.expected, refused.value.got) == (30, 50)
+    assert dst.watermarks(replica, "t") == {0: (0, 30)}
+    assert dst.partition_stats(replica, "t")[0].messages == 30
+    assert values(dst, replica) == [b"v%d" % i for i in range(30)]
+
+
+def test_a_source_topic_made_again_is_looked_up_and_its_rows_copied(pg_url, piped):
+    """The source topic deleted and made again (a new partition id, the old id's rows gone
+    with it): the next batch finds the new partition and copies its rows, and the batch after
+    it pipes without a look-up again."""
+    src, dst, stream, replica = piped
+    src.drop_topic(stream, "t")
+    src.ensure_topic(stream, "t", 1)
+    src.append(stream, "t", [Record(b"n%d" % i) for i in range(40)], origin=stream)
+    assert dst.apply_from(src, stream, replica, "t", 0, 10, 30, link="l").count == 20
+    with partitions_locked(pg_url):
+        assert dst.apply_from(src, stream, replica, "t", 0, 30, 40, link="l").count == 10
+    assert values(dst, replica) == [b"v%d" % i for i in range(10)] + [
+        b"n%d" % i for i in range(10, 40)]
+
+
+def test_a_fresh_replica_of_a_known_partition_begins_at_the_source_low_watermark(piped):
+    """A replica partition that never held a message (its topic made again) and a source
+    whose low watermark is 30: a batch from 30 is applied and starts the replica there, one
+    from 35 is refused (the replica would miss 30..34), whatever the replica knew before."""
+    src, dst, stream, replica = piped
+    src.trim(stream, "t", 0, 30)
+    dst.drop_topic(replica, "t")
+    dst.ensure_topic(replica, "t", 1)
+    with pytest.raises(Misordered):
+        dst.apply_from(src, stream, replica, "t", 0, 35, 40, link="l")
+    assert dst.watermarks(replica, "t") == {0: (0, 0)}
+    assert dst.apply_from(src, stream, replica, "t", 0, 30, 40, link="l").count == 10
+    assert dst.watermarks(replica, "t") == {0: (30, 40)}
+    assert values(dst, replica, 30) == [b"v%d" % i for i in range(30, 40)]
+
+
+def test_a_redelivered_batch_without_a_look_up_writes_nothing_again(pg_url, piped):
+    """A batch the replica already holds (all of it, or a prefix) is trimmed, its partition
+    not looked up (partitions_locked): nothing written twice, the replica's end unchanged."""
+    src, dst, stream, replica = piped
+    assert dst.apply_from(src, stream, replica, "t", 0, 10, 20, link="l").count == 10
+    with partitions_locked(pg_url):
+        redelivered = dst.apply_from(src, stream, replica, "t", 0, 5, 15, link="l")
+        assert (redelivered.count, redelivered.ends) == (0, {("t", 0): 20})
+        assert dst.watermarks(replica, "t") == {0: (0, 20)}
+        assert dst.apply_from(src, stream, replica, "t", 0, 15, 25, link="l").count == 5
+    assert dst.partition_stats(replica, "t")[0].messages == 25
+    assert values(dst, replica) == [b"v%d" % i for i in range(25)]
