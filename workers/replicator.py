@@ -3,16 +3,18 @@ thread of `runembedded`) that cuts batches per (replica, topic, partition) and h
 live gateway of the destination cluster, round-robin.
 
 Why it is safe whatever happens: the loop keeps no progress of its own. Each plan starts
-from the replica partitions' ends, a gateway's apply trims what the replica already holds and
-refuses a batch that would leave a gap, so a batch sent twice, to two gateways, or applied
-late by a gateway presumed dead, changes nothing (invariant 2). Up to REPLICATION_WINDOW
-batches of a (link, topic, partition) are in flight, consecutive and all to one gateway, whose
-batch list (replication/batchqueue.py; a step's batches go in one pipeline) hands them out in
-order; one that still arrives before its predecessor is applied waits
-a moment at the gateway, then is refused, and the replicator forgets the partition's flights
-and re-plans from the replica's end. A partial batch (the tail of a backlog) goes only when
-nothing of its partition is in flight, so under steady load batches grow while the previous
-one travels instead of multiplying. Across partitions any number run in parallel.
+from the replica partitions' ends (as last read, or as acknowledged since: a hint, forgotten
+at any refusal, timeout, hand-off, lease change, link change and sweep), a gateway's apply
+trims what the replica already holds and refuses a batch that would leave a gap, so a batch
+sent twice, to two gateways, or applied late by a gateway presumed dead, changes nothing
+(invariant 2). Up to REPLICATION_WINDOW batches of a (link, topic, partition) are in flight,
+consecutive and all to one gateway, whose batch list (replication/batchqueue.py; a step's
+batches go in one pipeline) hands them out in order; one that still arrives before its
+predecessor is applied waits a moment at the gateway, then is refused, and the replicator
+forgets the partition's flights and re-plans from the replica's end. A partial batch (the tail
+of a backlog) goes only when nothing of its partition is in flight, so under steady load
+batches grow while the previous one travels instead of multiplying. Across partitions any
+number run in parallel.
 
 What wakes it: produce and cursor commits (a wake-up per stream after commit; a cursor
 commit's is marked, CURSORS_CHANGED, and only it makes the plan copy cursors), a gateway's
