@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import structlog
+
 from replication.services.engine import MovingLink, links_moving
+from replication.stores import store_for
+
+log = structlog.get_logger(__name__)
 
 LINK_REFRESH = 5.0  # seconds a plain wake-up trusts the cached links of its stream
 
@@ -75,3 +80,38 @@ class LinkCache:
         self.forget(link.id)
         self.links[link.id] = link
         self.by_source.setdefault(str(link.source), set()).add(link.id)
+
+
+class SweepMarks:
+    """The sweep plans a link only if its source or replica stream changed since the sweep
+    before (`MessageStore.stream_marks`, two queries a store), or it is in `always`: a lost
+    wake-up changes the source's marks. Planning every link read the partitions and cursors of
+    both ends, four queries a link, most of an idle replicator's CPU with 1,000 links."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple] = {}
+
+    def changed(self, links: list[MovingLink], always: set[int]) -> list[MovingLink]:
+        marks: dict[int, dict | None] = {}
+
+        def of(cluster) -> dict | None:  # type: ignore[no-untyped-def]
+            store = store_for(cluster)
+            if id(store) not in marks:
+                try:
+                    marks[id(store)] = store.stream_marks()
+                except Exception as error:  # a store down: its links are planned, and say so
+                    log.warning("sweep_marks_failed", error=str(error))
+                    marks[id(store)] = None
+            return marks[id(store)]
+
+        seen, due = {}, []
+        for link in links:
+            source, replica = of(link.source_cluster), of(link.replica_cluster)
+            now = None if source is None or replica is None else (
+                source.get(link.source), replica.get(link.replica))
+            if now is None or link.id in always or self.seen.get(link.id) != now:
+                due.append(link)
+            if now is not None:
+                seen[link.id] = now
+        self.seen = seen
+        return due

@@ -65,15 +65,15 @@ from workers.flights import Flights, InFlight, Key
 from workers.gateway import PresenceWatch
 from workers.gatewaychoice import Chosen, GatewayChoice
 from workers.lagevents import LagEvents
-from workers.linkcache import LinkCache
-from workers.throttle import Throttle
+from workers.linkcache import LinkCache, SweepMarks
+from workers.throttle import Throttle, Throttling
 
 log = structlog.get_logger(__name__)
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
 
 
 @dataclass
-class Replicator(GatewayChoice, Flights):
+class Replicator(GatewayChoice, Flights, Throttling):
     presence: Presence
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
@@ -110,6 +110,7 @@ class Replicator(GatewayChoice, Flights):
     next_watch: float = 0.0
     next_progress_write: float = 0.0
     cache: LinkCache = field(default_factory=LinkCache)
+    sweep_marks: SweepMarks = field(default_factory=SweepMarks)
     lag_events: LagEvents = field(default_factory=LagEvents)
     handed_off: set[int] = field(default_factory=set)  # links a catch-up job is copying
     _gateways: dict[str, list[str]] = field(default_factory=dict)
@@ -318,11 +319,13 @@ class Replicator(GatewayChoice, Flights):
     def _due(self, streams: set[str], sweep: bool) -> list[MovingLink]:
         """The cached links to plan now; a link handed to a catch-up job waits for the retry
         tick or a wake-up of its source stream."""
-        links = self.cache.links
-        ids = set(links) if sweep else self.dirty_links | self.cache.of_sources(streams)
+        links, dirty = self.cache.links, self.dirty_links
+        ids = set(links) if sweep else dirty | self.cache.of_sources(streams)
         self.dirty_links = set()
         ids = self._held(ids & set(links))
         due = [links[i] for i in sorted(ids) if i in links]
+        if sweep:
+            due = self.sweep_marks.changed(due, always=dirty | self.owed)
         return [link for link in due
                 if link.id not in self.handed_off or sweep or str(link.source) in streams]
 
@@ -416,25 +419,6 @@ class Replicator(GatewayChoice, Flights):
             return False  # the flights settle first, or a timer brings the link back
         self._dispatch(link, key, granted, chosen, now)
         return granted == spec  # cut by the throttle: the rest waits for tokens
-
-    def _throttle(self, link: MovingLink, spec: BatchSpec, now: float) -> BatchSpec | None:
-        throttle = self.throttles.get(link.id)
-        if throttle is None:
-            throttle = self.throttles[link.id] = Throttle.full(
-                now, messages_per_s=settings.REPLICATION_THROTTLE_MESSAGES_PER_S,
-                bytes_per_s=settings.REPLICATION_THROTTLE_BYTES_PER_S)
-        granted = throttle.grant(spec, now)
-        if granted is None:
-            at = now + throttle.wait(spec)
-            self.throttled[link.id] = min(self.throttled.get(link.id, at), at)
-        return granted
-
-    def _refilled(self, now: float) -> None:
-        """Throttled links whose buckets refilled enough are planned again."""
-        ready = {link_id for link_id, at in self.throttled.items() if at <= now}
-        if ready:
-            self.dirty_links |= ready
-            self.throttled = {i: at for i, at in self.throttled.items() if i not in ready}
 
     def _sync_cursors(self, link: MovingLink) -> None:
         # Here rather than in a gateway: cursors change without new data (a consumer commits

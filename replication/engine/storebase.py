@@ -27,6 +27,7 @@ from replication.engine.batches import (
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
     COMMIT_CURSOR,
+    CURSOR_MARKS,
     CURSORS,
     CUT_PREFIX,
     DELETE_CURSORS,
@@ -35,6 +36,7 @@ from replication.engine.statements import (
     MARKS,
     PARTITION_STATS,
     REPLICATION_CURSOR,
+    STREAM_MARKS,
     STREAM_PIDS,
     STREAM_SIZE,
     TOPIC_IDS,
@@ -476,6 +478,17 @@ class MessageStore(ABC):
         with self._reading() as conn:
             row = self._one(conn, FETCH_CURSOR, (self._pid(conn, stream, topic, partition), group))
         return row[0] if row else None
+
+    def stream_marks(self) -> dict[UUID, tuple]:
+        """Per stream of the store, figures that change whenever its messages, their
+        retention or its consumer cursors do; two queries, whatever the number of streams."""
+        with self._reading() as conn:
+            rows = [*self._all(conn, STREAM_MARKS, ()), *self._all(conn, CURSOR_MARKS, ())]
+        marks: dict[UUID, tuple] = {}
+        for stream, *figures in rows:
+            key = UUID(bytes=stream) if isinstance(stream, bytes) else stream
+            marks[key] = (*marks.get(key, ()), *figures)
+        return marks
 
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
         """Every consumer cursor of the stream as (group, topic, partition, offset)."""

@@ -1,11 +1,12 @@
-"""The replicator's memory of where each replica is (workers/replicator.py `positions`): plans
-read only the source while it holds, and the replica's apply rule corrects it when it is wrong
-(DESIGN.md invariant 2)."""
+"""What the replicator remembers to read less: where each replica is (workers/replicator.py
+`positions`), which the replica's apply rule corrects when it is wrong (DESIGN.md invariant 2),
+and what each link's ends looked like at the last sweep (workers/linkcache.py SweepMarks)."""
 
 from __future__ import annotations
 
 import pytest
 
+from replication.engine.store import Record
 from replication.models import ReplicaLink
 from replication.stores import store_for
 from tests.workers.test_replication import (  # noqa: F401
@@ -43,3 +44,31 @@ def test_a_replica_made_again_behind_the_replicators_back_is_copied_whole_once(
     step_until(replicator, lambda: check(source, replica, ["clicks"]).ok, timeout=10)
     report = check(source, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok and produce.sent == 360, report.summary()
+
+
+def test_a_sweep_plans_only_the_links_whose_ends_changed_and_finds_a_lost_wake_up(
+        gateways, owner, pair, settings):  # noqa: F811
+    """The sweep is there for wake-ups that were lost. It plans a link only if its source or
+    replica stream changed since the sweep before (SweepMarks), so an idle deployment's sweep
+    reads two figures a store, not every link's partitions and cursors; and a message that
+    arrived without its wake-up changes the source's, so the sweep finds and copies it."""
+    source, replica = pair
+    replicator = in_process_replicator(settings)
+    Producer(owner, source)(100)
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    pumped: list[int] = []
+    pump = replicator._pump
+    replicator._pump = lambda link, now, **kw: pumped.append(link.id) or pump(link, now, **kw)
+
+    def sweep() -> list[int]:
+        pumped.clear()
+        replicator.next_sweep = 0.0
+        replicator._plan(replicator.clock())
+        return list(pumped)
+
+    sweep()  # the replica moved since the first sweep: planned once more
+    assert sweep() == []  # nothing changed since
+    store_for(source.cluster).append(source.uuid, "clicks", [Record(b"no wake-up")],
+                                     origin=source.uuid)
+    assert sweep() == [ReplicaLink.objects.get().pk]
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok, timeout=10)

@@ -507,3 +507,22 @@ def test_a_backlog_goes_by_the_replica_positions_it_knows_and_reads_those_it_lac
     assert backlog(*args, known) == []  # read again: caught up
     highs = {("a", p): high for p, (_, high) in net.store("A").watermarks(net.id("A"), "a").items()}
     assert known == highs
+
+
+def test_stream_marks_change_with_messages_cursors_and_a_topic_made_again_only(net):
+    """What the replicator's sweep compares (MessageStore.stream_marks): one stream's marks move
+    with its messages, its consumer cursors and its topics, and with nothing else."""
+    net.add("A", "B")
+    net.produce("A", "a", 30, partitions=2)
+    store, stream = net.store("A"), net.id("A")
+    before = store.stream_marks()
+    assert store.stream_marks() == before and net.id("B") not in before
+    net.produce("A", "a", 1, partitions=2)
+    after_produce = store.stream_marks()
+    store.commit_cursor(stream, "g", "a", 0, 3)
+    after_commit = store.stream_marks()
+    store.drop_topic(stream, "a")
+    store.ensure_topic(stream, "a", 2)
+    remade = store.stream_marks()
+    marks = [before[stream], after_produce[stream], after_commit[stream], remade[stream]]
+    assert len(set(marks)) == 4
