@@ -129,15 +129,19 @@ class LinkBook:
 
 class BatchConsumer:
     """Takes the gateway's batches from its list and applies them on GATEWAY_CONCURRENCY
-    threads, oldest first. Each thread takes for itself when it is free, so while every one is
-    busy the batches wait in the list, where consecutive ones of a partition gather into one
-    apply; a take that brings several jobs leaves the rest to whichever thread is free next."""
+    threads, oldest first. A free thread takes for itself, one at a time (an idle gateway costs
+    one round trip a TAKE_WAIT, not one a thread), and applies the first job of its take; the
+    rest go to the threads waiting for them. Batches that come meanwhile wait in the list,
+    where consecutive ones of a partition gather into one apply. Nothing passes from thread to
+    thread for a take of one job (the usual one under steady load): each such hand-off was
+    a thread wake-up a batch."""
 
     def __init__(self, gateway: GatewayId, signals: Presence | None = None) -> None:
         self.gateway = gateway
         self.presence = signals or presence()
         self.links = LinkBook()
-        self.pending: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.pending: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()  # left by takes
+        self.taking = threading.Lock()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._serve, name=f"gateway-batch-{n}",
                                          daemon=True)
@@ -161,10 +165,27 @@ class BatchConsumer:
                 job = self._next()
                 if job is not None:
                     self._run(job)
-            while (job := self._pending()) is not None:
+            while (job := self._pending()) is not None:  # what was taken is applied
                 self._run(job)
         finally:
             connections.close_all()
+
+    def _next(self) -> dict[str, Any] | None:
+        if not self.taking.acquire(blocking=False):  # another thread is taking
+            try:
+                return self.pending.get(timeout=TAKE_WAIT)
+            except queue.Empty:
+                return None
+        try:
+            job = self._pending()
+            if job is not None:
+                return job
+            jobs = self._take()
+        finally:
+            self.taking.release()
+        for job in jobs[1:]:
+            self.pending.put(job)
+        return jobs[0] if jobs else None
 
     def _pending(self) -> dict[str, Any] | None:
         try:
@@ -172,23 +193,17 @@ class BatchConsumer:
         except queue.Empty:
             return None
 
-    def _next(self) -> dict[str, Any] | None:
-        job = self._pending()
-        if job is not None:
-            return job
+    def _take(self) -> list[dict[str, Any]]:
         try:
             batches, epoch = self.presence.take_batches(self.gateway, TAKE_WAIT)
         except Exception as error:  # Redis restarting: the replicator re-sends what is lost
             log.warning("batch_take_failed", error=str(error))
             self.links.seen(None)
             self.stop.wait(0.5)
-            return None
+            return []
         self.links.seen(epoch)
-        jobs = coalesce([b for b in batches if not batch_expired(b)],
+        return coalesce([b for b in batches if not batch_expired(b)],
                         settings.REPLICATION_BATCH_MESSAGES)
-        for job in jobs[1:]:
-            self.pending.put(job)
-        return jobs[0] if jobs else None
 
     def _run(self, job: dict[str, Any]) -> None:
         try:
