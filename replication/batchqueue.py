@@ -54,13 +54,18 @@ class RedisBatches:
     def send_batches(self, batches: Iterable[tuple[GatewayId, dict[str, Any]]], ttl: int) -> None:
         """Queue each batch on its gateway's list, all in one round trip."""
         pipe = self.client.pipeline(transaction=False)
+        self.queue_batches(pipe, batches, ttl)
+        pipe.execute()
+
+    def queue_batches(self, pipe: Any, batches: Iterable[tuple[GatewayId, dict[str, Any]]],
+                      ttl: int) -> None:
+        """`send_batches` on a pipeline the caller executes."""
         keys = set()
         for gateway, batch in batches:
             keys.add(key := self.batch_queue(gateway))
             pipe.rpush(key, json.dumps(batch, separators=(",", ":")))
         for key in keys:
             pipe.expire(key, ttl)
-        pipe.execute()
 
     def links_changed(self) -> None:
         self.client.set(self._links_epoch(), uuid.uuid4().hex)

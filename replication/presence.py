@@ -255,7 +255,10 @@ class RedisPresence(RedisLeases, RedisBatches):
         listener.ready.wait(1.0)
         return listener.board
 
-    def wait(self, timeout: float, inbox: str = "") -> Signals:
+    def wait(self, timeout: float, inbox: str = "",
+             sending: Iterable[tuple[GatewayId, dict[str, Any]]] = ()) -> Signals:
+        """Also queues the batches `sending` (send_batches) before waiting, in the same
+        round trip."""
         signals, acks = Signals(), self._inbox(inbox)
         signal, dirty = self._own(self.signal, inbox), self._own(self.dirty, inbox)
         # One round trip whatever comes: the wake-ups' streams and the rest of the
@@ -263,9 +266,10 @@ class RedisPresence(RedisLeases, RedisBatches):
         # with acknowledgements leave their signal behind: the next wait returns at once,
         # with nothing new.
         pipe = self.client.pipeline(transaction=False)
+        self.queue_batches(pipe, sending, SIGNAL_TTL)
         pipe.blmpop(max(timeout, 0.01), 2, signal, acks, direction="LEFT", count=10_000)
         pipe.spop(dirty, 100_000).lpop(acks, 10_000)
-        popped, streams, acked = pipe.execute()
+        popped, streams, acked = pipe.execute()[-3:]
         if popped and popped[0].decode() == acks:
             acked = [*popped[1], *(acked or ())]
         signals.acks = [json.loads(a) for a in acked or ()]

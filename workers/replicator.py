@@ -48,7 +48,7 @@ from replication.batchqueue import RedisBatches
 from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
 from replication.engine.store import CursorKey
 from replication.leases import LinkLeases
-from replication.presence import SIGNAL_TTL, GatewayId, Presence
+from replication.presence import GatewayId, Presence, Signals
 from replication.services.engine import (
     CURSORS_CHANGED,
     LINKS_CHANGED,
@@ -119,9 +119,8 @@ class Replicator(GatewayChoice, Flights, Throttling):
     _live: dict[str, tuple[float, list[Chosen]]] = field(default_factory=dict)
     leases: LinkLeases = field(init=False)
     watcher: PresenceWatch = field(init=False)
-    # Batches cut this step, sent together at its end (one round trip): see _flush.
+    # Batches cut this step, sent with the next wait (one round trip): see _wait.
     outbox: list[tuple[GatewayId, dict]] = field(default_factory=list)
-    _gathering: bool = False
 
     def __post_init__(self) -> None:
         self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
@@ -151,7 +150,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
                 stop.wait(1.0)
 
     def step(self) -> None:
-        signals = self.presence.wait(self._timeout(), self.inbox)
+        signals = self._wait()
         now = self.clock()
         self._on_acks(signals.acks, now)
         if signals.streams:
@@ -305,7 +304,6 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.cache.refresh(streams, self.dirty_links, now)
         if lingered or sweep:
             self.dirty_streams, self.cursor_streams, self.linger_until = set(), set(), None
-        self._gathering = True
         try:
             for link in self._due(streams, sweep):
                 # Cursors change only with a cursor commit's wake-up of the source stream, or
@@ -313,7 +311,6 @@ class Replicator(GatewayChoice, Flights, Throttling):
                 cursors = sweep or str(link.source) in cursor_streams or link.id in self.owed
                 self._pump(link, now, cursors=cursors or link.id not in self.cursors)
         finally:
-            self._gathering = False
             self._flush()
 
     def _due(self, streams: set[str], sweep: bool) -> list[MovingLink]:
@@ -439,8 +436,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
                   now: float) -> None:
         ticket = uuid.uuid4().hex
         timeout = settings.REPLICATION_ACK_TIMEOUT
-        # Registered before sending: in embedded mode the batch applies (and acknowledges)
-        # inside the send.
+        # Registered before sending: in embedded mode the batch applies inside the send.
         gateway, incarnation = chosen
         flights = self.inflight.setdefault(key, [])
         flights.append(InFlight(spec, gateway, incarnation, now + timeout, ticket))
@@ -450,26 +446,37 @@ class Replicator(GatewayChoice, Flights, Throttling):
             "start": spec.start, "end": spec.end, "ticket": ticket, "reply_to": self.inbox,
             # A batch still queued when its ack is long overdue was sent elsewhere already.
             "expires": time.time() + timeout * 3}))
-        if not self._gathering:
-            self._flush()
 
     def _flush(self) -> None:
-        """Send the batches cut since the last flush: one pipeline to the gateways' lists."""
+        """Embedded mode: send the batches cut since the last flush (Redis: see `_wait`)."""
+        if isinstance(self.presence, RedisBatches) or not self.outbox:
+            return
+        outbox, self.outbox = self.outbox, []
+        try:
+            send_eagerly(outbox)
+        except Exception as error:
+            self._unsent(outbox, error)
+
+    def _wait(self) -> Signals:
+        """The next signals, the batches cut since the last wait pushed in the same pipeline
+        (a step that sends batches takes one round trip to Redis, not two)."""
         outbox, self.outbox = self.outbox, []
         if not outbox:
-            return
+            return self.presence.wait(self._timeout(), self.inbox)
         try:
-            if isinstance(self.presence, RedisBatches):
-                self.presence.send_batches(outbox, SIGNAL_TTL)
-            else:
-                send_eagerly(outbox)
-        except Exception as error:  # the broker is down: nothing was sent
-            for _gateway, batch in outbox:
-                key = self.tickets.pop(batch["ticket"], None)
-                if key is not None:
-                    self._land(key, batch["ticket"])
-                link_error(link_id=batch["link"], error=f"cannot send a batch: {error}")
-                self.retry.add(batch["link"])
+            return self.presence.wait(self._timeout(), self.inbox, sending=outbox)
+        except Exception as error:
+            self._unsent(outbox, error)
+            raise
+
+    def _unsent(self, outbox: list[tuple[GatewayId, dict]], error: Exception) -> None:
+        # The broker is down: the batches are sent again later (twice is harmless).
+        for _gateway, batch in outbox:
+            key = self.tickets.pop(batch["ticket"], None)
+            if key is not None:
+                self._land(key, batch["ticket"])
+            link_error(link_id=batch["link"], error=f"cannot send a batch: {error}")
+            self.retry.add(batch["link"])
 
     # --- progress ---------------------------------------------------------------------------
 

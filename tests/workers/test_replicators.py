@@ -145,10 +145,10 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
         sent += 1
     tickets = set(stale.tickets) - known
     assert len(tickets) == sent
-    acks: list[dict] = []  # they come to the stale replicator's inbox
+    acks: list[dict] = []  # its next wait sends them; they come back to its inbox
     deadline = time.monotonic() + 30
     while len(acks) < sent and time.monotonic() < deadline:
-        acks += [a for a in presence().wait(0.5, stale.inbox).acks if a["ticket"] in tickets]
+        acks += [a for a in stale._wait().acks if a["ticket"] in tickets]
     assert len(acks) == sent
     assert all(a.get("applied", 0) == 0 for a in acks), acks
     assert any(a.get("misordered") for a in acks), acks  # the gap is refused, not filled
