@@ -36,7 +36,9 @@ def _producer(config: dict, topic: str, batch: int, interval: float, seconds: fl
     start = time.monotonic()
     due, deadline = start, start + seconds
     while due < deadline:
-        producer.poll(max(due - time.monotonic(), 0))
+        while (wait := due - time.monotonic()) > 0:  # poll returns early on a delivery report
+            producer.poll(wait)
+        producer.poll(0)
         for _ in range(batch):
             producer.produce(topic, value)
         due = max(due + interval, time.monotonic())

@@ -484,10 +484,13 @@ def test_a_restarted_replica_database_loses_and_duplicates_nothing(engine, owner
     replica = StreamFactory(cluster=tokyo, name="activity", created_by=owner)
     replicate_with_engine(engine, owner, activity, replica)
     produce = Producer(owner, activity)
+    produce(200)
+    # The engine moving first: else the whole produce may be written before the first batch.
+    wait_until(lambda: replica_count(replica) == 200, timeout=30, every=0.05)
     thread = threading.Thread(target=lambda: [produce(200) or time.sleep(0.05)
-                                              for _ in range(20)])
+                                              for _ in range(19)])
     thread.start()
-    wait_until(lambda: replica_count(replica) > 0, timeout=30, every=0.05)
+    wait_until(lambda: replica_count(replica) > 200, timeout=30, every=0.05)
     assert replica_count(replica) < 4000  # mid-stream
     private_postgres.stop("immediate")  # a crash: connections cut mid-transaction
     time.sleep(1.0)

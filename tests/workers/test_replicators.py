@@ -9,7 +9,9 @@ import threading
 import time
 
 import pytest
+import redis
 
+from bench.ports import free_port
 from replication.engine.replicator import BatchSpec
 from replication.leases import ReplicatorState
 from replication.models import ReplicaLink, Stream
@@ -169,3 +171,39 @@ def test_streamgate_replicator_run_is_the_replicator_process_and_is_listed(engin
     engine.stop("replicator-cli")  # SIGTERM: gives its leases back and leaves the registry
     assert process.returncode == 0
     assert not [s for s in presence().replicators() if s.pid == process.pid]
+
+
+def test_batches_it_cannot_send_are_forgotten_said_and_sent_again_once_redis_answers(
+        gateways, owner, pair):  # noqa: F811
+    """Redis out of this replicator's reach as it sends (a real connection refused): its
+    flights are dropped at once, not left to time out, the link says why, and once Redis
+    answers again the retry sends the batches and the replica ends equal, nothing twice."""
+    source, replica = pair
+    link = ReplicaLink.objects.get()
+    produce = Producer(owner, source)
+    replicator = Replicator(presence())
+    produce(300)
+    deadline = time.monotonic() + 30
+    while not replicator.outbox:  # a step cuts batches; its next wait would send them
+        assert time.monotonic() < deadline
+        replicator.step()
+    assert replicator.inflight and replicator.tickets
+    reachable = replicator.presence.client
+    replicator.presence.client = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    with pytest.raises(redis.ConnectionError):
+        replicator._wait()
+    assert not replicator.outbox and not replicator.tickets
+    assert not any(replicator.inflight.values())
+    assert link.pk in replicator.retry
+    link.refresh_from_db()
+    assert link.last_error.startswith("cannot send a batch: "), link.last_error
+    assert replica_count(replica) == 0  # nothing was sent
+
+    replicator.presence.client = reachable
+    deadline = time.monotonic() + 30
+    while not check(source, replica, ["clicks"]).ok:
+        assert time.monotonic() < deadline, check(source, replica, ["clicks"]).summary()
+        replicator.step()
+    report = check(source, replica, ["clicks"], acknowledged=produce.acked)
+    assert report.ok, report.summary()
+    assert replica_count(replica) == 300
