@@ -51,7 +51,8 @@ LOCAL_COMMANDS: list[Row] = [
            _opt("path", "the stream, or <stream path>:<topic>", kind="stream path",
                 required=True),
            _opt("topic", "the topic (or give it in -path)"),
-           _opt("partition", "the partition (default: by key, else round-robin)",
+           _opt("partition", "the partition (default: by key; without a key, sticky round "
+                "robin: up to 1,000 messages to one partition, then the next)",
                 kind="integer"),
            _opt("key", "the key of every message"),
            _opt("format", "text: one message a line; json: {\"value\", \"key\", "

@@ -103,6 +103,15 @@ def linked_pairs(owner, cluster, count: int) -> None:  # type: ignore[no-untyped
 __all__ = ["PERMISSIONS"]
 
 
+def spread(stream: Stream, topic: str, records: list[Record], start: int = 0) -> list[Record]:
+    """The records given to the topic's partitions in turn, record `start` first (one produce
+    call's keyless records would all go to one partition: store.STICKY_RUN)."""
+    partitions = Topic.objects.get(stream=stream, name=topic).partitions
+    for i, record in enumerate(records, start):
+        record.partition = i % partitions
+    return records
+
+
 def replicated_clicks(owner, source, replica, *, per_partition: int,  # type: ignore[no-untyped-def]
                       value: bytes = b"%d"):
     """source -> replica agreed, with a 2-partition topic `clicks` of which `per_partition`
@@ -111,7 +120,8 @@ def replicated_clicks(owner, source, replica, *, per_partition: int,  # type: ig
     link = services.replica_add(actor=owner, source=source, replica=replica)
     services.upstream_add(actor=owner, replica=replica, source=source)
     messages_produce(actor=owner, stream=source, topic="clicks",
-                     records=[Record(value=value % i) for i in range(2 * per_partition)])
+                     records=spread(source, "clicks",
+                                    [Record(value=value % i) for i in range(2 * per_partition)]))
     for partition in (0, 1):
         batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0,
                     end=per_partition)

@@ -13,7 +13,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import groupby, repeat
 from operator import attrgetter
 from uuid import UUID
 
@@ -190,9 +190,17 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
+# Records without a key go "sticky round robin", as MapR-ES / HPE Data Fabric Streams documents
+# ("How Partitions are Chosen for Messages"): a run of them, up to a batch of this size, goes to
+# one partition, the next run to the next partition. One produce call is then one append per
+# partition it touches, and one replication batch, not one a partition (Kafka's KIP-480 does
+# the same in its clients).
+STICKY_RUN = 1000
+
+
 def choose_partition(key: bytes | None, partitions: int, counter: int) -> int:
     """Kafka's default for keyed records (positive murmur2 modulo the partition count), stable
-    across processes and runs; round-robin on `counter` for records without a key."""
+    across processes and runs; the partition of sticky run `counter` for records without."""
     if key is None:
         return counter % partitions
     return (murmur2(key) & 0x7FFFFFFF) % partitions
@@ -209,7 +217,7 @@ class Plan:
 
     parts: list[int]  # partition per record
     totals: dict[int, tuple[int, int]]  # partition -> (records, logical bytes)
-    counter: int  # round-robin counter after the batch
+    counter: int  # sticky runs counter after the batch
     plain: bool = False  # no record has a key, a partition or headers
     # Records without keys or headers that name their partitions, in contiguous runs of
     # (partition, count): a Kafka produce's partitions, laid out without a per-record branch.
@@ -227,12 +235,12 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
             return _plan_round_robin(records, partitions, counter)
         if None not in named:
             return _plan_named(records, named, partitions, counter)
-    parts, totals = [], {}
+    parts, totals, keyless = [], {}, 0
     for record in records:
         p = record.partition
         if p is None:
-            p = choose_partition(record.key, partitions, counter)
-            counter += record.key is None
+            p = choose_partition(record.key, partitions, counter + keyless // STICKY_RUN)
+            keyless += record.key is None
         elif not 0 <= p < partitions:
             raise PartitionOutOfRange(
                 f"partition {p} does not exist: the topic has partitions 0..{partitions - 1}"
@@ -240,7 +248,7 @@ def plan_partitions(records: Sequence[Record], partitions: int, counter: int) ->
         n, size = totals.get(p, (0, 0))
         totals[p] = (n + 1, size + record_size(record))
         parts.append(p)
-    return Plan(parts, totals, counter)
+    return Plan(parts, totals, counter + -(-keyless // STICKY_RUN))
 
 
 def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
@@ -262,14 +270,16 @@ def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
 
 
 def _plan_round_robin(records: Sequence[Record], partitions: int, counter: int) -> Plan:
+    """Sticky runs (STICKY_RUN): a call of up to a run's size goes to one partition whole."""
     sizes = list(map(len, map(attrgetter("value"), records)))
-    n = len(sizes)
-    parts = [(counter + i) % partitions for i in range(n)] if partitions > 1 else [0] * n
-    totals = {}
-    for first in range(min(n, partitions)):  # record `first` and every partitions-th after it
-        share = sizes[first::partitions]
-        totals[parts[first]] = (len(share), sum(share))
-    return Plan(parts, totals, counter + n, plain=True)
+    runs, parts, totals = [], [], {}
+    for run, at in enumerate(range(0, len(sizes), STICKY_RUN)):
+        p, share = (counter + run) % partitions, sizes[at : at + STICKY_RUN]
+        runs.append((p, len(share)))
+        parts += repeat(p, len(share))
+        had, size = totals.get(p, (0, 0))
+        totals[p] = (had + len(share), size + sum(share))
+    return Plan(parts, totals, counter + len(runs), plain=True, runs=runs)
 
 
 def record_size(record: Record) -> int:

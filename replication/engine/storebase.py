@@ -9,6 +9,7 @@ dialect; `sql()` turns them into SQLite's for the embedded store.
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -105,7 +106,9 @@ class MessageStore(ABC):
     def __init__(self) -> None:
         self._pids: dict[tuple[UUID, str, int], int] = {}  # ids never change: cache them
         self._origins = OriginCache()
-        self._rr = 0  # round-robin counter; a lost update between threads only skews balance
+        # Sticky runs' counter (STICKY_RUN), started at random as MapR-ES does; a lost update
+        # between threads only skews balance.
+        self._rr = random.randrange(1 << 30)
 
     # --- what each store provides ------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from replication.engine.store import Record
 from replication.models import Failover, ReplicaLink, Stream, Topic, Upstream
 from replication.services.messages import messages_produce
 from replication.stores import store_for
-from tests.factories import StreamFactory, replicated_clicks
+from tests.factories import StreamFactory, replicated_clicks, spread
 
 MODELS = (Stream, Topic, ReplicaLink, Upstream, Failover, Alarm)
 
@@ -154,7 +154,8 @@ def failed_over(api, owner, pair):
     source, replica = pair
     rest(api(owner), "stream/replica/failover", path=replica.path, force="true")
     messages_produce(actor=owner, stream=replica, topic="clicks",
-                     records=[Record(value=b"second-%d" % i) for i in range(4)])
+                     records=spread(replica, "clicks",
+                                    [Record(value=b"second-%d" % i) for i in range(4)]))
     return source, replica
 
 

@@ -21,7 +21,7 @@ from replication.services import (
 from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.stores import store_for
-from tests.factories import StreamFactory
+from tests.factories import StreamFactory, spread
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -32,8 +32,9 @@ HEADER = "streamgate.original."
 def produce(owner, stream: Stream, prefix: str, count: int, topic: str = "clicks") -> set[str]:
     ids = [f"{prefix}-{i}" for i in range(count)]
     messages_produce(actor=owner, stream=stream, topic=topic,
-                     records=[Record(value=i.encode(), headers=(("id", i.encode()),))
-                              for i in ids])
+                     records=spread(stream, topic, [Record(value=i.encode(),
+                                                           headers=(("id", i.encode()),))
+                                                    for i in ids]))
     return set(ids)
 
 

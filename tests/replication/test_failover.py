@@ -29,7 +29,7 @@ from replication.services.messages import (
 )
 from replication.stores import store_for
 from replication.topology import origin_conflicts
-from tests.factories import ClusterFactory, StreamFactory
+from tests.factories import ClusterFactory, StreamFactory, spread
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -48,8 +48,9 @@ class Producer:
     def __call__(self, count: int, stream: Stream | None = None) -> list[tuple[int, int]]:
         records = [Record(value=b"v%d" % i, headers=(("id", b"m-%d" % i),))
                    for i in range(self.sent, self.sent + count)]
-        offsets = messages_produce(actor=self.owner, stream=stream or self.stream,
-                                   topic=self.topic, records=records)
+        stream = stream or self.stream
+        offsets = messages_produce(actor=self.owner, stream=stream, topic=self.topic,
+                                   records=spread(stream, self.topic, records, self.sent))
         for partition, offset in offsets:
             self.acked.setdefault((self.topic, partition), set()).add(offset)
         self.sent += count

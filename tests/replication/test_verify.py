@@ -19,6 +19,7 @@ from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.services.verify import link_verify, links_verify_due
 from replication.stores import store_for
+from tests.factories import spread
 
 
 @pytest.fixture
@@ -27,7 +28,8 @@ def pair(owner, activity, activity_ny):
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
     messages_produce(actor=owner, stream=activity, topic="clicks",
-                     records=[Record(value=b"m%d" % i) for i in range(40)])
+                     records=spread(activity, "clicks", [Record(value=b"m%d" % i)
+                                                         for i in range(40)]))
     return activity, activity_ny
 
 

@@ -23,7 +23,7 @@ from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
-from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
+from tests.factories import ClusterFactory, GatewayFactory, StreamFactory, spread
 from tests.workers.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,7 +43,7 @@ class Producer:
         records = [Record(value=i.encode(), headers=(("id", i.encode()),))
                    for i in ids]
         placed = messages_produce(actor=self.owner, stream=self.stream, topic="clicks",
-                                  records=records)
+                                  records=spread(self.stream, "clicks", records, self.sent))
         for (partition, offset), ident in zip(placed, ids, strict=True):
             self.ids[(partition, offset)] = ident
         self.sent += count
@@ -127,13 +127,13 @@ def forced_failover_after_losing_the_source(engine, owner, newyork, private_post
     assert Topic.objects.get(stream=replica).origin_uuid == replica.uuid
 
     # Period 2 on the replica, through the CLI: offsets go on from the replica's ends.
-    lines = "\n".join(json.dumps({"value": f"second-{i}", "headers": {"id": f"second-{i}"}})
-                      for i in range(300))
+    lines = "\n".join(json.dumps({"value": f"second-{i}", "headers": {"id": f"second-{i}"},
+                                  "partition": i % 3}) for i in range(300))
     done = cli(live_server.url, token, f"produce -path {replica.path} -topic clicks "
                "-format json", stdin=lines)
     placed = [json.loads(line) for line in done.stdout.splitlines()]
     second = {(p["partition"], p["offset"]): f"second-{i}" for i, p in enumerate(placed)}
-    assert min(o for p, o in second if p == 0) == ends[0]
+    assert {p: min(o for q, o in second if q == p) for p, _ in second} == ends
 
     # The consumer group continues on the replica from its replicated cursor: each message of
     # both periods it had not read, once, in offset order.

@@ -164,8 +164,9 @@ def test_a_producer_id_stored_twice_is_a_duplicate(net):
     store, a = net.store("A"), net.id("A")
     store.ensure_topic(a, "t", 2)
     net.origins["t"] = a
-    twice = Record(b"v", headers=(("id", b"order-17"),))
-    store.append(a, "t", [twice, Record(b"w", headers=(("id", b"x"),)), twice], origin=a)
+    twice = Record(b"v", headers=(("id", b"order-17"),), partition=0)
+    store.append(a, "t", [twice, Record(b"w", headers=(("id", b"x"),), partition=0), twice],
+                 origin=a)
     net.pump("A", "B")
     report = net.check("A", "B")
     # Reported where the second copy is read, at the origin and at the replica alike.

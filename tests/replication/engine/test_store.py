@@ -15,6 +15,7 @@ import pytest
 
 from replication.engine import Message, Record, choose_partition, create_database, open_store
 from replication.engine.store import (
+    STICKY_RUN,
     Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
@@ -150,12 +151,27 @@ def test_keyed_records_land_on_their_hash_partition(store, stream):
     assert [p for p, _ in placed] == [choose_partition(k, 6, 0) for k in keys]
 
 
-def test_records_without_key_go_round_robin(store, stream):
+def test_records_without_key_go_sticky_round_robin(store, stream):
+    """MapR-ES's rule: a call's keyless records go to one partition, up to a run of
+    STICKY_RUN, and the next run (of this call or the next) to the next partition."""
     store.ensure_topic(stream, "t", 3)
-    placed = store.append(stream, "t", [Record(b"v")] * 6, origin=ORIGIN)
-    parts = [p for p, _ in placed]
-    assert sorted(parts) == [0, 0, 1, 1, 2, 2]
-    assert all(a != b for a, b in itertools.pairwise(parts))
+    calls = [[p for p, _ in store.append(stream, "t", [Record(b"v")] * 6, origin=ORIGIN)]
+             for _ in range(3)]
+    assert [len(set(parts)) for parts in calls] == [1, 1, 1]
+    assert sorted(parts[0] for parts in calls) == [0, 1, 2]
+    first = calls[0][0]
+    assert [parts[0] for parts in calls] == [(first + i) % 3 for i in range(3)]
+
+    big = [p for p, _ in store.append(stream, "t", [Record(b"v")] * (STICKY_RUN * 2 + 5),
+                                      origin=ORIGIN)]
+    runs = [(p, len(list(group))) for p, group in itertools.groupby(big)]
+    after = (first + 3) % 3
+    assert runs == [(after, STICKY_RUN), ((after + 1) % 3, STICKY_RUN), ((after + 2) % 3, 5)]
+    mixed = store.append(stream, "t", [Record(b"v", key=b"a"), Record(b"v"), Record(b"v")],
+                         origin=ORIGIN)
+    assert mixed[0][0] == choose_partition(b"a", 3, 0) and mixed[1][0] == mixed[2][0] == after
+    marks = store.watermarks(stream, "t")
+    assert sum(high for _, high in marks.values()) == 18 + 2 * STICKY_RUN + 8
 
 
 def test_given_partition_is_used(store, stream):
