@@ -44,6 +44,10 @@ from replication.leases import LocalLeases, RedisLeases, ReplicatorState
 
 log = structlog.get_logger(__name__)
 SIGNAL_TTL = 300  # seconds; a replicator that is down that long re-plans everything anyway
+# Redis times blocking commands out on its timer, 100 ms a tick at its default hz 10: waits
+# shorter than that poll instead (RedisPresence._poll).
+REDIS_TICK = 0.1
+POLL_SECONDS = 0.002
 
 
 @dataclass
@@ -267,14 +271,32 @@ class RedisPresence(RedisLeases, RedisBatches):
         # with nothing new.
         pipe = self.client.pipeline(transaction=False)
         self.queue_batches(pipe, sending, SIGNAL_TTL)
-        pipe.blmpop(max(timeout, 0.01), 2, signal, acks, direction="LEFT", count=10_000)
-        pipe.spop(dirty, 100_000).lpop(acks, 10_000)
-        popped, streams, acked = pipe.execute()[-3:]
+        if timeout >= REDIS_TICK:
+            pipe.blmpop(timeout, 2, signal, acks, direction="LEFT", count=10_000)
+            popped, streams, acked = pipe.spop(dirty, 100_000).lpop(acks, 10_000).execute()[-3:]
+        else:
+            popped, streams, acked = self._poll(pipe, time.monotonic() + timeout, signal, dirty,
+                                                acks)
         if popped and popped[0].decode() == acks:
             acked = [*popped[1], *(acked or ())]
         signals.acks = [json.loads(a) for a in acked or ()]
         signals.streams = {s.decode() for s in streams or ()}
         return signals
+
+
+    def _poll(self, pipe: Any, deadline: float, signal: str, dirty: str,
+              acks: str) -> tuple[Any, Any, Any]:
+        """A wait shorter than Redis's timer tick (the linger): Redis times a blocking pop out
+        only at its next tick, so a BLMPOP of 2 ms returned after up to 100 ms. Pops without
+        blocking instead, again every POLL_SECONDS until something comes or the time is up."""
+        while True:
+            pipe.lmpop(2, signal, acks, direction="LEFT", count=10_000)
+            popped, streams, acked = pipe.spop(dirty, 100_000).lpop(acks, 10_000).execute()[-3:]
+            left = deadline - time.monotonic()
+            if popped or streams or acked or left <= 0:
+                return popped, streams, acked
+            time.sleep(min(left, POLL_SECONDS))
+            pipe = self.client.pipeline(transaction=False)
 
 
 class LocalPresence(LocalLeases):

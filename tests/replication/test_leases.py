@@ -3,6 +3,7 @@ one holder per link, expiry, the rendezvous split, and wake-ups reaching every r
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import redis
 from django.conf import settings
 
 from replication.leases import LinkLeases, ranked_first
-from replication.presence import LocalPresence, Presence, RedisPresence
+from replication.presence import LocalPresence, Presence, RedisPresence, Signals
 
 
 @pytest.fixture(params=["redis", "local"])
@@ -66,6 +67,27 @@ def test_a_wake_up_reaches_every_live_replicator(signals):
     assert signals.wait(1.0, "a").streams == {"s1", "s2"}
     assert signals.wait(1.0, "b").streams == {"s1", "s2"}  # not taken by a
     assert signals.wait(0.05, "a").streams == set()
+
+
+def test_a_short_wait_keeps_its_time_and_returns_what_comes_meanwhile(signals):
+    """The replicator's linger is a wait of a few ms. Redis times a blocking pop out only on
+    its timer (100 ms a tick at its default hz 10), so such a wait must not block in Redis."""
+    signals.replicator_beat("a", 5.0, 0)
+    took = []
+    for timeout in (0.0, 0.002, 0.02):
+        start = time.monotonic()
+        assert signals.wait(timeout, "a") == Signals()
+        took.append(time.monotonic() - start)
+    assert max(took) < 0.06, took
+
+    # What comes during a short wait is what it returns, not something for the next one.
+    threading.Timer(0.01, signals.wake, [["s1"]]).start()
+    start = time.monotonic()
+    while not (streams := signals.wait(0.02, "a").streams):
+        assert time.monotonic() - start < 1.0
+    assert streams == {"s1"}
+    signals.ack({"ticket": "t1"}, "a")
+    assert signals.wait(0.002, "a").acks == [{"ticket": "t1"}]
 
 
 def test_live_replicators_split_the_links_and_a_dead_ones_share_goes_to_the_others(signals):
