@@ -269,14 +269,14 @@ class RedisPresence(RedisLeases, RedisBatches):
         # acknowledgements are popped right after the blocking pop returns. Streams popped
         # with acknowledgements leave their signal behind: the next wait returns at once,
         # with nothing new.
-        pipe = self.client.pipeline(transaction=False)
+        pipe, sending = self.client.pipeline(transaction=False), list(sending)
         self.queue_batches(pipe, sending, SIGNAL_TTL)
         if timeout >= REDIS_TICK:
             pipe.blmpop(timeout, 2, signal, acks, direction="LEFT", count=10_000)
             popped, streams, acked = pipe.spop(dirty, 100_000).lpop(acks, 10_000).execute()[-3:]
         else:
             popped, streams, acked = self._poll(pipe, time.monotonic() + timeout, signal, dirty,
-                                                acks)
+                                                acks, at_once=bool(sending))
         if popped and popped[0].decode() == acks:
             acked = [*popped[1], *(acked or ())]
         signals.acks = [json.loads(a) for a in acked or ()]
@@ -284,18 +284,20 @@ class RedisPresence(RedisLeases, RedisBatches):
         return signals
 
 
-    def _poll(self, pipe: Any, deadline: float, signal: str, dirty: str,
-              acks: str) -> tuple[Any, Any, Any]:
+    def _poll(self, pipe: Any, deadline: float, signal: str, dirty: str, acks: str, *,
+              at_once: bool) -> tuple[Any, Any, Any]:
         """A wait shorter than Redis's timer tick (the linger): Redis times a blocking pop out
-        only at its next tick, so a BLMPOP of 2 ms returned after up to 100 ms. Pops without
-        blocking instead, again every POLL_SECONDS until something comes or the time is up."""
+        only at its next tick, so a BLMPOP of 2 ms returned after up to 100 ms. Sleeps here
+        instead and pops without blocking, every POLL_SECONDS until something comes or the
+        time is up; the pipeline goes at once when it carries batches (`at_once`)."""
         while True:
+            if (left := deadline - time.monotonic()) > 0 and not at_once:
+                time.sleep(min(left, POLL_SECONDS))
+            at_once = False
             pipe.lmpop(2, signal, acks, direction="LEFT", count=10_000)
             popped, streams, acked = pipe.spop(dirty, 100_000).lpop(acks, 10_000).execute()[-3:]
-            left = deadline - time.monotonic()
-            if popped or streams or acked or left <= 0:
+            if popped or streams or acked or deadline <= time.monotonic():
                 return popped, streams, acked
-            time.sleep(min(left, POLL_SECONDS))
             pipe = self.client.pipeline(transaction=False)
 
 
