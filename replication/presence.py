@@ -283,7 +283,6 @@ class RedisPresence(RedisLeases, RedisBatches):
         signals.streams = {s.decode() for s in streams or ()}
         return signals
 
-
     def _poll(self, pipe: Any, deadline: float, signal: str, dirty: str, acks: str, *,
               at_once: bool) -> tuple[Any, Any, Any]:
         """A wait shorter than Redis's timer tick (the linger): Redis times a blocking pop out
