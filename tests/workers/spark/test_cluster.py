@@ -195,9 +195,14 @@ def test_a_large_backlog_is_handed_to_the_cluster_and_back(
 # --- a worker killed -9 in the middle of a copy ----------------------------------------------
 
 
+TOTAL = 240_000
+
+
 def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
         spark_master, owner, activity, clicks):
-    fill(activity, 60_000)
+    # Enough that the copy outlasts the kill: on a quiet machine 60,000 were all committed
+    # before the worker died.
+    fill(activity, TOTAL)
     job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY,
                            numthreads=1)  # one task, committing partition after partition
     replica = Stream.objects.get(path=NY)
@@ -222,11 +227,11 @@ def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
         assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
     finally:
         killer.join()
-    assert killed_at and 0 < killed_at[0] < 60_000, f"killed too late: {killed_at}"
+    assert killed_at and 0 < killed_at[0] < TOTAL, f"killed too late: {killed_at}"
     (app,) = applications(spark_master) - before
     assert_ran_on_the_worker(spark_master, app)  # the restarted worker ran the retry
     report = check(activity, Stream.objects.get(path=NY), ["clicks"], id_header="id")
     assert report.ok, report.summary()
     job.refresh_from_db()
     # The retry copied what the lost attempt had not committed, nothing twice.
-    assert job.result["messages"] + killed_at[0] == 60_000
+    assert job.result["messages"] + killed_at[0] == TOTAL
