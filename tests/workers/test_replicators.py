@@ -27,6 +27,7 @@ from tests.workers.test_replication import (  # noqa: F401 (fixtures)
     gateways,
     pair,
     replica_count,
+    step_until,
 )
 from workers.replicator import Replicator
 
@@ -110,10 +111,7 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
     produce = Producer(owner, source)
     stale = Replicator(presence())
     produce(300)
-    deadline = time.monotonic() + 30
-    while not check(source, replica, ["clicks"]).ok:
-        assert time.monotonic() < deadline
-        stale.step()
+    step_until(stale, lambda: check(source, replica, ["clicks"]).ok)
     assert stale.leases.held == {link.pk}
     ends = store_for(source.cluster).watermarks(source.uuid, "clicks")
 
@@ -183,10 +181,7 @@ def test_batches_it_cannot_send_are_forgotten_said_and_sent_again_once_redis_ans
     produce = Producer(owner, source)
     replicator = Replicator(presence())
     produce(300)
-    deadline = time.monotonic() + 30
-    while not replicator.outbox:  # a step cuts batches; its next wait would send them
-        assert time.monotonic() < deadline
-        replicator.step()
+    step_until(replicator, lambda: replicator.outbox)  # cut; its next wait would send them
     assert replicator.inflight and replicator.tickets
     reachable = replicator.presence.client
     replicator.presence.client = redis.Redis(port=free_port(), socket_connect_timeout=1)
@@ -200,10 +195,7 @@ def test_batches_it_cannot_send_are_forgotten_said_and_sent_again_once_redis_ans
     assert replica_count(replica) == 0  # nothing was sent
 
     replicator.presence.client = reachable
-    deadline = time.monotonic() + 30
-    while not check(source, replica, ["clicks"]).ok:
-        assert time.monotonic() < deadline, check(source, replica, ["clicks"]).summary()
-        replicator.step()
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
     report = check(source, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok, report.summary()
     assert replica_count(replica) == 300
