@@ -302,6 +302,10 @@ JOB_STALE_SECONDS = _positive(env.float, "STREAMGATE_JOB_STALE_SECONDS", 300.0)
 # counts as unreachable (only -force true fails over then).
 FAILOVER_DRAIN_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_DRAIN_SECONDS", 120.0)
 FAILOVER_PROBE_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_PROBE_SECONDS", 5.0)
+# A message store that does not answer fails a call after this many seconds (the wait for a
+# pooled connection and libpq's connect_timeout): producers get a retriable error, and a
+# fault costs its own duration rather than queues of half-minute waits (issue 26).
+STORE_WAIT_SECONDS = _positive(env.float, "STREAMGATE_STORE_WAIT_SECONDS", 5.0)
 # Messages below which a comparison (failback's common prefix, verification) or a failback's
 # copy runs in the calling process rather than on Spark (workers/compare.py).
 BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)

@@ -15,9 +15,10 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-def open_store(url: str) -> MessageStore:
+def open_store(url: str, *, wait: float = 5.0) -> MessageStore:
+    """`wait`: seconds a call waits for a PostgreSQL store that does not answer."""
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(url)
+        return PostgresStore(url, wait=wait)
     if url.startswith("sqlite:///"):
         return SqliteStore(_sqlite_path(url))
     raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")

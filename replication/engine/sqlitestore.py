@@ -20,7 +20,15 @@ from replication.engine.sequences import (
     ProducerState,
     sequenced_partition,
 )
-from replication.engine.store import CursorKey, Key, Message, Record, UnknownTopic, plan_partitions
+from replication.engine.store import (
+    CursorKey,
+    Key,
+    Message,
+    Record,
+    StoreError,
+    UnknownTopic,
+    plan_partitions,
+)
 from replication.engine.storebase import MessageStore, Produce
 
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
@@ -206,6 +214,8 @@ class SqliteStore(MessageStore):
                 retried = self._sequence(conn, pid, produce.sequence, first)
                 if retried is not None:
                     return [(p, retried + i) for i in range(len(records))]
+            if produce.admit is not None:
+                produce.admit()  # under the write lock: see fence_appends
             plan = plan_partitions(records, len(topic_rows), self._rr)
             pids = {p: topic_rows[p][0] for p in plan.totals}
             firsts = {p: topic_rows[p][1] for p in plan.totals}
@@ -275,6 +285,19 @@ class SqliteStore(MessageStore):
         return count, size
 
     _lock = MessageStore._marks  # BEGIN IMMEDIATE already holds the whole file
+
+    def fence_appends(self, stream: UUID, *, timeout: float) -> None:
+        # One writer at a time: taking the write lock waits for the append that holds it.
+        conn = self._conn()
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            raise StoreError(f"appends in flight did not finish within {timeout:g}s: "
+                             f"{error}") from error
+        finally:
+            conn.execute("PRAGMA busy_timeout = 60000")
 
     def _drop(self, stream: UUID, topic: str | None) -> None:
         match = "stream = ? AND (? IS NULL OR topic = ?)"

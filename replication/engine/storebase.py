@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
@@ -94,6 +94,9 @@ class Produce(NamedTuple):
     producer: str | None
     log_append_time: bool  # the store's clock stamps every record
     sequence: ProducerBatch | None  # an idempotent producer's batch
+    # Called inside the append's transaction once its partitions are locked, before anything
+    # is written: it raises to refuse the batch (the failover fence, see `fence_appends`).
+    admit: Callable[[], None] | None = None
 
 
 class MessageStore(ABC):
@@ -166,6 +169,13 @@ class MessageStore(ABC):
 
     @abstractmethod
     def _drop(self, stream: UUID, topic: str | None) -> None: ...
+
+    @abstractmethod
+    def fence_appends(self, stream: UUID, *, timeout: float) -> None:
+        """Return once every append to the stream that took its partitions' locks before this
+        call has committed or rolled back (StoreError after `timeout` seconds). Appends check
+        their `admit` under those locks, so once the caller's refusal is visible to `admit`
+        and this returns, no append of the stream can still land (DESIGN.md invariant 10)."""
 
     @abstractmethod
     def merge_cursors(
@@ -250,6 +260,7 @@ class MessageStore(ABC):
         producer: str | None = None,
         log_append_time: bool = False,
         sequence: ProducerBatch | None = None,
+        admit: Callable[[], None] | None = None,
     ) -> list[tuple[int, int]]:
         """Store a batch in one transaction; (partition, offset) per record, in input order.
         Offsets are gap-free per partition whatever the number of concurrent appenders.
@@ -259,7 +270,7 @@ class MessageStore(ABC):
         if not records:
             return []
         return self._append(stream, topic, records,
-                            Produce(origin.bytes, producer, log_append_time, sequence))
+                            Produce(origin.bytes, producer, log_append_time, sequence, admit))
 
     def apply(
         self,

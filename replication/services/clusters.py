@@ -30,20 +30,20 @@ def cluster_by_name(name: str, *, field: str = "dstcluster") -> Cluster:
     return cluster
 
 
-@transaction.atomic
 def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -> Cluster:
     _operator_only(actor, "create clusters")
     validate_cluster_name(name)
     if Cluster.objects.filter(name=name).exists():
         raise AlreadyExists(f"cluster {name} already exists", field="name")
-    cluster = Cluster.objects.create(name=name, store_url=store_url)
     try:
-        store_for(cluster)  # each cluster has its own message store: create it now
+        # Each cluster has its own message store: created now, before the cluster's row
+        # exists, so no transaction waits on the store's server meanwhile (invariant 14).
+        store_for(Cluster(name=name, store_url=store_url))
     except (StoreError, OSError, psycopg.Error) as err:
         raise InvalidInput(f"cannot create the message store of cluster {name} at "
                            f"{store_url or 'the default location'}: {err}; fix -storeurl",
                            field="storeurl") from err
-    return cluster
+    return Cluster.objects.create(name=name, store_url=store_url)
 
 
 def validate_gateway_address(address: str, *, field: str = "gateways") -> str:

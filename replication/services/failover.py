@@ -63,8 +63,22 @@ def replica_failover(
     replica.require(actor, "adminperm", action="fail over")
     link = failover_link(replica, source, force=force)
     if force:
-        return _switch(link, tail=_forced_tail(link), forced=True, actor=actor)
+        return forced_failover(link=link, actor=actor)
     return planned_failover(link=link, actor=actor)
+
+
+def forced_failover(*, link: ReplicaLink, actor: AbstractBaseUser) -> Failover:
+    """Switch at once, the source's store up or not, whatever its producers do: their stop is
+    a commit that waits for nobody (producers take no lock on the stream's row), the appends
+    in flight are waited for only while the store answers, and the tail is measured or, from a
+    store that does not answer within FAILOVER_PROBE_SECONDS, sampled."""
+    stopped_here = _stop_producers(link, forced=True)
+    try:
+        return _switch(link, tail=_forced_tail(link), forced=True, actor=actor)
+    except BaseException:
+        if stopped_here:
+            _restart_producers(link.source)
+        raise
 
 
 def planned_failover(*, link: ReplicaLink, actor: AbstractBaseUser,
@@ -76,6 +90,7 @@ def planned_failover(*, link: ReplicaLink, actor: AbstractBaseUser,
     _require_reachable(link)
     _stop_producers(link)
     try:
+        _await_appends(link)
         tail = _drain(link)
         return _switch(link, tail=tail, forced=False, actor=actor, topics=topics)
     except BaseException:
@@ -172,19 +187,37 @@ def _require_reachable(link: ReplicaLink) -> None:
             "that cluster is lost, fail over with -force true", field="path")
 
 
-def _stop_producers(link: ReplicaLink) -> None:
+def _stop_producers(link: ReplicaLink, *, forced: bool = False) -> bool:
+    """Refuse the source's producers from now on (one short transaction: produces read the
+    flag without locking it, inside their store transactions). False when a forced failover
+    finds them stopped already (a failover that died midway); a planned one refuses then."""
+    kind = "forced" if forced else "planned"
     with transaction.atomic():
-        # The UPDATE waits for produces in flight (they hold a share lock on the row while
-        # they store): once this commits, no acknowledged message can still appear.
         source = Stream.objects.select_for_update().get(pk=link.source_id)
+        if source.producers_stopped and forced:
+            return False
         if source.producers_stopped:
             raise Conflict(f"{source.path} accepts no producers already "
                            f"({source.producers_stopped}): another failover is under way",
                            field="path")
-        source.producers_stopped = (f"a planned failover to {link.replica.path} is under way: "
+        source.producers_stopped = (f"a {kind} failover to {link.replica.path} is under way: "
                                     f"produce to {link.replica.path} once it completes")
         source.save(update_fields=["producers_stopped"])
     link.source.producers_stopped = source.producers_stopped
+    return True
+
+
+def _await_appends(link: ReplicaLink) -> None:
+    """Once producers are stopped, wait for the appends that were admitted before: after
+    this, no acknowledged message can still appear on the source (invariant 10)."""
+    source, seconds = link.source, settings.FAILOVER_PROBE_SECONDS
+    try:
+        _within(seconds + 1, lambda: store_for(source.cluster).fence_appends(
+            source.uuid, timeout=seconds))
+    except Exception as error:  # StoreError, TimeoutError: the store stopped answering
+        raise Conflict(f"the produces in flight on {source.path} did not finish ({error}): "
+                       "nothing was switched; retry, or fail over with -force true",
+                       field="path") from error
 
 
 def _restart_producers(source: Stream) -> None:
@@ -284,6 +317,7 @@ def _forced_tail(link: ReplicaLink) -> Tail:
     topics = carried_of(link)
     if _probe(link) is None:
         try:
+            _await_appends(link)
             return _measured_tail(link, topics)
         except Exception:  # lost between the probe and the reading: as if unreachable
             pass

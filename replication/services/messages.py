@@ -12,8 +12,8 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
 
+from replication.compiled import PLACEHOLDER, Compiled
 from replication.counters import (
     CONSUMED,
     PRODUCED,
@@ -73,19 +73,24 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     return topic
 
 
-def producers_admitted(stream: Stream) -> None:
-    """Refuse a produce to a stream whose producers a failover stopped. Under a share lock on
-    the stream's row, held until the append is stored: stopping producers (an UPDATE of the
-    row) waits for every produce in flight, so once it commits none can still land."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT producers_stopped FROM replication_stream WHERE id = %s "
-                           "FOR SHARE", [stream.pk])
-            row = cursor.fetchone()
-    else:  # SQLite (embedded mode) has one writer at a time already
-        row = Stream.objects.filter(pk=stream.pk).values_list("producers_stopped").first()
-    if row and row[0]:
-        raise ProducersStopped(f"{stream.path} accepts no producers: {row[0]}", field="path")
+@functools.cache
+def _stopped_sql() -> Compiled:
+    return Compiled(Stream.objects.filter(pk=PLACEHOLDER).values_list("producers_stopped")
+                    .order_by())
+
+
+def producers_admitted(stream: Stream) -> Callable[[], None]:
+    """The failover fence, as the store append's `admit`: called inside the append's store
+    transaction once its partitions are locked, it refuses the batch when a failover stopped
+    the stream's producers. A plain read of the control database, no lock held there: a
+    failover stops producers by committing `producers_stopped`, then `fence_appends` waits in
+    the store for the appends that read it before (DESIGN.md invariants 10 and 14)."""
+    def admit() -> None:
+        rows = _stopped_sql().run(stream.pk)
+        if rows and rows[0][0]:
+            raise ProducersStopped(f"{stream.path} accepts no producers: {rows[0][0]}",
+                                   field="path")
+    return admit
 
 
 def _check_records(records: Sequence[Record], topic: Topic) -> None:
@@ -118,12 +123,11 @@ def messages_produce(
     target = _producible_topic(stream, topic)
     _check_records(records, target)
     store = store_for(stream.cluster)
-    with transaction.atomic():
-        producers_admitted(stream)
-        offsets = _on_store(target, lambda: store.append(
-            stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
-            log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-        ))
+    offsets = _on_store(target, lambda: store.append(
+        stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
+        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
+        admit=producers_admitted(stream),
+    ))
     stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
     replicas_await(stream=stream, topic=target.name, offsets=offsets)
     count_produced(stream=stream.uuid, records=records)  # /metrics (replication/counters.py)
@@ -303,10 +307,9 @@ def messages_produce_partitions(
     store = store_for(stream.cluster)
     append = functools.partial(
         store.append, stream.uuid, target.name, origin=stream.uuid, producer=producer,
-        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME)
-    with transaction.atomic():  # the failover fence, held while storing (producers_admitted)
-        producers_admitted(stream)
-        _append_writes(target, append, good)
+        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
+        admit=producers_admitted(stream))
+    _append_writes(target, append, good)
     _produced(stream, target, [w for w in good if w.error is None])
     return target
 

@@ -80,9 +80,22 @@ class Appending(Catalog):
                 retried = self._sequence(cur, pid, produce.sequence, firsts[p])
                 if retried is not None:
                     raise _Retried(retried)  # rolls back: the reserved offsets are given back
+            if produce.admit is not None:
+                produce.admit()  # under the partitions' locks: see fence_appends
             with cur.copy(COPY_IN) as copy:
                 copy.set_types(COPY_TYPES)
                 return layout_batch(records, plan, pids, firsts, *produce[:3], copy.write_row)
+
+    def fence_appends(self, stream: UUID, *, timeout: float) -> None:
+        # An append holds its partitions' row locks from its reservation to its commit; a
+        # share lock on every partition of the stream waits for those taken before it.
+        try:
+            with self._pool.connection(timeout=timeout) as conn, conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = {int(timeout * 1000)}")
+                conn.execute("SELECT 1 FROM partitions WHERE stream = %s FOR SHARE", (stream,))
+        except psycopg.Error as error:
+            raise StoreError(f"appends in flight did not finish within {timeout:g}s: "
+                             f"{error}") from error
 
     def _put_state(self, conn: psycopg.Cursor, pid: int, producer_id: int,
                    state: ProducerState) -> None:

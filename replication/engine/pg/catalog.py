@@ -9,10 +9,26 @@ from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from replication.engine.pg.schema import SCHEMA, SCHEMA_LOCK, configure_connection
 from replication.engine.store import Key
 from replication.engine.storebase import MessageStore
+
+
+class _Reconnect(AttemptWithBackoff):
+    """psycopg_pool doubles its reconnection delay from 1 s: after a store outage of 20 s the
+    next attempt may come 30 s after the server is back, and every caller waits for it. A
+    store is worth trying every second while it is down."""
+
+    DELAY_BACKOFF = 1.0
+
+
+class _Pool(ConnectionPool):
+    def _add_connection(self, attempt: AttemptWithBackoff | None,
+                        growing: bool = False) -> None:
+        # The one seam psycopg_pool offers for its backoff (pinned in pyproject.toml).
+        super()._add_connection(attempt or _Reconnect(timeout=self.reconnect_timeout), growing)
 
 
 class Catalog(MessageStore):
@@ -22,16 +38,19 @@ class Catalog(MessageStore):
 
     ROW_OVERHEAD = 88  # tuple header, fixed columns, line pointer, index entry
 
-    def __init__(self, url: str, *, max_connections: int = 8) -> None:
+    def __init__(self, url: str, *, max_connections: int = 8, wait: float = 5.0) -> None:
+        """`wait`: how long a call waits for a connection (and a connection for the server)
+        before it fails: a store that is down costs its callers seconds, not half a minute."""
         super().__init__()
-        self._pool = ConnectionPool(
+        self._pool = _Pool(
             url,
             min_size=1,
             max_size=max_connections,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "connect_timeout": max(2, round(wait))},
             configure=configure_connection,
             open=True,
             name="sgstore",
+            timeout=wait,
         )
         # A topic's list of partition ids may grow (checked at each append).
         self._topics: dict[tuple[UUID, str], list[int]] = {}

@@ -222,15 +222,15 @@ def test_requests_a_client_left_behind_are_not_written(kafka, topic):
     """A client that gave up (librdkafka closes the connection on a request timeout, then
     retries the batches, maybe renumbered under a bumped epoch) leaves the requests it had
     pipelined behind the one being served: never answered, none of them is written."""
-    from tests.workers.conftest import test_database_url
+    from replication.stores import store_url
 
     records = [Record(b"z%d" % i, timestamp_ms=1000) for i in range(3)]
     first = encode_batch(records, producer_id=4444, producer_epoch=0, base_sequence=0)
     behind = encode_batch(records, producer_id=4444, producer_epoch=0, base_sequence=3)
-    with psycopg.connect(test_database_url()) as lock:
-        # The stream's row held: the first produce waits in producers_admitted's share lock.
-        lock.execute("SELECT 1 FROM replication_stream WHERE id = %s FOR UPDATE",
-                     (topic.stream.pk,))
+    with psycopg.connect(store_url(topic.stream.cluster)) as lock:
+        # The stream's partitions held in its store: the first produce waits for their locks.
+        lock.execute("SELECT 1 FROM partitions WHERE stream = %s FOR UPDATE",
+                     (topic.stream.uuid,))
         with socket.create_connection(kafka.bootstrap.split(":")) as sock:  # type: ignore[arg-type]
             _sasl(sock, kafka.username, kafka.password)
             sock.sendall(_frame(0, 3, 40, _produce_v3(first))
