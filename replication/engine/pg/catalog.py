@@ -9,26 +9,10 @@ from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
-from psycopg_pool.base import AttemptWithBackoff
 
 from replication.engine.pg.schema import SCHEMA, SCHEMA_LOCK, configure_connection
 from replication.engine.store import Key
 from replication.engine.storebase import MessageStore
-
-
-class _Reconnect(AttemptWithBackoff):
-    """psycopg_pool doubles its reconnection delay from 1 s: after a store outage of 20 s the
-    next attempt may come 30 s after the server is back, and every caller waits for it. A
-    store is worth trying every second while it is down."""
-
-    DELAY_BACKOFF = 1.0
-
-
-class _Pool(ConnectionPool):
-    def _add_connection(self, attempt: AttemptWithBackoff | None,
-                        growing: bool = False) -> None:
-        # The one seam psycopg_pool offers for its backoff (pinned in pyproject.toml).
-        super()._add_connection(attempt or _Reconnect(timeout=self.reconnect_timeout), growing)
 
 
 class Catalog(MessageStore):
@@ -42,7 +26,7 @@ class Catalog(MessageStore):
         """`wait`: how long a call waits for a connection (and a connection for the server)
         before it fails: a store that is down costs its callers seconds, not half a minute."""
         super().__init__()
-        self._pool = _Pool(
+        self._pool = ConnectionPool(
             url,
             min_size=1,
             max_size=max_connections,
