@@ -185,7 +185,8 @@ class Client(MessagesMixin):
         url = f"{self.url}/rest/{command_url_path(command_path)}"
         data = {key: _text(value) for key, value in (params or {}).items()}
         try:
-            # POST with a form body: ACEs can be long, and query strings end up in logs.
+            # POST with a form body for every command: the server refuses GET for those that
+            # change anything, ACEs can be long, and query strings end up in logs.
             response = self.session.post(url, data=data, timeout=self.timeout)
         except requests.RequestException as err:
             raise ServerUnreachable(self.url, str(err)) from err

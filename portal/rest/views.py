@@ -1,7 +1,13 @@
-"""maprcli over HTTP: `/rest/<command path>?param=value`, GET or POST, in MapR's envelope.
+"""maprcli over HTTP: `/rest/<command path>?param=value`, in MapR's envelope.
 
 Every response, errors included, has the envelope's shape (timestamp, timeofday, status, then
 total+data or errors), so maprcli scripts and the `streamgate` CLI read one format.
+
+Commands that only read answer GET and POST, as MapR's /rest does; commands that change
+anything take POST (or DELETE) only. A page on another site can make a signed-in browser send
+a GET (a link, `location=`, an image) with the session cookie, SameSite=Lax included, and
+without a CSRF token; a POST or DELETE authenticated by the session cookie must carry the CSRF
+token (DRF's SessionAuthentication checks it), while token and Basic calls need none.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.tokens import TokenAuthentication
-from portal.rest.commands import REGISTRY
+from portal.rest.commands import REGISTRY, Command
 from portal.unavailable import as_unavailable, retry_headers
 from replication.errors import InvalidInput, NotFound, StreamgateError
 
 logger = logging.getLogger(__name__)
+CSRF_FIELD = "csrfmiddlewaretoken"  # Django's name for the CSRF token in a form body
 Row = dict[str, Any]
 
 
@@ -69,11 +76,25 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
     return failure(errno.EIO, "internal error: the server logged the details", 500)
 
 
+def changes_refused_over_get(spec: Command) -> Response:
+    """405 before the command runs: nothing is read from the parameters or changed."""
+    return failure(
+        errno.EINVAL,
+        f"'{spec.name}' changes data, so it takes POST, not GET (only commands that read "
+        "answer GET, so that no link or page on another site can change anything): send the "
+        "same options as a POST form body (curl -u <user> -d path=... <url>), or run "
+        f"'streamgate {spec.name}'",
+        405,
+    )
+
+
 def raw_params(request: Request) -> dict[str, str]:
     """The query string and the form body together, MapR's REST accepting either."""
     values: dict[str, list[str]] = {}
     for source in (request.query_params, request.data):
         for key in source:
+            if key == CSRF_FIELD:  # the CSRF check's, not an option of the command
+                continue
             values.setdefault(key, []).extend(source.getlist(key))
     for key, found in values.items():
         if len(found) > 1:
@@ -93,9 +114,28 @@ class EnvelopeOnly(DefaultContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+class SessionWithCsrf(SessionAuthentication):
+    """DRF's session authentication, which checks the CSRF token on POST and DELETE (the
+    methods that change), with a refusal that says what to send."""
+
+    def enforce_csrf(self, request: Request) -> None:
+        try:
+            super().enforce_csrf(request)
+        except exceptions.PermissionDenied as refused:
+            raise exceptions.PermissionDenied(
+                f"{refused.detail} A POST or DELETE to /rest signed in by the session cookie "
+                "must carry the csrftoken cookie's value in the X-CSRFToken header (or the "
+                "csrfmiddlewaretoken field); scripts send an API token instead "
+                "(Authorization: Token <token>)"
+            ) from refused
+
+
 class MaprRestView(APIView):
     content_negotiation_class = EnvelopeOnly
-    authentication_classes = [TokenAuthentication, BasicAuthentication, SessionAuthentication]
+    # A request with an Authorization header is authenticated by it and needs no CSRF token:
+    # a page on another site cannot set that header, and browsers hold no Basic credentials
+    # for /rest (its 401 asks for a Token). Only the session cookie needs one.
+    authentication_classes = [TokenAuthentication, BasicAuthentication, SessionWithCsrf]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
     parser_classes = [FormParser, MultiPartParser]
@@ -111,21 +151,46 @@ class MaprRestView(APIView):
             return [AllowAny()]
         return super().get_permissions()
 
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        headers = super().default_response_headers
+        spec = REGISTRY.get(self._command_path())
+        if spec is not None and spec.changes:
+            headers["Allow"] = "POST, DELETE"
+        return headers
+
     def get_exception_handler(self):  # type: ignore[no-untyped-def]
         return envelope_exception_handler
 
     def get(self, request: Request, command: str = "") -> Response:
+        spec = self._command()
+        if spec is None:
+            return self._index()
+        if spec.changes:
+            return changes_refused_over_get(spec)
+        return success(spec.run(request.user, raw_params(request)))
+
+    def post(self, request: Request, command: str = "") -> Response:
+        spec = self._command()
+        if spec is None:
+            return self._index()
+        return success(spec.run(request.user, raw_params(request)))
+
+    delete = post
+
+    def _index(self) -> Response:
+        return success([spec.describe() for _, spec in sorted(REGISTRY.items())])
+
+    def _command(self) -> Command | None:
+        """The command the URL names; None for the index (/rest/)."""
         path = self._command_path()
         if not path:
-            return success([spec.describe() for _, spec in sorted(REGISTRY.items())])
+            return None
         spec = REGISTRY.get(path)
         if spec is None:
             raise NotFound(f"unknown command '{path.replace('/', ' ')}': list the commands "
                            "with 'streamgate help' or GET /rest/")
-        return success(spec.run(request.user, raw_params(request)))
-
-    post = get
-    delete = get
+        return spec
 
     def _command_path(self) -> str:
         return self.kwargs.get("command", "").strip("/")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from portal.rest.commands import REGISTRY
 from replication import services
 from replication.engine.store import Record
 from replication.services.cursors import cursors_commit, cursors_fetch
@@ -16,7 +17,8 @@ from workers.kafka.groupmodel import GroupView, MemberView
 
 
 def call(client: Any, command: str, **params: Any) -> Any:
-    return client.get(f"/rest/{command}", {k: v for k, v in params.items() if v is not None})
+    send = client.post if REGISTRY[command].changes else client.get  # changes refuse GET
+    return send(f"/rest/{command}", {k: v for k, v in params.items() if v is not None})
 
 
 def ok(response: Any) -> list[dict[str, Any]]:

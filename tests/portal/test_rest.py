@@ -15,6 +15,7 @@ from django.utils import timezone
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
+from portal.rest.commands import REGISTRY
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, Stream, Topic, Upstream
 from replication.presence import presence
@@ -27,8 +28,12 @@ MODELS = (Cluster, Gateway, Stream, Topic, ReplicaLink, Upstream)
 
 
 
-def call(client: APIClient, command: str, method: str = "get", **params: Any) -> Any:
+def call(client: APIClient, command: str, method: str | None = None, **params: Any) -> Any:
+    """GET for a command that reads, POST for one that changes (which refuses GET), unless
+    `method` says otherwise."""
     url = f"/rest/{command}"
+    spec = REGISTRY.get(command)
+    method = method or ("post" if spec is not None and spec.changes else "get")
     if method == "get":
         return client.get(url, params)
     body = urlencode(params)
@@ -91,13 +96,20 @@ def test_error_envelope_has_mapr_keys_and_http_status(api, world):
     assert "/mapr/sanfrancisco/none does not exist" in body["errors"][0]["desc"]
 
 
-def test_get_query_string_and_post_form_both_work(api, owner, sanfrancisco):
+def test_post_takes_options_from_the_query_string_and_the_form_body(api, owner, sanfrancisco):
     client = api(owner)
-    ok(call(client, "stream/create", path="/mapr/sanfrancisco/a", ttl="10"))
+    ok(client.post("/rest/stream/create?path=/mapr/sanfrancisco/a&ttl=10"))
     ok(call(client, "stream/create", "post", path="/mapr/sanfrancisco/b", ttl="20"))
     ok(client.post("/rest/stream/create?path=/mapr/sanfrancisco/c", {"ttl": "30"}))
     ttls = dict(Stream.objects.values_list("name", "ttl"))
     assert ttls == {"a": 10, "b": 20, "c": 30}
+
+
+def test_a_command_that_reads_answers_get_and_post_alike(api, world):
+    client = api(world.users["alice"])
+    over_get = ok(call(client, "stream/topic/info", "get", path=SF, topic="clicks"))
+    over_post = ok(call(client, "stream/topic/info", "post", path=SF, topic="clicks"))
+    assert over_get == over_post and len(over_get) == 2
 
 
 def test_basic_auth_works_like_curl_u(world):
@@ -456,12 +468,17 @@ BAD_INPUTS = [
 ]
 
 
+# Every case over POST; over GET too where the command only reads (a command that changes
+# refuses GET whatever its input: tests/portal/test_rest_csrf.py).
+BAD_INPUT_CALLS = [(method, case) for case in BAD_INPUTS for method in ("get", "post")
+                   if method == "post" or not REGISTRY[case[2]].changes]
+
+
 @pytest.mark.parametrize(
-    ("user", "command", "params", "status", "expected"),
-    [case[1:] for case in BAD_INPUTS],
-    ids=[case[0] for case in BAD_INPUTS],
+    ("method", "user", "command", "params", "status", "expected"),
+    [(method, *case[1:]) for method, case in BAD_INPUT_CALLS],
+    ids=[f"{method}-{case[0]}" for method, case in BAD_INPUT_CALLS],
 )
-@pytest.mark.parametrize("method", ["get", "post"])
 def test_bad_input_is_refused_with_its_reason_and_changes_nothing(
     api, world, user, command, params, status, expected, method
 ):

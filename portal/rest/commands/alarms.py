@@ -33,6 +33,7 @@ TYPES = ("cluster", "stream")
     Int("start", "skip this many alarms (default 0)", min=0, default=0),
     Int("limit", "list at most this many (default 1000)", min=1, max=100_000, default=1000),
     summary="List raised alarms (or, with -history true, cleared ones).",
+    changes=False,
 )
 def alarm_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     alarms = _filtered(Alarm.objects.restrict(user), user, opts)

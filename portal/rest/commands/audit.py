@@ -33,6 +33,7 @@ TYPES = tuple(model._meta.model_name for model in AUDITED)
     Int("start", "skip this many changes (default 0)", min=0, default=0),
     Int("limit", "list at most this many (default 100)", min=1, max=10_000, default=100),
     summary="List control-plane changes: who, tenant, what, before and after, when, how.",
+    changes=False,
 )
 def audit_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     events = _filtered(AuditEvent.objects.restrict(user), user, opts)

@@ -28,44 +28,45 @@ DSTCLUSTER = Str("dstcluster", "the cluster where the gateways run", required=Tr
 @command("cluster/create", Str("name", "the cluster's name", required=True),
          Str("storeurl", "where its message store lives (default: the mode's default)",
              default=""),
-         summary="Create a cluster (operators only).")
+         summary="Create a cluster (operators only).", changes=True)
 def cluster_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.cluster_create(actor=user, name=opts["name"], store_url=opts["storeurl"])
 
 
-@command("cluster/list", summary="List clusters, their gateways and your streams on them.")
+@command("cluster/list", summary="List clusters, their gateways and your streams on them.",
+         changes=False)
 def cluster_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.cluster_rows(Cluster.objects.all(), Stream.objects.restrict(user))
 
 
 @command("cluster/gateway/set", ONE_TABLE, DSTCLUSTER,
          Str("gateways", "space-separated host or host:port names", required=True),
-         summary="Set the gateways of a destination cluster (operators only).")
+         summary="Set the gateways of a destination cluster (operators only).", changes=True)
 def gateway_set(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.cluster_gateway_set(actor=user, dstcluster=opts["dstcluster"],
                                  gateways=opts["gateways"])
 
 
 @command("cluster/gateway/delete", ONE_TABLE, DSTCLUSTER,
-         summary="Remove the gateways of a destination cluster (operators only).")
+         summary="Remove the gateways of a destination cluster (operators only).", changes=True)
 def gateway_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.cluster_gateway_delete(actor=user, dstcluster=opts["dstcluster"])
 
 
 @command("cluster/gateway/list", ONE_TABLE,
-         summary="List the gateway configuration of every destination cluster.")
+         summary="List the gateway configuration of every destination cluster.", changes=False)
 def gateway_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.gateway_config_rows(Cluster.objects.all())
 
 
 @command("cluster/gateway/get", ONE_TABLE, DSTCLUSTER,
          summary="Show each gateway of a destination cluster: status, heartbeat and "
-         "what it applied.")
+         "what it applied.", changes=False)
 def gateway_get(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return reports.gateway_rows(cluster_by_name(opts["dstcluster"]))
 
 
 @command("cluster/gateway/resolve", ONE_TABLE, DSTCLUSTER,
-         summary="The gateways of a destination cluster that are running now.")
+         summary="The gateways of a destination cluster that are running now.", changes=False)
 def gateway_resolve(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return [reports.resolve_row(cluster_by_name(opts["dstcluster"]))]

@@ -21,7 +21,8 @@ FILTERS = (
 
 
 @command("stream/cursor/list", PATH, *FILTERS,
-         summary="List consumer groups' committed cursors, with the latest offset beside each.")
+         summary="List consumer groups' committed cursors, with the latest offset beside each.",
+         changes=False)
 def cursor_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return cursor_report(actor=user, stream=stream_at(user, opts), group=opts["consumergroup"],
                          topic=opts["topic"], partition=opts["partition"])
@@ -29,7 +30,7 @@ def cursor_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 
 @command("stream/cursor/delete", PATH, *FILTERS,
          summary="Delete committed cursors (needs consumeperm or adminperm); a consumer group "
-                 "without one starts where its auto.offset.reset says.")
+                 "without one starts where its auto.offset.reset says.", changes=True)
 def cursor_delete_command(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     cursor_delete(actor=user, stream=stream_at(user, opts), group=opts["consumergroup"],
                   topic=opts["topic"], partition=opts["partition"])
@@ -37,7 +38,8 @@ def cursor_delete_command(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 
 @command("stream/assign/list", PATH, *FILTERS,
          Bool("detail", "add each group's state, generation, protocol and leader"),
-         summary="List Kafka consumer groups' members and the partitions each is assigned.")
+         summary="List Kafka consumer groups' members and the partitions each is assigned.",
+         changes=False)
 def assign_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     groups = live_groups(actor=user, stream=stream, group=opts["consumergroup"])

@@ -34,7 +34,7 @@ def default_stream_row(setting: DefaultStream) -> Row:
 @command("tenant/defaultstream/set", CLUSTER,
          StreamPath("path", "the default stream, e.g. /mapr/sanfrancisco/kafka", required=True),
          TENANT, SCOPE,
-         summary="Set the stream plain Kafka topic names resolve to on a cluster.")
+         summary="Set the stream plain Kafka topic names resolve to on a cluster.", changes=True)
 def defaultstream_set(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     setting = default_stream_set(actor=user, cluster=opts["cluster"], path=opts["path"],
                                  tenant=opts["tenant"], personal=opts["scope"] == "user")
@@ -42,13 +42,14 @@ def defaultstream_set(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]
 
 
 @command("tenant/defaultstream/remove", CLUSTER, TENANT, SCOPE,
-         summary="Remove a default stream setting (the stream itself stays).")
+         summary="Remove a default stream setting (the stream itself stays).", changes=True)
 def defaultstream_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     default_stream_remove(actor=user, cluster=opts["cluster"], tenant=opts["tenant"],
                           personal=opts["scope"] == "user")
 
 
-@command("tenant/defaultstream/list", summary="List the default streams that apply to you.")
+@command("tenant/defaultstream/list", summary="List the default streams that apply to you.",
+         changes=False)
 def defaultstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     settings = DefaultStream.objects.restrict(user).select_related("tenant", "cluster", "user")
     if not user.is_staff:

@@ -20,6 +20,7 @@ from replication import reports, services
          "source's producers, drain, then switch)", default=False),
     summary="Make a replica the origin of the topics it carried (needs adminperm on the "
             "replica, and on the source unless -force true).",
+    changes=True,
 )
 def replica_failover(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     source = stream_at(user, opts, "source") if opts["source"] else None
@@ -39,6 +40,7 @@ def replica_failover(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     summary="Bring the old source back after a failover: its divergent messages kept in "
             "<topic>.diverged, cut back, caught up, then switched back (needs adminperm on "
             "both).",
+    changes=True,
 )
 def replica_failback(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     report = services.replica_failback(source=stream_at(user, opts),
@@ -57,6 +59,7 @@ def replica_failback(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
         max=31_536_000),
     summary="Verify a replica against its source now, from where the last verification "
             "stopped (needs adminperm on the source or the replica).",
+    changes=True,
 )
 def replica_verify(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     source, replica = stream_at(user, opts), stream_at(user, opts, "replica")
@@ -72,6 +75,7 @@ def replica_verify(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     summary="Repair a replica verification found diverged: the link's diffstreams -repair "
             "(each differing partition recopied from its first difference), then a "
             "verification; a job, followed to its end (needs adminperm on the replica).",
+    changes=True,
 )
 def replica_repair(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     job = services.replica_repair(actor=user, source=stream_at(user, opts),

@@ -40,6 +40,7 @@ copystream = command(
     Int("numthreads", "Spark tasks running at once (default: one per partition)"),
     summary="Copy every topic and partition of a stream into another (created with the "
             "source's metadata when missing), as a Spark job.",
+    changes=True,
 )(_job_start(copystream_start, "numthreads"))
 
 diffstreams = command(
@@ -48,6 +49,7 @@ diffstreams = command(
          default=False),
     summary="Compare two streams partition by partition (counts, offsets, checksums per "
             "offset range) and report the first differing offset, as a Spark job.",
+    changes=True,
 )(_job_start(diffstreams_start, "repair"))
 
 
@@ -57,6 +59,7 @@ diffstreams = command(
     Choice("state", "only jobs in this state", choices=tuple(Job.State.values)),
     Int("limit", "at most this many, newest first (default 50)", default=50),
     summary="List the bulk jobs of your tenants, newest first.",
+    changes=False,
 )
 def job_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     jobs = Job.objects.restrict(user).select_related("requested_by")
@@ -67,7 +70,7 @@ def job_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 
 
 @command("job/info", Int("id", "the job's id", required=True),
-         summary="A bulk job's state, progress and result.")
+         summary="A bulk job's state, progress and result.", changes=False)
 def job_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     job = Job.objects.restrict(user).select_related("requested_by").filter(pk=opts["id"]).first()
     if job is None:

@@ -20,6 +20,7 @@ from replication.services.purge import stream_purge
          "received yet); default false, MapR's purge: the messages past the ttl", default=False),
     summary="Delete a stream's messages due for deletion now, or with -all true every "
             "message; topics stay and offsets go on (needs adminperm).",
+    changes=True,
 )
 def purge(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return stream_purge(actor=user, stream=stream_at(user, opts), everything=opts["all"])
@@ -34,6 +35,7 @@ def purge(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
            "(dns is not supported: gateways are found from this list, never from DNS)",
            choices=("text", "dns"), default="text"),
     summary="List the gateways configured on a cluster, as text for 'cluster gateway set'.",
+    changes=False,
 )
 def gateway_local(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     if opts["format"] == "dns":

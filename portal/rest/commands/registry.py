@@ -25,6 +25,9 @@ class Command:
     handler: Handler
     options: tuple[Option, ...]
     summary: str
+    # True when running the command can change anything (data, settings, jobs started):
+    # such commands refuse GET, which cross-site pages can make a signed-in browser send.
+    changes: bool
 
     @property
     def name(self) -> str:
@@ -46,11 +49,17 @@ class Command:
 REGISTRY: dict[str, Command] = {}
 
 
-def command(path: str, *options: Option, summary: str) -> Callable[[Handler], Handler]:
+def command(path: str, *options: Option, summary: str,
+            changes: bool) -> Callable[[Handler], Handler]:
+    """Register a command. `changes` has no default: every command says whether it only
+    reads (GET or POST) or may change something (POST or DELETE only)."""
+    if not isinstance(changes, bool):
+        raise TypeError(f"command {path}: changes must be True or False, not {changes!r}")
+
     def register(handler: Handler) -> Handler:
         if path in REGISTRY:
             raise RuntimeError(f"command {path} registered twice")
-        REGISTRY[path] = Command(path, handler, options, summary)
+        REGISTRY[path] = Command(path, handler, options, summary, changes)
         return handler
 
     return register

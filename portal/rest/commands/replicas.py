@@ -45,7 +45,7 @@ def _pair_commands(own: Option, other: Option, names: tuple[str, str],
             service(actor=user, **{first: stream_at(user, opts, own.name),
                                    second: stream_at(user, opts, other.name)})
 
-        command(path, own, other, summary=summary)(handler)
+        command(path, own, other, summary=summary, changes=True)(handler)
 
 
 _pair_commands(SOURCE, REPLICA, ("source", "replica"), {
@@ -67,7 +67,7 @@ _pair_commands(REPLICA_PATH, UPSTREAM, ("replica", "source"), {
 @command("stream/replica/add", SOURCE, REPLICA,
          Bool("paused", "register the replica paused (default false)", default=False),
          *LINK_OPTIONS,
-         summary="Register a replica of a stream (needs adminperm on the source).")
+         summary="Register a replica of a stream (needs adminperm on the source).", changes=True)
 def replica_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.replica_add(actor=user, source=stream_at(user, opts),
                          replica=stream_at(user, opts, "replica"), paused=opts["paused"],
@@ -76,7 +76,7 @@ def replica_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 
 @command("stream/replica/edit", SOURCE, REPLICA,
          StreamPath("newreplica", "not supported: streams are never renamed"), *LINK_OPTIONS,
-         summary="Change a replica's settings (needs adminperm on the source).")
+         summary="Change a replica's settings (needs adminperm on the source).", changes=True)
 def replica_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.replica_edit(actor=user, source=stream_at(user, opts),
                           replica=stream_at(user, opts, "replica"),
@@ -91,6 +91,8 @@ def replica_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
          "most 5 s old); the listing itself is always computed live (default false)",
          default=False),
     summary="List a stream's replicas and their state.",
+    # -refreshnow only records sooner the figures the recorder records every 5 s anyway.
+    changes=False,
 )
 def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
@@ -114,6 +116,7 @@ def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     *LINK_OPTIONS,
     summary="Create a replica, copy the data and start replicating; answers with the copy's "
             "job (the command line follows it to its end).",
+    changes=True,
 )
 def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     # The replica does not exist yet, so it is passed as a path, not looked up.
@@ -126,7 +129,7 @@ def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]
 
 
 @command("stream/upstream/list", REPLICA_PATH,
-         summary="List the sources a stream accepts data from.")
+         summary="List the sources a stream accepts data from.", changes=False)
 def upstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *ANY_PERM, action="list upstreams")

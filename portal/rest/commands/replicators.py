@@ -15,6 +15,6 @@ from replication.presence import presence
 
 @command("replicator/list",
          summary="List the replicators: alive, links held, last heartbeat (those heard of in "
-         "the last hour).")
+         "the last hour).", changes=False)
 def replicator_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return replicator_rows(presence())

@@ -46,6 +46,7 @@ PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", requir
     Str("tenant", "the tenant that owns the stream, if you are in several"),
     *UNSUPPORTED_OPTIONS,
     summary="Create a stream.",
+    changes=True,
 )
 def stream_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.stream_create(
@@ -55,18 +56,19 @@ def stream_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 
 
 @command("stream/edit", PATH, *METADATA_OPTIONS, *UNSUPPORTED_OPTIONS,
-         summary="Change a stream's metadata or ACEs (needs adminperm).")
+         summary="Change a stream's metadata or ACEs (needs adminperm).", changes=True)
 def stream_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.stream_edit(actor=user, stream=stream_at(user, opts), **given(opts, *METADATA))
 
 
-@command("stream/delete", PATH, summary="Delete a stream and its topics (needs adminperm).")
+@command("stream/delete", PATH, summary="Delete a stream and its topics (needs adminperm).",
+         changes=True)
 def stream_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.stream_delete(actor=user, stream=stream_at(user, opts))
 
 
 @command("stream/info", PATH,
-         summary="Show a stream's metadata; ACEs only to holders of adminperm.")
+         summary="Show a stream's metadata; ACEs only to holders of adminperm.", changes=False)
 def stream_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *ANY_PERM, action="see the stream's information")
@@ -74,7 +76,7 @@ def stream_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 
 
 @command("stream/list", Str("cluster", "only streams of this cluster"),
-         summary="List the streams you can see (streamgate's own command).")
+         summary="List the streams you can see (streamgate's own command).", changes=False)
 def stream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     streams = Stream.objects.restrict(user)
     if opts["cluster"]:

@@ -25,33 +25,35 @@ TOPIC_OPTIONS = (
 
 
 @command("stream/topic/create", PATH, TOPIC, *TOPIC_OPTIONS,
-         summary="Create a topic (needs topicperm).")
+         summary="Create a topic (needs topicperm).", changes=True)
 def topic_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.topic_create(actor=user, stream=stream_at(user, opts), name=opts["topic"],
                           partitions=opts["partitions"], timestamptype=opts["timestamptype"])
 
 
 @command("stream/topic/edit", PATH, TOPIC, *TOPIC_OPTIONS,
-         summary="Add partitions to a topic or change its timestamp type (needs topicperm).")
+         summary="Add partitions to a topic or change its timestamp type (needs topicperm).",
+         changes=True)
 def topic_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.topic_edit(actor=user, stream=stream_at(user, opts), name=opts["topic"],
                         partitions=opts["partitions"], timestamptype=opts["timestamptype"])
 
 
 @command("stream/topic/delete", PATH, TOPIC,
-         summary="Delete a topic, at its origin and on its replicas (needs topicperm).")
+         summary="Delete a topic, at its origin and on its replicas (needs topicperm).",
+         changes=True)
 def topic_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.topic_delete(actor=user, stream=stream_at(user, opts), name=opts["topic"])
 
 
-@command("stream/topic/list", PATH, summary="List a stream's topics.")
+@command("stream/topic/list", PATH, summary="List a stream's topics.", changes=False)
 def topic_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *READ_PERMS, action="list topics")
     return reports.topic_rows(stream)
 
 
-@command("stream/topic/info", PATH, TOPIC, summary="Show a topic's partitions.")
+@command("stream/topic/info", PATH, TOPIC, summary="Show a topic's partitions.", changes=False)
 def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *READ_PERMS, action="see topic information")
