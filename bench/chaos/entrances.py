@@ -1,6 +1,7 @@
 """The processes producers write through besides the services: a portal (uvicorn, REST with
-the API token) and a Kafka listener (`manage.py runkafka`, SASL with the same token), each on
-a port of its own, started again on that port after the driver kills them."""
+the API token, and the command line through it) and a Kafka listener (`manage.py runkafka`,
+SASL with the same token), each on a port of its own, started again on that port after the
+driver kills them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.chaos.faults import Entrance
-from bench.chaos.producers import KafkaProducer, Producer, RestProducer, Target
+from bench.chaos.producers import (
+    CliProducer,
+    KafkaProducer,
+    Producer,
+    RestProducer,
+    Target,
+)
 from bench.chaos.topology import TOPICS, Topology
 from bench.ports import free_port, wait_listening
 
@@ -42,6 +49,9 @@ def open_entrances(engine: Serving, topology: Topology, options: Options,
         entrances["portal kill -9"] = Entrance("portal", lambda: engine.portal(port))
         producers.append(RestProducer("rest", target, topics, options, stop,
                                       url=f"http://127.0.0.1:{port}", token=token))
+        if options.cli:
+            producers.append(CliProducer("cli", target, topics, options, stop,
+                                         url=f"http://127.0.0.1:{port}", token=token))
     if options.kafka:
         port = free_port()
         wait_listening(port, engine.kafka_listener(port))
