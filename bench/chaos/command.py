@@ -12,7 +12,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -230,15 +232,25 @@ class Run:
             with contextlib.suppress(Exception):
                 self.cluster.stop()
         self.remove_servers()
+        # The main thread may have been restarting a server (the driver's undo) as this began:
+        # one it started meanwhile goes too.
+        time.sleep(2.0)
+        self.remove_servers()
         print(f"logs kept in {self.logs}", flush=True)
 
     def remove_servers(self) -> None:
+        """Each server whatever became of the others: one left running outlives the run."""
+        removals: list[tuple[str, Callable[[], None]]] = [
+            ("newyork's PostgreSQL", self.store.remove),
+            ("the other PostgreSQL", self.others.remove), ("Redis", self.redis.remove)]
         if self.args.url and self.env:
-            with contextlib.suppress(Exception):
-                drop_databases(self.args.url, self.name)
-        self.store.remove()
-        self.others.remove()
-        self.redis.remove()
+            removals.insert(0, ("the control database", lambda: drop_databases(
+                self.args.url, self.name)))
+        for what, remove in removals:
+            try:
+                remove()
+            except Exception as error:
+                print(f"removing {what} failed: {error!r}", flush=True)
 
     def teardown(self, ok: bool) -> None:
         self.engine.close()

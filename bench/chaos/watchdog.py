@@ -81,6 +81,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._firing = False
         self._fired = threading.Event()  # the report is written
+        self._done = threading.Event()  # the processes stopped, `exit` returned
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -118,8 +119,11 @@ class Watchdog:
             self.disarm(token)
 
     def check(self) -> None:
-        """In the main thread, after the watchdog fired: end what it was doing."""
+        """In the main thread, after the watchdog fired: end what it was doing, once the
+        watchdog has stopped everything (with os._exit, never: the main thread's own teardown
+        must not race the watchdog's)."""
         if self._fired.is_set() and threading.current_thread() is threading.main_thread():
+            self._done.wait()
             raise WatchdogExpired(self.report)
 
     def _watch(self) -> None:
@@ -156,6 +160,7 @@ class Watchdog:
                  f"{step.seconds:g} s (watchdog)")
         sys.stdout.flush()
         self.exit(1)
+        self._done.set()
         self.check()
 
     def expire(self, label: str, seconds: float, started: float, detail: str = "") -> None:
@@ -194,12 +199,16 @@ def activity(label: str, url: str, owners: dict[int, str] | None = None) -> str:
 
 
 def thread_stacks() -> str:
-    """Every thread of this process, with its innermost frames."""
+    """Every thread of this process with its innermost frames; threads with the same stack
+    (a pool's idle workers) once, naming them all."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    lines = ["threads of the soak process:"]
+    stacks: dict[tuple[str, ...], list[str]] = {}
     for ident, frame in sys._current_frames().items():
-        lines.append(f"  thread {names.get(ident, '?')} ({ident}):")
-        stack = traceback.format_stack(frame)[-STACK_FRAMES:]
+        stack = tuple(traceback.format_stack(frame)[-STACK_FRAMES:])
+        stacks.setdefault(stack, []).append(f"{names.get(ident, '?')} ({ident})")
+    lines = ["threads of the soak process:"]
+    for stack, threads in stacks.items():
+        lines.append(f"  thread{'s' if len(threads) > 1 else ''} {', '.join(threads)}:")
         lines += ["    " + entry.rstrip().replace("\n", "\n    ") for entry in stack]
     return "\n".join(lines)
 
