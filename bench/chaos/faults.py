@@ -269,7 +269,8 @@ class Driver:
             "Spark worker kill -9": self.kill_spark_worker,
             "Spark catch-up": lambda: spark_catchup(self)}
         # A failover first undoes the faults pending (each a step of its own).
-        with self.watchdog.step(f"inject {kind}", DEADLINE * (4 if self.cycle else 1)):
+        with self.watchdog.step(f"inject {kind}",
+                                DEADLINE * (4 if kind == "failover -force" else 1)):
             actions.get(kind, lambda: self.kill_entrance(kind))()
         if sum(self.faults.values()) > before:
             self.started(kind)
