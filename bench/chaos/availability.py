@@ -36,7 +36,6 @@ class Availability:
     acknowledged: int
     stretch: float  # the longest time with no acknowledgement, seconds
     stretch_from: float  # when it began, seconds after the faults began
-    last: float = 0.0  # the last acknowledgement, seconds after the faults began
 
     @property
     def share(self) -> float:
@@ -61,9 +60,8 @@ def measure(producers: Iterable[Producer], zero: float) -> list[Availability]:
     rows = []
     for producer in producers:
         stretch, start = longest_stretch(producer.acked_at, producer.began, producer.ended)
-        last = max(producer.acked_at, default=zero) - zero
         rows.append(Availability(producer.interface, producer.sent, len(producer.acks), stretch,
-                                 start - zero, last))
+                                 start - zero))
     return rows
 
 

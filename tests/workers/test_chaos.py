@@ -34,8 +34,8 @@ from bench.chaos import (
     check_all,
     run_soak,
 )
-from bench.chaos.availability import longest_stretch
-from bench.chaos.command import forget_unacked
+from bench.chaos.availability import Availability, Window, longest_stretch, table, verdict
+from bench.chaos.command import forget_unacked, report
 from bench.chaos.soak import control_url
 from bench.chaos.watchdog import Watchdog, WatchdogExpired
 from bench.pgserver import BusyServer, PrivatePostgres, wait_for_free_connections
@@ -111,7 +111,7 @@ def soak(engine, job_worker, private_postgres, other_stores) -> Iterator[Result]
             engine.stop(label, kill=True)
 
 
-def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
+def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak, engine):
     assert soak.converge_seconds is not None, soak.table()
     assert sum(soak.anomalies.values()) == 0, "\n".join([soak.table(), *soak.examples[:20]])
     for kind in (*FAULT_KINDS[:3], "replicator kill -9", "portal kill -9",
@@ -133,6 +133,9 @@ def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
         assert re.search(rf"^\| {re.escape(interface)} \| {row.attempts:,} \| "
                          rf"{row.acknowledged:,} \| {row.share:.2f} \|", table, re.M), table
     assert "longest fault window: " in table and soak.longest_window is not None
+    # The portal and the Kafka listener each started again on a port of its own.
+    for label in ("portal", "kafka"):
+        assert "address already in use" not in engine.log(label), engine.log(label)[-2000:]
     assert soak.availability_verdict()[1].startswith("AVAILABILITY: ")
     recovery = soak.recovery_table()
     assert re.search(r"^\| gateway kill -9 \| \d+ \| \d+ \| [\d.]+ s \| [\d.]+ s \|$", recovery,
@@ -239,3 +242,27 @@ def test_the_longest_stretch_without_an_acknowledgement_runs_from_the_start_to_t
     assert longest_stretch([], began=10.0, ended=25.0) == (15.0, 10.0)
     # A Kafka delivery after the producer stopped sending closes the last stretch.
     assert longest_stretch([11.0, 50.0], began=10.0, ended=40.0) == (39.0, 11.0)
+
+
+def test_an_interface_under_the_share_goal_or_with_a_long_stretch_misses_availability(capsys):
+    window = Window("PostgreSQL restart", 100.0, 104.0)  # the longest: stretches up to 14 s
+    rows = [Availability("REST (portal)", 1000, 500, 3.0, 5.0),
+            Availability("Kafka (idempotent)", 1000, 900, 14.5, 7.0),
+            Availability("CLI (portal)", 100, 90, 13.9, 1.0)]
+    text = table(rows, window, zero=90.0)
+    assert "| REST (portal) | 1,000 | 500 | 0.50 | 3.0 s | 5.0 s | MISSED: share < 0.7 |" in text
+    assert ("| Kafka (idempotent) | 1,000 | 900 | 0.90 | 14.5 s | 7.0 s | "
+            "MISSED: stretch > 14.0 s |") in text
+    assert "| CLI (portal) | 100 | 90 | 0.90 | 13.9 s | 1.0 s | met |" in text
+    assert "longest fault window: PostgreSQL restart, 4.0 s from 10.0 s" in text
+    ok, line = verdict(rows, window)
+    assert not ok and line.startswith("AVAILABILITY: MISSED by REST (portal) (share < 0.7); "
+                                      "Kafka (idempotent) (stretch > 14.0 s); goal: ")
+    # The checker's verdict decides the exit status; the availability's only when strict.
+    result = Result(1, 60.0, converge_seconds=1.0, availability=rows, windows=[window],
+                    began=90.0)
+    assert report(result, strict=False) == 0
+    assert report(result, strict=True) == 1
+    out = capsys.readouterr().out
+    assert "AVAILABILITY: MISSED" in out and "CORRECTNESS: passed (0 anomalies, converged)" in out
+    assert verdict(rows[2:], window)[0]
