@@ -13,6 +13,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -81,9 +82,23 @@ class PrivatePostgres:
     def remove(self) -> None:
         """Stop at once (nothing here is worth a clean shutdown) and delete the folder. Safe
         after a failed init or start, on a stopped server, and twice (atexit and finally)."""
-        with contextlib.suppress(subprocess.CalledProcessError):
+        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
             self.stop("immediate")
+        self.kill()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL a postmaster pg_ctl could not stop (one still starting, as when the chaos
+        soak's watchdog removes the server while the driver restarts it); its backends follow
+        it. Only a live postgres on this data folder: a stale pid file names another process."""
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            return
+        if b"postgres" in command and str(self.data).encode() in command:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> PrivatePostgres:
         return self.launch()

@@ -14,8 +14,9 @@ two `manage.py runreplicator` (splitting the links with leases), a Celery worker
 (uvicorn) and a Kafka listener (`manage.py runkafka`), on a Redis of the run's own.
 
 Producers: one per origin through the services in this process, one over REST through the
-portal (API token) and one idempotent librdkafka producer (enable.idempotence=true) through the
-Kafka listener, the last two on newyork's topics. Every message carries an `id` header never
+portal (API token), one through the command line (`streamgate produce`, a process per call, to
+the same portal) and one idempotent librdkafka producer (enable.idempotence=true) through the
+Kafka listener, the last three on newyork's topics. Every message carries an `id` header never
 reused; a call that got no answer counts as not acknowledged and is not retried by the soak
 (librdkafka retries its own batches, idempotently).
 
@@ -34,14 +35,27 @@ the run waits until every replica's ends equal its origins' and the checker
 offsets, and sanfrancisco's topics and divergence topics with the acknowledged ids: lost,
 duplicate, inconsistent, reordered and unreplicated messages must all be 0. Per fault kind the
 table prints how many were injected and the time from the fault to replication moving again
-(every replica topic advanced, or caught up): median and max.
+(every replica topic advanced, or caught up): median and max, also as a table for
+docs/benchmarks.md. Per producer, a second table gives what faults cost it (availability.py):
+the messages sent and acknowledged, their share and the longest stretch with no
+acknowledgement, against the goals (a share of 0.7, the longest fault window plus 10 s); a line
+gives that verdict apart from the checker's, failing the run only with --availability-strict.
+
+A watchdog (watchdog.py) gives every step a deadline: each fault's injection, undo and recovery,
+each failover and failback, the soak's own phases (60 s unless the step says otherwise), and
+the whole run one (--seconds + --converge-timeout + 900 s, or --deadline). Past one it prints
+the step, the busy backends of the control and store databases with the pids blocking them, and
+every thread's stack, kills what the run started and exits with a FAILED line: the soak always
+ends by itself.
 
 `python -m bench.chaos [--seconds 180] [--seed N] [--no-spark] [--no-portal] [--no-kafka]
-[--no-failover]` runs on servers of its own: the control database `sgchaos_<pid>` sits on the
-second private PostgreSQL (or on `--url`), Redis is a redis-server of the run's own (the shared
-one is never restarted); everything it made is removed at the end, failure or not. The exit
-status is non-zero on any anomaly. tests/workers/test_chaos.py runs a short soak on the test
-database with the tests' fixtures (the shared Redis, so no Redis restart there).
+[--no-cli] [--no-failover] [--availability-strict] [--deadline S]` runs on servers of its own:
+the control database `sgchaos_<pid>` sits on the second private PostgreSQL (or on `--url`),
+Redis is a redis-server of the run's own (the shared one is never restarted); everything it made
+is removed at the end, failure or not. The exit status is non-zero on any anomaly, a step past
+its deadline, and with --availability-strict a missed availability goal.
+tests/workers/test_chaos.py runs a short soak on the test database with the tests' fixtures
+(the shared Redis, so no Redis restart there).
 """
 
 from bench.chaos.command import Processes, main

@@ -11,13 +11,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.chaos.faults import spark_built
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
+from bench.chaos.watchdog import DEADLINE, Watchdog
 from bench.pgserver import PrivatePostgres
 from bench.processes import stop_process
 from bench.redisserver import PrivateRedis
@@ -25,6 +29,9 @@ from bench.redisserver import PrivateRedis
 # Room beyond the default 100: five gateways, the replicator, a Celery worker and this
 # process's pools all connect to these servers (the control database too, without --url).
 SERVER_SETTINGS = {"max_connections": "200"}
+# The whole run's deadline beyond its faults and convergence: start-up (servers, migrations,
+# the engine), the producers' last calls, the failback's drain, the checker.
+MARGIN = 900.0
 
 
 class Processes:
@@ -33,12 +40,18 @@ class Processes:
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env, self.logs = env, logs
         self.processes: dict[str, subprocess.Popen] = {}
+        # The watchdog kills them all from its own thread while the main thread may be starting
+        # one: a process started after that would outlive the run.
+        self.lock = threading.Lock()
+        self.closed = False
 
     def _start(self, label: str, *command: str) -> subprocess.Popen:
-        with (self.logs / f"{label}.log").open("ab") as log:
+        with self.lock, (self.logs / f"{label}.log").open("ab") as log:
+            if self.closed:
+                raise RuntimeError(f"not starting {label}: the soak's processes were stopped")
             process = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=self.env,
                                        stdout=log, stderr=subprocess.STDOUT)
-        self.processes[label] = process
+            self.processes[label] = process
         return process
 
     def gateway(self, cluster: str, name: str) -> subprocess.Popen:
@@ -63,11 +76,23 @@ class Processes:
                            "--without-gossip", "--without-mingle", "--loglevel", "WARNING")
 
     def stop(self, label: str, *, kill: bool = False) -> None:
-        stop_process(self.processes.pop(label), kill=kill)
+        with self.lock:
+            process = self.processes.pop(label, None)
+        if process is not None:  # None: the watchdog stopped it already
+            stop_process(process, kill=kill)
 
     def close(self) -> None:
         for label in list(self.processes):
             self.stop(label)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process, reaped, and start none after (the watchdog's stop)."""
+        with self.lock:
+            self.closed = True
+            running = list(self.processes.values())
+            self.processes.clear()
+        for process in running:
+            stop_process(process, kill=True)
 
 
 def command_env(url: str, name: str, redis_url: str) -> dict[str, str]:
@@ -130,62 +155,107 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no producer through a portal process (nor its kills)")
     parser.add_argument("--no-kafka", action="store_true",
                         help="no idempotent producer through a Kafka listener (nor its kills)")
+    parser.add_argument("--no-cli", action="store_true",
+                        help="no producer through the command line (it goes through the portal)")
     parser.add_argument("--no-failover", action="store_true", help="no failover/failback cycle")
+    parser.add_argument("--availability-strict", action="store_true",
+                        help="fail the run when an interface misses the availability goal")
+    parser.add_argument("--deadline", type=float, default=0.0,
+                        help="seconds after which the whole run is stopped and fails "
+                             f"(default: --seconds + --converge-timeout + {MARGIN:.0f})")
     parser.add_argument("--url", default="",
                         help="a PostgreSQL server for the control database (default: the "
                              "private one that holds sanfrancisco's and tokyo's stores)")
 
 
-def main(args: argparse.Namespace) -> int:
-    import psycopg
-    from psycopg import sql
+class Run:
+    """What `main` starts: the servers, the engine's processes, the Spark cluster, the logs;
+    torn down at the end, or stopped at once by the watchdog."""
 
-    name = f"sgchaos_{os.getpid()}"
-    logs = Path(tempfile.mkdtemp(prefix="sgchaos-logs-"))
-    store, others = (PrivatePostgres(prefix="sgchaos-pg-", settings=SERVER_SETTINGS)
-                     for _ in range(2))
-    # A Redis of the run's own: the driver kills it, and the shared one serves other sessions.
-    redis = PrivateRedis()
-    env: dict[str, str] = {}
-    engine = Processes(env, logs)
-    cluster: Any = None
-    result: Result | None = None
-    try:
-        for server in (store, others):
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.name = args, f"sgchaos_{os.getpid()}"
+        self.logs = Path(tempfile.mkdtemp(prefix="sgchaos-logs-"))
+        self.store, self.others = (PrivatePostgres(prefix="sgchaos-pg-",
+                                                   settings=SERVER_SETTINGS) for _ in range(2))
+        # A Redis of the run's own: the driver kills it, the shared one serves other sessions.
+        self.redis = PrivateRedis()
+        self.env: dict[str, str] = {}
+        self.engine = Processes(self.env, self.logs)
+        self.cluster: Any = None
+
+    def start(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        for server in (self.store, self.others):
             server.launch()
-        redis.start()
+        self.redis.start()
         # The control database on the second private server too, unless --url names one.
-        url = args.url or others.url("postgres")
-        env |= command_env(url, name, redis.url)
+        url = self.args.url or self.others.url("postgres")
+        self.env |= command_env(url, self.name, self.redis.url)
         admin = urlunsplit(urlsplit(url)._replace(scheme="postgresql", path="/postgres"))
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
         subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT,
-                       env=env, check=True)
-        os.environ.update(env)
+                       env=self.env, check=True, timeout=300)
+        os.environ.update(self.env)
         import django
 
         django.setup()
         # This process's own store pools and Redis clients warn on every fault injected; the
         # engine's processes log to files.
         logging.disable(logging.WARNING)
-        if not args.no_spark and spark_built():
-            cluster = spark_cluster_start()
+        if not self.args.no_spark and spark_built():
+            self.cluster = spark_cluster_start()
             # The Celery worker submits to it; its drivers bind to loopback (session.py), so
             # they must name loopback to the executors too, not the host's address.
-            env |= {"SPARK_MASTER_URL": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
-        engine.celery_worker()
+            self.env |= {"SPARK_MASTER_URL": self.cluster.master_url,
+                         "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.engine.celery_worker()
+
+    def options(self, watchdog: Watchdog) -> Options:
+        args = self.args
         options = Options(seconds=args.seconds, interval=args.interval,
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,
                           portal=not args.no_portal, kafka=not args.no_kafka,
-                          failover=not args.no_failover)
+                          cli=not args.no_cli, failover=not args.no_failover, say=say,
+                          watchdog=watchdog)
         if args.seed is not None:
             options.seed = args.seed
-        result = run_soak(engine, store, options, others, redis=redis, spark_cluster=cluster)
-    finally:
-        engine.close()
-        if cluster is not None:
-            cluster.stop()
+        return options
+
+    def stop_now(self) -> None:
+        """The watchdog's stop: SIGKILL and reap every process, stop the servers (which ends
+        any wait on them); nothing here waits on what a hang holds."""
+        self.engine.kill_all()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.stop()
+        self.remove_servers()
+        # The main thread may have been restarting a server (the driver's undo) as this began:
+        # one it started meanwhile goes too.
+        time.sleep(2.0)
+        self.remove_servers()
+        print(f"logs kept in {self.logs}", flush=True)
+
+    def remove_servers(self) -> None:
+        """Each server whatever became of the others: one left running outlives the run."""
+        removals: list[tuple[str, Callable[[], None]]] = [
+            ("newyork's PostgreSQL", self.store.remove),
+            ("the other PostgreSQL", self.others.remove), ("Redis", self.redis.remove)]
+        if self.args.url and self.env:
+            removals.insert(0, ("the control database", lambda: drop_databases(
+                self.args.url, self.name)))
+        for what, remove in removals:
+            try:
+                remove()
+            except Exception as error:
+                print(f"removing {what} failed: {error!r}", flush=True)
+
+    def teardown(self, ok: bool) -> None:
+        self.engine.close()
+        if self.cluster is not None:
+            self.cluster.stop()
         with contextlib.suppress(Exception):
             from replication.stores import close_stores
 
@@ -194,17 +264,50 @@ def main(args: argparse.Namespace) -> int:
             from django.db import connections
 
             connections.close_all()
-        if args.url and env:
-            drop_databases(args.url, name)
-        store.remove()
-        others.remove()
-        redis.remove()
-        if result is None or not result.ok:
-            print(f"logs kept in {logs}")
+        self.remove_servers()
+        if ok:
+            shutil.rmtree(self.logs, ignore_errors=True)
         else:
-            shutil.rmtree(logs, ignore_errors=True)
+            print(f"logs kept in {self.logs}")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    run = Run(args)
+    # Ends the run by itself whatever hangs: os._exit, as the main thread may never return.
+    watchdog = Watchdog(say=say, stop=run.stop_now, exit=os._exit).start()
+    watchdog.arm("the whole soak (--deadline)", args.deadline or (
+        args.seconds + args.converge_timeout + MARGIN))
+    result: Result | None = None
+    try:
+        with watchdog.step("start the servers, migrate, start the Celery worker", 5 * DEADLINE):
+            run.start()
+        result = run_soak(run.engine, run.store, run.options(watchdog), run.others,
+                          redis=run.redis, spark_cluster=run.cluster)
+    finally:
+        with watchdog.step("tear down", 3 * DEADLINE):
+            run.teardown(result is not None and result.ok)
+        watchdog.close()
+    return report(result, strict=args.availability_strict)
+
+
+def report(result: Result, *, strict: bool) -> int:
+    """The tables and the verdicts: the checker's decides, the availability's with --strict."""
     print()
     print(result.table())
     for example in result.examples[:20]:
         print(f"  {example}")
-    return 0 if result.ok else 1
+    print()
+    print(result.recovery_table())
+    print()
+    print(result.availability_table())
+    print()
+    available, line = result.availability_verdict()
+    print(line + ("" if strict else " (not failing the run: --availability-strict would)"))
+    verdict = "passed" if result.ok else "FAILED"
+    print(f"CORRECTNESS: {verdict} ({sum(result.anomalies.values())} anomalies, "
+          f"{'converged' if result.converge_seconds is not None else 'did not converge'})")
+    return 0 if result.ok and (available or not strict) else 1

@@ -1,15 +1,23 @@
 """The processes producers write through besides the services: a portal (uvicorn, REST with
-the API token) and a Kafka listener (`manage.py runkafka`, SASL with the same token), each on
-a port of its own, started again on that port after the driver kills them."""
+the API token, and the command line through it) and a Kafka listener (`manage.py runkafka`,
+SASL with the same token), each on a port of its own, started again on that port after the
+driver kills them."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.chaos.faults import Entrance
-from bench.chaos.producers import KafkaProducer, Producer, RestProducer, Target
+from bench.chaos.producers import (
+    CliProducer,
+    KafkaProducer,
+    Producer,
+    RestProducer,
+    Target,
+)
 from bench.chaos.topology import TOPICS, Topology
 from bench.ports import free_port, wait_listening
 
@@ -36,18 +44,24 @@ def open_entrances(engine: Serving, topology: Topology, options: Options,
     target, topics = Target(topology.streams[WRITTEN]), TOPICS[WRITTEN]
     producers: list[Producer] = []
     entrances: dict[str, Entrance] = {}
+    # Each restart on its own port, bound now: a closure over one `port` variable restarted a
+    # killed portal on the Kafka listener's port (address in use, or the listener's port taken).
     if options.portal:
         port = free_port()
         wait_listening(port, engine.portal(port))
-        entrances["portal kill -9"] = Entrance("portal", lambda: engine.portal(port))
+        entrances["portal kill -9"] = Entrance("portal", partial(engine.portal, port))
         producers.append(RestProducer("rest", target, topics, options, stop,
                                       url=f"http://127.0.0.1:{port}", token=token))
+        if options.cli:
+            producers.append(CliProducer("cli", target, topics, options, stop,
+                                         url=f"http://127.0.0.1:{port}", token=token))
     if options.kafka:
-        port = free_port()
-        wait_listening(port, engine.kafka_listener(port))
-        entrances["Kafka listener kill -9"] = Entrance("kafka", lambda: engine.kafka_listener(port))
+        kafka_port = free_port()
+        wait_listening(kafka_port, engine.kafka_listener(kafka_port))
+        entrances["Kafka listener kill -9"] = Entrance(
+            "kafka", partial(engine.kafka_listener, kafka_port))
         producers.append(KafkaProducer("kafka", target, topics, options, stop,
-                                       config=sasl(port, topology.actor, token)))
+                                       config=sasl(kafka_port, topology.actor, token)))
     return producers, entrances
 
 

@@ -15,16 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bench.chaos.availability import Window
 from bench.chaos.topology import (
     GATEWAYS,
     RESTARTED,
     Ends,
     Topology,
     held_by,
-    moved,
     origin_ends,
     replica_ends,
+    stalled,
 )
+from bench.chaos.watchdog import DEADLINE, Watchdog
 
 if TYPE_CHECKING:
     from bench.chaos.failover import Cycle
@@ -37,6 +39,17 @@ REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
 # How often each kind is drawn once every kind has run (the slow or rare ones are gated).
 WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
            "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1}
+# The watchdog's deadline from a fault to replication moving again, where not DEADLINE: a
+# catch-up's JVM takes 20-50 s to start on two busy cores before its link moves.
+RECOVERY = {"Spark catch-up": 180.0, "Spark worker kill -9": 180.0}
+FAILBACK_ATTEMPTS = 5  # a store's pool may still be reconnecting after its restart
+
+
+def drain_seconds() -> float:
+    """A failback's drain may take all of STREAMGATE_FAILOVER_DRAIN_SECONDS on a busy machine."""
+    from django.conf import settings
+
+    return float(settings.FAILOVER_DRAIN_SECONDS)
 
 
 class Engine(Protocol):
@@ -49,6 +62,8 @@ class Engine(Protocol):
     def replicator(self, label: str = "replicator") -> subprocess.Popen: ...
 
     def stop(self, label: str, *, kill: bool = False) -> None: ...
+
+    def kill_all(self) -> None: ...
 
 
 class Restartable(Protocol):
@@ -171,10 +186,26 @@ class Driver:
     hit: set[str] = field(default_factory=set)  # the replica clusters the last fault stopped
     recovered: dict[str, list[float]] = field(default_factory=dict)  # kind -> seconds each
     next_look: float = 0.0
+    # Deadlines for each step; this default one never fires (run_soak gives a started one).
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(
+        say=print, stop=lambda: None, exit=lambda code: None))
+    windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
+    began: float = 0.0  # when faults began (time.monotonic())
 
-    def later(self, delay: float, action: Callable[[], None]) -> None:
+    def later(self, delay: float, action: Callable[[], None], what: str, kind: str = "",
+              seconds: float = DEADLINE) -> None:
+        """Run `action` (`what` it does) in `delay` seconds; with `kind`, it undoes a fault of
+        that kind injected now, whose window ends when it has run."""
+        at = time.monotonic()
+
+        def undo() -> None:
+            with self.watchdog.step(what, seconds):
+                action()
+            if kind:
+                self.windows.append(Window(kind, at, time.monotonic()))
+
         self._seq += 1
-        heapq.heappush(self.undo, (time.monotonic() + delay, self._seq, action))
+        heapq.heappush(self.undo, (at + delay, self._seq, undo))
 
     def kinds(self) -> list[str]:
         """Every kind this run can inject, the slow ones last (run first: popped)."""
@@ -187,7 +218,8 @@ class Driver:
         return kinds
 
     def run(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
+        self.began = time.monotonic()
+        deadline = self.began + seconds
         self.next_restart = time.monotonic() + self.rng.uniform(2, 6)
         kinds = self.kinds()  # each at least once, then at random
         due = time.monotonic() + 1.0
@@ -236,7 +268,10 @@ class Driver:
             "Redis restart": self.restart_redis, "failover -force": self.fail_over,
             "Spark worker kill -9": self.kill_spark_worker,
             "Spark catch-up": lambda: spark_catchup(self)}
-        actions.get(kind, lambda: self.kill_entrance(kind))()
+        # A failover first undoes the faults pending (each a step of its own).
+        with self.watchdog.step(f"inject {kind}",
+                                DEADLINE * (4 if kind == "failover -force" else 1)):
+            actions.get(kind, lambda: self.kill_entrance(kind))()
         if sum(self.faults.values()) > before:
             self.started(kind)
 
@@ -256,13 +291,21 @@ class Driver:
             return
         self.next_look = now + every
         down = self.stores_down
-        ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
-        held, still = catching_up() if self.spark else frozenset(), []
+        with self.watchdog.step("read the replica and origin topics' ends"):
+            ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
+            held, still = catching_up() if self.spark else frozenset(), []
         for kind, at, clusters, before in self.pending:
-            if moved(before, ends, origins, clusters, held):
+            stuck = stalled(before, ends, origins, clusters, held)
+            if not stuck:
                 self.recovered.setdefault(kind, []).append(now - at)
-            else:
-                still.append((kind, at, clusters, before))
+                continue
+            still.append((kind, at, clusters, before))
+            seconds = RECOVERY.get(kind, DEADLINE)
+            if now - at > seconds:
+                self.watchdog.expire(
+                    f"recovery from {kind} (injected {at - self.began:.1f} s into the faults): "
+                    "replication moving again", seconds, at,
+                    "replica topics not moving:\n" + "\n".join(f"  {s}" for s in stuck))
         self.pending = still
 
     def run_due(self) -> None:
@@ -285,7 +328,8 @@ class Driver:
         self.hit = {cluster}
         self.faults["gateway kill -9"] += 1
         self.options.say(f"  kill -9 gateway {name} of {cluster}")
-        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name))
+        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name),
+                   f"restart gateway {name} of {cluster}", "gateway kill -9")
 
     def kill_replicator(self) -> None:
         running = [label for label in REPLICATORS if label in self.engine.processes]
@@ -296,7 +340,8 @@ class Driver:
         self.engine.stop(label, kill=True)
         self.faults["replicator kill -9"] += 1
         self.options.say(f"  kill -9 {label}")
-        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.replicator(label))
+        self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.replicator(label),
+                   f"restart {label}", "replicator kill -9")
 
     def kill_entrance(self, kind: str) -> None:
         entrance = self.entrances[kind]
@@ -305,7 +350,8 @@ class Driver:
         self.engine.stop(entrance.label, kill=True)  # mid-call: producers see no answer
         self.faults[kind] += 1
         self.options.say(f"  kill -9 {entrance.label}")
-        self.later(self.rng.uniform(0.5, 3.0), entrance.restart)
+        self.later(self.rng.uniform(0.5, 3.0), entrance.restart, f"restart {entrance.label}",
+                   kind)
 
     def kill_spark_worker(self) -> None:
         """SIGKILL to the worker and its executors mid catch-up, as a node lost; Spark reruns
@@ -316,7 +362,8 @@ class Driver:
         self.options.say("  kill -9 the Spark worker (and its executors)")
         restart = threading.Thread(target=cluster.start_worker, name="spark-worker",
                                    daemon=True)
-        self.later(self.rng.uniform(0.5, 3.0), restart.start)
+        self.later(self.rng.uniform(0.5, 3.0), restart.start, "restart the Spark worker",
+                   "Spark worker kill -9")
 
     def pause_replica(self) -> None:
         from replication.services import replica_pause, replica_resume
@@ -336,9 +383,11 @@ class Driver:
             replica_resume(actor=actor, source=streams[source], replica=streams[replica])
             self.paused.discard((source, replica))
 
-        self.later(self.rng.uniform(1.0, 5.0), resume)
+        self.later(self.rng.uniform(1.0, 5.0), resume, f"resume {source} -> {replica}",
+                   "replica pause")
 
-    def crash(self, what: str, server: Restartable, mode: str, up: Callable[[], None]) -> None:
+    def crash(self, what: str, server: Restartable, mode: str, up: Callable[[], None],
+              kind: str) -> None:
         """Stop `server` at once and start it again a moment later."""
         server.stop(mode)
         self.down.add(what)
@@ -348,7 +397,7 @@ class Driver:
             self.down.discard(what)
             up()
 
-        self.later(self.rng.uniform(0.5, 2.5), start)
+        self.later(self.rng.uniform(0.5, 2.5), start, f"start {what} again", kind)
 
     def restart_store(self) -> None:
         if "PostgreSQL" in self.down:
@@ -357,7 +406,8 @@ class Driver:
         def up() -> None:
             self.next_restart = time.monotonic() + self.options.restart_every
 
-        self.crash("PostgreSQL", self.store, "immediate", up)  # connections cut mid-transaction
+        # Connections cut mid-transaction.
+        self.crash("PostgreSQL", self.store, "immediate", up, "PostgreSQL restart")
         self.faults["PostgreSQL restart"] += 1
         self.options.say(f"  crash {RESTARTED}'s PostgreSQL")
 
@@ -365,7 +415,7 @@ class Driver:
         if self.redis is None or "Redis" in self.down:
             return
         # kill -9 and no persistence: queued batches, presence, leases and wake-ups are lost.
-        self.crash("Redis", self.redis, "kill", lambda: None)
+        self.crash("Redis", self.redis, "kill", lambda: None, "Redis restart")
         self.faults["Redis restart"] += 1
         self.options.say("  kill -9 Redis (restarted empty)")
 
@@ -373,18 +423,25 @@ class Driver:
         if self.cycle is None or self.topology.failed_over or jobs_active():
             return
         self.restore()  # links resumed, servers and processes up: the services need them
-        self.cycle.fail_over()
+        at = time.monotonic()
+        with self.watchdog.step("failover -force of newyork from sanfrancisco"):
+            self.cycle.fail_over()
+        self.windows.append(Window("failover -force", at, time.monotonic()))
         self.faults["failover -force"] += 1
         self.options.say("  failover -force of newyork from sanfrancisco")
-        self.later(self.rng.uniform(6.0, 12.0), self.fail_back)
+        self.later(self.rng.uniform(6.0, 12.0), self.fail_back, "failback of sanfrancisco",
+                   seconds=FAILBACK_ATTEMPTS * (drain_seconds() + 2 * DEADLINE))
 
-    def fail_back(self, attempts: int = 5) -> None:
+    def fail_back(self, attempts: int = FAILBACK_ATTEMPTS) -> None:
         assert self.cycle is not None
         at = time.monotonic()
+        drain = drain_seconds()
         for attempt in range(attempts):
             self.restore()
             try:
-                self.cycle.fail_back()
+                with self.watchdog.step(f"failback attempt {attempt + 1} of sanfrancisco (drain "
+                                        f"up to {drain:g} s, then switch)", drain + DEADLINE):
+                    self.cycle.fail_back()
                 break
             except Exception as error:  # a store's pool reconnecting after its restart
                 self.options.say(f"  failback attempt {attempt + 1} failed: {error}")
@@ -392,6 +449,7 @@ class Driver:
                     raise
                 time.sleep(1.0)
         self.faults["failback"] += 1
+        self.windows.append(Window("failback", at, time.monotonic()))
         self.hit = set(GATEWAYS)
         self.started("failback", at)
         self.next_failover = time.monotonic() + self.options.failover_every

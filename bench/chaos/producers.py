@@ -6,7 +6,12 @@ listener from an idempotent librdkafka producer."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
@@ -44,21 +49,33 @@ class Producer(threading.Thread):
         super().__init__(name=f"producer-{label}", daemon=True)
         self.label, self.target, self.topics, self.actor = label, target, topics, actor
         self.options, self.halt = options, stop
+        self.interval = options.interval  # between two calls
         self.sent = self.refused = 0
         self.held = threading.Event()  # set: no new calls (a failback drains what they wrote)
         self.acks: list[Ack] = []
         self.errors: Counter[str] = Counter()
+        # When each acknowledgement came (time.monotonic()), and when the producer began and
+        # stopped sending: the availability table's stretches (bench/chaos/availability.py).
+        self.acked_at: list[float] = []
+        self.began = self.ended = 0.0
+
+    @property
+    def interface(self) -> str:
+        return f"{self.way} ({self.label})" if self.way == "services" else self.way
 
     def run(self) -> None:
         from django.db import connections
 
+        self.began = time.monotonic()
         try:
             while not self.halt.is_set():
                 if not self.held.is_set():
                     self.produce_once()
-                self.halt.wait(self.options.interval)
+                self.halt.wait(self.interval)
+            self.ended = time.monotonic()
             self.finish()
         finally:
+            self.ended = self.ended or time.monotonic()
             connections.close_all()
 
     def batch(self) -> tuple[str, list[tuple[bytes, bytes, bytes]]]:
@@ -95,6 +112,7 @@ class Producer(threading.Thread):
               ids: list[bytes]) -> None:
         self.acks += [Ack(target.stream.path, topic, p, o, i, target.epoch)
                       for (p, o), i in zip(placed, ids, strict=True)]
+        self.acked_at.append(time.monotonic())
 
     def finish(self) -> None:
         """Wait for what is in flight (the Kafka producer's queue)."""
@@ -124,6 +142,44 @@ class RestProducer(Producer):
             return
         self.acked(target, topic, [(r["partition"], r["offset"]) for r in rows],
                    [ident for ident, _, _ in messages])
+
+
+class CliProducer(Producer):
+    """Produces with the command line, `streamgate produce -format json` in a process of its
+    own per call (reading JSON lines, printing each placed offset), through the portal; no
+    retry, like the REST producer. Lines printed before a failure are acknowledged."""
+
+    way = "CLI (portal)"
+    timeout = 60.0  # a call past it is killed (and reaped): not acknowledged
+
+    def __init__(self, *args: Any, url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env = {**os.environ, "STREAMGATE_URL": url, "STREAMGATE_TOKEN": token}
+        self.interval = self.options.cli_interval  # a Python process starts for each call
+
+    def produce_once(self) -> None:
+        topic, messages = self.batch()
+        target = self.target
+        lines = "".join(json.dumps({"value": value.decode(), "key": key.decode(),
+                                    "headers": {"id": ident.decode()}}) + "\n"
+                        for ident, key, value in messages)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", "import sys; from streamgate.cli import main; "
+                 "sys.exit(main())", "produce", "-path", target.stream.path, "-topic", topic,
+                 "-format", "json"], input=lines, capture_output=True, text=True,
+                env=self.env, timeout=self.timeout)
+        except subprocess.TimeoutExpired as error:
+            self.refuse(len(messages), error)
+            return
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if rows:
+            self.acked(target, topic, [(r["partition"], r["offset"]) for r in rows],
+                       [ident for ident, _, _ in messages][:len(rows)])
+        if done.returncode or len(rows) < len(messages):
+            self.refused += len(messages) - len(rows)
+            self.errors[f"CLI exit {done.returncode}"] += 1
+            self.halt.wait(0.2)
 
 
 class KafkaProducer(Producer):

@@ -16,7 +16,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
+from bench.chaos import availability
+from bench.chaos.availability import Availability, Window
 from bench.chaos.entrances import open_entrances
 from bench.chaos.failover import Acknowledged, Cycle, acknowledged, check_failback
 from bench.chaos.faults import (
@@ -41,6 +44,7 @@ from bench.chaos.topology import (
     build_topology,
     wait_live,
 )
+from bench.chaos.watchdog import DEADLINE, Watchdog
 
 ROOT = Path(__file__).resolve().parents[2]
 # The tests' fast clocks (tests/workers/conftest.py): a killed gateway reads down in 2 s and
@@ -75,10 +79,14 @@ class Options:
     spark_every: float = 30.0  # at least this long between two (a JVM starts for each)
     portal: bool = True  # a producer through a portal process, killed -9 under it
     kafka: bool = True  # an idempotent Kafka producer through a listener, killed -9 under it
+    cli: bool = True  # a producer through the command line (with the portal only)
+    cli_interval: float = 0.5  # between its calls: each starts a Python process
     failover: bool = True  # failover/failback cycles of newyork from sanfrancisco
     failover_every: float = 40.0  # at least this long from a failback to the next failover
     converge_timeout: float = 120.0
     say: Callable[[str], None] = print
+    # Deadlines for every step (bench/chaos/watchdog.py); run_soak starts one if not given.
+    watchdog: Watchdog | None = None
 
 
 @dataclass
@@ -102,6 +110,9 @@ class Result:
     acked: Acknowledged | None = field(default=None, repr=False)
     acked_ids: set[bytes] = field(default_factory=set, repr=False)
     acked_twice: int = 0  # of the duplicates, those whose id was acknowledged
+    availability: list[Availability] = field(default_factory=list)  # a row per producer
+    windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
+    began: float = 0.0  # when faults began (time.monotonic())
 
     @property
     def ok(self) -> bool:
@@ -127,6 +138,32 @@ class Result:
                 ("time to converge (faults undone -> every replica = its origins)", converge)]
         lines = ["| measure | value |", "| --- | ---: |"]
         lines += [f"| {label} | {value} |" for label, value in rows]
+        return "\n".join(lines)
+
+    def availability_table(self) -> str:
+        return availability.table(self.availability, self.longest_window, self.began)
+
+    def availability_verdict(self) -> tuple[bool, str]:
+        return availability.verdict(self.availability, self.longest_window)
+
+    @property
+    def longest_window(self) -> Window | None:
+        return availability.longest_window(self.windows)
+
+    def recovery_table(self) -> str:
+        """Per fault kind, how many and the time to replication moving again, as a table for
+        docs/benchmarks.md."""
+        lines = [f"Faults for {self.seconds:.0f} s (seed {self.seed}); recovery: from the fault "
+                 "to every replica topic it stopped moving again", "",
+                 "| fault kind | injected | recovered | median | max |",
+                 "| --- | ---: | ---: | ---: | ---: |"]
+        for kind in FAULT_KINDS:
+            took = self.driver.recovered.get(kind, []) if self.driver else []
+            if not self.faults[kind] and not took:
+                continue
+            times = (f"{statistics.median(took):.1f} s | {max(took):.1f} s" if took
+                     else "- | -")
+            lines.append(f"| {kind} | {self.faults[kind]} | {len(took)} | {times} |")
         return "\n".join(lines)
 
     def injected(self, kind: str) -> str:
@@ -203,8 +240,27 @@ def run_soak(engine: Engine, store: Store, options: Options,
     urls = {RESTARTED: store.url(f"{RESTARTED}_store")}
     if others:
         urls |= {c: others.url(f"{c}_store") for c in GATEWAYS if c != RESTARTED}
-    result.topology = topology = build_topology(urls)
-    start_engine(engine, topology, say)
+    watchdog, own = options.watchdog, options.watchdog is None
+    if watchdog is None:  # the tests: stop the engine, and the main thread's next step raises
+        watchdog = Watchdog(say=say, stop=engine.kill_all, exit=lambda code: None).start()
+    watchdog.databases = [("control database", control_url()),
+                          *((f"{c}'s store", url) for c, url in urls.items())]
+    watchdog.processes = lambda: {label: p.pid for label, p in list(engine.processes.items())}
+    try:
+        return soak(engine, store, options, watchdog, result, urls, redis=redis,
+                    spark_cluster=spark_cluster)
+    finally:
+        if own:
+            watchdog.close()
+
+
+def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, result: Result,
+         urls: dict[str, str], *, redis: Restartable | None, spark_cluster: object) -> Result:
+    say = options.say
+    with watchdog.step("set up the topology"):
+        result.topology = topology = build_topology(urls)
+    with watchdog.step("start the engine (every gateway live)", 2 * DEADLINE):
+        start_engine(engine, topology, say)
     result.spark = "" if spark_built() else "not built"
     result.spark = result.spark or ("" if options.spark else "off")
     if result.spark:
@@ -212,7 +268,9 @@ def run_soak(engine: Engine, store: Store, options: Options,
     stop = threading.Event()
     producers = [Producer(c, Target(topology.streams[c]), topics, options, stop,
                           actor=topology.actor) for c, topics in TOPICS.items()]
-    through, entrances = open_entrances(engine, topology, options, stop)  # type: ignore[arg-type]
+    with watchdog.step("start the portal and the Kafka listener", 2 * DEADLINE):
+        through, entrances = open_entrances(engine, topology, options,  # type: ignore[arg-type]
+                                            stop)
     producers += through
     cycle = Cycle(topology, producers) if options.failover else None
     for producer in producers:
@@ -221,25 +279,52 @@ def run_soak(engine: Engine, store: Store, options: Options,
         f"{', '.join(sorted({p.way for p in producers}))}; faults for {options.seconds:.0f} s "
         f"(seed {options.seed})")
     driver = Driver(engine, store, topology, options, random.Random(options.seed), redis=redis,
-                    entrances=entrances, cycle=cycle, spark_cluster=spark_cluster)
+                    entrances=entrances, cycle=cycle, spark_cluster=spark_cluster,
+                    watchdog=watchdog)
     try:
         driver.run(options.seconds)
     finally:
         stop.set()
-        for producer in producers:
-            producer.join(timeout=120)
+        stop_producers(producers, driver)
         driver.restore()
     tally(result, driver, producers, cycle)
-    converge(result, driver, options)
+    with watchdog.step("wait for the Spark jobs and every replica to equal its origins",
+                       2 * options.converge_timeout + DEADLINE):
+        converge(result, driver, options)
     started = time.monotonic()
-    check_all(result)
+    with watchdog.step("check every stream against its origins", 15 * DEADLINE):
+        check_all(result)
     say(f"checked in {time.monotonic() - started:.1f} s")
     return result
+
+
+def control_url() -> str:
+    """The control database as a libpq URL, for the watchdog's own connection."""
+    from django.db import connection
+
+    params = connection.settings_dict
+    auth = quote(params["USER"]) + (f":{quote(params['PASSWORD'])}" if params.get("PASSWORD")
+                                    else "")
+    return (f"postgresql://{auth}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/"
+            f"{params['NAME']}")
+
+
+def stop_producers(producers: list[Producer], driver: Driver) -> None:
+    """Wait for the producers to end their last call (the Kafka producer flushes for up to
+    90 s), measuring the faults' recovery meanwhile."""
+    with driver.watchdog.step("stop the producers (the Kafka producer flushes up to 90 s)",
+                              90 + 2 * DEADLINE):
+        for producer in producers:
+            while producer.is_alive():
+                producer.join(timeout=0.25)
+                driver.look()
 
 
 def tally(result: Result, driver: Driver, producers: list[Producer], cycle: Cycle | None) -> None:
     assert result.topology is not None
     result.faults, result.driver = driver.faults, driver
+    result.windows, result.began = driver.windows, driver.began
+    result.availability = availability.measure(producers, driver.began)
     result.produced = sum(p.sent for p in producers)
     result.acknowledged = sum(len(p.acks) for p in producers)
     result.refused = sum(p.refused for p in producers)

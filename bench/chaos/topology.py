@@ -109,17 +109,26 @@ def moved(before: Ends, now: Ends, origins: Ends, clusters: set[str],
     """Every replica topic of `clusters` advanced since `before`, or holds all its origin has
     (nothing stopped: moving at once). Streams in `held` are skipped: a Spark catch-up has
     their link, which moves when the job ends, whatever the fault."""
+    return not stalled(before, now, origins, clusters, held)
+
+
+def stalled(before: Ends, now: Ends, origins: Ends, clusters: set[str],
+            held: frozenset[str] = frozenset()) -> list[str]:
+    """The replica topics that keep `moved` false, as text (the watchdog prints them)."""
+    out = []
     for key, ends_now in now.items():
         if key[0].split("/")[2] not in clusters or key[0] in held:
             continue
         if ends_now is None:
-            return False  # its store is down
+            out.append(f"{key[0]}:{key[1]} not readable (its store down?)")
+            continue
         if ends_now == origins.get(key):
             continue
         then = before.get(key) or {}
         if sum(ends_now.values()) <= sum(then.values()):
-            return False
-    return True
+            out.append(f"{key[0]}:{key[1]} at {ends_now} as before, origin at "
+                       f"{origins.get(key)}")
+    return out
 
 
 def ends(stream: Any, topic: str, down: frozenset[str] = frozenset()) -> dict[int, int] | None:

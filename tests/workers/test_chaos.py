@@ -12,6 +12,9 @@ either: the tests share one Redis (`make chaos` runs on a Redis of its own)."""
 
 from __future__ import annotations
 
+import os
+import re
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -31,7 +34,10 @@ from bench.chaos import (
     check_all,
     run_soak,
 )
-from bench.chaos.command import forget_unacked
+from bench.chaos.availability import Availability, Window, longest_stretch, table, verdict
+from bench.chaos.command import forget_unacked, report
+from bench.chaos.soak import control_url
+from bench.chaos.watchdog import Watchdog, WatchdogExpired
 from bench.pgserver import BusyServer, PrivatePostgres, wait_for_free_connections
 from replication.engine.store import Record
 from replication.services.failback import DIVERGED_SUFFIX, HEADER
@@ -105,18 +111,35 @@ def soak(engine, job_worker, private_postgres, other_stores) -> Iterator[Result]
             engine.stop(label, kill=True)
 
 
-def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak):
+def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak, engine):
     assert soak.converge_seconds is not None, soak.table()
     assert sum(soak.anomalies.values()) == 0, "\n".join([soak.table(), *soak.examples[:20]])
     for kind in (*FAULT_KINDS[:3], "replicator kill -9", "portal kill -9",
                  "Kafka listener kill -9", "failover -force", "failback"):
         assert soak.faults[kind] >= 1, soak.table()  # each, while producers wrote
-    assert all(acked > 0 for acked, _ in soak.ways.values()) and len(soak.ways) == 3
+    assert all(acked > 0 for acked, _ in soak.ways.values()) and len(soak.ways) == 4
     # Replication moved again after each killed replicator: the other took its links.
     assert len(soak.driver.recovered["replicator kill -9"]) == soak.faults["replicator kill -9"]
     assert soak.acknowledged > 5_000 and soak.acknowledged + soak.refused == soak.produced
     # Each origin's topics are read once per stream that must hold them (two each).
     assert soak.checked >= 2 * soak.acknowledged
+
+    # What faults cost each interface: a row per producer, sent and acknowledged counted.
+    table = soak.availability_table()
+    for interface in ("services (sanfrancisco)", "services (newyork)", "REST (portal)",
+                      "CLI (portal)", "Kafka (idempotent)"):
+        [row] = [r for r in soak.availability if r.interface == interface]
+        assert 0 < row.acknowledged <= row.attempts and 0 <= row.stretch < 2 * FAULT_SECONDS
+        assert re.search(rf"^\| {re.escape(interface)} \| {row.attempts:,} \| "
+                         rf"{row.acknowledged:,} \| {row.share:.2f} \|", table, re.M), table
+    assert "longest fault window: " in table and soak.longest_window is not None
+    # The portal and the Kafka listener each started again on a port of its own.
+    for label in ("portal", "kafka"):
+        assert "address already in use" not in engine.log(label), engine.log(label)[-2000:]
+    assert soak.availability_verdict()[1].startswith("AVAILABILITY: ")
+    recovery = soak.recovery_table()
+    assert re.search(r"^\| gateway kill -9 \| \d+ \| \d+ \| [\d.]+ s \| [\d.]+ s \|$", recovery,
+                     re.M), recovery
 
     # The same check on the same data finds a message taken out of the secondary's store: a
     # soak whose replicas lost anything would not pass.
@@ -143,3 +166,103 @@ def keep_twice(stream) -> None:  # type: ignore[no-untyped-def]
     store.append(stream.uuid, f"sf0{DIVERGED_SUFFIX}", [Record(
         value=first.value, key=first.key, headers=(*first.headers, (f"{HEADER}offset", b"0")),
         partition=0)], origin=stream.uuid, producer=None)
+
+
+HOLDER = """
+import sys, time, psycopg
+conn = psycopg.connect(sys.argv[1])
+conn.execute("SELECT n FROM chaos_watchdog_probe WHERE id = 1 FOR SHARE")
+print("backend", conn.info.backend_pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_step_past_its_deadline_names_the_blocked_query_and_its_blocker_and_stops_the_soak(
+        tmp_path):
+    """The issue's hang in small: a soak process holds a share lock (idle in transaction), the
+    soak's main thread waits on it inside a step. The watchdog reports the step, the blocked
+    query with its blocking pid and the threads, kills the soak's processes (which frees the
+    lock) and the main thread's next step fails."""
+    url = control_url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS chaos_watchdog_probe")
+        conn.execute("CREATE TABLE chaos_watchdog_probe (id int PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO chaos_watchdog_probe VALUES (1, 0)")
+    processes = Processes(dict(os.environ), tmp_path)
+    holder = processes._start("holder", "-c", HOLDER, url)
+    said: list[str] = []
+    exits: list[int] = []
+    watchdog = Watchdog(say=said.append, stop=processes.kill_all, exit=exits.append,
+                        every=0.05).start()
+    watchdog.databases = [("control database", url)]
+    watchdog.processes = lambda: {"holder": holder.pid}
+    try:
+        holder_pid = backend_pid(tmp_path / "holder.log")
+        started = time.monotonic()
+        with (pytest.raises(WatchdogExpired), watchdog.step("failover -force of newyork", 1.0),
+              psycopg.connect(url, autocommit=True) as conn):
+            conn.execute("UPDATE chaos_watchdog_probe SET n = n + 1 WHERE id = 1")
+        assert time.monotonic() - started < 20
+    finally:
+        watchdog.close()
+        processes.kill_all()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP TABLE chaos_watchdog_probe")
+    report = watchdog.report
+    print(report)
+    assert report.startswith("WATCHDOG: step 'failover -force of newyork' passed its deadline "
+                             "of 1 s"), report
+    blocked = re.search(rf"pid \d+ blocked by \[{holder_pid}\]: active .*waits Lock/"
+                        r"transactionid.*\n +UPDATE chaos_watchdog_probe SET n = n \+ 1", report)
+    assert blocked, report
+    assert re.search(rf"pid {holder_pid}: idle in transaction .*client port \d+ \(holder\)\n"
+                     r" +SELECT n FROM chaos_watchdog_probe WHERE id = 1 FOR SHARE", report)
+    assert "threads of the soak process:" in report and "thread MainThread" in report
+    assert "in test_a_step_past_its_deadline" in report  # the main thread's stack, where it waits
+    assert exits == [1] and said[-1].startswith("FAILED: the soak's step 'failover -force")
+    # Killed and reaped, and none started after.
+    assert holder.returncode is not None and not processes.processes
+    with pytest.raises(RuntimeError, match="stopped"):
+        processes._start("late", "-c", "pass")
+
+
+def backend_pid(log, timeout: float = 30.0) -> int:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"backend (\d+)", log.read_text() if log.exists() else "")
+        if found:
+            return int(found.group(1))
+        time.sleep(0.1)
+    raise AssertionError(f"the lock holder never said its backend: {log.read_text()}")
+
+
+def test_the_longest_stretch_without_an_acknowledgement_runs_from_the_start_to_the_end():
+    assert longest_stretch([12.0, 13.0, 30.0], began=10.0, ended=31.0) == (17.0, 13.0)
+    assert longest_stretch([11.0], began=10.0, ended=40.0) == (29.0, 11.0)
+    assert longest_stretch([], began=10.0, ended=25.0) == (15.0, 10.0)
+    # A Kafka delivery after the producer stopped sending closes the last stretch.
+    assert longest_stretch([11.0, 50.0], began=10.0, ended=40.0) == (39.0, 11.0)
+
+
+def test_an_interface_under_the_share_goal_or_with_a_long_stretch_misses_availability(capsys):
+    window = Window("PostgreSQL restart", 100.0, 104.0)  # the longest: stretches up to 14 s
+    rows = [Availability("REST (portal)", 1000, 500, 3.0, 5.0),
+            Availability("Kafka (idempotent)", 1000, 900, 14.5, 7.0),
+            Availability("CLI (portal)", 100, 90, 13.9, 1.0)]
+    text = table(rows, window, zero=90.0)
+    assert "| REST (portal) | 1,000 | 500 | 0.50 | 3.0 s | 5.0 s | MISSED: share < 0.7 |" in text
+    assert ("| Kafka (idempotent) | 1,000 | 900 | 0.90 | 14.5 s | 7.0 s | "
+            "MISSED: stretch > 14.0 s |") in text
+    assert "| CLI (portal) | 100 | 90 | 0.90 | 13.9 s | 1.0 s | met |" in text
+    assert "longest fault window: PostgreSQL restart, 4.0 s from 10.0 s" in text
+    ok, line = verdict(rows, window)
+    assert not ok and line.startswith("AVAILABILITY: MISSED by REST (portal) (share < 0.7); "
+                                      "Kafka (idempotent) (stretch > 14.0 s); goal: ")
+    # The checker's verdict decides the exit status; the availability's only when strict.
+    result = Result(1, 60.0, converge_seconds=1.0, availability=rows, windows=[window],
+                    began=90.0)
+    assert report(result, strict=False) == 0
+    assert report(result, strict=True) == 1
+    out = capsys.readouterr().out
+    assert "AVAILABILITY: MISSED" in out and "CORRECTNESS: passed (0 anomalies, converged)" in out
+    assert verdict(rows[2:], window)[0]
