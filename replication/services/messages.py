@@ -79,13 +79,26 @@ def _stopped_sql() -> Compiled:
                     .order_by())
 
 
-def producers_admitted(stream: Stream) -> Callable[[], None]:
+class ProduceAbandoned(Exception):
+    """The client left before its batch was stored: nothing was written, no answer goes."""
+
+
+def producers_admitted(stream: Stream,
+                       abandoned: Callable[[], bool] | None = None) -> Callable[[], None]:
     """The failover fence, as the store append's `admit`: called inside the append's store
     transaction once its partitions are locked, it refuses the batch when a failover stopped
     the stream's producers. A plain read of the control database, no lock held there: a
     failover stops producers by committing `producers_stopped`, then `fence_appends` waits in
-    the store for the appends that read it before (DESIGN.md invariants 10 and 14)."""
+    the store for the appends that read it before (DESIGN.md invariants 10 and 14).
+
+    With `abandoned` (a Kafka connection's "the client closed it"), a batch whose client left
+    while it waited for the store is not written either: librdkafka retries what a closed
+    connection carried, renumbered under a bumped epoch after a drain, and a late write of
+    the original would store it twice (invariant 10)."""
     def admit() -> None:
+        if abandoned is not None and abandoned():
+            raise ProduceAbandoned("the client closed the connection before the batch was "
+                                   "stored")
         rows = _stopped_sql().run(stream.pk)
         if rows and rows[0][0]:
             raise ProducersStopped(f"{stream.path} accepts no producers: {rows[0][0]}",
@@ -287,7 +300,7 @@ def _check_partition(write: PartitionWrite, topic: Topic) -> None:
 
 def messages_produce_partitions(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, writes: Sequence[PartitionWrite],
-    producer: str | None = None,
+    producer: str | None = None, abandoned: Callable[[], bool] | None = None,
 ) -> Topic:
     """messages_produce for several partitions of one topic, with every check it makes
     (produceperm, origin, sizes, partitions) and what follows an append (stream_wake,
@@ -308,7 +321,7 @@ def messages_produce_partitions(
     append = functools.partial(
         store.append, stream.uuid, target.name, origin=stream.uuid, producer=producer,
         log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-        admit=producers_admitted(stream))
+        admit=producers_admitted(stream, abandoned))
     _append_writes(target, append, good)
     _produced(stream, target, [w for w in good if w.error is None])
     return target

@@ -102,15 +102,16 @@ def _writes(partitions: Any) -> tuple[list[PartitionWrite], list[PartitionAnswer
     return writes, failed
 
 
-def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic,
-                  partitions: Any) -> list[PartitionAnswer]:
+def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
+                  abandoned: Callable[[], bool] | None = None) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
     writes, answers = _writes(partitions)
     writes = [w for w in writes if w.records]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
         topic = messages_produce_partitions(actor=actor, stream=resolved.stream,
-                                            topic=resolved.topic, writes=writes)
+                                            topic=resolved.topic, writes=writes,
+                                            abandoned=abandoned)
     except Exception as error:  # the whole topic refused: every partition says why
         forget_connection(error)
         code, message = error_of(error)
@@ -138,7 +139,8 @@ def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | 
     before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
     closes the connection when a request times out, retries the batches, maybe renumbered
     under a bumped epoch; written late they would be stored twice (invariant 10). Unanswered,
-    they were never acknowledged, so writing nothing is what the client was told."""
+    they were never acknowledged, so writing nothing is what the client was told. Each append
+    checks it again once it holds its partitions (a wait for the store is what times out)."""
     out = []
     for resolved, data in topics:
         if abandoned():
@@ -148,7 +150,7 @@ def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | 
                                         message="no such topic, or not visible to you")
                         for p in data.partition_data])
         else:
-            out.append(produce_topic(actor, resolved, data.partition_data))
+            out.append(produce_topic(actor, resolved, data.partition_data, abandoned))
     return out
 
 
@@ -174,7 +176,7 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     # acks=0 expects no answer: its client may close as soon as it has sent the request.
     answers = await session.run_sync(produce_request, session.user, topics,
                                      session.peer_left if request.acks != 0 else lambda: False)
-    if answers is None:
+    if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None
     for (resolved, data), parts in zip(topics, answers, strict=True):
