@@ -14,13 +14,19 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.filemodes import make_private, restrict_new_files
 from portal.logging import configure_structlog, logging_config
+
+# Before any file is written: every process of the product imports these settings first
+# (portal/filemodes.py), so what it writes is its owner's alone.
+restrict_new_files()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 DATA_DIR = Path(env.str("STREAMGATE_DATA_DIR", default=str(BASE_DIR / "var")))
 EMBEDDED = not env.str("DATABASE_URL", default="")
+make_private(DATA_DIR)  # files an older release wrote with wider modes
 
 
 def _bool(name: str, default: bool) -> bool:
