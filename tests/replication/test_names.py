@@ -96,7 +96,7 @@ def test_listener_default_stream_serves_plain_names(owner, activity):
 def test_default_stream_refusals_change_nothing(owner, outsider, sanfrancisco, activity):
     with pytest.raises(InvalidInput, match="not sanfrancisco"):
         default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/newyork/kafka")
-    with pytest.raises(InvalidInput, match="not a stream of tenant"):
+    with pytest.raises(NotFound, match="is not available"):
         default_stream_set(actor=outsider, cluster="sanfrancisco", path=activity.path)
     with pytest.raises(NotFound, match="cluster nowhere"):
         default_stream_set(actor=owner, cluster="nowhere", path="/mapr/nowhere/kafka")
