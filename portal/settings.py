@@ -78,6 +78,15 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 X_FRAME_OPTIONS = "DENY"
+# Sent with every response (portal/security.py): the pages load scripts, styles, images and
+# their websocket from the portal alone, and no inline script runs. "" sends none.
+CONTENT_SECURITY_POLICY = env.str("STREAMGATE_CONTENT_SECURITY_POLICY", default=(
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"))
+if CONTENT_SECURITY_POLICY and "default-src" not in CONTENT_SECURITY_POLICY:
+    raise ImproperlyConfigured("STREAMGATE_CONTENT_SECURITY_POLICY must name a default-src "
+                               "(e.g. \"default-src 'self'\"), or be empty to send none")
 
 INSTALLED_APPS = [
     "daphne",
@@ -105,6 +114,8 @@ MIDDLEWARE = [
     # First, so every later log line of the request carries its id (portal/logging.py).
     "portal.logging.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Before the session and CSRF middleware: it marks their cookies Secure over TLS.
+    "portal.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
