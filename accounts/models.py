@@ -9,11 +9,11 @@ from django.db import models
 from accounts.modelbases import titled
 from accounts.scoping import RestrictedQuerySet
 
-TENANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def validate_tenant_name(value: str) -> None:
-    if not TENANT_NAME.match(value):
+    if not TENANT_NAME.fullmatch(value):
         raise ValidationError(
             f"invalid tenant name {value!r}: use 1-63 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"

@@ -12,7 +12,7 @@ audited and why control-plane writes use save() and delete().
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,9 @@ from django.http import HttpRequest, HttpResponse
 
 from accounts.models import Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
+from replication import ace
 from replication.models import (
+    PERMISSIONS,
     Cluster,
     Failover,
     Gateway,
@@ -179,6 +181,33 @@ def record(instance: models.Model, action: str, before: dict[str, Any] | None,
         object_type=instance._meta.model_name, object_id=str(instance.pk),
         object_repr=_describe(instance)[:2100], action=action, before=before, after=after,
     )
+
+
+def hide_aces(events: Iterable[AuditEvent], user: Any) -> list[AuditEvent]:
+    """The events as `user` may read them: a stream's ACEs only for holders of its adminperm,
+    as `stream info` shows them (deleted streams' to nobody); operators read them all, as in
+    the admin site. The events' copies in memory lose the ACE fields; nothing is saved."""
+    events = list(events)
+    if user.is_staff:
+        return events
+    ids = {int(e.object_id) for e in events if e.object_type == "stream" and e.object_id.isdigit()}
+    identities: dict[int, ace.Identity] = {}
+    readable = set()
+    for stream in Stream.objects.filter(pk__in=ids):
+        who = identities.get(stream.tenant_id) or identities.setdefault(
+            stream.tenant_id, stream.identity_of(user))
+        if ace.allows(stream.adminperm, who):
+            readable.add(str(stream.pk))
+    for event in events:
+        if event.object_type == "stream" and event.object_id not in readable:
+            event.before, event.after = _without_aces(event.before), _without_aces(event.after)
+    return events
+
+
+def _without_aces(values: Any) -> Any:
+    if not isinstance(values, dict):
+        return values
+    return {name: value for name, value in values.items() if name not in PERMISSIONS}
 
 
 def _request_id() -> str:

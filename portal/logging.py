@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 REQUEST_ID_HEADER = "X-Request-ID"
 # A caller's id is kept when it is a plausible id (a proxy's or a client's), never arbitrary text
 # that would end up in every log line of the request.
-GIVEN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+GIVEN_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 SHARED_PROCESSORS: list[structlog.types.Processor] = [
     structlog.contextvars.merge_contextvars,
@@ -87,7 +87,7 @@ def logging_config(*, json: bool, level: str) -> dict:
 
 def request_id_of(request: HttpRequest) -> str:
     given = request.headers.get(REQUEST_ID_HEADER, "")
-    return given if GIVEN_ID.match(given) else uuid.uuid4().hex
+    return given if GIVEN_ID.fullmatch(given) else uuid.uuid4().hex
 
 
 class RequestIdMiddleware:

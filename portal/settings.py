@@ -14,13 +14,19 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.filemodes import make_private, restrict_new_files
 from portal.logging import configure_structlog, logging_config
+
+# Before any file is written: every process of the product imports these settings first
+# (portal/filemodes.py), so what it writes is its owner's alone.
+restrict_new_files()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 DATA_DIR = Path(env.str("STREAMGATE_DATA_DIR", default=str(BASE_DIR / "var")))
 EMBEDDED = not env.str("DATABASE_URL", default="")
+make_private(DATA_DIR)  # files an older release wrote with wider modes
 
 
 def _bool(name: str, default: bool) -> bool:
@@ -72,6 +78,15 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 X_FRAME_OPTIONS = "DENY"
+# Sent with every response (portal/security.py): the pages load scripts, styles, images and
+# their websocket from the portal alone, and no inline script runs. "" sends none.
+CONTENT_SECURITY_POLICY = env.str("STREAMGATE_CONTENT_SECURITY_POLICY", default=(
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"))
+if CONTENT_SECURITY_POLICY and "default-src" not in CONTENT_SECURITY_POLICY:
+    raise ImproperlyConfigured("STREAMGATE_CONTENT_SECURITY_POLICY must name a default-src "
+                               "(e.g. \"default-src 'self'\"), or be empty to send none")
 
 INSTALLED_APPS = [
     "daphne",
@@ -99,6 +114,8 @@ MIDDLEWARE = [
     # First, so every later log line of the request carries its id (portal/logging.py).
     "portal.logging.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Before the session and CSRF middleware: it marks their cookies Secure over TLS.
+    "portal.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 from replication.errors import InvalidInput
 
-SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,248}$")
+# Matched whole (fullmatch): `$` also matches before a final newline, which let `acme\n`
+# through as a lookalike of `acme`.
+SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+TOPIC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,248}")
 MAX_PATH = 1024
 EXAMPLE = "/mapr/sanfrancisco/activity"
 
@@ -40,10 +42,10 @@ def parse_stream_path(text: str, *, field: str = "path") -> StreamPath:
             field=field,
         )
     cluster, segments = parts[1], parts[2:]
-    if not CLUSTER_NAME.match(cluster):
+    if not CLUSTER_NAME.fullmatch(cluster):
         raise InvalidInput(f"invalid cluster name {cluster!r} in path {raw!r}", field=field)
     for segment in segments:
-        if not SEGMENT.match(segment) or segment in {".", ".."}:
+        if not SEGMENT.fullmatch(segment) or segment in {".", ".."}:
             raise InvalidInput(
                 f"invalid path segment {segment!r} in {raw!r}: use letters, digits, '_', '.' "
                 "or '-', with no empty segments",
@@ -53,14 +55,14 @@ def parse_stream_path(text: str, *, field: str = "path") -> StreamPath:
 
 
 def validate_cluster_name(name: str, *, field: str = "name") -> str:
-    if not isinstance(name, str) or not CLUSTER_NAME.match(name):
+    if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
         raise InvalidInput(f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' "
                            "or '-', starting with a letter or digit", field=field)
     return name
 
 
 def validate_topic_name(name: str, *, field: str = "topic") -> str:
-    if not isinstance(name, str) or not TOPIC_NAME.match(name):
+    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name):
         raise InvalidInput(
             f"invalid topic name {name!r}: use 1-249 letters, digits, '_', '.' or '-'",
             field=field,

@@ -152,10 +152,29 @@ class ORJSONRenderer(JSONRenderer):
         return b"" if data is None else orjson.dumps(data)
 
 
+class RecordSerializer(serializers.Serializer):
+    value = serializers.CharField(help_text="UTF-8 text, or base64 with encoding base64")
+    key = serializers.CharField(required=False)
+    headers = serializers.DictField(child=serializers.CharField(), required=False)
+    partition = serializers.IntegerField(min_value=0, required=False)
+    timestamp = serializers.IntegerField(min_value=0, required=False,
+                                         help_text="epoch milliseconds")
+
+
+class ProduceSerializer(serializers.Serializer):
+    """The produce body, for the browsable API's form only: `parse_records` reads requests
+    (see the module's docstring)."""
+
+    encoding = serializers.ChoiceField(choices=ENCODINGS, default="utf-8")
+    producer = serializers.CharField(required=False, help_text="idempotent producer id")
+    records = RecordSerializer(many=True)
+
+
 class MessageViewSet(StreamChildViewSet):
     """Produce to and consume from one topic of the stream."""
 
     queryset = Topic.objects.all()
+    serializer_class = ProduceSerializer  # the browsable API's form; requests: parse_records
     parser_classes = [ORJSONParser]
     throttle_scope = "produce"
     renderer_classes = [ORJSONRenderer, BrowsableAPIRenderer]

@@ -7,10 +7,13 @@ everything (operations/models.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
 from rest_framework import serializers
 
+from operations.audit import hide_aces
 from operations.models import Alarm, AlarmKind, AuditAction, AuditEvent, Interface
 from portal.api.viewsets import ReadOnlyViewSet
 
@@ -98,3 +101,11 @@ class AuditEventViewSet(ReadOnlyViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
     lookup_url_kwarg = "event_id"
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> serializers.Serializer:
+        # A stream's ACEs only to its administrators, as `stream info` (operations/audit.py).
+        if args and isinstance(args[0], AuditEvent):
+            args = (hide_aces([args[0]], self.request.user)[0], *args[1:])
+        elif args:
+            args = (hide_aces(args[0], self.request.user), *args[1:])
+        return super().get_serializer(*args, **kwargs)

@@ -9,6 +9,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from operations.audit import hide_aces
 from operations.models import AuditAction, AuditEvent, Interface
 from portal.web.tenancy import render_page
 
@@ -26,6 +27,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         if value in valid[name]:
             events = events.filter(**{name: value})
     page = Paginator(events, PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = hide_aces(page.object_list, request.user)
     filters = [(name, valid[name], chosen[name]) for name in chosen]
     return render_page(request, "web/audit.html", {"page": page, "filters": filters})
 

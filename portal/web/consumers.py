@@ -40,5 +40,19 @@ class ReplicationConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        # The pages send nothing; a frame that is not JSON text is answered, where decoding it
+        # raised, closed the socket with 1011 and logged a traceback.
+        try:
+            content = await self.decode_json(text_data) if text_data is not None else None
+        except ValueError:
+            content = None
+        if not isinstance(content, dict):
+            await self.send_json({"error": "this socket takes JSON objects only; nothing was "
+                                           "done (the pages send nothing)"})
+            return
+        await self.receive_json(content)
+
     async def replication_event(self, message: dict[str, Any]) -> None:
         await self.send(text_data=message["text"])  # encoded once by the publisher

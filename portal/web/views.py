@@ -145,6 +145,6 @@ class SignInView(auth_views.LoginView):
     """Django's sign-in page, saying so when the sign-in rate limit refuses the user."""
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        blocked = login_blocked(form.data.get("username"))
+        blocked = login_blocked(form.data.get("username"), self.request)
         return self.render_to_response(self.get_context_data(form=form, blocked=blocked),
                                        status=429 if blocked else 200)

@@ -12,7 +12,7 @@ from replication.models import Cluster, Gateway
 from replication.paths import validate_cluster_name
 from replication.stores import store_for
 
-GATEWAY_ADDRESS = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?$")
+GATEWAY_ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?")
 MAX_GATEWAYS = 64
 
 
@@ -47,7 +47,7 @@ def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -
 
 
 def validate_gateway_address(address: str, *, field: str = "gateways") -> str:
-    match = GATEWAY_ADDRESS.match(address)
+    match = GATEWAY_ADDRESS.fullmatch(address)
     if len(address) > 255 or not match or (match["port"] and not 0 < int(match["port"]) < 65536):
         raise InvalidInput(f"invalid gateway address {address!r}: write host or host:port",
                            field=field)

@@ -12,7 +12,7 @@ from accounts.models import Membership, Role, Tenant
 from replication.errors import InvalidInput, NotFound, PermissionDenied, StreamgateError
 from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
 from replication.paths import parse_stream_path
-from replication.services.streams import CREATING_ROLES, _check_path_free
+from replication.services.streams import CREATING_ROLES, check_path_free
 
 # A default stream is the tenant's, not its creator's: every member who may create streams
 # uses it; its administrators are the tenant's administrators.
@@ -40,12 +40,10 @@ def _check_path(tenant: Tenant, cluster: Cluster, path: str) -> str:
     if where.cluster != cluster.name:
         raise InvalidInput(f"-path {path} is on cluster {where.cluster}, not {cluster.name}: "
                            f"give a path under /mapr/{cluster.name}/", field="path")
-    existing = Stream.objects.filter(path=str(where)).first()
-    if existing is not None and existing.tenant_id != tenant.pk:
-        raise InvalidInput(f"-path {where} is not a stream of tenant {tenant}: choose a path "
-                           "of your own tenant's, or a new one", field="path")
-    if existing is None:
-        _check_path_free(str(where))  # it must be creatable on first use
+    # An existing stream of the tenant's own will do; anything else must be creatable on first
+    # use, and another tenant's stream or default stream is refused as unavailable.
+    if not Stream.objects.filter(path=str(where), tenant=tenant).exists():
+        check_path_free(str(where), tenant)
     return str(where)
 
 
@@ -135,7 +133,7 @@ def _create(actor: AbstractBaseUser, tenant: Tenant, path: str) -> Stream | None
     if cluster is None:
         return None
     try:
-        _check_path_free(str(where))
+        check_path_free(str(where), tenant)
     except StreamgateError:
         return None
     acl = {perm: TENANT_ACE for perm in PERMISSIONS} | {"adminperm": ADMIN_ACE}

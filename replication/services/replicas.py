@@ -159,7 +159,8 @@ def replica_autosetup(
                                "with -useexistingreplica true it exists: leave -tenant out",
                                field="tenant")
         created = existing_replica(actor=actor, source=source, path=path)
-    elif Stream.objects.filter(path=path).exists():
+    elif Stream.objects.restrict(actor).filter(path=path).exists():
+        # Another tenant's stream there is not named: stream_create refuses it as unavailable.
         raise AlreadyExists(f"replica {path} already exists: autosetup creates the replica "
                             "itself; give -useexistingreplica true to use this one, or use "
                             "'stream replica add' for the manual steps", field="replica")

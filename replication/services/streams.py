@@ -9,7 +9,14 @@ from django.db.models import Q
 from accounts.models import Membership, Role, Tenant
 from replication import ace
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
-from replication.models import PERMISSIONS, Cluster, Compression, Stream, TimestampType
+from replication.models import (
+    PERMISSIONS,
+    Cluster,
+    Compression,
+    DefaultStream,
+    Stream,
+    TimestampType,
+)
 from replication.paths import parse_stream_path
 from replication.stores import store_for
 
@@ -83,16 +90,27 @@ def creating_tenant(actor: AbstractBaseUser, tenant: str | None) -> Tenant:
                        field="tenant")
 
 
-def _check_path_free(path: str) -> None:
-    if Stream.objects.filter(path=path).exists():
-        raise AlreadyExists(f"stream {path} already exists: choose another path", field="path")
+def unavailable(path: str, *, field: str = "path") -> NotFound:
+    """Another tenant's namespace reads like a missing object: a 404 naming nothing of it."""
+    return NotFound(f"stream path {path} is not available: choose another path", field=field)
+
+
+def check_path_free(path: str, tenant: Tenant, *, field: str = "path") -> None:
+    """A new stream of `tenant` at `path` must neither be, contain nor lie inside another
+    stream, nor any tenant's default stream but its own (it would squat the name that
+    tenant's plain Kafka topic names create on first use)."""
     parents = [path[: i] for i in range(len(path)) if path[i] == "/"]
-    nested = Stream.objects.filter(Q(path__in=parents) | Q(path__startswith=path + "/"))
-    clash = nested.values_list("path", flat=True).first()
+    overlapping = Q(path=path) | Q(path__in=parents) | Q(path__startswith=path + "/")
+    if (Stream.objects.filter(overlapping).exclude(tenant=tenant).exists()
+            or DefaultStream.objects.filter(overlapping).exclude(tenant=tenant).exists()):
+        raise unavailable(path, field=field)
+    if Stream.objects.filter(path=path).exists():
+        raise AlreadyExists(f"stream {path} already exists: choose another path", field=field)
+    clash = Stream.objects.filter(overlapping).values_list("path", flat=True).first()
     if clash:
         raise InvalidInput(
             f"stream path {path} would nest with stream {clash}: a stream cannot contain "
-            "another stream; choose a sibling path", field="path"
+            "another stream; choose a sibling path", field=field
         )
 
 
@@ -111,7 +129,7 @@ def stream_create(
         raise NotFound(f"cluster {where.cluster} does not exist: list clusters with "
                        "'streamgate cluster list'", field="path")
     owner = creating_tenant(actor, tenant)
-    _check_path_free(str(where))
+    check_path_free(str(where), owner)
     try:
         creator = ace.default_for(actor.get_username())
     except ace.AceError as err:

@@ -168,5 +168,11 @@
     };
   }
 
+  // The tenant switcher submits on change (a listener here: the Content-Security-Policy runs
+  // no inline handler).
+  document.addEventListener("change", function (e) {
+    if (e.target.matches && e.target.matches("[data-submit-on-change]")) { e.target.form.submit(); }
+  });
+
   document.addEventListener("DOMContentLoaded", function () { connect(false); });
 })();

@@ -78,6 +78,9 @@ def test_createtenantuser_keeps_an_existing_role_unless_told(owner):
     [
         (["--tenant", "bad tenant!", "--username", "carol"], "invalid tenant name"),
         (["--tenant=-acme", "--username", "carol"], "invalid tenant name"),
+        (["--tenant", "acme\n", "--username", "carol"], "invalid tenant name"),
+        (["--tenant", "acme", "--username", "carol\n"], "invalid user name"),
+        (["--tenant", "acme", "--username", "carol", "--group", "ops\n"], "invalid group name"),
         (["--tenant", "acme", "--username", "car ol"], "invalid user name"),
         (["--tenant", "acme", "--username", "carol", "--group", "a:b"], "invalid group name"),
         (["--tenant", "acme", "--username", "carol", "--password", "short"], "too short"),

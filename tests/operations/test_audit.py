@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
+from accounts.models import Role
 from operations.audit import audit_context
 from operations.models import AuditEvent
 from replication import services
@@ -205,6 +206,27 @@ def test_outsider_sees_nothing_of_another_tenants_trail(api, outsider, trail, ac
     page = Client()
     page.force_login(outsider)
     assert activity.path not in page.get(reverse("audit")).content.decode()
+
+
+def test_a_viewer_reads_no_ace_of_the_trail_through_any_interface(api, owner, activity):
+    # `stream info` shows a stream's ACEs to holders of its adminperm only; so does the trail.
+    secret = "u:alice | g:payroll-admins"
+    services.stream_edit(actor=owner, stream=activity, produceperm=secret, ttl=99)
+    viewer = MembershipFactory(user__username="bob", tenant=activity.tenant,
+                               role=Role.VIEWER).user
+    client, page = api(viewer), Client()
+    page.force_login(viewer)
+    shown = [client.get("/api/v1/audit/").content.decode(),
+             client.get("/rest/audit/list", {"path": activity.path}).content.decode(),
+             page.get(reverse("audit")).content.decode()]
+    for body in shown:
+        assert "payroll-admins" not in body and "produceperm" not in body
+        assert "99" in body  # the rest of the change is there
+    edit = last(object_type="stream", action="edit")
+    assert client.get(f"/api/v1/audit/{edit.pk}/").json()["after"] == {"ttl": 99}
+    # The stream's administrator still reads them.
+    assert api(owner).get(f"/api/v1/audit/{edit.pk}/").json()["after"]["produceperm"] == secret
+    assert AuditEvent.objects.get(pk=edit.pk).after["produceperm"] == secret  # nothing saved
 
 
 def test_api_audit_is_read_only(api, owner, trail):

@@ -70,6 +70,10 @@ def test_a_request_without_an_id_gets_one_and_a_bad_one_is_replaced(client, line
         generated, replaced]
 
 
+def test_a_request_id_with_a_trailing_newline_is_replaced(client):
+    assert client.get("/healthz", HTTP_X_REQUEST_ID="abc-123\n")["X-Request-ID"] != "abc-123\n"
+
+
 def test_standard_library_lines_inside_a_request_carry_the_request_id_too(lines):
     with structlog.contextvars.bound_contextvars(request_id="r-1"):
         logging.getLogger("django.request").warning("Not Found: /x")

@@ -150,3 +150,24 @@ def test_lag_samples_reach_both_ends_tenants_and_never_another(owner, outsider, 
         await mallory.disconnect()
 
     run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("frame", [{"text_data": "not json"}, {"bytes_data": b"\x00\xff"},
+                                   {"text_data": "[1, 2]"}])
+def test_a_frame_that_is_not_a_json_object_is_answered_and_the_socket_stays_open(
+        owner, activity, activity_ny, caplog, frame):
+    alice = socket_for(owner)
+
+    async def scenario():
+        assert (await alice.connect())[0]
+        await alice.send_to(**frame)
+        answer = await alice.receive_json_from(timeout=2)
+        assert "JSON objects only" in answer["error"]
+        await database_sync_to_async(replica_add)(actor=owner, source=activity,
+                                                  replica=activity_ny)
+        assert (await alice.receive_json_from(timeout=2))["event"] == "replica.added"
+        await alice.disconnect()
+
+    run(scenario)
+    assert "Traceback" not in caplog.text and not [r for r in caplog.records if r.exc_info]

@@ -50,8 +50,8 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
 
 # --- /rest: every command that takes a stream path --------------------------------------------
 
-# Options naming a stream the command creates: stream paths are one namespace across tenants
-# (as MapR's are), so "already exists" is the answer there, not "not found".
+# Options naming a stream the command creates: a missing path is created, so they are not in
+# the sweep; another tenant's path answers "not available", 404 (the test after the sweep).
 # A default stream is created on first use, so setting one names a path like stream create does.
 CREATES = {("stream/create", "path"), ("stream/replica/autosetup", "replica"),
            ("copystream", "dst"), ("tenant/defaultstream/set", "path")}
@@ -122,6 +122,23 @@ def test_every_rest_stream_path_answers_an_outsider_like_a_missing_stream(api, w
             failures.append(f"{command.name} -{target}: {status} {desc!r} / "
                             f"{missing_status} {missing_desc!r}")
     assert failures == []
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("suffix", ["", "/sub"])
+def test_creating_at_or_inside_another_tenants_stream_names_nothing_of_it(api, world, suffix):
+    client, acme = api(world["outsider"]), world["ny"].path
+    given = acme + suffix
+    calls = {"stream/create": {"path": given},
+             "stream/replica/autosetup": {"path": world["mine"].path, "replica": given},
+             "copystream": {"src": world["mine"].path, "dst": given},
+             "tenant/defaultstream/set": {"cluster": "newyork", "path": given}}
+    assert set(calls) == {path for path, _ in CREATES}
+    before = snapshot()
+    for path, params in calls.items():
+        status, desc = _call(client, REGISTRY[path], params)
+        assert (status, desc) == (404, f"stream path {given} is not available: choose another "
+                                       "path"), path
     assert snapshot() == before
 
 

@@ -1,6 +1,7 @@
 import base64
 
 import pytest
+from django.test import Client
 
 from replication.services import topic_create
 
@@ -90,3 +91,12 @@ def test_cursors_commit_and_list(api, owner, activity, clicks):
     assert api(owner).get(cursors_url(activity), {"group": "g"}).json() == {
         "cursors": [{"group": "g", "partition": 0, "offset": 2}]
     }
+
+
+
+def test_the_browsable_api_shows_the_messages_page(owner, activity, clicks):
+    client = Client()
+    client.force_login(owner)
+    page = client.get(messages_url(activity), headers={"Accept": "text/html"})
+    assert page.status_code == 200, page.content[:2000]
+    assert "Produce to and consume from one topic" in page.content.decode()

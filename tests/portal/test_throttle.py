@@ -3,6 +3,7 @@ import uuid
 
 import pytest
 from django.core.cache import cache
+from django.test import Client, RequestFactory
 from rest_framework.throttling import ScopedRateThrottle
 
 from accounts.throttle import _key
@@ -10,6 +11,7 @@ from replication.services import topic_create
 from tests.factories import MembershipFactory
 
 PASSWORD = "correct horse battery staple"
+ELSEWHERE = "198.51.100.7"
 
 
 @pytest.fixture
@@ -18,11 +20,13 @@ def victim(db, settings):
     settings.LOGIN_FAILURE_LIMIT = 3
     user = MembershipFactory(user__username=f"v-{uuid.uuid4().hex[:10]}").user
     yield user
-    cache.delete(_key(user.username))
+    for address in ("127.0.0.1", ELSEWHERE):
+        cache.delete(_key(user.username, RequestFactory().get("/", REMOTE_ADDR=address)))
 
 
-def sign_in(client, username, password):
-    return client.post("/login/", {"username": username, "password": password})
+def sign_in(client, username, password, address="127.0.0.1"):
+    return client.post("/login/", {"username": username, "password": password},
+                       REMOTE_ADDR=address)
 
 
 def test_repeated_failed_sign_ins_block_even_the_right_password(client, victim):
@@ -41,6 +45,19 @@ def test_the_block_covers_http_basic_on_rest(client, victim):
     response = client.get("/rest/stream/list", HTTP_AUTHORIZATION=f"Basic {credentials}")
     assert response.status_code in (401, 403)
     assert response.json()["status"] == "ERROR"
+
+
+def test_failures_from_one_address_do_not_lock_the_user_out_elsewhere(client, victim):
+    for _ in range(3):
+        sign_in(client, victim.username, "wrong")
+    assert sign_in(client, victim.username, PASSWORD).status_code == 429
+    # The user, signing in from their own address, is not the one locked out.
+    elsewhere = Client()
+    assert sign_in(elsewhere, victim.username, PASSWORD, address=ELSEWHERE).status_code == 302
+    credentials = base64.b64encode(f"{victim.username}:{PASSWORD}".encode()).decode()
+    response = Client().get("/rest/stream/list", HTTP_AUTHORIZATION=f"Basic {credentials}",
+                            REMOTE_ADDR=ELSEWHERE)
+    assert response.status_code == 200, response.content
 
 
 def test_a_successful_sign_in_forgets_earlier_failures(client, victim):

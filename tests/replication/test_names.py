@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from accounts.models import Role
 from replication import ace
 from replication.errors import InvalidInput, NotFound, PermissionDenied
-from replication.models import DefaultStream, Stream
+from replication.models import DefaultStream, Stream, Topic
 from replication.names import kafka_legal_name, parse_topic_name
 from replication.services.defaultstreams import default_stream_for, default_stream_set
 from replication.services.names import topic_resolve
@@ -35,6 +35,17 @@ def test_plain_names_with_the_reserved_prefix_are_refused():
         parse_topic_name("__maprorders")
     with pytest.raises(InvalidInput, match="'_' must be followed"):
         parse_topic_name("__mapr.c1_xorders_ct")
+
+
+@pytest.mark.parametrize("name", ["payments\n", "/mapr/sanfrancisco/kafka:payments\n",
+                                  "/mapr/sanfrancisco/acme\n/orders:payments"])
+def test_a_name_with_a_trailing_newline_is_refused_not_autocreated(owner, sanfrancisco, name):
+    # What the Kafka listener's Produce, Metadata and CreateTopics resolve names with.
+    default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/sanfrancisco/kafka")
+    with pytest.raises(InvalidInput, match="invalid"):
+        parse_topic_name(name)
+    assert topic_resolve(actor=owner, name=name, create=True) is None  # unknown to Kafka
+    assert not Stream.objects.exists() and not Topic.objects.exists()
 
 
 def test_mapr_name_resolves_through_the_choke_point(owner, outsider, activity):
@@ -96,7 +107,7 @@ def test_listener_default_stream_serves_plain_names(owner, activity):
 def test_default_stream_refusals_change_nothing(owner, outsider, sanfrancisco, activity):
     with pytest.raises(InvalidInput, match="not sanfrancisco"):
         default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/newyork/kafka")
-    with pytest.raises(InvalidInput, match="not a stream of tenant"):
+    with pytest.raises(NotFound, match="is not available"):
         default_stream_set(actor=outsider, cluster="sanfrancisco", path=activity.path)
     with pytest.raises(NotFound, match="cluster nowhere"):
         default_stream_set(actor=owner, cluster="nowhere", path="/mapr/nowhere/kafka")

@@ -1,7 +1,13 @@
 import pytest
 
 from replication.errors import InvalidInput
-from replication.paths import parse_stream_path, parse_topic_path
+from replication.paths import (
+    parse_stream_path,
+    parse_topic_path,
+    validate_cluster_name,
+    validate_topic_name,
+)
+from replication.services.clusters import validate_gateway_address
 
 
 @pytest.mark.parametrize(
@@ -47,3 +53,25 @@ def test_topic_paths_split_stream_and_topic():
 def test_malformed_topic_paths_are_refused(text):
     with pytest.raises(InvalidInput):
         parse_topic_path(text)
+
+
+# `$` also matches before a final newline: every name is matched whole (issue 27).
+@pytest.mark.parametrize("text", ["/mapr/sanfrancisco/acme\n/orders",
+                                  "/mapr/sanfrancisco\n/acme/orders"])
+def test_a_segment_with_a_trailing_newline_is_refused(text):
+    with pytest.raises(InvalidInput, match="invalid"):
+        parse_stream_path(text)
+
+
+def test_a_topic_or_cluster_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(InvalidInput, match="invalid topic name 'payments\\\\n'"):
+        validate_topic_name("payments\n")
+    with pytest.raises(InvalidInput, match="invalid topic name"):
+        parse_topic_path("/mapr/sanfrancisco/acme:payments\n")
+    with pytest.raises(InvalidInput, match="invalid cluster name"):
+        validate_cluster_name("tokyo\n")
+
+
+def test_a_gateway_address_with_a_trailing_newline_is_refused():
+    with pytest.raises(InvalidInput, match="invalid gateway address"):
+        validate_gateway_address("gw1:7660\n")

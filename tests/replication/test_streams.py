@@ -2,9 +2,10 @@ import pytest
 
 from accounts.models import Role
 from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
-from replication.models import Stream
+from replication.models import DefaultStream, Stream
 from replication.services import stream_create, stream_delete, stream_edit
-from tests.factories import MembershipFactory
+from replication.services.defaultstreams import default_stream_set
+from tests.factories import MembershipFactory, StreamFactory
 
 
 def test_create_defaults_every_ace_to_the_creator(owner, sanfrancisco):
@@ -126,3 +127,44 @@ def test_group_and_role_terms_grant_permissions(owner, member, activity):
     assert not activity.allows(member, "produceperm")
     member.memberships.update(role=Role.ADMIN)
     assert activity.allows(member, "produceperm")
+
+
+# --- another tenant's namespace reads like a missing object (issue 27) -----------------------
+
+@pytest.mark.parametrize("path", ["/mapr/sanfrancisco/acme/archive",
+                                  "/mapr/sanfrancisco/acme/archive/sub", "/mapr/sanfrancisco/acme"])
+def test_a_path_in_another_tenants_namespace_is_refused_as_unavailable(owner, outsider,
+                                                                       sanfrancisco, path):
+    archive = StreamFactory(cluster=sanfrancisco, name="acme/archive", created_by=owner)
+    with pytest.raises(NotFound, match=f"stream path {path} is not available") as error:
+        stream_create(actor=outsider, path=path)
+    assert archive.path not in str(error.value).replace(path, "<path>")
+    assert "already exists" not in str(error.value) and "nest" not in str(error.value)
+    assert list(Stream.objects.all()) == [archive]
+
+
+@pytest.mark.parametrize("path", ["/mapr/sanfrancisco/acme/kafka",
+                                  "/mapr/sanfrancisco/acme/kafka/x", "/mapr/sanfrancisco/acme"])
+def test_nobody_else_creates_a_stream_where_a_tenants_default_stream_will_be(owner, outsider,
+                                                                             sanfrancisco,
+                                                                             path):
+    default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/sanfrancisco/acme/kafka")
+    with pytest.raises(NotFound, match="is not available"):
+        stream_create(actor=outsider, path=path)
+    assert not Stream.objects.exists()
+    # The owner's tenant still creates it, on first use or by hand.
+    created = stream_create(actor=owner, path="/mapr/sanfrancisco/acme/kafka")
+    assert created.tenant.name == "acme"
+
+
+def test_nobody_else_names_a_tenants_default_stream_as_their_own(owner, outsider, sanfrancisco):
+    default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/sanfrancisco/kafka")
+    with pytest.raises(NotFound, match="is not available"):
+        default_stream_set(actor=outsider, cluster="sanfrancisco",
+                           path="/mapr/sanfrancisco/kafka")
+    assert list(DefaultStream.objects.values_list("tenant__name", flat=True)) == ["acme"]
+
+
+def test_own_tenants_clashes_still_name_the_stream(owner, activity):
+    with pytest.raises(InvalidInput, match="would nest with stream /mapr/sanfrancisco/activity"):
+        stream_create(actor=owner, path="/mapr/sanfrancisco/activity/sub")

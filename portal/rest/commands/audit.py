@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
-from operations.audit import AUDITED
+from operations.audit import AUDITED, hide_aces
 from operations.models import AuditAction, AuditEvent, Interface
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Choice, Int, Str, StreamPath
@@ -38,7 +38,7 @@ TYPES = tuple(model._meta.model_name for model in AUDITED)
 def audit_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     events = _filtered(AuditEvent.objects.restrict(user), user, opts)
     window = events.order_by("-at", "-pk")[opts["start"]:opts["start"] + opts["limit"]]
-    return [audit_row(event) for event in window]
+    return [audit_row(event) for event in hide_aces(window, user)]
 
 
 def _filtered(events: QuerySet[AuditEvent], user: AbstractBaseUser,
