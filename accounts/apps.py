@@ -5,3 +5,8 @@ class AccountsConfig(AppConfig):
     name = "accounts"
     label = "accounts"
     verbose_name = "Tenants and accounts"
+
+    def ready(self) -> None:
+        from accounts.sockets import connect_receivers
+
+        connect_receivers()

@@ -357,6 +357,12 @@ if KAFKA_PRESENCE_TTL <= KAFKA_HEARTBEAT_SECONDS:
 if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
     raise ImproperlyConfigured("give both STREAMGATE_KAFKA_TLS_CERT and STREAMGATE_KAFKA_TLS_KEY "
                                "(PEM files) for SASL_SSL, or neither for SASL_PLAINTEXT")
+# A SASL session lasts KAFKA_SESSION_LIFETIME (Kafka's connections.max.reauth.ms, capped by the
+# token's expiry): clients re-authenticate on the open connection (KIP-368) or are closed on
+# their next request. Each listener re-checks its connections' tokens, users and memberships
+# every KAFKA_REVOCATION_CHECK seconds and closes those revoked.
+KAFKA_SESSION_LIFETIME_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_SESSION_LIFETIME", 3600.0)
+KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATION_CHECK", 2.0)
 # `-synchronous true`: a produce waits at most SYNC_TIMEOUT_MS for the synchronous replicas,
 # re-reading their ends every SYNC_RECHECK_MS between "applied" notifications; a replica that
 # misses the timeout, or applies slower than SYNC_LATENCY_MS, drops to asynchronous by itself.

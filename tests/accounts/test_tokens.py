@@ -46,3 +46,35 @@ def test_outsider_token_sees_no_other_tenants_clusters_streams(owner, outsider):
     token = AuthToken.objects.create(outsider)[1]
     response = _client(token).get(f"/api/v1/streams/{stream.uuid}/")
     assert response.status_code == 404
+
+
+def _grant(user, **token):  # type: ignore[no-untyped-def]
+    from accounts.tokens import token_grant
+
+    instance, raw = AuthToken.objects.create(user, **token)
+    found = token_grant(user.get_username(), raw)
+    assert found is not None
+    return instance, found[1]
+
+
+def test_a_grant_ends_with_its_token_its_user_or_a_membership_it_was_given(owner, carol,
+                                                                           outsider):
+    """What the Kafka listener asks of its open connections, in two queries for them all."""
+    from accounts.models import Role
+    from accounts.tokens import grants_revoked
+    from tests.factories import MembershipFactory
+
+    signed_out, deactivated, removed, demoted = (_grant(u) for u in (owner, owner, carol, outsider))
+    expiring = _grant(owner, expiry=timedelta(hours=1))
+    kept = _grant(owner)
+    signed_out[0].delete()
+    AuthToken.objects.filter(pk=expiring[0].pk).update(expiry=timezone.now())
+    carol.memberships.get().delete()
+    outsider.memberships.update(role=Role.VIEWER)
+    MembershipFactory(user=owner, tenant=outsider.memberships.get().tenant)  # gaining is fine
+    grants = {g for _, g in (signed_out, deactivated, removed, demoted, expiring, kept)}
+    with CaptureQueriesContext(connection) as captured:
+        assert grants_revoked(grants) == {signed_out[1], removed[1], demoted[1], expiring[1]}
+    assert len(captured.captured_queries) == 2
+    type(owner).objects.filter(pk=owner.pk).update(is_active=False)
+    assert grants_revoked({deactivated[1], kept[1]}) == {deactivated[1], kept[1]}

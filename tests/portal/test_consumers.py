@@ -171,3 +171,61 @@ def test_a_frame_that_is_not_a_json_object_is_answered_and_the_socket_stays_open
 
     run(scenario)
     assert "Traceback" not in caplog.text and not [r for r in caplog.records if r.exc_info]
+
+
+def signed_in_socket(user) -> tuple[Client, WebsocketCommunicator]:  # type: ignore[no-untyped-def]
+    """A browser session of `user` and a socket opened with its cookie."""
+    client = Client()
+    client.force_login(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    return client, WebsocketCommunicator(application, "/ws/replication/", headers=[
+        ORIGIN, (b"host", b"127.0.0.1"), (b"cookie", cookie)])
+
+
+def end_sign_in(how: str, client: Client, user) -> None:  # type: ignore[no-untyped-def]
+    if how == "signed_out":
+        assert client.post("/logout/").status_code == 302
+    elif how == "deactivated":
+        user.is_active = False
+        user.save()
+    else:
+        user.memberships.get().delete()
+
+
+@pytest.mark.parametrize("how", ["signed_out", "deactivated", "membership_removed"])
+@pytest.mark.django_db(transaction=True)
+def test_a_socket_is_closed_when_its_sign_in_ends_and_gets_no_event_after(
+        owner, carol, activity, activity_ny, how):
+    """carol is in acme with alice: alice's changes reach her socket until her sign-in ends."""
+    client, socket = signed_in_socket(carol)
+
+    async def scenario():
+        assert (await socket.connect())[0]
+        await database_sync_to_async(end_sign_in)(how, client, carol)
+        closed = await socket.receive_output(timeout=3)
+        assert closed["type"] == "websocket.close" and closed["code"] == 4401
+        await database_sync_to_async(replica_add)(actor=owner, source=activity,
+                                                  replica=activity_ny)
+        assert await socket.receive_nothing(timeout=0.5)
+        await socket.disconnect()
+
+    run(scenario)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signing_out_one_session_leaves_the_users_other_sockets_open(owner, activity,
+                                                                    activity_ny):
+    left, leaving = signed_in_socket(owner)
+    _, staying = signed_in_socket(owner)
+
+    async def scenario():
+        assert (await leaving.connect())[0] and (await staying.connect())[0]
+        await database_sync_to_async(end_sign_in)("signed_out", left, owner)
+        assert (await leaving.receive_output(timeout=3))["type"] == "websocket.close"
+        await database_sync_to_async(replica_add)(actor=owner, source=activity,
+                                                  replica=activity_ny)
+        assert (await staying.receive_json_from(timeout=2))["event"] == "replica.added"
+        await staying.disconnect()
+
+    run(scenario)
+

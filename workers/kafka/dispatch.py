@@ -132,6 +132,9 @@ async def dispatch(session: Session, payload: bytes) -> bytes | None:
         raise CloseConnection(f"API key {api_key} version {version} is not supported")
     if session.user is None and api_key not in BEFORE_AUTH:
         raise CloseConnection(f"API key {api_key} before SASL authentication")
+    if api_key not in BEFORE_AUTH and session.expired():
+        raise CloseConnection(f"API key {api_key} after the SASL session expired: re-authenticate"
+                              " before session_lifetime_ms passes (KIP-368)")
     header, request = _decode(payload, api_key, version)
     session.client_id = header.client_id or session.client_id
     try:

@@ -25,6 +25,7 @@ import workers.kafka.apis  # noqa: F401  (registers the handlers)
 from workers.kafka.dispatch import dispatch
 from workers.kafka.errors import CloseConnection
 from workers.kafka.nodes import Beacon
+from workers.kafka.revocation import RevocationWatch
 from workers.kafka.session import Listener, Node, Session
 
 log = structlog.get_logger(__name__)
@@ -81,6 +82,7 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
     peer = writer.get_extra_info("peername")
     session = Session(listener, f"{peer[0]}:{peer[1]}" if peer else "?")
     session.peer_left = functools.partial(_peer_left, reader, writer)
+    listener.sessions[session] = asyncio.current_task()  # for Session.revoke
     try:
         while True:
             response = await dispatch(session, await _read_frame(reader, listener))
@@ -99,6 +101,7 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
     except Exception:
         session.log.exception("connection_failed", client_id=session.client_id)
     finally:
+        listener.sessions.pop(session, None)
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
@@ -131,7 +134,7 @@ async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> 
     listener = make_listener(options, bound)
     holder.append(listener)
     await server.start_serving()
-    async with server, Beacon(listener):
+    async with server, Beacon(listener), RevocationWatch(listener):
         log.info("kafka_listening", listen=f"{host}:{bound}", node_id=listener.node_id,
                  advertise=f"{listener.host}:{listener.port}", cluster=options.cluster,
                  tls=settings.KAFKA_TLS_CERT != "")

@@ -2,7 +2,11 @@
 
 Handlers reach everything through the session: the authenticated user, name resolution (the
 tenant choke point, cached briefly per connection) and `run_sync`, the only way they run
-Django ORM or store code (in the listener's thread pool, never on the event loop)."""
+Django ORM or store code (in the listener's thread pool, never on the event loop).
+
+A session's SASL sign-in lasts until `expires` (KIP-368: the client re-authenticates on the
+open connection before then); `revoke` ends the connection at once (workers/kafka/revocation.py
+calls it when the token behind `grant` is revoked)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from replication.services.names import ResolvedTopic, topic_resolve, topic_targe
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
+    from accounts.tokens import TokenGrant
     from replication.models import Stream
 
 log = structlog.get_logger(__name__)
@@ -49,6 +54,8 @@ class Listener:
         default_factory=lambda: ThreadPoolExecutor(16, thread_name_prefix="kafka-sync"))
     nodes: Callable[[], list[Node]] | None = None  # the live listeners (workers/kafka/nodes.py)
     noted: set[str] = field(default_factory=set)  # what this listener has logged once
+    # The open connections, each with the task serving it (revocation.py cancels it).
+    sessions: dict[Session, asyncio.Task] = field(default_factory=dict)
 
     @property
     def node_id(self) -> int:
@@ -96,6 +103,8 @@ class Session:
         self.client_id = ""
         self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
         self.sasl_mechanism: str | None = None
+        self.grant: TokenGrant | None = None
+        self.expires = float("inf")  # time.monotonic() when the SASL session ends
         self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
         self._perms: dict[int, tuple[float, frozenset[str]]] = {}
         self._noted: set[str] = set()
@@ -154,6 +163,16 @@ class Session:
         else:
             self._resolved.pop((name, False), None)
             self._resolved.pop((name, True), None)
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.expires
+
+    def revoke(self, reason: str) -> None:
+        """Close the connection now, whatever it is doing (a long-polling fetch included)."""
+        task = self.listener.sessions.get(self)
+        if task is not None and not task.done():
+            self.log.warning("kafka_session_revoked", client_id=self.client_id, reason=reason)
+            task.cancel()
 
     def note(self, event: str, **fields: Any) -> None:
         """Log `event` once per connection (a client repeating a bad request is one line)."""

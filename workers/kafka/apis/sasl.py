@@ -3,14 +3,21 @@ as the password, checked as the REST API checks tokens (knox, accounts.tokens).
 
 Handshake v0 clients (old kafka-python) send the PLAIN token next as a bare frame rather than
 in SaslAuthenticate; that frame is answered with an empty one, or the connection is closed
-when it fails, as Kafka does."""
+when it fails, as Kafka does.
+
+A sign-in lasts KAFKA_SESSION_LIFETIME_SECONDS (Kafka's connections.max.reauth.ms), or less
+when the token expires sooner; SaslAuthenticate v1+ tells the client (session_lifetime_ms),
+which then re-authenticates on the open connection (KIP-368: SaslHandshake v1 and
+SaslAuthenticate again, as the same user). A session past its end is closed on its next
+request (workers/kafka/dispatch.py), and a failed re-authentication signs the connection out."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
-from rest_framework.exceptions import AuthenticationFailed
+from django.conf import settings
+from django.utils import timezone
 
 from workers.kafka import errors
 from workers.kafka.codec import build
@@ -18,20 +25,28 @@ from workers.kafka.dispatch import RequestHeader, handles, on_raw_sasl, response
 from workers.kafka.errors import CloseConnection, KafkaError
 from workers.kafka.session import Session
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from accounts.tokens import TokenGrant
+
 MECHANISMS = ("PLAIN",)
 
 
-def check_plain(username: str, token: str) -> AbstractBaseUser | None:
-    """The active user `username` when `token` is one of their API tokens."""
-    from accounts.tokens import TokenAuthentication
+def check_plain(username: str, token: str) -> tuple[AbstractBaseUser, TokenGrant] | None:
+    """The active user `username` and what `token` grants, when it is one of their tokens."""
+    from accounts.tokens import token_grant
 
-    try:
-        user, _ = TokenAuthentication().authenticate_credentials(token.encode())
-    except (AuthenticationFailed, UnicodeError):
-        return None
-    if not user.is_active or user.get_username() != username:
-        return None
-    return user
+    return token_grant(username, token)
+
+
+def lifetime_seconds(grant: TokenGrant) -> float:
+    """How long a sign-in with `grant` lasts: the configured lifetime, or until the token
+    expires when that is sooner."""
+    lifetime = settings.KAFKA_SESSION_LIFETIME_SECONDS
+    if grant.expiry is not None:
+        lifetime = min(lifetime, (grant.expiry - timezone.now()).total_seconds())
+    return max(lifetime, 0.0)
 
 
 def parse_plain(auth_bytes: bytes) -> tuple[str, str]:
@@ -44,16 +59,22 @@ def parse_plain(auth_bytes: bytes) -> tuple[str, str]:
     return username, password
 
 
-async def _authenticate(session: Session, auth_bytes: bytes) -> None:
+async def _authenticate(session: Session, auth_bytes: bytes) -> float:
+    """Sign the session in (or again, KIP-368); how long the sign-in lasts, in seconds."""
     username, password = parse_plain(auth_bytes)
-    user = await session.run_sync(check_plain, username, password)
-    if user is None:
+    found = await session.run_sync(check_plain, username, password)
+    if found is not None and session.user is not None and found[0].pk != session.user.pk:
+        found = None  # re-authentication keeps the user, as Kafka keeps the principal
+    if found is None:
         session.note("sasl_authentication_failed", username=username)
         raise KafkaError(errors.SASL_AUTHENTICATION_FAILED,
                          f"authentication failed for {username!r}: the password must be one of "
                          "the user's API tokens (create one with 'streamgate login')")
-    session.user = user
+    session.user, session.grant = found
+    lifetime = lifetime_seconds(session.grant)
+    session.expires = time.monotonic() + lifetime
     session.log = session.log.bind(user=username)
+    return lifetime
 
 
 @handles(17, 0, 1)
@@ -63,6 +84,9 @@ async def sasl_handshake(session: Session, header: RequestHeader, request: Any) 
         session.note("sasl_mechanism_unsupported", mechanism=request.mechanism)
         return build(response, error_code=errors.UNSUPPORTED_SASL_MECHANISM,
                      mechanisms=MECHANISMS)
+    if session.user is not None and request.__version__ == 0:
+        raise KafkaError(errors.ILLEGAL_SASL_STATE,
+                         "re-authentication needs SaslHandshake v1 and SaslAuthenticate (KIP-368)")
     session.sasl_mechanism = request.mechanism
     session.raw_sasl = request.__version__ == 0
     return build(response, mechanisms=MECHANISMS)
@@ -70,11 +94,19 @@ async def sasl_handshake(session: Session, header: RequestHeader, request: Any) 
 
 @handles(36, 0, 2)
 async def sasl_authenticate(session: Session, header: RequestHeader, request: Any) -> Any:
-    if session.sasl_mechanism is None or session.user is not None:
+    if session.sasl_mechanism is None:
         raise KafkaError(errors.ILLEGAL_SASL_STATE,
-                         "SaslAuthenticate needs a SaslHandshake first, once per connection")
-    await _authenticate(session, request.auth_bytes)
-    return build(response_class(request), auth_bytes=b"", session_lifetime=0)
+                         "SaslAuthenticate needs a SaslHandshake first, once per sign-in")
+    session.sasl_mechanism = None  # the next (re-)authentication starts with a handshake
+    try:
+        lifetime = await _authenticate(session, request.auth_bytes)
+    except KafkaError:
+        # A failed re-authentication signs the connection out (the old grant may be the one
+        # revoked): its next request other than a sign-in closes it.
+        session.user, session.grant = None, None
+        raise
+    return build(response_class(request), auth_bytes=b"",
+                 session_lifetime=max(int(lifetime * 1000), 1))
 
 
 @on_raw_sasl
