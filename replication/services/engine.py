@@ -201,7 +201,8 @@ def _note(links: QuerySet[ReplicaLink], **values: object) -> None:
     than waiting for them: a replicator or gateway never queues behind another's work
     (DESIGN.md invariant 14). A skipped note is written again at the link's next event."""
     held = links.order_by().select_for_update(skip_locked=True).values("pk")
-    ReplicaLink.objects.filter(pk__in=held).update(**values)
+    with transaction.atomic():  # FOR UPDATE needs one, even as a subquery
+        ReplicaLink.objects.filter(pk__in=held).update(**values)
 
 
 def link_progress(*, link_ids: Iterable[int]) -> None:
