@@ -3,12 +3,16 @@ as the password, checked as the REST API checks tokens (knox, accounts.tokens).
 
 Handshake v0 clients (old kafka-python) send the PLAIN token next as a bare frame rather than
 in SaslAuthenticate; that frame is answered with an empty one, or the connection is closed
-when it fails, as Kafka does."""
+when it fails, as Kafka does. A failed SaslAuthenticate is answered after Kafka's short delay,
+then the connection is closed, as Kafka closes it; an address that failed too often lately is
+refused without its token being checked (workers/kafka/limits.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -16,6 +20,12 @@ from workers.kafka import errors
 from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, on_raw_sasl, response_class
 from workers.kafka.errors import CloseConnection, KafkaError
+from workers.kafka.limits import (
+    FAILED_SIGN_IN_DELAY,
+    address_of,
+    sign_in_blocked,
+    sign_in_failed,
+)
 from workers.kafka.session import Session
 
 MECHANISMS = ("PLAIN",)
@@ -45,13 +55,24 @@ def parse_plain(auth_bytes: bytes) -> tuple[str, str]:
 
 
 async def _authenticate(session: Session, auth_bytes: bytes) -> None:
-    username, password = parse_plain(auth_bytes)
-    user = await session.run_sync(check_plain, username, password)
-    if user is None:
-        session.note("sasl_authentication_failed", username=username)
+    address = address_of(session.peer)
+    if await session.run_sync(sign_in_blocked, address):
+        session.note("sasl_authentication_throttled", address=address)
         raise KafkaError(errors.SASL_AUTHENTICATION_FAILED,
-                         f"authentication failed for {username!r}: the password must be one of "
-                         "the user's API tokens (create one with 'streamgate login')")
+                         f"too many failed sign-ins from {address}: wait up to "
+                         f"{settings.KAFKA_SASL_FAILURE_WINDOW} s before trying again")
+    try:
+        username, password = parse_plain(auth_bytes)
+        user = await session.run_sync(check_plain, username, password)
+        if user is None:
+            raise KafkaError(errors.SASL_AUTHENTICATION_FAILED,
+                             f"authentication failed for {username!r}: the password must be one "
+                             "of the user's API tokens (create one with 'streamgate login')")
+    except KafkaError as error:
+        session.note("sasl_authentication_failed", reason=error.message)
+        await session.run_sync(sign_in_failed, address)
+        await asyncio.sleep(FAILED_SIGN_IN_DELAY)
+        raise
     session.user = user
     session.log = session.log.bind(user=username)
 
@@ -73,7 +94,11 @@ async def sasl_authenticate(session: Session, header: RequestHeader, request: An
     if session.sasl_mechanism is None or session.user is not None:
         raise KafkaError(errors.ILLEGAL_SASL_STATE,
                          "SaslAuthenticate needs a SaslHandshake first, once per connection")
-    await _authenticate(session, request.auth_bytes)
+    try:
+        await _authenticate(session, request.auth_bytes)
+    except KafkaError as error:
+        session.close_after = f"SASL authentication failed: {error.message}"
+        raise
     return build(response_class(request), auth_bytes=b"", session_lifetime=0)
 
 
