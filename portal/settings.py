@@ -98,6 +98,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so every later log line of the request carries its id (portal/logging.py).
     "portal.logging.RequestIdMiddleware",
+    "portal.bodylimit.BodyLimitMiddleware",  # before anything reads a body
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -265,6 +266,9 @@ SPECTACULAR_SETTINGS = {
 MAX_REPLICAS_PER_STREAM = 64
 MAX_UPSTREAMS_PER_REPLICA = 64
 MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
+# The largest request body the portal takes (portal/bodylimit.py): a REST produce of a Kafka
+# batch's worth of records (STREAMGATE_KAFKA_MAX_BATCH_BYTES' default) in base64 fits.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _positive(env.int, "STREAMGATE_MAX_BODY_BYTES", 16 * 1024 * 1024)
 
 # The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
