@@ -123,6 +123,9 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
         forget_connection(error)
         code, message = error_of(error)
         return answers + [PartitionAnswer(w.partition, code, message=message) for w in writes]
+    for w in writes:  # a refusal's traceback holds the records: free them now, not at a GC pass
+        if w.error is not None:
+            w.error.__traceback__ = None
     append_time = topic.timestamptype == "LOGAPPENDTIME"
     seen: dict[int, PartitionAnswer] = {}
     for w in writes:
