@@ -1,8 +1,8 @@
 """Request bodies past DATA_UPLOAD_MAX_MEMORY_SIZE (STREAMGATE_MAX_BODY_BYTES) are refused with
-413 before any view reads them. Django checks that limit only where it parses a form itself;
-DRF's parsers (the API's JSON, /rest's forms) read the raw stream, so without this a body of
-any size was read whole into memory. A body without a Content-Length (chunked) is not read by
-DRF at all."""
+413, naming the setting, before any middleware or view reads them. Django applies that limit
+when a body is read (DRF's JSON and form parsers read `request.body`), but by raising
+RequestDataTooBig, which the API answered with a 500 and a logged traceback; multipart file
+parts it does not count at all. A body without a Content-Length (chunked) is not read by DRF."""
 
 from __future__ import annotations
 

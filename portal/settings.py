@@ -266,9 +266,14 @@ SPECTACULAR_SETTINGS = {
 MAX_REPLICAS_PER_STREAM = 64
 MAX_UPSTREAMS_PER_REPLICA = 64
 MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
-# The largest request body the portal takes (portal/bodylimit.py): a REST produce of a Kafka
-# batch's worth of records (STREAMGATE_KAFKA_MAX_BATCH_BYTES' default) in base64 fits.
-DATA_UPLOAD_MAX_MEMORY_SIZE = _positive(env.int, "STREAMGATE_MAX_BODY_BYTES", 16 * 1024 * 1024)
+# The largest request body the portal takes (portal/bodylimit.py): Django's 2.5 MiB, or more
+# when a message of the largest size, in base64 with its JSON, needs more.
+_BODY_FLOOR = MAX_MESSAGE_BYTES * 4 // 3 + 64 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = _positive(env.int, "STREAMGATE_MAX_BODY_BYTES",
+                                        max(2621440, _BODY_FLOOR))
+if DATA_UPLOAD_MAX_MEMORY_SIZE < _BODY_FLOOR:
+    raise ImproperlyConfigured(f"STREAMGATE_MAX_BODY_BYTES must be at least {_BODY_FLOOR}, so a "
+                               "REST produce can carry a message of STREAMGATE_MAX_MESSAGE_BYTES")
 
 # The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
