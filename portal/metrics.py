@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 from operations.models import Alarm, AlarmKind
 from replication import reports
-from replication.counters import CONSUMED, FIGURES, PRODUCED, traffic_totals
+from replication.counters import CONSUMED, FIGURES, PRODUCED, refusal_totals, traffic_totals
 from replication.engine.store import UnknownTopic
 from replication.leases import replicator_rows
 from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
@@ -147,6 +147,16 @@ def traffic_metrics() -> Iterator[Metric]:
         yield from families
 
 
+def kafka_metrics() -> Iterator[Metric]:
+    """What the Kafka listeners refused, by reason (replication/counters.py)."""
+    family = CounterMetricFamily("streamgate_kafka_refused",
+                                 "Connections, frames, sign-ins and batches the Kafka listeners "
+                                 "refused, by reason", labels=["reason"])
+    for reason, total in refusal_totals().items():
+        family.add_metric([reason], total)
+    yield family
+
+
 def alarm_metrics() -> Iterator[Metric]:
     family = GaugeMetricFamily("streamgate_alarms_open", "Alarms raised now, by alarm name",
                                labels=["alarm"])
@@ -181,6 +191,7 @@ class Collector:
         yield from replicator_metrics()
         yield from message_metrics()
         yield from traffic_metrics()
+        yield from kafka_metrics()
         yield from alarm_metrics()
         yield from job_metrics()
         yield GaugeMetricFamily("streamgate_scrape_seconds", "Time this scrape took",

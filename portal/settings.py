@@ -113,6 +113,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so every later log line of the request carries its id (portal/logging.py).
     "portal.logging.RequestIdMiddleware",
+    "portal.bodylimit.BodyLimitMiddleware",  # before anything reads a body
     "django.middleware.security.SecurityMiddleware",
     # Before the session and CSRF middleware: it marks their cookies Secure over TLS.
     "portal.security.SecurityHeadersMiddleware",
@@ -282,6 +283,14 @@ SPECTACULAR_SETTINGS = {
 MAX_REPLICAS_PER_STREAM = 64
 MAX_UPSTREAMS_PER_REPLICA = 64
 MAX_MESSAGE_BYTES = env.int("STREAMGATE_MAX_MESSAGE_BYTES", default=1024 * 1024)
+# The largest request body the portal takes (portal/bodylimit.py): Django's 2.5 MiB, or more
+# when a message of the largest size, in base64 with its JSON, needs more.
+_BODY_FLOOR = MAX_MESSAGE_BYTES * 4 // 3 + 64 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = _positive(env.int, "STREAMGATE_MAX_BODY_BYTES",
+                                        max(2621440, _BODY_FLOOR))
+if DATA_UPLOAD_MAX_MEMORY_SIZE < _BODY_FLOOR:
+    raise ImproperlyConfigured(f"STREAMGATE_MAX_BODY_BYTES must be at least {_BODY_FLOOR}, so a "
+                               "REST produce can carry a message of STREAMGATE_MAX_MESSAGE_BYTES")
 
 # The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
@@ -354,6 +363,24 @@ KAFKA_TLS_CERT = env.str("STREAMGATE_KAFKA_TLS_CERT", default="")
 KAFKA_TLS_KEY = env.str("STREAMGATE_KAFKA_TLS_KEY", default="")
 if KAFKA_PRESENCE_TTL <= KAFKA_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_KAFKA_TTL must exceed STREAMGATE_KAFKA_HEARTBEAT")
+# What the listener takes from a client (docs/security.md). After sign-in: a record batch's
+# records decoded (decompressed; a Produce request's batches together at most
+# KAFKA_MAX_REQUEST_BYTES). Before it (Kafka's sasl.server.max.receive.size): smaller frames,
+# and AUTH_SECONDS from connecting to signing in. Any time: FRAME_SECONDS to send one frame
+# once begun, CONNECTIONS_PER_IP open connections per client address (max.connections.per.ip),
+# SASL_FAILURE_LIMIT failed sign-ins per address within SASL_FAILURE_WINDOW seconds.
+KAFKA_MAX_BATCH_BYTES = _positive(env.int, "STREAMGATE_KAFKA_MAX_BATCH_BYTES",
+                                  8 * MAX_MESSAGE_BYTES)
+KAFKA_MAX_PREAUTH_BYTES = _positive(env.int, "STREAMGATE_KAFKA_MAX_PREAUTH_BYTES", 512 * 1024)
+KAFKA_AUTH_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_AUTH_SECONDS", 30.0)
+KAFKA_FRAME_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_FRAME_SECONDS", 60.0)
+KAFKA_CONNECTIONS_PER_IP = _positive(env.int, "STREAMGATE_KAFKA_CONNECTIONS_PER_IP", 1000)
+KAFKA_SASL_FAILURE_LIMIT = _positive(env.int, "STREAMGATE_KAFKA_SASL_FAILURE_LIMIT", 10)
+KAFKA_SASL_FAILURE_WINDOW = _positive(env.int, "STREAMGATE_KAFKA_SASL_FAILURE_WINDOW", 60)
+if KAFKA_MAX_BATCH_BYTES <= MAX_MESSAGE_BYTES:
+    raise ImproperlyConfigured("STREAMGATE_KAFKA_MAX_BATCH_BYTES must exceed "
+                               "STREAMGATE_MAX_MESSAGE_BYTES: a batch must hold a message of the "
+                               "largest size allowed")
 if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
     raise ImproperlyConfigured("give both STREAMGATE_KAFKA_TLS_CERT and STREAMGATE_KAFKA_TLS_KEY "
                                "(PEM files) for SASL_SSL, or neither for SASL_PLAINTEXT")

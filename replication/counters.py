@@ -39,6 +39,34 @@ def count_traffic(*, direction: str, stream: UUID, messages: int, nbytes: int) -
         log.warning("traffic_count_failed", direction=direction, error=str(error))
 
 
+# Why the Kafka listener refused a connection or a batch (docs/security.md), for /metrics.
+KAFKA_REFUSALS = ("connections_per_address", "frame_before_sign_in", "sign_in_timeout",
+                  "frame_timeout", "sasl_failed", "sasl_throttled", "batch_too_large")
+
+
+def _refusal_key(reason: str) -> str:
+    return f"metrics:kafka_refused:{reason}"
+
+
+def count_refusal(reason: str) -> None:
+    """One more refusal of the Kafka listener; like the traffic counts, never its caller's
+    failure."""
+    key = _refusal_key(reason)
+    try:
+        try:
+            cache.incr(key)
+        except ValueError:
+            cache.add(key, 0, timeout=None)
+            cache.incr(key)
+    except Exception as error:
+        log.warning("refusal_count_failed", reason=reason, error=str(error))
+
+
+def refusal_totals() -> dict[str, int]:
+    found = cache.get_many([_refusal_key(r) for r in KAFKA_REFUSALS])
+    return {r: int(found.get(_refusal_key(r), 0)) for r in KAFKA_REFUSALS}
+
+
 def traffic_totals(direction: str, streams: Iterable[UUID]) -> dict[UUID, tuple[int, int]]:
     """(messages, bytes) counted per stream since the cache began."""
     streams = list(streams)

@@ -21,6 +21,7 @@ UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition
 LEADER_NOT_AVAILABLE = ErrorCode.leader_not_available
 NOT_LEADER_OR_FOLLOWER = ErrorCode.not_leader_or_follower
 MESSAGE_TOO_LARGE = ErrorCode.message_too_large
+RECORD_LIST_TOO_LARGE = ErrorCode.record_list_too_large
 INVALID_TOPIC_EXCEPTION = ErrorCode.invalid_topic_exception
 INVALID_REQUIRED_ACKS = ErrorCode.invalid_required_acks
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed

@@ -13,10 +13,13 @@ one-byte varint and build nothing beyond the `Record` the store appends.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import cramjam
+import lz4.frame
+import zstandard
 from crc32c import crc32c
 
 from replication.engine.store import Message, Record, decode_headers
@@ -38,8 +41,54 @@ _XERIAL = b"\x82SNAPPY\x00"
 _INT32 = struct.Struct(">i")
 
 
+# What a batch may take once decoded, unless the caller says (the settings' defaults:
+# STREAMGATE_KAFKA_MAX_BATCH_BYTES, and STREAMGATE_KAFKA_MAX_REQUEST_BYTES for a request).
+BATCH_BYTES, REQUEST_BYTES = 8 << 20, 100 << 20
+# A decoded record costs about this much memory beyond its bytes (the Record, its timestamp,
+# the list slot, what the append builds): a batch of many tiny records is charged for them,
+# so a few KB of compressed 7-byte records cannot become millions of objects.
+RECORD_COST = 200
+CHUNK = 256 * 1024  # decompressed in steps of at most this
+
+
 class CorruptRecord(ValueError):
     """The batch is not valid record batch v2: Kafka's CORRUPT_MESSAGE."""
+
+
+class BatchTooLarge(ValueError):
+    """The batch's records would take more than the listener allows decoded: Kafka's
+    RECORD_LIST_TOO_LARGE, answered before that memory is spent."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """What one Produce request's batches may still take decoded: each batch at most
+    `batch_bytes`, all of them together `left`. Compressed or not, a request never holds more
+    than an uncompressed request of the largest frame allowed could carry."""
+
+    batch_bytes: int = BATCH_BYTES
+    request_bytes: int = REQUEST_BYTES
+    left: int = -1  # what the request's batches have not taken yet
+
+    def __post_init__(self) -> None:
+        if self.left < 0:
+            self.left = self.request_bytes
+
+    def allowed(self, count: int) -> int:
+        """The bytes a batch of `count` records may decode to (its records' cost deducted)."""
+        room = min(self.batch_bytes, self.left) - max(count, 0) * RECORD_COST
+        if room < 0:
+            raise self.refusal()
+        return room
+
+    def refusal(self) -> BatchTooLarge:
+        if self.batch_bytes <= self.left:
+            return BatchTooLarge(f"the batch's records take more than {self.batch_bytes} bytes "
+                                 "decoded (STREAMGATE_KAFKA_MAX_BATCH_BYTES): send smaller "
+                                 "batches")
+        return BatchTooLarge(f"the request's batches take more than {self.request_bytes} bytes "
+                             "decoded, all together (STREAMGATE_KAFKA_MAX_REQUEST_BYTES): send "
+                             "fewer batches a request")
 
 
 @dataclass(slots=True)
@@ -104,33 +153,81 @@ def varint(value: int) -> bytes:
 # --- compression ---------------------------------------------------------------------------------
 
 
-def decompress(codec: int, data: bytes) -> bytes:
+def decompress(codec: int, data: bytes, limit: int) -> bytes:
+    """The records section decompressed in steps of at most CHUNK bytes, refused with
+    BatchTooLarge as soon as it passes `limit`: a bomb costs at most limit + 1 bytes, never
+    what it would expand to."""
+    inflate = _INFLATE.get(codec)
+    if inflate is None:
+        raise CorruptRecord(f"unknown compression codec {codec} in the batch attributes (0-4)")
+    out = bytearray()
     try:
-        if codec == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
-        if codec == SNAPPY:
-            return _snappy_decompress(data)
-        if codec == LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-    except cramjam.DecompressionError as error:
+        inflate(data, out, limit)
+    except (cramjam.DecompressionError, zlib.error, zstandard.ZstdError, RuntimeError,
+            struct.error) as error:  # lz4.frame raises RuntimeError on a bad frame
         raise CorruptRecord(f"the records do not decompress with codec {codec}: {error}") from None
-    raise CorruptRecord(f"unknown compression codec {codec} in the batch attributes (0-4)")
+    return bytes(out)
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _room(out: bytearray, limit: int) -> int:
+    """How much the next step may produce: one chunk, or one byte past the limit."""
+    return min(CHUNK, limit + 1 - len(out))
+
+
+def _add(out: bytearray, piece: bytes, limit: int) -> None:
+    out += piece
+    if len(out) > limit:
+        raise BatchTooLarge(f"the records decompress to more than {limit} bytes")
+
+
+def _gunzip(data: bytes, out: bytearray, limit: int) -> None:
+    while data:  # gzip members one after another, as gzip allows
+        inflater, pending = zlib.decompressobj(wbits=31), data
+        while not inflater.eof:
+            piece = inflater.decompress(pending, _room(out, limit))
+            pending = inflater.unconsumed_tail
+            if not piece and not pending and not inflater.eof:
+                raise CorruptRecord("the gzip records end before their stream does")
+            _add(out, piece, limit)
+        data = inflater.unused_data
+
+
+def _unlz4(data: bytes, out: bytearray, limit: int) -> None:
+    while data:  # LZ4 frames one after another
+        frame = lz4.frame.LZ4FrameDecompressor()
+        _add(out, frame.decompress(data, max_length=_room(out, limit)), limit)
+        while not frame.eof:
+            if frame.needs_input:
+                raise CorruptRecord("the lz4 records end before their frame does")
+            _add(out, frame.decompress(b"", max_length=_room(out, limit)), limit)
+        data = frame.unused_data
+
+
+def _unzstd(data: bytes, out: bytearray, limit: int) -> None:
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    while piece := reader.read(_room(out, limit)):
+        _add(out, piece, limit)
+
+
+def _unsnappy(data: bytes, out: bytearray, limit: int) -> None:
     """Raw snappy (librdkafka) or xerial-framed snappy (the Java client): the magic header,
-    two int32 versions, then blocks each prefixed with its int32 length."""
-    if not data.startswith(_XERIAL):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    pos, parts = 16, []
-    while pos < len(data):
-        (size,) = _INT32.unpack_from(data, pos)
-        pos += 4
-        parts.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
-        pos += size
-    return b"".join(parts)
+    two int32 versions, then blocks each prefixed with its int32 length. A raw block states
+    its decompressed length first: a block past the limit is refused before it is expanded."""
+    blocks = [data]
+    if data.startswith(_XERIAL):
+        pos, blocks = 16, []
+        while pos < len(data):
+            (size,) = _INT32.unpack_from(data, pos)
+            blocks.append(data[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+    for block in blocks:
+        if len(out) + cramjam.snappy.decompress_raw_len(block) > limit:
+            raise BatchTooLarge(f"the records decompress to more than {limit} bytes")
+        _add(out, bytes(cramjam.snappy.decompress_raw(block)), limit)
+
+
+_INFLATE: dict[int, Callable[[bytes, bytearray, int], None]] = {
+    GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
 
 
 def compress(codec: int, data: bytes) -> bytes:
@@ -148,12 +245,14 @@ def compress(codec: int, data: bytes) -> bytes:
 # --- decode --------------------------------------------------------------------------------------
 
 
-def decode_batches(data: bytes | None, partition: int | None = None) -> list[Batch]:
-    """Every batch in a Produce partition's `records` bytes, checked (magic, length, CRC); each
-    record names `partition`."""
+def decode_batches(data: bytes | None, partition: int | None = None,
+                   budget: Budget | None = None) -> list[Batch]:
+    """Every batch in a Produce partition's `records` bytes, checked (magic, length, CRC, and
+    what it takes decoded against `budget`); each record names `partition`."""
     if not data:
         return []
     data, pos, batches = bytes(data), 0, []
+    budget = budget or Budget()
     while pos < len(data):
         if len(data) - pos < HEAD_SIZE:
             raise CorruptRecord(f"{len(data) - pos} bytes left: too short for a batch header")
@@ -161,12 +260,13 @@ def decode_batches(data: bytes | None, partition: int | None = None) -> list[Bat
         end = pos + _LENGTH_FROM + head[1]
         if head[1] < HEAD_SIZE - _LENGTH_FROM or end > len(data):
             raise CorruptRecord(f"batch length {head[1]} does not fit the {len(data)} bytes sent")
-        batches.append(_decode_one(data, pos, end, head, partition))
+        batches.append(_decode_one(data, pos, end, head, partition, budget))
         pos = end
     return batches
 
 
-def _decode_one(data: bytes, pos: int, end: int, head: tuple, partition: int | None) -> Batch:
+def _decode_one(data: bytes, pos: int, end: int, head: tuple, partition: int | None,
+                budget: Budget) -> Batch:
     (base_offset, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch,
      base_seq, count) = head
     if magic != MAGIC:
@@ -175,10 +275,14 @@ def _decode_one(data: bytes, pos: int, end: int, head: tuple, partition: int | N
         raise CorruptRecord("the record batch's CRC32C does not match its contents")
     if attributes & (TRANSACTIONAL | CONTROL):
         raise CorruptRecord("transactional and control batches are not supported")
-    body = data[pos + HEAD_SIZE : end]
-    codec = attributes & 0x07
-    if codec:
-        body = decompress(codec, body)
+    body, codec, limit = data[pos + HEAD_SIZE : end], attributes & 0x07, budget.allowed(count)
+    try:
+        body = decompress(codec, body, limit) if codec else body
+    except BatchTooLarge:
+        raise budget.refusal() from None
+    if len(body) > limit:
+        raise budget.refusal()
+    budget.left -= len(body) + count * RECORD_COST
     records = decode_records(body, count, base_ts, partition)
     return Batch(base_offset, attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq,
                  records)

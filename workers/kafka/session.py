@@ -102,6 +102,7 @@ class Session:
         self.user: AbstractBaseUser | None = None
         self.client_id = ""
         self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
+        self.close_after: str | None = None  # close once this answer is sent, and why
         self.sasl_mechanism: str | None = None
         self.grant: TokenGrant | None = None
         self.expires = float("inf")  # time.monotonic() when the SASL session ends

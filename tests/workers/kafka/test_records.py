@@ -1,10 +1,12 @@
 """Record batch v2: encode -> decode round trips for every codec (hypothesis), xerial snappy as
-the Java client sends it, and the CRC and framing checks (CORRUPT_MESSAGE)."""
+the Java client sends it, the CRC and framing checks (CORRUPT_MESSAGE), and the limits on what a
+batch and a request take decoded (RECORD_LIST_TOO_LARGE), compression bombs included."""
 
 from __future__ import annotations
 
 import contextlib
 import struct
+import tracemalloc
 
 import cramjam
 import pytest
@@ -13,13 +15,21 @@ from hypothesis import strategies as st
 
 from replication.engine.store import Message, Record
 from workers.kafka.records import (
+    CHUNK,
     CODECS,
+    RECORD_COST,
     SNAPPY,
+    BatchTooLarge,
+    Budget,
     CorruptRecord,
+    compress,
     decode_batches,
+    decompress,
     encode_batch,
     encode_rows,
 )
+
+COMPRESSED = sorted(set(CODECS.values()) - {0})
 
 _records = st.lists(
     st.builds(
@@ -127,3 +137,59 @@ def test_store_rows_encode_as_a_batch_with_their_offsets_and_headers() -> None:
         (None, b"v0", 1000), (b"k", b"v1", 1003), (None, b"v2", 1006), (b"k", b"v3", 1009)]
     assert batch.records[2].headers == (("h", b"2"),)
     assert batch.max_timestamp == 1009
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_a_compression_bomb_is_refused_before_it_expands(codec: int) -> None:
+    bomb = compress(codec, bytes(64 << 20))  # 64 MiB of zeros, a few KB to 3 MB compressed
+    tracemalloc.start()
+    try:
+        with pytest.raises(BatchTooLarge, match="more than 1048576 bytes"):
+            decompress(codec, bomb, 1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (1 << 20) + 2 * CHUNK + (1 << 20)  # the limit, a step, the buffer's growth
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_records_up_to_the_limit_decompress_whole_and_one_byte_more_is_refused(
+        codec: int) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    assert decompress(codec, compress(codec, data), len(data)) == data
+    with pytest.raises(BatchTooLarge):
+        decompress(codec, compress(codec, data + b"x"), len(data))
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_cut_compressed_records_are_corrupt_not_too_large(codec: int) -> None:
+    packed = compress(codec, bytes(range(256)) * 64)
+    with pytest.raises(CorruptRecord):
+        decode_batches(_rebuild(encode_batch([Record(b"x", timestamp_ms=1)]),
+                                packed[: len(packed) // 2], codec))
+
+
+@pytest.mark.parametrize("codec", [0, *COMPRESSED])
+def test_a_batch_over_the_batch_limit_is_refused_compressed_or_not(codec: int) -> None:
+    raw = encode_batch([Record(bytes(300_000), timestamp_ms=1)] * 4, codec=codec)
+    with pytest.raises(BatchTooLarge, match="STREAMGATE_KAFKA_MAX_BATCH_BYTES"):
+        decode_batches(raw, 0, Budget(batch_bytes=1 << 20))
+    (batch,) = decode_batches(raw, 0, Budget(batch_bytes=2 << 20))
+    assert len(batch.records) == 4
+
+
+def test_the_request_limit_spans_all_the_batches_of_a_request() -> None:
+    raw = encode_batch([Record(bytes(600_000), timestamp_ms=1)], codec=CODECS["zstd"])
+    budget = Budget(batch_bytes=1 << 20, request_bytes=3 << 20)
+    for partition in range(5):
+        decode_batches(raw, partition, budget)
+    with pytest.raises(BatchTooLarge, match="STREAMGATE_KAFKA_MAX_REQUEST_BYTES"):
+        decode_batches(raw, 5, budget)
+
+
+def test_many_tiny_records_are_charged_for_the_objects_they_become() -> None:
+    count = (1 << 20) // RECORD_COST + 1  # a few KB of zstd, over a MiB once decoded
+    raw = encode_batch([Record(b"", timestamp_ms=1)] * count, codec=CODECS["zstd"])
+    assert len(raw) < 64 << 10
+    with pytest.raises(BatchTooLarge):
+        decode_batches(raw, 0, Budget(batch_bytes=1 << 20))

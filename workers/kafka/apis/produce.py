@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from kio.schema.errors import ErrorCode
 
+from replication.counters import count_refusal
 from replication.engine.sequences import ProducerBatch, SequenceError
 from replication.engine.store import now_ms
 from replication.errors import (
@@ -34,7 +36,7 @@ from workers.kafka import errors
 from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, response_class
 from workers.kafka.notify import data_arrived
-from workers.kafka.records import CorruptRecord, decode_batches
+from workers.kafka.records import BatchTooLarge, Budget, CorruptRecord, decode_batches
 from workers.kafka.session import Session, forget_connection
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
@@ -57,6 +59,8 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
         return errors.CORRUPT_MESSAGE, str(error)
     if isinstance(error, TooLarge):
         return errors.MESSAGE_TOO_LARGE, str(error)
+    if isinstance(error, BatchTooLarge):
+        return errors.RECORD_LIST_TOO_LARGE, str(error)
     if isinstance(error, (PermissionDenied, NotOrigin)):
         # A replica's copy of a topic is not writable here: the message names its origin.
         return errors.TOPIC_AUTHORIZATION_FAILED, str(error)
@@ -79,15 +83,19 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
     return errors.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}"
 
 
-def _writes(partitions: Any) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
+def _writes(partitions: Any, budget: Budget,
+            ) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
     """The partitions' batches decoded into writes (an idempotent producer's batch each its
-    own write), and answers for those that failed to decode."""
+    own write), and answers for those that failed to decode or are over the `budget`."""
     writes, failed = [], []
     for data in partitions:
         try:
-            batches = decode_batches(data.records, data.index)
-        except CorruptRecord as error:
-            failed.append(PartitionAnswer(data.index, errors.CORRUPT_MESSAGE, message=str(error)))
+            batches = decode_batches(data.records, data.index, budget)
+        except (CorruptRecord, BatchTooLarge) as error:
+            if isinstance(error, BatchTooLarge):
+                count_refusal("batch_too_large")
+            code, message = error_of(error)
+            failed.append(PartitionAnswer(data.index, code, message=message))
             continue
         plain: list = []
         for batch in batches:
@@ -103,9 +111,10 @@ def _writes(partitions: Any) -> tuple[list[PartitionWrite], list[PartitionAnswer
 
 
 def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
-                  abandoned: Callable[[], bool] | None = None) -> list[PartitionAnswer]:
+                  budget: Budget, abandoned: Callable[[], bool] | None = None,
+                  ) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
-    writes, answers = _writes(partitions)
+    writes, answers = _writes(partitions, budget)
     writes = [w for w in writes if w.records]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
@@ -116,6 +125,9 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
         forget_connection(error)
         code, message = error_of(error)
         return answers + [PartitionAnswer(w.partition, code, message=message) for w in writes]
+    for w in writes:  # a refusal's traceback holds the records: free them now, not at a GC pass
+        if w.error is not None:
+            w.error.__traceback__ = None
     append_time = topic.timestamptype == "LOGAPPENDTIME"
     seen: dict[int, PartitionAnswer] = {}
     for w in writes:
@@ -141,7 +153,7 @@ def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | 
     under a bumped epoch; written late they would be stored twice (invariant 10). Unanswered,
     they were never acknowledged, so writing nothing is what the client was told. Each append
     checks it again once it holds its partitions (a wait for the store is what times out)."""
-    out = []
+    out, budget = [], Budget(settings.KAFKA_MAX_BATCH_BYTES, settings.KAFKA_MAX_REQUEST_BYTES)
     for resolved, data in topics:
         if abandoned():
             return None
@@ -150,7 +162,7 @@ def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | 
                                         message="no such topic, or not visible to you")
                         for p in data.partition_data])
         else:
-            out.append(produce_topic(actor, resolved, data.partition_data, abandoned))
+            out.append(produce_topic(actor, resolved, data.partition_data, budget, abandoned))
     return out
 
 

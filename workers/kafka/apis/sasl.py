@@ -9,10 +9,14 @@ A sign-in lasts KAFKA_SESSION_LIFETIME_SECONDS (Kafka's connections.max.reauth.m
 when the token expires sooner; SaslAuthenticate v1+ tells the client (session_lifetime_ms),
 which then re-authenticates on the open connection (KIP-368: SaslHandshake v1 and
 SaslAuthenticate again, as the same user). A session past its end is closed on its next
-request (workers/kafka/dispatch.py), and a failed re-authentication signs the connection out."""
+request (workers/kafka/dispatch.py). A failed SaslAuthenticate signs the connection out, is
+answered after Kafka's short delay, then the connection is closed, as Kafka closes it; an
+address that failed too often lately is refused without its token being checked
+(workers/kafka/limits.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +27,12 @@ from workers.kafka import errors
 from workers.kafka.codec import build
 from workers.kafka.dispatch import RequestHeader, handles, on_raw_sasl, response_class
 from workers.kafka.errors import CloseConnection, KafkaError
+from workers.kafka.limits import (
+    FAILED_SIGN_IN_DELAY,
+    address_of,
+    sign_in_blocked,
+    sign_in_failed,
+)
 from workers.kafka.session import Session
 
 if TYPE_CHECKING:
@@ -61,15 +71,26 @@ def parse_plain(auth_bytes: bytes) -> tuple[str, str]:
 
 async def _authenticate(session: Session, auth_bytes: bytes) -> float:
     """Sign the session in (or again, KIP-368); how long the sign-in lasts, in seconds."""
-    username, password = parse_plain(auth_bytes)
-    found = await session.run_sync(check_plain, username, password)
-    if found is not None and session.user is not None and found[0].pk != session.user.pk:
-        found = None  # re-authentication keeps the user, as Kafka keeps the principal
-    if found is None:
-        session.note("sasl_authentication_failed", username=username)
+    address = address_of(session.peer)
+    if await session.run_sync(sign_in_blocked, address):
+        session.note("sasl_authentication_throttled", address=address)
         raise KafkaError(errors.SASL_AUTHENTICATION_FAILED,
-                         f"authentication failed for {username!r}: the password must be one of "
-                         "the user's API tokens (create one with 'streamgate login')")
+                         f"too many failed sign-ins from {address}: wait up to "
+                         f"{settings.KAFKA_SASL_FAILURE_WINDOW} s before trying again")
+    try:
+        username, password = parse_plain(auth_bytes)
+        found = await session.run_sync(check_plain, username, password)
+        if found is not None and session.user is not None and found[0].pk != session.user.pk:
+            found = None  # re-authentication keeps the user, as Kafka keeps the principal
+        if found is None:
+            raise KafkaError(errors.SASL_AUTHENTICATION_FAILED,
+                             f"authentication failed for {username!r}: the password must be one "
+                             "of the user's API tokens (POST /api/v1/auth/login/ makes one)")
+    except KafkaError as error:
+        session.note("sasl_authentication_failed", reason=error.message)
+        await session.run_sync(sign_in_failed, address)
+        await asyncio.sleep(FAILED_SIGN_IN_DELAY)
+        raise
     session.user, session.grant = found
     lifetime = lifetime_seconds(session.grant)
     session.expires = time.monotonic() + lifetime
@@ -100,10 +121,11 @@ async def sasl_authenticate(session: Session, header: RequestHeader, request: An
     session.sasl_mechanism = None  # the next (re-)authentication starts with a handshake
     try:
         lifetime = await _authenticate(session, request.auth_bytes)
-    except KafkaError:
-        # A failed re-authentication signs the connection out (the old grant may be the one
-        # revoked): its next request other than a sign-in closes it.
+    except KafkaError as error:
+        # Signed out (on a re-authentication, the old grant may be the one revoked), answered,
+        # then closed, as Kafka closes it.
         session.user, session.grant = None, None
+        session.close_after = f"SASL authentication failed: {error.message}"
         raise
     return build(response_class(request), auth_bytes=b"",
                  session_lifetime=max(int(lifetime * 1000), 1))
