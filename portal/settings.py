@@ -323,6 +323,10 @@ if REPLICATION_CATCHUP_THRESHOLD < 0:
     raise ImproperlyConfigured(f"STREAMGATE_CATCHUP_THRESHOLD={REPLICATION_CATCHUP_THRESHOLD} "
                                "must be 0 or more (0 turns the hand-off to Spark off)")
 JOB_STALE_SECONDS = _positive(env.float, "STREAMGATE_JOB_STALE_SECONDS", 300.0)
+# A job still queued after this many seconds is enqueued again: a broker restarted empty (a
+# Redis failover, a restart without persistence) loses its task, and its link would wait on it.
+# A job enqueued twice runs once (job_run skips a job that ended) or twice harmlessly.
+JOB_QUEUED_SECONDS = _positive(env.float, "STREAMGATE_JOB_QUEUED_SECONDS", 60.0)
 # `stream replica failover`: a planned failover drains the link for at most DRAIN seconds
 # (then gives up, changing nothing); a source store that does not answer within PROBE seconds
 # counts as unreachable (only -force true fails over then).

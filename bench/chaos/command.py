@@ -75,6 +75,12 @@ class Processes:
                            self.env["CELERY_QUEUE"], "--pool", "solo", "--without-heartbeat",
                            "--without-gossip", "--without-mingle", "--loglevel", "WARNING")
 
+    def celery_beat(self) -> subprocess.Popen:
+        """Beat, as production runs it (its schedule in the control database): its resume-jobs
+        entry enqueues again a job whose queued task a Redis restart lost."""
+        return self._start("beat", "-m", "celery", "-A", "workers.celery", "beat",
+                           "--loglevel", "WARNING")
+
     def stop(self, label: str, *, kill: bool = False) -> None:
         with self.lock:
             process = self.processes.pop(label, None)
@@ -212,6 +218,7 @@ class Run:
             self.env |= {"SPARK_MASTER_URL": self.cluster.master_url,
                          "SPARK_LOCAL_IP": "127.0.0.1"}
         self.engine.celery_worker()
+        self.engine.celery_beat()
 
     def options(self, watchdog: Watchdog) -> Options:
         args = self.args

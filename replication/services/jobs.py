@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from replication.errors import Conflict, InvalidInput, PermissionDenied
@@ -215,6 +216,12 @@ def _verify_repair(job: Job) -> None:
 
 
 def jobs_stale() -> list[int]:
-    """Active jobs that stopped reporting: their worker died without Celery redelivering."""
-    cutoff = timezone.now() - timezone.timedelta(seconds=settings.JOB_STALE_SECONDS)
-    return list(Job.objects.active().filter(updated__lt=cutoff).values_list("pk", flat=True))
+    """Active jobs that stopped reporting: their worker died without Celery redelivering, or
+    their queued task was lost with the broker (a Redis restarted empty) before any worker
+    took it."""
+    now = timezone.now()
+    running = now - timezone.timedelta(seconds=settings.JOB_STALE_SECONDS)
+    queued = now - timezone.timedelta(seconds=settings.JOB_QUEUED_SECONDS)
+    stale = Job.objects.active().filter(
+        Q(updated__lt=running) | Q(state=Job.State.QUEUED, updated__lt=queued))
+    return list(stale.values_list("pk", flat=True))

@@ -86,6 +86,29 @@ def test_a_job_whose_worker_died_is_found_and_run_to_the_end(settings, spark, ow
     assert jobs_stale() == []
 
 
+def test_a_job_whose_queued_task_was_lost_with_the_broker_is_found_within_a_minute(
+        settings, owner, activity, clicks):
+    """A Redis restarted empty loses the tasks queued in it: a job no worker took is enqueued
+    again after JOB_QUEUED_SECONDS, long before a running job counts as stale."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from replication.services.jobs import jobs_stale
+
+    settings.JOB_QUEUED_SECONDS, settings.JOB_STALE_SECONDS = 60, 300
+    lost = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
+    fresh = copystream_start(actor=owner, source_path=activity.path,
+                             destination_path="/mapr/newyork/other")
+    running = copystream_start(actor=owner, source_path=activity.path,
+                               destination_path="/mapr/newyork/third")
+    two_minutes_ago = timezone.now() - timedelta(minutes=2)
+    Job.objects.filter(pk=lost.pk).update(updated=two_minutes_ago)
+    Job.objects.filter(pk=running.pk).update(state=Job.State.RUNNING, updated=two_minutes_ago)
+    assert jobs_stale() == [lost.pk]  # not the one just queued, nor the one still running
+    assert fresh.state == Job.State.QUEUED
+
+
 def test_a_failing_job_records_why(spark, owner, activity, clicks):
     Producer(owner, activity)(100)
     job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
