@@ -1,9 +1,11 @@
 """The failover fence in the store (`append(admit=...)`, `fence_appends`), on PostgreSQL and
 SQLite alike, and how long a call waits for a store whose server is down."""
 
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,11 +51,13 @@ def test_a_retried_idempotent_batch_answers_its_offsets_even_when_producers_are_
     assert again == first and _ends(store, stream) == {0: 1}
 
 
-def test_the_fence_waits_for_an_append_admitted_before_it(store, stream):
-    store.ensure_topic(stream, "t", 1)
-    admitted, release, fenced = threading.Event(), threading.Event(), threading.Event()
+@contextlib.contextmanager
+def admitted_append(store, stream) -> Iterator[threading.Thread]:  # type: ignore[no-untyped-def]
+    """An append admitted and holding its partition (a busy store, say) until the block ends;
+    yields its thread, which then commits."""
+    admitted, release = threading.Event(), threading.Event()
 
-    def slow_admit() -> None:  # admitted, then slow to commit (a busy store, say)
+    def slow_admit() -> None:
         admitted.set()
         release.wait(10)
 
@@ -61,38 +65,34 @@ def test_the_fence_waits_for_an_append_admitted_before_it(store, stream):
         stream, "t", [Record(b"in flight", partition=0)], origin=ORIGIN, admit=slow_admit))
     appender.start()
     assert admitted.wait(10)
-    fence = threading.Thread(target=lambda: (store.fence_appends(stream, timeout=10),
-                                             fenced.set()))
-    fence.start()
-    time.sleep(0.5)
-    assert not fenced.is_set()  # the admitted append still holds its partition
-    release.set()
+    try:
+        yield appender
+    finally:
+        release.set()
+        appender.join(10)
+
+
+def test_the_fence_waits_for_an_append_admitted_before_it(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    fenced = threading.Event()
+    with admitted_append(store, stream):
+        fence = threading.Thread(target=lambda: (store.fence_appends(stream, timeout=10),
+                                                 fenced.set()))
+        fence.start()
+        time.sleep(0.5)
+        assert not fenced.is_set()  # the admitted append still holds its partition
     fence.join(10)
-    appender.join(10)
     # Once the fence returned, what was admitted before it is stored.
     assert fenced.is_set() and _ends(store, stream) == {0: 1}
 
 
 def test_the_fence_gives_up_after_its_timeout(store, stream):
     store.ensure_topic(stream, "t", 1)
-    admitted, release = threading.Event(), threading.Event()
-
-    def stuck_admit() -> None:
-        admitted.set()
-        release.wait(10)
-
-    appender = threading.Thread(target=lambda: store.append(
-        stream, "t", [Record(b"x", partition=0)], origin=ORIGIN, admit=stuck_admit))
-    appender.start()
-    assert admitted.wait(10)
-    started = time.monotonic()
-    try:
+    with admitted_append(store, stream):
+        started = time.monotonic()
         with pytest.raises(StoreError, match=r"did not finish within 0\.5s"):
             store.fence_appends(stream, timeout=0.5)
         assert time.monotonic() - started < 3
-    finally:
-        release.set()
-        appender.join(10)
 
 
 def test_on_postgresql_a_fence_waits_for_its_own_stream_only(pg_url, stream):
@@ -100,23 +100,12 @@ def test_on_postgresql_a_fence_waits_for_its_own_stream_only(pg_url, stream):
     store, other = open_store(pg_url), uuid.uuid4()
     store.ensure_topic(stream, "t", 1)
     store.ensure_topic(other, "t", 1)
-    admitted, release = threading.Event(), threading.Event()
-
-    def stuck_admit() -> None:
-        admitted.set()
-        release.wait(10)
-
-    appender = threading.Thread(target=lambda: store.append(
-        stream, "t", [Record(b"x", partition=0)], origin=ORIGIN, admit=stuck_admit))
-    appender.start()
-    assert admitted.wait(10)
     try:
-        started = time.monotonic()
-        store.fence_appends(other, timeout=2)
-        assert time.monotonic() - started < 1
+        with admitted_append(store, stream):
+            started = time.monotonic()
+            store.fence_appends(other, timeout=2)
+            assert time.monotonic() - started < 1
     finally:
-        release.set()
-        appender.join(10)
         store.close()
 
 
