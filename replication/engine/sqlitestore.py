@@ -24,12 +24,13 @@ from replication.engine.store import (
     CursorKey,
     Key,
     Message,
+    Produce,
     Record,
     StoreError,
     UnknownTopic,
     plan_partitions,
 )
-from replication.engine.storebase import MessageStore, Produce
+from replication.engine.storebase import MessageStore
 
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
 SCHEMA = """

@@ -15,7 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import attrgetter
+from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from replication.engine.producers import ProducerBatch
 
 Key = tuple[str, int]  # (topic, partition)
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
@@ -323,3 +327,15 @@ def decode_headers(blob: bytes | None) -> tuple[tuple[str, bytes], ...]:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Produce(NamedTuple):
+    """How an append batch is stored, besides its records."""
+
+    origin: bytes  # the stream the messages are first produced in
+    producer: str | None
+    log_append_time: bool  # the store's clock stamps every record
+    sequence: ProducerBatch | None  # an idempotent producer's batch
+    # Called inside the append's transaction once its partitions are locked, before anything
+    # is written: it raises to refuse the batch (the failover fence, see `fence_appends`).
+    admit: Callable[[], None] | None = None

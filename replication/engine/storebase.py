@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from uuid import UUID
 
 from replication.engine.batches import (
@@ -54,6 +54,7 @@ from replication.engine.store import (
     OffsetOutOfRange,
     PartitionOutOfRange,
     PartitionStats,
+    Produce,
     Record,
     StoreError,
     UnknownTopic,
@@ -85,18 +86,6 @@ def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[Partition
 class ReadBounds(TypedDict, total=False):
     limit: int  # at most this many messages (default 1000)
     max_bytes: int  # and about this many logical bytes, but at least one (default 1 MiB)
-
-
-class Produce(NamedTuple):
-    """How an append batch is stored, besides its records."""
-
-    origin: bytes  # the stream the messages are first produced in
-    producer: str | None
-    log_append_time: bool  # the store's clock stamps every record
-    sequence: ProducerBatch | None  # an idempotent producer's batch
-    # Called inside the append's transaction once its partitions are locked, before anything
-    # is written: it raises to refuse the batch (the failover fence, see `fence_appends`).
-    admit: Callable[[], None] | None = None
 
 
 class MessageStore(ABC):

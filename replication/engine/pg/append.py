@@ -17,8 +17,7 @@ from replication.engine.sequences import (
     ProducerState,
     sequenced_partition,
 )
-from replication.engine.store import Plan, Record, StoreError, plan_partitions
-from replication.engine.storebase import Produce
+from replication.engine.store import Plan, Produce, Record, StoreError, plan_partitions
 
 
 class _TopicChanged(Exception):
