@@ -360,8 +360,22 @@ class Driver:
         cluster.kill_worker()
         self.faults["Spark worker kill -9"] += 1
         self.options.say("  kill -9 the Spark worker (and its executors)")
-        restart = threading.Thread(target=cluster.start_worker, name="spark-worker",
-                                   daemon=True)
+
+        def register() -> None:
+            """Until the master lists a fresh worker ALIVE: a start that times out on a loaded
+            machine is killed and tried again (one left half-started offered no cores, and a
+            catch-up waited on it). The watchdog bounds the whole."""
+            from workers.spark.standalone import ClusterError
+
+            with self.watchdog.step("the restarted Spark worker to register"):
+                while True:
+                    try:
+                        return cluster.start_worker()
+                    except ClusterError as error:
+                        self.options.say(f"  the Spark worker did not register: {error}; again")
+                        cluster.kill_worker()
+
+        restart = threading.Thread(target=register, name="spark-worker", daemon=True)
         self.later(self.rng.uniform(0.5, 3.0), restart.start, "restart the Spark worker",
                    "Spark worker kill -9")
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pyspark
+from pyspark import SparkContext
 
 from workers.spark.jobs import Spec
 from workers.spark.ranges import Side
@@ -22,6 +25,9 @@ from workers.spark.session import java_options, spark_context, stop
 
 PREFIX = "streamgate-job "  # marks our lines among Spark's own output
 SPEC_VARIABLE = "STREAMGATE_JOB_SPEC"
+# How long a driver on a cluster may go without a single executor before it gives up.
+EXECUTOR_WAIT_VARIABLE = "STREAMGATE_SPARK_EXECUTOR_WAIT"
+EXECUTOR_WAIT = 60.0  # seconds: a lost worker restarted on a loaded machine registers in 10-30
 USAGE = (f"usage: {SPEC_VARIABLE}='<spec as JSON>' spark-submit <job file>\n"
          "The spec carries store URLs, passwords included: it goes in the environment, never "
          "on a command line (`ps` shows those to every local user).")
@@ -69,13 +75,55 @@ def main(run: Callable, argv: list[str]) -> int:
     # Out of the environment the driver's Python workers and any other child would inherit.
     spec = spec_from_json(os.environ.pop(SPEC_VARIABLE))
     spark = spark_context()
+    watch = ExecutorWatch(spark, float(os.environ.get(EXECUTOR_WAIT_VARIABLE, EXECUTOR_WAIT)))
     try:
-        result = run(spark, spec, lambda *figures: emit(
-            "progress", figures=figures))
+        with watch:
+            result = run(spark, spec, lambda *figures: emit("progress", figures=figures))
     except Exception as error:
-        emit("error", error=f"{type(error).__name__}: {error}")
+        emit("error", error=watch.reason or f"{type(error).__name__}: {error}")
         return 1
     finally:
         stop(spark)
     emit("result", result=result)
     return 0
+
+
+class ExecutorWatch:
+    """Ends a job whose driver has had no executor for `wait` seconds. A standalone master
+    keeps an application waiting for resources ("Initial job has not accepted any resources")
+    as long as no worker offers cores, say after its only worker was lost: the driver would
+    wait for ever, and with it the Celery worker that ran it and every job queued behind. A
+    job failed this way is run again later; a catch-up's link replicates on meanwhile.
+    Local mode runs its tasks in the driver and is not watched."""
+
+    def __init__(self, spark: SparkContext, wait: float) -> None:
+        self.spark, self.wait, self.reason = spark, wait, ""
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="executor-watch")
+
+    def __enter__(self) -> ExecutorWatch:
+        if not self.spark.master.startswith("local"):
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def executors(self) -> int:
+        """Executors registered now (the driver's own block manager counts in the status)."""
+        return self.spark._jsc.sc().getExecutorMemoryStatus().size() - 1
+
+    def _loop(self) -> None:
+        since = time.monotonic()
+        while not self.stop.wait(1.0):
+            if self.executors() > 0:
+                since = time.monotonic()
+            elif time.monotonic() - since >= self.wait:
+                self.reason = (
+                    f"no Spark executor for {self.wait:.0f} s: the master at "
+                    f"{self.spark.master} has no live worker with free cores (start a worker "
+                    "or free its cores); the job stopped and may be run again")
+                self.spark.cancelAllJobs()
+                return

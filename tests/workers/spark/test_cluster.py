@@ -235,3 +235,26 @@ def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
     job.refresh_from_db()
     # The retry copied what the lost attempt had not committed, nothing twice.
     assert job.result["messages"] + killed_at[0] == TOTAL
+
+
+# --- a cluster without a worker --------------------------------------------------------------
+
+
+def test_a_job_with_no_executor_for_its_wait_fails_naming_why_and_frees_its_worker(
+        spark_master, owner, activity, clicks, monkeypatch):
+    """The soak's stuck catch-up: the only worker lost and not back, the driver waited for
+    resources for ever, and the Celery worker with it. Now it gives up after the wait."""
+    fill(activity, 1000)
+    job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
+    monkeypatch.setenv("STREAMGATE_SPARK_EXECUTOR_WAIT", "5")
+    spark_master.kill_worker()
+    started = time.monotonic()
+    assert job_run(job_id=job.pk) == Job.State.FAILED
+    took = time.monotonic() - started
+    job.refresh_from_db()
+    assert "no Spark executor for 5 s" in job.error and spark_master.master_url in job.error
+    assert took < 5 + 60, f"{took:.1f} s: the driver's start and the wait, no more"
+    spark_master.start_worker()  # and the same job runs when a worker is back
+    job.state = Job.State.QUEUED
+    job.save()
+    assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
