@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,7 +50,7 @@ def open_entrances(engine: Serving, topology: Topology, options: Options,
     if options.portal:
         port = free_port()
         wait_listening(port, engine.portal(port))
-        entrances["portal kill -9"] = Entrance("portal", partial(engine.portal, port))
+        entrances["portal kill -9"] = Entrance("portal", partial(_serve, engine.portal, port))
         producers.append(RestProducer("rest", target, topics, options, stop,
                                       url=f"http://127.0.0.1:{port}", token=token))
         if options.cli:
@@ -59,10 +60,16 @@ def open_entrances(engine: Serving, topology: Topology, options: Options,
         kafka_port = free_port()
         wait_listening(kafka_port, engine.kafka_listener(kafka_port))
         entrances["Kafka listener kill -9"] = Entrance(
-            "kafka", partial(engine.kafka_listener, kafka_port))
+            "kafka", partial(_serve, engine.kafka_listener, kafka_port))
         producers.append(KafkaProducer("kafka", target, topics, options, stop,
                                        config=sasl(kafka_port, topology.actor, token)))
     return producers, entrances
+
+
+def _serve(start: Callable[[int], subprocess.Popen], port: int) -> None:
+    """Start the process again and return once it accepts connections: the fault's window
+    lasts until then (a process still starting up serves nobody)."""
+    wait_listening(port, start(port))
 
 
 def sasl(port: int, user: Any, token: str) -> dict[str, Any]:

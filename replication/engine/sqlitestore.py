@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS replication_cursors (
     next_offset INTEGER NOT NULL,
     PRIMARY KEY (pid, link)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ended_links (
+    link TEXT PRIMARY KEY
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS consumer_cursors (
     pid INTEGER NOT NULL,
     grp TEXT NOT NULL,
@@ -246,6 +249,7 @@ class SqliteStore(MessageStore):
         # BEGIN IMMEDIATE holds the file's write lock: the ends read here stay true until the
         # commit, whoever else applies or appends.
         with self._writing() as conn:
+            self._refuse_ended(conn, link)
             pids = self._apply_pids(conn, stream, runs)
             marks = {key: self._marks(conn, pid) for key, pid in pids.items()}
             trimmed = trim_runs(runs, marks, origin_low)

@@ -1,6 +1,17 @@
 """The statements both message stores run, in PostgreSQL's dialect with `%s` placeholders;
-`storebase.sql()` turns them into SQLite's. Each store keeps its own schema and the statements
+`sql()` below turns them into SQLite's. Each store keeps its own schema and the statements
 that differ beyond that (bulk writes, COPY, locks)."""
+
+_SQLITE_WORDS = {"%s": "?", "greatest(": "max(", "least(": "min(", "octet_length(": "length("}
+
+
+def sql(statement: str, dialect: str) -> str:
+    """A statement of this module in the store's dialect ("postgresql" or "sqlite")."""
+    if dialect == "sqlite":
+        for word, theirs in _SQLITE_WORDS.items():
+            statement = statement.replace(word, theirs)
+    return statement
+
 
 TOPIC_IDS = "SELECT id FROM partitions WHERE stream = %s AND topic = %s ORDER BY partition"
 MARKS = "SELECT low_offset, next_offset FROM partitions WHERE id = %s"
@@ -68,3 +79,7 @@ CURSOR_MARKS = """
 SELECT p.stream, count(*), sum(c."offset") FROM consumer_cursors c
 JOIN partitions p ON p.id = c.pid GROUP BY p.stream
 """
+# Links a failover ended (DESIGN.md invariant 10 on the replica's side): their applies refused.
+END_LINK = "INSERT INTO ended_links (link) VALUES (%s) ON CONFLICT (link) DO NOTHING"
+REOPEN_LINK = "DELETE FROM ended_links WHERE link = %s"
+LINK_ENDED = "SELECT 1 FROM ended_links WHERE link = %s"

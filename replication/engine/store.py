@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 from uuid import UUID
 
 if TYPE_CHECKING:
@@ -107,6 +107,14 @@ class StoreError(Exception):
 
 class UnknownTopic(StoreError):
     pass
+
+
+class LinkEnded(StoreError):
+    """A replicated batch of a link a failover ended: nothing of it was written."""
+
+    def __init__(self, link: str) -> None:
+        super().__init__(f"link {link} was ended by a failover: its replica takes none of its "
+                         "batches any more")
 
 
 class PartitionOutOfRange(StoreError):
@@ -339,3 +347,15 @@ class Produce(NamedTuple):
     # Called inside the append's transaction once its partitions are locked, before anything
     # is written: it raises to refuse the batch (the failover fence, see `fence_appends`).
     admit: Callable[[], None] | None = None
+
+
+def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[PartitionStats]:
+    stats = [PartitionStats(*row) for row in rows]
+    if not stats:
+        raise UnknownTopic(f"topic {topic!r} does not exist")
+    return stats
+
+
+class ReadBounds(TypedDict, total=False):
+    limit: int  # at most this many messages (default 1000)
+    max_bytes: int  # and about this many logical bytes, but at least one (default 1 MiB)

@@ -4,17 +4,17 @@
 from: every rule that is not SQL dialect or bulk transfer (COPY) lives here once, written
 against a DB-API connection and a few hooks each store fills (connections, transactions, the
 writes it does its own way). The statements (statements.py) are written in PostgreSQL's
-dialect; `sql()` turns them into SQLite's for the embedded store.
+dialect; `statements.sql()` turns them into SQLite's for the embedded store.
 """
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 from uuid import UUID
 
 from replication.engine.batches import (
@@ -32,10 +32,13 @@ from replication.engine.statements import (
     CURSORS,
     CUT_PREFIX,
     DELETE_CURSORS,
+    END_LINK,
     EXPIRE_CUT,
     FETCH_CURSOR,
+    LINK_ENDED,
     MARKS,
     PARTITION_STATS,
+    REOPEN_LINK,
     REPLICATION_CURSOR,
     STREAM_MARKS,
     STREAM_PIDS,
@@ -45,20 +48,24 @@ from replication.engine.statements import (
     TRUNCATE_CURSORS,
     TS_AT,
     WATERMARKS,
+    sql,
 )
 from replication.engine.store import (
     Applied,
     CursorKey,
     Key,
+    LinkEnded,
     Message,
     OffsetOutOfRange,
     PartitionOutOfRange,
     PartitionStats,
     Produce,
+    ReadBounds,
     Record,
     StoreError,
     UnknownTopic,
     first_at_or_after,
+    partition_stats_from,
 )
 
 if TYPE_CHECKING:
@@ -66,27 +73,6 @@ if TYPE_CHECKING:
     from replication.engine.producers import ProducerBatch, ProducerState
 
 Connection = Any  # a DB-API connection: psycopg's or sqlite3's (both have .execute)
-_SQLITE_WORDS = {"%s": "?", "greatest(": "max(", "least(": "min(", "octet_length(": "length("}
-
-
-def sql(statement: str, dialect: str) -> str:
-    """A statement of `statements` in the store's dialect ("postgresql" or "sqlite")."""
-    if dialect == "sqlite":
-        for word, theirs in _SQLITE_WORDS.items():
-            statement = statement.replace(word, theirs)
-    return statement
-
-def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[PartitionStats]:
-    stats = [PartitionStats(*row) for row in rows]
-    if not stats:
-        raise UnknownTopic(f"topic {topic!r} does not exist")
-    return stats
-
-
-class ReadBounds(TypedDict, total=False):
-    limit: int  # at most this many messages (default 1000)
-    max_bytes: int  # and about this many logical bytes, but at least one (default 1 MiB)
-
 
 class MessageStore(ABC):
     """The message store of one cluster. Streams are named by UUID, partitions by number."""
@@ -165,6 +151,21 @@ class MessageStore(ABC):
         call has committed or rolled back (StoreError after `timeout` seconds). Appends check
         their `admit` under those locks, so once the caller's refusal is visible to `admit`
         and this returns, no append of the stream can still land (DESIGN.md invariant 10)."""
+
+    def end_link(self, stream: UUID, link: str, *, timeout: float) -> None:
+        """Refuse the link's batches (LinkEnded, under the partitions' locks) and wait for those
+        in flight (`fence_appends`): then nothing of the link lands. Before a failover's switch."""
+        with self._writing() as conn:
+            conn.execute(self._sql(END_LINK), (link,))
+        self.fence_appends(stream, timeout=timeout)
+
+    def reopen_link(self, link: str) -> None:  # undo `end_link`: a failover that did not switch
+        with self._writing() as conn:
+            conn.execute(self._sql(REOPEN_LINK), (link,))
+
+    def _refuse_ended(self, conn: Connection, link: str) -> None:  # under the partitions' locks
+        if link and self._one(conn, LINK_ENDED, (link,)):
+            raise LinkEnded(link)
 
     @abstractmethod
     def merge_cursors(

@@ -343,14 +343,53 @@ def _sampled_tail(link: ReplicaLink, topics: dict[str, UUID]) -> Tail:
 # --- the switch --------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseUser,
             topics: list[str] | None = None) -> Failover:
+    """End the links into the side taking over in their replicas' stores first, then switch in
+    one control-plane transaction; a switch that does not happen reopens them."""
+    fenced = _into_takeover(link)
+    _end_in_stores(fenced)
+    try:
+        return _switch_now(link, fenced, tail=tail, forced=forced, actor=actor, topics=topics)
+    except BaseException:
+        for each in fenced:
+            store_for(each.replica.cluster).reopen_link(str(each.pk))
+        raise
+
+
+def _into_takeover(link: ReplicaLink) -> list[ReplicaLink]:
+    """The failover's link and the old source's other links into streams it feeds: once their
+    topics originate on this side, a batch of theirs applied late would land after the new
+    origin's own messages (trimmed by offset as if it were the same), so each is ended in its
+    replica's store before the switch."""
+    closure = downstream_of(link.replica_id, without=link.source_id)
+    return [link, *ReplicaLink.objects.filter(source=link.source_id, replica_id__in=closure)
+            .exclude(pk=link.pk).select_related("replica__cluster")]
+
+
+def _end_in_stores(links: list[ReplicaLink]) -> None:
+    seconds = settings.FAILOVER_PROBE_SECONDS
+    for each in links:
+        replica = each.replica
+        try:
+            _within(seconds + 1, lambda r=replica, e=each: store_for(r.cluster).end_link(
+                r.uuid, str(e.pk), timeout=seconds))
+        except Exception as error:  # StoreError, TimeoutError: the replica's store is away
+            raise Conflict(f"the store of {replica.path} did not answer ({error}): nothing was "
+                           "switched; retry once it is back", field="path") from error
+
+
+@transaction.atomic
+def _switch_now(link: ReplicaLink, fenced: list[ReplicaLink], *, tail: Tail, forced: bool,
+                actor: AbstractBaseUser, topics: list[str] | None) -> Failover:
     topology_lock()
     source, replica = link.source, link.replica
     if not ReplicaLink.objects.filter(pk=link.pk).exists():
         raise Conflict(f"{replica.path} no longer replicates from {source.path}: another "
                        "failover or a removal came first", field="path")
+    if {each.pk for each in _into_takeover(link)} != {each.pk for each in fenced}:
+        raise Conflict(f"the links of {source.path} changed during the failover: nothing was "
+                       "switched; retry", field="path")
     carried = {name: origin for name, origin in carried_of(link).items()
                if topics is None or name in topics}
     ended = [_end(link)]

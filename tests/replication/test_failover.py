@@ -6,7 +6,8 @@ import pytest
 
 from operations.models import Alarm, AlarmKind, AuditAction, AuditEvent
 from replication.engine.checker import check_replica
-from replication.engine.store import Key, Record
+from replication.engine.replicator import BatchSpec, apply_spec
+from replication.engine.store import Key, LinkEnded, Record
 from replication.errors import Conflict, InvalidInput, PermissionDenied
 from replication.lag_history import lag_record
 from replication.models import Failover, ReplicaLink, Stream, Topic, Upstream
@@ -168,6 +169,30 @@ def test_forced_failover_with_the_source_reachable_measures_the_tail_per_partiti
     assert [(p["replicaEnd"], p["sourceEnd"]) for p in failover.partitions] == [(7, 10)] * 3
     alarm = Alarm.objects.get(kind=AlarmKind.FAILOVER)
     assert "clicks partition 0 offsets 7-9" in alarm.description
+
+
+def test_a_batch_of_the_ended_link_applied_after_the_switch_is_refused(owner, pair):
+    """The soak's duplicates: a gateway's batch of the old link, sent before a forced failover
+    and applied after it, landed behind the new origin's own messages (its overlap trimmed by
+    offset as if they were the same), and a failback then brought those messages back both in
+    the topic and in its divergence topic."""
+    source, replica = pair
+    produce = Producer(owner, source)
+    produce(30)  # 10 per partition
+    replicate(source, replica, upto=5)
+    old = str(ReplicaLink.objects.get(source=source, replica=replica).pk)
+    replica_failover(replica=replica, force=True, actor=owner)
+    produce(6, stream=Stream.objects.get(pk=replica.pk))  # its own, at offsets 5 and 6
+    src, dst = store_for(source.cluster), store_for(replica.cluster)
+    for partition in range(3):
+        with pytest.raises(LinkEnded):
+            apply_spec(src, dst, BatchSpec(source.uuid, replica.uuid, "clicks", partition, 5,
+                                           10), link=old)
+    assert ends(replica) == {0: 7, 1: 7, 2: 7}
+    for partition in range(3):
+        tail = messages_consume(actor=owner, stream=replica, topic="clicks",
+                                partition=partition, offset=5)
+        assert {m.origin for m in tail} == {replica.uuid}
 
 
 def test_planned_failover_with_the_source_unreachable_is_refused_and_changes_nothing(

@@ -37,6 +37,7 @@ class Applying(Catalog):
             # The partitions' row locks serialise every applier and appender of a partition,
             # so the ends read here stay true until the commit.
             rows = cur.execute(LOCK, (sorted(pids.values()),)).fetchall()
+            self._refuse_ended(conn, link)
             marks = {pid: (low, nxt) for pid, low, nxt in rows}
             trimmed = trim_runs(runs, {key: marks[pid] for key, pid in pids.items()}, origin_low)
             if trimmed.starts:

@@ -22,7 +22,8 @@ from replication.engine.pg.schema import (
     START,
     piped_bytes,
 )
-from replication.engine.store import Key, Misordered, StoreError
+from replication.engine.statements import LINK_ENDED
+from replication.engine.store import Key, LinkEnded, Misordered, StoreError
 
 
 class Overtaken(Exception):
@@ -89,9 +90,13 @@ def _pipe_locked(
     with conn.pipeline():
         conn.execute("BEGIN")
         cur.execute(LOCK, ([pid],))
+        # After the lock, in a snapshot of its own: a link a failover ended is refused.
+        ended = conn.execute(LINK_ENDED, (link,)) if link else None
     locked = cur.fetchall()
     if not locked:
         raise PartitionGone(pid)
+    if ended is not None and ended.fetchone():
+        raise LinkEnded(link)
     ((_, rlow, nxt),) = locked
     if rlow == nxt == 0 and first > 0:  # trim_runs' fresh-replica rule
         if low is None:

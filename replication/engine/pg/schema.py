@@ -47,6 +47,9 @@ CREATE TABLE IF NOT EXISTS replication_cursors (
     next_offset bigint NOT NULL,
     PRIMARY KEY (pid, link)
 );
+CREATE TABLE IF NOT EXISTS ended_links (
+    link text PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS consumer_cursors (
     pid integer NOT NULL,
     grp text NOT NULL,
