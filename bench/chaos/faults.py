@@ -7,7 +7,9 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import random
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -124,6 +126,22 @@ def spark_app_running(cluster: Any) -> bool:
         return bool(cluster.worker is not None and cluster.worker_state().get("executors"))
     except (OSError, ValueError):  # the worker's page not answering this time
         return False
+
+
+def spark_state(cluster: Any) -> str:
+    """The standalone master's view after a job failed (its workers and applications), and
+    where the master's, workers' and executors' logs were kept for a look."""
+    kept = tempfile.mkdtemp(prefix="sgchaos-spark-")
+    shutil.copytree(cluster.root, kept, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("local", "*.jar"))
+    try:
+        state = cluster.state()
+    except (OSError, ValueError) as error:
+        return f"  the Spark master did not answer ({error}); its logs are in {kept}"
+    workers = [f"{w['id']} {w['state']} cores {w['coresused']}/{w['cores']}"
+               for w in state["workers"]]
+    apps = [f"{a['id']} {a['state']} cores {a['cores']}" for a in state["activeapps"]]
+    return f"  Spark master: workers {workers}; active applications {apps}; logs in {kept}"
 
 
 def catching_up() -> frozenset[str]:

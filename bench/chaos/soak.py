@@ -31,6 +31,7 @@ from bench.chaos.faults import (
     Store,
     spark_built,
     spark_jobs,
+    spark_state,
 )
 from bench.chaos.producers import Producer, Target
 from bench.chaos.topology import (
@@ -345,6 +346,8 @@ def converge(result: Result, driver: Driver, options: Options) -> None:
     assert result.topology is not None
     started = time.monotonic()
     result.jobs = spark_jobs(options.converge_timeout, options.say)
+    if result.jobs.get("FAILED") and driver.spark_cluster is not None:
+        options.say(spark_state(driver.spark_cluster))
     options.say(f"faults undone; jobs ended after {time.monotonic() - started:.1f} s")
     while lagging := behind(result.topology):
         driver.look()
