@@ -34,7 +34,7 @@ from pathlib import Path
 import psycopg
 
 from bench.pgserver import PrivatePostgres
-from bench.produce import Portal, _free_port, produce_run, setup_stream
+from bench.produce import Portal, _free_port, produce_run, setup_stream, start_portal
 
 ROOT = Path(__file__).resolve().parent.parent
 VALUE_BYTES = 200
@@ -205,14 +205,12 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
 
 
 def main(args: argparse.Namespace) -> int:
-    from bench.peers import start_portal  # here: bench.peers imports this module
-
     results: dict[str, list[float]] = {k: [] for k in MEASURES}
     with PrivatePostgres(prefix="sgbench-kafka-") as server:
         portal = Portal(server.url("postgres"), "uvicorn")
         listener = None
         try:
-            token = start_portal(portal)  # type: ignore[arg-type]
+            token = start_portal(portal)
             stream = setup_stream(portal.url, token, PARTITIONS)
             listener = Listener(portal.env)
             spy = profile(listener, args.profile) if args.profile else None

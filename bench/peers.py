@@ -39,6 +39,7 @@ from bench import kafka_steady, replication
 from bench.deployment import add_load_arguments
 from bench.pgserver import PrivatePostgres
 from bench.processes import stop_process
+from bench.produce import start_portal
 
 SUBJECTS = [f"src.{p}" for p in range(replication.PARTITIONS)]  # streamgate's 4 partitions
 LOAD_PENDING = 4000  # JetStream publishes in flight while loading the backlog
@@ -264,20 +265,6 @@ def measure_copystream(deploy: replication.Deployment, client, args: argparse.Na
         spark.stop()
         src_store.close()
     return rates
-
-
-def start_portal(deploy: replication.Deployment) -> str:
-    """The deployment's portal and an operator token. bench/produce.py's `Portal.start` polls
-    with a 1 s read timeout, which a busy machine exceeds while the portal starts: then wait
-    longer and take a new token (createtenantuser is idempotent)."""
-    import requests
-
-    try:
-        return deploy.start()
-    except requests.ReadTimeout:
-        requests.get(f"{deploy.url}/rest/", timeout=60)
-        return deploy.manage("createtenantuser", "--tenant", "bench", "--username", "bench",
-                             "--operator").strip().splitlines()[-1]
 
 
 def measure_streamgate(args: argparse.Namespace, skip: set[str]

@@ -204,3 +204,17 @@ def main(args: argparse.Namespace) -> int:
         each = ", ".join(f"{v / 1000:,.0f}k" for v in values)
         print(f"| {label} | {statistics.median(values):,.0f} | {each} |")
     return 0
+
+
+def start_portal(deploy: Portal) -> str:
+    """The deployment's portal and an operator token. bench/produce.py's `Portal.start` polls
+    with a 1 s read timeout, which a busy machine exceeds while the portal starts: then wait
+    longer and take a new token (createtenantuser is idempotent)."""
+    import requests
+
+    try:
+        return deploy.start()
+    except requests.ReadTimeout:
+        requests.get(f"{deploy.url}/rest/", timeout=60)
+        return deploy.manage("createtenantuser", "--tenant", "bench", "--username", "bench",
+                             "--operator").strip().splitlines()[-1]

@@ -59,13 +59,13 @@ tests/workers/test_chaos.py runs a short soak on the test database with the test
 """
 
 from bench.chaos.command import Processes, main
+from bench.chaos.options import Options
 from bench.chaos.soak import (
     ANOMALIES,
     ENGINE_SETTINGS,
     FAILED,
     FAULT_KINDS,
     SOAK_SETTINGS,
-    Options,
     Result,
     check_all,
     run_soak,

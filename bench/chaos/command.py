@@ -20,7 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.chaos.faults import spark_built
-from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Options, Result, run_soak
+from bench.chaos.options import Options
+from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Result, run_soak
 from bench.chaos.watchdog import DEADLINE, Watchdog
 from bench.pgserver import PrivatePostgres
 from bench.processes import stop_process

@@ -23,7 +23,7 @@ from bench.chaos.topology import TOPICS, Topology
 from bench.ports import free_port, wait_listening
 
 if TYPE_CHECKING:
-    from bench.chaos.soak import Options
+    from bench.chaos.options import Options
 
 WRITTEN = "newyork"  # the stream they write to: its topics keep their origin through a failover
 

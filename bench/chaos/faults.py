@@ -32,7 +32,7 @@ from bench.chaos.watchdog import DEADLINE, Watchdog
 
 if TYPE_CHECKING:
     from bench.chaos.failover import Cycle
-    from bench.chaos.soak import Options
+    from bench.chaos.options import Options
 
 FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
                "replicator kill -9", "Redis restart", "portal kill -9", "Kafka listener kill -9",

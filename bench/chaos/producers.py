@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bench.chaos.soak import Options
+    from bench.chaos.options import Options
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from bench.chaos.faults import (
     spark_jobs,
     spark_state,
 )
+from bench.chaos.options import Options
 from bench.chaos.producers import Producer, Target
 from bench.chaos.topology import (
     FAILED,
@@ -66,28 +67,6 @@ ENGINE_SETTINGS = {
 SOAK_SETTINGS = {k: ENGINE_SETTINGS[k] for k in (
     "STREAMGATE_SUSPECT_SECONDS", "STREAMGATE_BATCH_MESSAGES", "STREAMGATE_GATEWAY_CONCURRENCY")}
 ANOMALIES = ("lost", "duplicates", "inconsistent", "reordered", "unreplicated")
-
-
-@dataclass
-class Options:
-    seconds: float = 60.0  # of faults
-    seed: int = field(default_factory=lambda: random.randrange(1 << 30))
-    batch: int = 100  # records per produce call
-    interval: float = 0.05  # between a producer's calls: at most 2,000 messages/s each
-    fault_every: tuple[float, float] = (1.0, 3.0)  # seconds between two faults
-    restart_every: float = 12.0  # at least this long between two PostgreSQL restarts
-    spark: bool = True  # Spark catch-ups too, when workers.spark is built
-    spark_every: float = 30.0  # at least this long between two (a JVM starts for each)
-    portal: bool = True  # a producer through a portal process, killed -9 under it
-    kafka: bool = True  # an idempotent Kafka producer through a listener, killed -9 under it
-    cli: bool = True  # a producer through the command line (with the portal only)
-    cli_interval: float = 0.5  # between its calls: each starts a Python process
-    failover: bool = True  # failover/failback cycles of newyork from sanfrancisco
-    failover_every: float = 40.0  # at least this long from a failback to the next failover
-    converge_timeout: float = 120.0
-    say: Callable[[str], None] = print
-    # Deadlines for every step (bench/chaos/watchdog.py); run_soak starts one if not given.
-    watchdog: Watchdog | None = None
 
 
 @dataclass
