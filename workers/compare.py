@@ -26,10 +26,11 @@ def streams_differ(a: Stream, b: Stream, spans: list[Span]) -> dict[tuple[str, i
     if sum(r.size for r in ranges) <= settings.BULK_IN_PROCESS:
         rows = list(diff_ranges(work, ranges))
     else:
-        from workers.spark import spark_context
         from workers.spark.jobs import diff_on_spark
+        from workers.spark.session import borrowed_context
 
-        rows = diff_on_spark(spark_context(settings.SPARK_MASTER_URL or None), work, ranges)
+        with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:
+            rows = diff_on_spark(spark, work, ranges)
     found: dict[tuple[str, int], int] = {}
     for topic, partition, offset in rows:
         if offset is not None:
@@ -40,7 +41,8 @@ def streams_differ(a: Stream, b: Stream, spans: list[Span]) -> dict[tuple[str, i
 def link_copy(link: ReplicaLink) -> int:
     """What the link's replica lacks of the topics it carries, copied by copystream's Spark
     tasks (as the engine's large-backlog catch-up job copies, without its Job record)."""
-    from workers.spark import Side, Spec, copystream, spark_context
+    from workers.spark import Side, Spec, copystream
+    from workers.spark.session import borrowed_context
 
     source, replica = link.source, link.replica
     topics = dict(source.topics.values_list("name", "origin_uuid"))
@@ -49,4 +51,5 @@ def link_copy(link: ReplicaLink) -> int:
                 Side(store_url(replica.cluster), str(replica.uuid)),
                 dict(source.topics.filter(name__in=kept).values_list("name", "partitions")),
                 link=str(link.pk))
-    return copystream(spark_context(settings.SPARK_MASTER_URL or None), spec)["messages"]
+    with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:
+        return copystream(spark, spec)["messages"]

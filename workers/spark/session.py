@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
@@ -71,3 +74,24 @@ def stop(context: SparkContext) -> None:
     context._accumulatorServer = None  # see above
     context.stop()
 
+
+_borrowed = threading.Lock()
+
+
+@contextmanager
+def borrowed_context(master: str | None) -> Iterator[SparkContext]:
+    """A context for one call of a long-lived process (a failback's copy or a comparison in the
+    portal). In local mode it stays for the next call: its start is most of a small call's
+    time. On a cluster it is stopped after the call, one call at a time: a standalone master
+    keeps the cores it gave an application until the application ends, so a context left open
+    in a portal would starve every job after it (the chaos soak's catch-ups waited for ever on
+    a failback's copy that held both cores of the worker)."""
+    if not master:
+        yield spark_context()
+        return
+    with _borrowed:
+        context = spark_context(master)
+        try:
+            yield context
+        finally:
+            context.stop()  # in full: this process goes on, its accumulator server must not

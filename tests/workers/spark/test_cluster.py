@@ -255,6 +255,29 @@ def test_a_job_with_no_executor_for_its_wait_fails_naming_why_and_frees_its_work
     assert "no Spark executor for 5 s" in job.error and spark_master.master_url in job.error
     assert took < 5 + 60, f"{took:.1f} s: the driver's start and the wait, no more"
     spark_master.start_worker()  # and the same job runs when a worker is back
+    monkeypatch.delenv("STREAMGATE_SPARK_EXECUTOR_WAIT")  # executors start slowly when loaded
     job.state = Job.State.QUEUED
     job.save()
+    assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
+
+
+# --- Spark called from a long-lived process ----------------------------------------------------
+
+
+def test_a_comparison_in_this_process_leaves_the_cluster_free_for_the_next_job(
+        spark_master, owner, activity, clicks, settings):
+    """The soak's starved catch-ups: a failback's copy in the portal process kept its Spark
+    application, and with it every core of the worker, for the life of the process."""
+    from replication.services.compare import Span
+    from workers.compare import streams_differ
+
+    fill(activity, 1000)
+    settings.BULK_IN_PROCESS = 0  # compared on the cluster, not in this process
+    before = applications(spark_master)
+    spans = [Span("clicks", p, 0, 300) for p in range(3)]
+    assert streams_differ(activity, activity, spans) == {}
+    (app,) = applications(spark_master) - before
+    assert_ran_on_the_worker(spark_master, app)
+    wait_until(lambda: not spark_master.state()["activeapps"], timeout=30)
+    job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
     assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
