@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bench.chaos.options import Options
 
+BACKOFF, BACKOFF_MAX = 0.1, 1.0  # seconds after a refused call, doubling up to the max
+
 
 @dataclass(frozen=True, slots=True)
 class Ack:
@@ -50,7 +52,7 @@ class Producer(threading.Thread):
         self.label, self.target, self.topics, self.actor = label, target, topics, actor
         self.options, self.halt = options, stop
         self.interval = options.interval  # between two calls
-        self.sent = self.refused = 0
+        self.sent = self.refused = self.refusals = 0  # refusals: in a row, for the backoff
         self.held = threading.Event()  # set: no new calls (a failback drains what they wrote)
         self.acks: list[Ack] = []
         self.errors: Counter[str] = Counter()
@@ -103,16 +105,21 @@ class Producer(threading.Thread):
             return
         self.acked(target, topic, placed, [ident for ident, _, _ in messages])
 
-    def refuse(self, count: int, error: BaseException) -> None:
+    def refuse(self, count: int, error: BaseException | str) -> None:
+        """Not acknowledged: wait before the next call, longer after each refusal in a row, as
+        librdkafka backs off (retry.backoff.ms 100 up to retry.backoff.max.ms 1000): a client
+        that called five times a second into an outage would count those calls as lost."""
         self.refused += count
-        self.errors[type(error).__name__] += 1
-        self.halt.wait(0.2)
+        self.errors[error if isinstance(error, str) else type(error).__name__] += 1
+        self.halt.wait(min(BACKOFF_MAX, BACKOFF * 2 ** self.refusals))
+        self.refusals += 1
 
     def acked(self, target: Target, topic: str, placed: list[tuple[int, int]],
               ids: list[bytes]) -> None:
         self.acks += [Ack(target.stream.path, topic, p, o, i, target.epoch)
                       for (p, o), i in zip(placed, ids, strict=True)]
         self.acked_at.append(time.monotonic())
+        self.refusals = 0
 
     def finish(self) -> None:
         """Wait for what is in flight (the Kafka producer's queue)."""
@@ -177,9 +184,7 @@ class CliProducer(Producer):
             self.acked(target, topic, [(r["partition"], r["offset"]) for r in rows],
                        [ident for ident, _, _ in messages][:len(rows)])
         if done.returncode or len(rows) < len(messages):
-            self.refused += len(messages) - len(rows)
-            self.errors[f"CLI exit {done.returncode}"] += 1
-            self.halt.wait(0.2)
+            self.refuse(len(messages) - len(rows), f"CLI exit {done.returncode}")
 
 
 class KafkaProducer(Producer):
