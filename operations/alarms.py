@@ -27,8 +27,15 @@ from replication.engine.replicator import PartitionPending, pending
 from replication.engine.store import OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.events import publish_after_commit
-from replication.models import Failover, Gateway, ReplicaLink, Stream, SyncMode
-from replication.services.engine import carried_topics, link_is_stalled
+from replication.models import (
+    Failover,
+    Gateway,
+    ReplicaLink,
+    Stream,
+    SyncMode,
+    carried_topics,
+    link_is_stalled,
+)
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)

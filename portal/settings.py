@@ -349,7 +349,7 @@ FAILBACK_KEEP_RATE = _positive(env.float, "STREAMGATE_FAILBACK_KEEP_RATE", 50_00
 GATEWAY_HEARTBEAT_SECONDS = _positive(env.float, "STREAMGATE_GATEWAY_HEARTBEAT", 2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = _positive(env.int, "STREAMGATE_GATEWAY_CONCURRENCY", 4)
-# Replicators split the moving links with a lease per link in presence (replication/leases.py):
+# Replicators split the moving links with a lease per link (replication/transport/leases.py):
 # held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
 # by the others within about 1.25 times this.
 REPLICATOR_LEASE_SECONDS = _positive(env.float, "STREAMGATE_REPLICATOR_LEASE_SECONDS", 3.0)

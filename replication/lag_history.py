@@ -24,9 +24,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from replication.events import publish_after_commit
-from replication.models import Gateway, ReplicaLink
+from replication.models import Gateway, ReplicaLink, link_is_stalled
 from replication.reports import pending_figures, time_lag
-from replication.services.engine import link_is_stalled
 
 SAMPLE_SECONDS = 5.0
 KEEP_SECONDS = 3600

@@ -5,7 +5,7 @@ from accounts.models import Membership, Role, Tenant
 from replication import services
 from replication.engine.store import Record
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
-from replication.services.engine import batch_apply
+from replication.services.apply import batch_apply
 from replication.services.messages import messages_produce
 
 

@@ -16,7 +16,8 @@ from operations.tasks import evaluate_alarms_task
 from replication import services
 from replication.engine.store import Record
 from replication.models import ReplicaLink, SyncMode
-from replication.services.engine import batch_apply, link_error, link_progress, link_waiting
+from replication.services.apply import batch_apply
+from replication.services.linknotes import link_error, link_progress, link_waiting
 from replication.services.messages import messages_produce, stream_expire
 from replication.services.sync import link_mode_switch
 from tests.operations.conftest import ago

@@ -15,7 +15,7 @@ from operations.tasks import evaluate_alarms_task
 from replication.engine.store import Record
 from replication.lag_history import lag_history
 from replication.models import ReplicaLink
-from replication.services.engine import batch_apply
+from replication.services.apply import batch_apply
 from replication.stores import store_for
 from tests.operations.test_alarms import produce
 from workers.celery import app

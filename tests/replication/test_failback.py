@@ -18,7 +18,7 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
-from replication.services.engine import batch_apply
+from replication.services.apply import batch_apply
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.factories import StreamFactory, spread

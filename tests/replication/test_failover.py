@@ -17,8 +17,8 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
+from replication.services.apply import batch_apply
 from replication.services.common import component, holdings
-from replication.services.engine import batch_apply
 from replication.services.messages import (
     PartitionWrite,
     cursor_commit,

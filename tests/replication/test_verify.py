@@ -14,8 +14,8 @@ from operations.models import Alarm, AlarmKind
 from replication.engine.store import Record
 from replication.models import ReplicaLink
 from replication.services import replica_add, topic_create, upstream_add
+from replication.services.apply import batch_apply
 from replication.services.compare import marks_of
-from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.services.verify import link_verify, links_verify_due
 from replication.stores import store_for

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from replication.engine.replicator import BatchSpec
-from workers.throttle import Throttle
+from workers.replication.throttle import Throttle
 
 S, R = uuid.uuid4(), uuid.uuid4()
 
