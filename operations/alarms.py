@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 # The kinds `alarms_evaluate` owns: an open one whose condition is gone is cleared.
 EVALUATED = frozenset(AlarmKind) - {AlarmKind.RETENTION_UNREPLICATED, AlarmKind.FAILOVER}
 # The replicator's own words when a destination cluster has no live gateway
-# (replication/services/engine.py link_waiting): reported as the cluster's alarm instead.
+# (replication/services/linknotes.py link_waiting): reported as the cluster's alarm instead.
 WAITING_PREFIX = "waiting: no live gateway"
 COUNT_LIMIT = 10_000  # messages read to count a retention loss; beyond it, "at least"
 

@@ -292,7 +292,7 @@ if DATA_UPLOAD_MAX_MEMORY_SIZE < _BODY_FLOOR:
     raise ImproperlyConfigured(f"STREAMGATE_MAX_BODY_BYTES must be at least {_BODY_FLOOR}, so a "
                                "REST produce can carry a message of STREAMGATE_MAX_MESSAGE_BYTES")
 
-# The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
+# The replication engine (workers/replication/). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
 # for more messages to join the batch).
 REPLICATION_BATCH_MESSAGES = _positive(env.int, "STREAMGATE_BATCH_MESSAGES", 5000)

@@ -51,7 +51,7 @@ def _gateway_key(gateway_id: int) -> str:
 
 def lag_payload(link: ReplicaLink, point: Point) -> dict[str, Any]:
     """The `replica.lag` event's payload: the replicator's shape
-    (replication.services.engine.link_lag_publish), plus the sample's time `t`."""
+    (replication.services.linknotes.link_lag_publish), plus the sample's time `t`."""
     t_ms, messages, nbytes, lag_ms, stalled = point
     return {"link": link.pk, "source": link.source_id, "replica": link.replica_id,
             "messagesPending": messages, "bytesPending": nbytes, "timeLagMs": lag_ms,

@@ -1,6 +1,6 @@
 """Gateways going up and down, told to the pages ("gateway.status" events).
 
-Whoever watches presence (each gateway's heartbeat, workers/gateway.py) calls
+Whoever watches presence (each gateway's heartbeat, workers/replication/gateway.py) calls
 `gateways_announce` with the gateways live now; the change from the status last announced is
 claimed with a conditional UPDATE, so of several watchers exactly one announces it.
 """

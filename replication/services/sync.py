@@ -9,7 +9,7 @@ A link configured synchronous is in one of two modes (ReplicaLink.mode):
   live gateway, when a produce waited REPLICATION_SYNC_TIMEOUT_MS in vain, or when the replica
   took longer than REPLICATION_SYNC_LATENCY_MS to apply one; it returns to sync by itself
   once nothing is pending and a gateway of its cluster is live (the gateways' heartbeats
-  check, workers/gateway.py).
+  check, workers/replication/gateway.py).
 
 Every switch is a row (ModeSwitch), the link's `mode`, `mode_since` and `mode_reason` (shown
 by `replica list`), and a "replica.mode" event to the tenants of both ends: never silent.

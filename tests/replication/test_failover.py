@@ -17,7 +17,6 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
-from replication.services.apply import batch_apply
 from replication.services.common import component, holdings
 from replication.services.messages import (
     PartitionWrite,
@@ -30,6 +29,7 @@ from replication.services.messages import (
 from replication.stores import store_for
 from replication.topology import origin_conflicts
 from tests.factories import ClusterFactory, StreamFactory, spread
+from workers.replication.applier import batch_serve
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -69,7 +69,7 @@ def replicate(source: Stream, replica: Stream, topic: str = "clicks",
     pk = ReplicaLink.objects.get(source=source, replica=replica).pk
     for partition, (_low, high) in store_for(source.cluster).watermarks(source.uuid,
                                                                         topic).items():
-        batch_apply(link_id=pk, topic=topic, partition=partition, start=0,
+        batch_serve(link_id=pk, topic=topic, partition=partition, start=0,
                     end=high if upto is None else min(high, upto))
 
 

@@ -1,5 +1,6 @@
-"""A gateway's batch list (replication/batchqueue.py, workers/batches.py): what the
-replicator pushes there is applied on real stores and acknowledged batch by batch."""
+"""A gateway's batch list (replication/transport/batchqueue.py, workers/replication/
+consumer.py): what the replicator pushes there is applied on real stores and acknowledged
+batch by batch."""
 
 from __future__ import annotations
 

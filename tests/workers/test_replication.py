@@ -40,7 +40,7 @@ from tests.workers.conftest import (
     start_gateways,
     wait_until,
 )
-from workers.replication.applier import tally
+from workers.replication.applier import batch_serve, tally
 from workers.replication.flights import InFlight
 from workers.replication.loop import Replicator
 from workers.tasks import apply_batch_task
@@ -565,9 +565,6 @@ def test_a_gateway_killed_with_windows_in_flight_loses_nothing(gateways, owner, 
 
 
 def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused(owner, pair):
-    from replication.engine.store import Misordered
-    from replication.services.apply import batch_apply
-
     source, replica = pair
     link = pair_link()
     produce = Producer(owner, source)
@@ -575,18 +572,21 @@ def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused
     high = highs(source)[0]
     half = high // 2
     later: list[int] = []
-    ahead = threading.Thread(target=lambda: later.append(batch_apply(
-        link_id=link.pk, topic="clicks", partition=0, start=half, end=high).count))
+    ahead = threading.Thread(target=lambda: later.append(batch_serve(
+        link_id=link.pk, topic="clicks", partition=0, start=half, end=high)))
     ahead.start()
     time.sleep(0.01)
-    assert batch_apply(link_id=link.pk, topic="clicks", partition=0, start=0,
-                       end=half).count == half
+    assert batch_serve(link_id=link.pk, topic="clicks", partition=0, start=0, end=half) == half
     ahead.join()
     assert later == [high - half]  # applied after waiting, not refused
     produce(300)
     beyond = highs(source)[0]
-    with pytest.raises(Misordered):  # its predecessor never comes: refused, the sender re-plans
-        batch_apply(link_id=link.pk, topic="clicks", partition=0, start=beyond - 1, end=beyond)
+    inbox = uuid.uuid4().hex
+    assert batch_serve(link_id=link.pk, topic="clicks", partition=0, start=beyond - 1,
+                       end=beyond, tickets=["lost"], reply_to=inbox) == 0
+    # Its predecessor never comes: refused, and the sender re-plans.
+    (ack,) = transport().inbox.wait(1.0, inbox).acks
+    assert ack["misordered"] and ack["ticket"] == "lost"
     assert highs(replica)[0] == high
 
 

@@ -1,4 +1,5 @@
-"""Token buckets of throttled links (workers/throttle.py), on a clock of the test's own."""
+"""Token buckets of throttled links (workers/replication/throttle.py), on a clock of the test's
+own."""
 
 from __future__ import annotations
 

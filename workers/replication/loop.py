@@ -8,7 +8,7 @@ at any refusal, timeout, hand-off, lease change, link change and sweep), a gatew
 trims what the replica already holds and refuses a batch that would leave a gap, so a batch
 sent twice, to two gateways, or applied late by a gateway presumed dead, changes nothing
 (invariant 2). Up to REPLICATION_WINDOW batches of a (link, topic, partition) are in flight,
-consecutive and all to one gateway, whose batch list (replication/batchqueue.py; a step's
+consecutive and all to one gateway, whose batch list (replication/transport/batchqueue.py; a step's
 batches go in one pipeline) hands them out in order; one that still arrives before its
 predecessor is applied waits a moment at the gateway, then is refused, and the replicator
 forgets the partition's flights and re-plans from the replica's end. A partial batch (the tail
