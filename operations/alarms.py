@@ -27,8 +27,15 @@ from replication.engine.replicator import PartitionPending, pending
 from replication.engine.store import OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.events import publish_after_commit
-from replication.models import Failover, Gateway, ReplicaLink, Stream, SyncMode
-from replication.services.engine import carried_topics, link_is_stalled
+from replication.models import (
+    Failover,
+    Gateway,
+    ReplicaLink,
+    Stream,
+    SyncMode,
+    carried_topics,
+    link_is_stalled,
+)
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)
@@ -36,7 +43,7 @@ log = structlog.get_logger(__name__)
 # The kinds `alarms_evaluate` owns: an open one whose condition is gone is cleared.
 EVALUATED = frozenset(AlarmKind) - {AlarmKind.RETENTION_UNREPLICATED, AlarmKind.FAILOVER}
 # The replicator's own words when a destination cluster has no live gateway
-# (replication/services/engine.py link_waiting): reported as the cluster's alarm instead.
+# (replication/services/linknotes.py link_waiting): reported as the cluster's alarm instead.
 WAITING_PREFIX = "waiting: no live gateway"
 COUNT_LIMIT = 10_000  # messages read to count a retention loss; beyond it, "at least"
 

@@ -15,8 +15,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from replication.models import Cluster, Gateway, ReplicaLink
-from replication.presence import presence
 from replication.stores import store_for
+from replication.transport import transport
+from replication.transport.client import redis_client
 
 NOBODY = uuid.UUID(int=0)  # a stream no one has: asking its sizes costs a query, finds nothing
 
@@ -63,7 +64,7 @@ def _stores() -> str:
 def _redis() -> str:
     if not settings.REDIS_URL:
         return "embedded mode: no Redis"
-    presence().client.ping()  # type: ignore[attr-defined]
+    redis_client(settings.REDIS_URL).ping()
     return "reachable"
 
 
@@ -73,7 +74,7 @@ def _gateways() -> str:
                   .values_list("replica__cluster__name", flat=True))
     configured = list(Gateway.objects.filter(enabled=True, cluster__name__in=targets)
                       .values_list("cluster__name", "name"))
-    live = {cluster for cluster, _ in presence().live(configured)}
+    live = {cluster for cluster, _ in transport().gateways.live(configured)}
     missing = sorted(targets - live)
     if missing:
         raise RuntimeError("no live gateway on cluster " + ", ".join(missing))

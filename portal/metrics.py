@@ -26,11 +26,10 @@ from operations.models import Alarm, AlarmKind
 from replication import reports
 from replication.counters import CONSUMED, FIGURES, PRODUCED, refusal_totals, traffic_totals
 from replication.engine.store import UnknownTopic
-from replication.leases import replicator_rows
-from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic
-from replication.presence import presence
-from replication.services.engine import link_is_stalled
+from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic, link_is_stalled
 from replication.stores import store_for
+from replication.transport import transport
+from replication.transport.leases import replicator_rows
 
 LINK = ["source", "replica"]
 
@@ -92,7 +91,7 @@ def gateway_metrics() -> Iterator[Metric]:
 
 
 def replicator_metrics() -> Iterator[Metric]:
-    """Each replicator heard of in the last hour (replication/leases.py), from presence."""
+    """Each replicator heard of in the last hour (replication/transport/leases.py)."""
     labels = ["replicator", "host", "pid"]
     live = GaugeMetricFamily("streamgate_replicators_live", "Replicators alive now")
     up = GaugeMetricFamily("streamgate_replicator_up", "1 while the replicator beats",
@@ -102,7 +101,7 @@ def replicator_metrics() -> Iterator[Metric]:
     age = GaugeMetricFamily("streamgate_replicator_heartbeat_age_seconds",
                             "Seconds since the replicator's last beat", labels=labels)
     try:
-        rows = replicator_rows(presence())
+        rows = replicator_rows(transport().leases)
     except redis.RedisError:  # the other figures still come; no replicator figure is a gap
         rows = []
     live.add_metric([], sum(r["alive"] for r in rows))

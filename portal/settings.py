@@ -292,7 +292,7 @@ if DATA_UPLOAD_MAX_MEMORY_SIZE < _BODY_FLOOR:
     raise ImproperlyConfigured(f"STREAMGATE_MAX_BODY_BYTES must be at least {_BODY_FLOOR}, so a "
                                "REST produce can carry a message of STREAMGATE_MAX_MESSAGE_BYTES")
 
-# The replication engine (workers/replicator.py, workers/gateway.py). Batches are cut per
+# The replication engine (workers/replication/). Batches are cut per
 # (replica, topic, partition), bounded by messages, bytes and linger (how long a wake-up waits
 # for more messages to join the batch).
 REPLICATION_BATCH_MESSAGES = _positive(env.int, "STREAMGATE_BATCH_MESSAGES", 5000)
@@ -349,7 +349,7 @@ FAILBACK_KEEP_RATE = _positive(env.float, "STREAMGATE_FAILBACK_KEEP_RATE", 50_00
 GATEWAY_HEARTBEAT_SECONDS = _positive(env.float, "STREAMGATE_GATEWAY_HEARTBEAT", 2.0)
 GATEWAY_PRESENCE_TTL = env.float("STREAMGATE_GATEWAY_TTL", default=6.0)
 GATEWAY_CONCURRENCY = _positive(env.int, "STREAMGATE_GATEWAY_CONCURRENCY", 4)
-# Replicators split the moving links with a lease per link in presence (replication/leases.py):
+# Replicators split the moving links with a lease per link (replication/transport/leases.py):
 # held this long unless renewed (every quarter of it), so one killed -9 has its links taken over
 # by the others within about 1.25 times this.
 REPLICATOR_LEASE_SECONDS = _positive(env.float, "STREAMGATE_REPLICATOR_LEASE_SECONDS", 3.0)

@@ -24,9 +24,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from replication.events import publish_after_commit
-from replication.models import Gateway, ReplicaLink
+from replication.models import Gateway, ReplicaLink, link_is_stalled
 from replication.reports import pending_figures, time_lag
-from replication.services.engine import link_is_stalled
 
 SAMPLE_SECONDS = 5.0
 KEEP_SECONDS = 3600
@@ -52,7 +51,7 @@ def _gateway_key(gateway_id: int) -> str:
 
 def lag_payload(link: ReplicaLink, point: Point) -> dict[str, Any]:
     """The `replica.lag` event's payload: the replicator's shape
-    (replication.services.engine.link_lag_publish), plus the sample's time `t`."""
+    (replication.services.linknotes.link_lag_publish), plus the sample's time `t`."""
     t_ms, messages, nbytes, lag_ms, stalled = point
     return {"link": link.pk, "source": link.source_id, "replica": link.replica_id,
             "messagesPending": messages, "bytesPending": nbytes, "timeLagMs": lag_ms,

@@ -35,10 +35,11 @@ from replication.models import (
     Stream,
     SyncMode,
     Topic,
+    carried_topics,
+    link_is_stalled,
 )
-from replication.presence import presence
-from replication.services.engine import carried_topics, link_is_stalled
 from replication.stores import store_for
+from replication.transport import transport
 
 Row = dict[str, Any]
 
@@ -351,7 +352,7 @@ def gateway_rows(cluster: Cluster) -> list[Row]:
 
 def _live_gateways(cluster: Cluster, gateways: list[Gateway]) -> set[str]:
     try:
-        live = presence().live([(cluster.name, g.name) for g in gateways])
+        live = transport().gateways.live([(cluster.name, g.name) for g in gateways])
     except Exception:  # Redis unreachable: fall back on the database's heartbeats
         return {g.name for g in gateways if g.status == Gateway.Status.UP}
     return {name for _, name in live}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 # job_id: a Job was recorded and committed, and waits for a worker to run it. The workers app
-# enqueues it (workers/jobs.py job_enqueue: Celery in production, a thread in embedded mode).
+# enqueues it (workers/tasks.py job_enqueue: Celery in production, a thread in embedded mode).
 job_submitted = Signal()
 
 # stream, before_ms: retention is about to delete the stream's messages older than before_ms.

@@ -5,8 +5,8 @@ from accounts.models import Membership, Role, Tenant
 from replication import services
 from replication.engine.store import Record
 from replication.models import PERMISSIONS, Cluster, Gateway, Stream, Topic
-from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
+from workers.replication.applier import batch_serve
 
 
 def numbered(prefix: str) -> factory.Sequence:
@@ -123,6 +123,6 @@ def replicated_clicks(owner, source, replica, *, per_partition: int,  # type: ig
                      records=spread(source, "clicks",
                                     [Record(value=value % i) for i in range(2 * per_partition)]))
     for partition in (0, 1):
-        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=0,
+        batch_serve(link_id=link.pk, topic="clicks", partition=partition, start=0,
                     end=per_partition)
     return link

@@ -10,15 +10,17 @@ class WorkersConfig(AppConfig):
     def ready(self) -> None:
         from replication.services.compare import register_copier, register_differ
         from replication.signals import job_submitted
+        from replication.transport.batchqueue import local_delivery
         from workers.compare import link_copy, streams_differ
+        from workers.tasks import send_eagerly
 
         job_submitted.connect(_run_job, dispatch_uid="job_enqueue")
         register_differ(streams_differ)
         register_copier(link_copy)
+        local_delivery(send_eagerly)
 
 
 def _run_job(sender: Any, *, job_id: int, **_: Any) -> None:
-    # Imported when a job comes, not at start-up: workers.jobs loads PySpark.
-    from workers.jobs import job_enqueue
+    from workers.tasks import job_enqueue
 
     job_enqueue(job_id)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from replication.models import ReplicaLink, Stream
+from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.compare import Span
-from replication.services.engine import carried_topics
 from replication.stores import store_url
 
 

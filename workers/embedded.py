@@ -10,6 +10,10 @@ import time
 import structlog
 from celery import Celery
 
+from replication.transport import transport
+from workers.replication.gateway import Heartbeat
+from workers.replication.loop import start_replicator_thread
+
 log = structlog.get_logger(__name__)
 
 
@@ -44,10 +48,6 @@ def start_replication() -> None:
     """`make run` starts the configured gateways in-process: each enabled gateway is live
     (heartbeating) in this process, where batches apply eagerly, and the replicator runs as a
     thread beside them."""
-    from replication.presence import presence
-    from workers.gateway import Heartbeat
-    from workers.replicator import start_replicator_thread
-
-    signals = presence()
+    signals = transport()
     Heartbeat(None, signals).start()
     start_replicator_thread(signals)

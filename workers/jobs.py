@@ -14,8 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from replication.models import Job, ReplicaState
-from replication.services.engine import carried_topics
+from replication.models import Job, ReplicaState, carried_topics
 from replication.services.jobs import job_finished, publish_job_event
 from replication.stores import store_for, store_url
 from workers.spark import Side, Spec
@@ -25,23 +24,6 @@ log = structlog.get_logger(__name__)
 ENTRY = {Job.Kind.COPYSTREAM: "copystream_job.py", Job.Kind.CATCHUP: "copystream_job.py",
          Job.Kind.DIFFSTREAMS: "diffstreams_job.py"}
 WRITE_EVERY = 0.5  # seconds between progress writes to the record
-
-
-def job_enqueue(job_id: int) -> None:
-    """Celery in production; a thread in embedded mode, where tasks would otherwise run
-    eagerly inside the request that asked for the job."""
-    from workers.tasks import run_job_task
-
-    def run_here() -> None:
-        try:
-            run_job_task(job_id)
-        finally:
-            connection.close()  # the thread's own; nothing else will close it
-
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=run_here, daemon=True, name=f"job-{job_id}").start()
-    else:
-        run_job_task.delay(job_id)
 
 
 def job_run(*, job_id: int) -> str:

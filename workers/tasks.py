@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 from celery import shared_task
+from django.conf import settings
+from django.db import connection
 
 from operations.throughput import throughput_record
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
+from replication.services.jobs import jobs_stale
 from replication.services.messages import stream_expire
 from replication.services.verify import links_verify_due
-from workers.batches import batch_serve
+from replication.transport import GatewayId
+from workers.replication.applier import batch_serve
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +46,8 @@ def apply_batch_task(
     link_id: int, topic: str, partition: int, start: int, end: int, *, gateway: str = "",
     ticket: str = "", reply_to: str = "",
 ) -> int:
-    """A gateway applies [start, end) of one partition to a replica (workers/batches.py); the
+    """A gateway applies [start, end) of one partition to a replica (workers/replication/
+    applier.py); the
     replicator sends its batches on the gateway's own list instead, except in embedded mode,
     where this task runs them eagerly. Safe to run any number of times, anywhere."""
     return batch_serve(link_id=link_id, topic=topic, partition=partition, start=start, end=end,
@@ -69,7 +76,7 @@ def verify_links_task() -> int:
 def run_job_task(job_id: int) -> str:
     """Runs a copystream, diffstreams or catch-up job; a redelivery (its worker died) runs it
     again, which leaves the destination exactly as one run would."""
-    from workers.jobs import job_run
+    from workers.jobs import job_run  # here, not at start-up: workers.jobs loads PySpark
 
     return job_run(job_id=job_id)
 
@@ -77,10 +84,34 @@ def run_job_task(job_id: int) -> str:
 @shared_task(name="workers.tasks.resume_jobs_task")
 def resume_jobs_task() -> int:
     """Beat's safety net: an active job whose record stopped moving lost its worker."""
-    from replication.services.jobs import jobs_stale
-    from workers.jobs import job_enqueue
-
     stale = jobs_stale()
     for job_id in stale:
         job_enqueue(job_id)
     return len(stale)
+
+
+def job_enqueue(job_id: int) -> None:
+    """Celery in production; a thread in embedded mode, where tasks would otherwise run
+    eagerly inside the request that asked for the job."""
+    def run_here() -> None:
+        try:
+            run_job_task(job_id)
+        finally:
+            connection.close()  # the thread's own; nothing else will close it
+
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        threading.Thread(target=run_here, daemon=True, name=f"job-{job_id}").start()
+    else:
+        run_job_task.delay(job_id)
+
+
+def send_eagerly(outbox: list[tuple[GatewayId, dict]]) -> None:
+    """Embedded mode (no Redis): the gateways live in this process and Celery runs its tasks
+    eagerly, so each batch applies here and now (replication/transport/batchqueue.py
+    LocalBatches)."""
+    for gateway, batch in outbox:
+        apply_batch_task.apply_async(
+            args=(batch["link"], batch["topic"], batch["partition"], batch["start"],
+                  batch["end"]),
+            kwargs={"gateway": "/".join(gateway), "ticket": batch["ticket"],
+                    "reply_to": batch["reply_to"]})

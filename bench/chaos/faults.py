@@ -100,11 +100,11 @@ def spark_built() -> bool:
 
 def spark_catchup(driver: Driver) -> None:
     """Hand a replica link to the Spark catch-up job, as the replicator does with a large
-    backlog (replication.services.engine.link_catchup_request): the Celery worker runs the job
+    backlog (replication.services.jobs.catchup_request): the Celery worker runs the job
     while the replicator leaves the link alone, then the link replicates on from the replica's
     end."""
     from replication.models import Job, ReplicaLink
-    from replication.services.engine import link_catchup_request
+    from replication.services.jobs import catchup_request
 
     if "Redis" in driver.down:
         return  # the job is sent through the broker
@@ -113,7 +113,7 @@ def spark_catchup(driver: Driver) -> None:
     link = ReplicaLink.objects.get(source=streams[source], replica=streams[replica])
     before = Job.objects.count()
     # True also when a job of the link still runs: count only the jobs submitted here.
-    if link_catchup_request(link_id=link.pk) and Job.objects.count() > before:
+    if catchup_request(link_id=link.pk) and Job.objects.count() > before:
         driver.faults["Spark catch-up"] += 1
         driver.next_spark = time.monotonic() + driver.options.spark_every
         driver.options.say(f"  Spark catch-up of {source} -> {replica}")

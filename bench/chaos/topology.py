@@ -95,9 +95,9 @@ def origin_ends(topology: Topology, down: frozenset[str] = frozenset()) -> Ends:
 def held_by(pid: int, topology: Topology) -> set[str]:
     """The replica clusters of the links the replicator process `pid` holds leases on."""
     from replication.models import ReplicaLink
-    from replication.presence import presence
+    from replication.transport import transport
 
-    signals = presence()
+    signals = transport().leases
     ids = {s.id for s in signals.replicators() if s.pid == pid}
     links = dict(ReplicaLink.objects.filter(replica__path__in=[
         s.path for s in topology.streams.values()]).values_list("pk", "replica__cluster__name"))
@@ -156,10 +156,10 @@ def behind(topology: Topology) -> list[str]:
 
 
 def wait_live(engine_gateways: list[tuple[str, str]], timeout: float = 60.0) -> None:
-    from replication.presence import presence
+    from replication.transport import transport
 
     deadline = time.monotonic() + timeout
-    while len(presence().live(engine_gateways)) < len(engine_gateways):
+    while len(transport().gateways.live(engine_gateways)) < len(engine_gateways):
         if time.monotonic() > deadline:
             raise RuntimeError(f"gateways not live after {timeout:.0f} s")
         time.sleep(0.2)

@@ -18,7 +18,6 @@ from replication.engine.store import (
     CursorKey,
     Key,
     Message,
-    Misordered,
     OffsetOutOfRange,
     PartitionStats,
     ReturnToOrigin,
@@ -310,21 +309,6 @@ def sync_cursors(
 # --- gateway side ------------------------------------------------------------------------------
 
 
-def apply_batch(
-    source: MessageStore,
-    replica: MessageStore,
-    spec: BatchSpec,
-    *,
-    link: str,
-    max_bytes: int = MAX_BYTES,
-) -> int:
-    """Copy [start, end) of the source partition to the replica in one transaction; return
-    how many messages were new. Idempotent: the replica trims what it already holds, whoever
-    brought it. A batch starting past the replica's end raises Misordered (its `expected` is
-    where the sender re-plans from)."""
-    return apply_spec(source, replica, spec, link=link, max_bytes=max_bytes).count
-
-
 def apply_spec(
     source: MessageStore,
     replica: MessageStore,
@@ -333,8 +317,11 @@ def apply_spec(
     link: str,
     max_bytes: int = MAX_BYTES,
 ) -> Applied:
-    """apply_batch, with the store's whole answer: the messages and logical bytes newly
-    written (none for a redelivered batch), for the gateway's counters."""
+    """Copy [start, end) of the source partition to the replica in one transaction; return
+    the messages and logical bytes newly written (none for a redelivered batch), for the
+    gateway's counters. Idempotent: the replica trims what it already holds, whoever brought
+    it. A batch starting past the replica's end raises Misordered (its `expected` is where the
+    sender re-plans from)."""
     # Between two stores that can pipe rows to each other (PostgreSQL to PostgreSQL), the
     # rows go from the source's COPY TO into the replica's COPY FROM, never becoming Python
     # objects (DESIGN.md: no per-row Python loops on bulk paths); same lock and trim rule.
@@ -389,56 +376,3 @@ def _read_range(source: MessageStore, spec: BatchSpec, start: int, max_bytes: in
         messages += chunk
         offset = chunk[-1].offset + 1
     return messages
-
-
-# --- both sides in one loop --------------------------------------------------------------------
-
-
-def pump(
-    source: MessageStore,
-    source_stream: UUID,
-    replica: MessageStore,
-    replica_stream: UUID,
-    topics: dict[str, UUID],
-    *,
-    link: str,
-    max_messages: int = MAX_MESSAGES,
-    max_bytes: int = MAX_BYTES,
-    max_rounds: int = 1000,
-) -> int:
-    """Plan and apply until caught up (or max_rounds plans, when producers outpace it); return
-    the messages applied. Raises Misordered when a round is refused and makes no progress: a
-    gap nothing can fill, such as a lagging replica whose next messages expired at the source."""
-    total = 0
-    for _ in range(max_rounds):
-        specs = plan_batches(
-            source,
-            source_stream,
-            replica,
-            replica_stream,
-            topics,
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-        )
-        if not specs:
-            break
-        applied, refused = _apply_round(source, replica, specs, link, max_bytes)
-        total += applied
-        if refused is not None and not applied:
-            raise refused
-    return total
-
-
-def _apply_round(
-    source: MessageStore, replica: MessageStore, specs: list[BatchSpec], link: str, max_bytes: int
-) -> tuple[int, Misordered | None]:
-    applied, refused, skip = 0, None, set()
-    for spec in specs:
-        if spec.key in skip:
-            continue  # a partition's later batches would be refused too: re-plan it
-        try:
-            applied += apply_batch(source, replica, spec, link=link, max_bytes=max_bytes)
-        except Misordered as error:
-            refused = error
-            skip.add(spec.key)
-    return applied, refused

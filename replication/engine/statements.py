@@ -69,8 +69,8 @@ TRUNCATE_CURSORS = (
     "UPDATE replication_cursors SET next_offset = %s WHERE pid = %s AND next_offset > %s",
     'UPDATE consumer_cursors SET "offset" = %s WHERE pid = %s AND "offset" > %s',
 )
-# The replicator's sweep (workers/linkcache.py SweepMarks): per stream, figures that change
-# whenever its messages, retention or consumer cursors do (a topic made again has new ids).
+# The replicator's sweep (workers/replication/linkcache.py SweepMarks): per stream, figures that
+# change whenever its messages, retention or consumer cursors do (a topic made again has new ids).
 STREAM_MARKS = """
 SELECT stream, count(*), sum(id), sum(next_offset), sum(low_offset) FROM partitions
 GROUP BY stream

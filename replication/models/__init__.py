@@ -1,7 +1,8 @@
 """The replication domain's models, by responsibility: clusters, gateways, streams and topics
-(streams.py); links, upstreams, mode switches and failovers (links.py); Spark jobs and default
-streams (jobs.py). One Django app, `replication`: the models are defined in its submodules and
-registered when this package is imported."""
+(streams.py); links, upstreams, mode switches and failovers (links.py), and what the replicator
+and gateways read of a moving link (moving.py); Spark jobs and default streams (jobs.py). One
+Django app, `replication`: the models are defined in its submodules and registered when this
+package is imported."""
 
 from replication.models.jobs import DefaultStream, Job
 from replication.models.links import (
@@ -11,7 +12,9 @@ from replication.models.links import (
     ReplicaState,
     SyncMode,
     Upstream,
+    link_is_stalled,
 )
+from replication.models.moving import GatewayLink, MovingLink, carried_topics
 from replication.models.streams import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     PERMISSIONS,
@@ -31,8 +34,10 @@ __all__ = [
     "DefaultStream",
     "Failover",
     "Gateway",
+    "GatewayLink",
     "Job",
     "ModeSwitch",
+    "MovingLink",
     "ReplicaLink",
     "ReplicaState",
     "Stream",
@@ -40,4 +45,6 @@ __all__ = [
     "TimestampType",
     "Topic",
     "Upstream",
+    "carried_topics",
+    "link_is_stalled",
 ]

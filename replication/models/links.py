@@ -3,13 +3,20 @@ declares (both needed, DESIGN.md invariant 5), their mode switches, and failover
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+from datetime import timedelta
+from uuid import UUID
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from accounts.modelbases import abstract_model, lowercase_choices, shown_as
 from accounts.scoping import RestrictedQuerySet
-from replication.models.streams import Compression, Stream
+from replication.compiled import PLACEHOLDER, Compiled
+from replication.models.moving import GatewayLink, MovingLink, carried_topics
+from replication.models.streams import Cluster, Compression, Stream, Topic
 
 
 class ReplicaState(models.TextChoices):
@@ -69,6 +76,77 @@ class ReplicaLinkQuerySet(RestrictedQuerySet):
         large-backlog catch-up): the links the gateways serve now."""
         return self.agreed().filter(paused=False).exclude(state=ReplicaState.COPY_IN_PROGRESS)
 
+    def moving_links(self, *, sources: Iterable[str] | None = None,
+                     ids: Iterable[int] | None = None) -> list[MovingLink]:
+        """The moving links out of the given source streams (by UUID) or with the given ids;
+        every moving link when both are None. Two queries, whatever the number of links."""
+        links = self.moving()
+        if sources is not None or ids is not None:
+            links = links.filter(source__uuid__in=list(sources or ())) | links.filter(
+                pk__in=list(ids or ()))
+        rows = list(links.order_by("pk").values_list(
+            "pk", "source__uuid", "source__cluster__name", "source__cluster__store_url",
+            "replica__uuid", "replica__cluster__name", "replica__cluster__store_url", "throttle",
+            "source_id", "replica_id", "source__tenant_id", "replica__tenant_id"))
+        topics = _topics_by_stream({row[8] for row in rows})
+        clusters: dict[tuple[str, str], Cluster] = {}
+
+        def cluster(name: str, url: str) -> Cluster:  # only what store_for reads, one a cluster
+            return clusters.setdefault((name, url), Cluster(name=name, store_url=url))
+
+        return [
+            MovingLink(pk, source, cluster(src_name, src_url), replica,
+                       cluster(dst_name, dst_url), carried_topics(replica, topics[source_id]),
+                       throttle, source_id, replica_id, frozenset({source_tenant, replica_tenant}))
+            for (pk, source, src_name, src_url, replica, dst_name, dst_url, throttle, source_id,
+                 replica_id, source_tenant, replica_tenant) in rows
+        ]
+
+    def moving_ids(self) -> set[int]:
+        """Every moving link's id, by SQL compiled once (the replicator asks every retry
+        interval): the whole table's, whatever this queryset filters."""
+        return {pk for (pk,) in _moving_ids_sql().run()}
+
+    def gateway_link(self, link_id: int) -> GatewayLink | None:
+        """The link if it moves, None when it does not, by SQL compiled once (a gateway asks
+        once per links epoch): the whole table's, whatever this queryset filters."""
+        rows = _gateway_link_sql().run(link_id)
+        if not rows:
+            return None
+        source, replica, src_name, src_url, dst_name, dst_url, feeds, synchronous = rows[0]
+        return GatewayLink(UUID(str(source)), UUID(str(replica)), _cluster(src_name, src_url),
+                           _cluster(dst_name, dst_url), bool(feeds), synchronous)
+
+
+def _topics_by_stream(stream_ids: set[int]) -> dict[int, dict[str, UUID]]:
+    by_stream: dict[int, dict[str, UUID]] = {sid: {} for sid in stream_ids}
+    rows = Topic.objects.filter(stream_id__in=stream_ids).values_list(
+        "stream_id", "name", "origin_uuid")
+    for stream_id, name, origin in rows:
+        by_stream[stream_id][name] = origin
+    return by_stream
+
+
+@functools.cache
+def _moving_ids_sql() -> Compiled:
+    return Compiled(ReplicaLink.objects.moving().values_list("pk").order_by())
+
+
+@functools.cache
+def _gateway_link_sql() -> Compiled:
+    moving = ReplicaLink.objects.moving()
+    feeds = models.Exists(ReplicaLink.objects.moving().filter(source_id=models.OuterRef(
+        "replica_id")))
+    return Compiled(moving.filter(pk=PLACEHOLDER).annotate(feeds=feeds).values_list(
+        "source__uuid", "replica__uuid", "source__cluster__name", "source__cluster__store_url",
+        "replica__cluster__name", "replica__cluster__store_url", "feeds", "synchronous",
+    ).order_by())
+
+
+@functools.lru_cache(maxsize=256)
+def _cluster(name: str, store_url: str) -> Cluster:
+    return Cluster(name=name, store_url=store_url)  # only what store_for reads
+
 
 class ReplicaLink(stream_pair("source", "replica", unique="one_link_per_pair",
                               idx="replica_idx_per_source", itself="no_replica_of_itself",
@@ -117,6 +195,14 @@ class ReplicaLink(stream_pair("source", "replica", unique="one_link_per_pair",
         if not self.agreed:
             return ReplicaState.WAITING_FOR_UPSTREAM
         return self.state
+
+
+def link_is_stalled(link: ReplicaLink, messages_pending: int) -> bool:
+    """Messages pending and none applied for REPLICATION_STALL_SECONDS on a moving link."""
+    if not messages_pending or link.paused or not link.agreed:
+        return False
+    since = link.last_progress or link.created
+    return timezone.now() - since > timedelta(seconds=settings.REPLICATION_STALL_SECONDS)
 
 
 class UpstreamQuerySet(RestrictedQuerySet):

@@ -59,9 +59,10 @@ class Gateway(named_within("cluster", "name", shown="{self.name}@{self.cluster.n
     enabled = models.BooleanField(default=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     # The status last announced to the pages ("gateway.status" events), so that of several
-    # processes watching presence exactly one announces each change (workers/gateway.py).
+    # processes watching presence exactly one announces each change (workers/replication/
+    # gateway.py).
     announced_status = models.CharField(max_length=16, blank=True)
-    # What the gateway process applied, flushed with its heartbeat (workers/gateway.py).
+    # What the gateway process applied, flushed with its heartbeat (workers/replication/gateway.py).
     batches_applied = models.PositiveBigIntegerField(default=0)
     messages_applied = models.PositiveBigIntegerField(default=0)
     bytes_applied = models.PositiveBigIntegerField(default=0)  # logical: keys, values, headers

@@ -17,9 +17,9 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
 from replication.reports import mapr_time
-from replication.services.engine import cursors_wake
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
+from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
 
 PartitionKey = tuple[str, int]  # (topic, partition)

@@ -30,7 +30,6 @@ from replication.models import Compression, Failover, ReplicaLink, Stream, Topic
 from replication.paths import validate_topic_name
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
 from replication.services.compare import Span, first_differences, link_bulk_copy, marks_of
-from replication.services.engine import stream_wake
 from replication.services.failover import (
     LINK_FIELDS,
     downstream_of,
@@ -39,6 +38,7 @@ from replication.services.failover import (
     reorigin,
 )
 from replication.services.topics import topic_autocreate
+from replication.services.wakeups import stream_wake
 from replication.stores import store_for
 
 DIVERGED_SUFFIX = ".diverged"

@@ -35,9 +35,18 @@ from replication.engine.store import Misordered, UnknownTopic
 from replication.errors import Conflict, InvalidInput
 from replication.events import publish_link_event
 from replication.lag_history import lag_latest
-from replication.models import Failover, ReplicaLink, ReplicaState, Stream, Topic, Upstream
+from replication.models import (
+    Failover,
+    ReplicaLink,
+    ReplicaState,
+    Stream,
+    Topic,
+    Upstream,
+    carried_topics,
+)
+from replication.services.apply import batch_apply
 from replication.services.common import check_origins, topology_lock
-from replication.services.engine import batch_apply, carried_topics, stream_wake
+from replication.services.wakeups import stream_wake
 from replication.stores import store_for
 
 T = TypeVar("T")

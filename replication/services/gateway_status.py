@@ -1,6 +1,6 @@
 """Gateways going up and down, told to the pages ("gateway.status" events).
 
-Whoever watches presence (each gateway's heartbeat, workers/gateway.py) calls
+Whoever watches presence (each gateway's heartbeat, workers/replication/gateway.py) calls
 `gateways_announce` with the gateways live now; the change from the status last announced is
 claimed with a conditional UPDATE, so of several watchers exactly one announces it.
 """
@@ -8,7 +8,8 @@ claimed with a conditional UPDATE, so of several watchers exactly one announces 
 from __future__ import annotations
 
 import structlog
-from django.db.models import Q
+from django.db.models import F, Q
+from django.utils import timezone
 
 from replication.events import publish_after_commit
 from replication.models import Gateway, Stream
@@ -46,3 +47,25 @@ def gateway_status_publish(*, gateway: Gateway, status: str) -> None:
     if tenants:
         publish_after_commit(tenant_ids=tenants, event="gateway.status",
                              payload={"cluster": gateway.cluster_id, "gateway": gateway.pk})
+
+
+def gateways_configured() -> dict[str, list[str]]:
+    """Per destination cluster name, its enabled gateways' names, sorted (round-robin order)."""
+    names: dict[str, list[str]] = {}
+    rows = Gateway.objects.filter(enabled=True).order_by("cluster__name", "name")
+    for cluster, name in rows.values_list("cluster__name", "name"):
+        names.setdefault(cluster, []).append(name)
+    return names
+
+
+def gateway_flush(*, cluster: str, name: str, batches: int = 0, messages: int = 0,
+                  nbytes: int = 0, errors: int = 0, heartbeat: bool = True) -> None:
+    """A gateway's heartbeat in the control database, with the counters it gathered since
+    the last one (one UPDATE every few seconds rather than one per batch)."""
+    values: dict = {"batches_applied": F("batches_applied") + batches,
+                    "messages_applied": F("messages_applied") + messages,
+                    "bytes_applied": F("bytes_applied") + nbytes,
+                    "errors": F("errors") + errors}
+    if heartbeat:
+        values["last_heartbeat"] = timezone.now()
+    Gateway.objects.filter(cluster__name=cluster, name=name).update(**values)

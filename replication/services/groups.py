@@ -18,9 +18,9 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink, Stream, Topic
 from replication.services.browse import offset_for_time
-from replication.services.engine import cursors_wake
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
+from replication.services.wakeups import cursors_wake
 from replication.signals import group_offsets_reset_done
 from replication.stores import store_for
 

@@ -17,9 +17,9 @@ from replication.events import publish_after_commit
 from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, topology_lock
-from replication.services.engine import stream_wake
 from replication.services.streams import METADATA, stream_create
 from replication.services.verify import agreed_link, link_repaired
+from replication.services.wakeups import stream_wake
 from replication.signals import job_submitted, replica_repair_started
 
 READ_PERMS = ("consumeperm", "copyperm")

@@ -33,9 +33,9 @@ from replication.engine.store import (
 from replication.errors import InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
-from replication.services.engine import cursors_wake, stream_wake
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
+from replication.services.wakeups import cursors_wake, stream_wake
 from replication.signals import stream_expiring
 from replication.stores import store_for
 

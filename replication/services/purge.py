@@ -24,8 +24,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from replication.engine.replicator import pending
 from replication.engine.store import UnknownTopic
 from replication.engine.storebase import MessageStore
-from replication.models import ReplicaLink, Stream
-from replication.services.engine import carried_topics
+from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.messages import stream_expire
 from replication.signals import stream_purged
 from replication.stores import store_for

@@ -11,12 +11,12 @@ from replication.events import publish_link_event
 from replication.models import Compression, ReplicaLink, Stream
 from replication.paths import parse_stream_path
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
-from replication.services.engine import stream_wake
 from replication.services.jobs import autosetup_copy
 from replication.services.reuse import existing_replica
 from replication.services.streams import stream_create
 from replication.services.sync import link_sync_configured
 from replication.services.upstreams import upstream_add
+from replication.services.wakeups import stream_wake
 from replication.services.wire import check_wire_options
 
 LINK_OPTIONS = ("throttle", "synchronous", "networkcompression", "networkencryption")

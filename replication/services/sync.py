@@ -3,13 +3,13 @@ link in synchronous mode holds the produced messages.
 
 A link configured synchronous is in one of two modes (ReplicaLink.mode):
 - sync: producers wait for it. They re-read its replica partitions' ends when a gateway
-  announces an applied batch of the link (replication/presence.py) and every
+  announces an applied batch of the link (replication/transport/acks.py) and every
   REPLICATION_SYNC_RECHECK_MS besides, so a lost notification costs a few milliseconds.
 - async: producers do not wait. A link drops here by itself when its replica cluster has no
   live gateway, when a produce waited REPLICATION_SYNC_TIMEOUT_MS in vain, or when the replica
   took longer than REPLICATION_SYNC_LATENCY_MS to apply one; it returns to sync by itself
   once nothing is pending and a gateway of its cluster is live (the gateways' heartbeats
-  check, workers/gateway.py).
+  check, workers/replication/gateway.py).
 
 Every switch is a row (ModeSwitch), the link's `mode`, `mode_since` and `mode_reason` (shown
 by `replica list`), and a "replica.mode" event to the tenants of both ends: never silent.
@@ -40,10 +40,10 @@ from replication.models import (
     Stream,
     SyncMode,
     Topic,
+    carried_topics,
 )
-from replication.presence import presence
-from replication.services.engine import carried_topics
 from replication.stores import store_for
+from replication.transport import transport
 
 log = structlog.get_logger(__name__)
 Ends = dict[int, int]  # partition -> the end (next offset) the replica must reach
@@ -123,7 +123,7 @@ def clusters_served(clusters: set[str]) -> set[str]:
     gateways = list(Gateway.objects.filter(enabled=True, cluster__name__in=clusters)
                     .values_list("cluster__name", "name"))
     try:
-        live = presence().live(gateways)
+        live = transport().gateways.live(gateways)
     except Exception as error:  # no presence, no proof of a gateway: do not make producers wait
         log.warning("presence_unavailable", error=str(error))
         return set()
@@ -136,14 +136,14 @@ def _wake_now(stream: UUID) -> None:
     if not transaction.get_connection().in_atomic_block:
         return  # stream_wake's on_commit ran at once
     try:
-        presence().wake([str(stream)])
+        transport().wakeups.wake([str(stream)])
     except Exception as error:
         log.warning("wake_failed", stream=str(stream), error=str(error))
 
 
 def _await_applied(links: list[ReplicaLink], topic: str, ends: Ends) -> dict[int, float]:
     """Per link that reached `ends` before the timeout, how long it took (ms)."""
-    board = presence().applied_board()
+    board = transport().acks.applied_board()
     started = time.monotonic()
     deadline = started + settings.REPLICATION_SYNC_TIMEOUT_MS / 1000
     recheck = settings.REPLICATION_SYNC_RECHECK_MS / 1000

@@ -8,7 +8,7 @@ from replication.errors import AlreadyExists, InvalidInput, NotFound
 from replication.events import publish_link_event
 from replication.models import Stream, Upstream
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
-from replication.services.engine import stream_wake
+from replication.services.wakeups import stream_wake
 
 
 @transaction.atomic

@@ -26,9 +26,8 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from replication.errors import Conflict, NotFound, PermissionDenied
-from replication.models import ReplicaLink, Stream
+from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.compare import Span, first_differences, marks_of
-from replication.services.engine import carried_topics
 from replication.stores import store_for
 
 CLAIM_SECONDS = 900  # a run that died holding its claim frees the link after this

@@ -16,12 +16,13 @@ from operations.tasks import evaluate_alarms_task
 from replication import services
 from replication.engine.store import Record
 from replication.models import ReplicaLink, SyncMode
-from replication.services.engine import batch_apply, link_error, link_progress, link_waiting
+from replication.services.linknotes import link_error, link_progress, link_waiting
 from replication.services.messages import messages_produce, stream_expire
 from replication.services.sync import link_mode_switch
 from tests.operations.conftest import ago
 from tests.portal.test_consumers import socket_for
 from workers.celery import app
+from workers.replication.applier import batch_serve
 
 pytestmark = pytest.mark.django_db
 
@@ -133,8 +134,8 @@ def test_stalled_link_is_raised_and_cleared_once_the_replica_catches_up(
     assert alarm.kind == AlarmKind.STALLED
     assert alarm.description.startswith("3 messages pending")
 
-    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0,
-                       end=3).count == 3
+    assert batch_serve(link_id=pair.pk, topic="clicks", partition=0, start=0,
+                       end=3) == 3
     alarms_evaluate()
     assert open_kinds() == []
 
@@ -185,8 +186,8 @@ def test_retention_of_replicated_messages_raises_nothing(owner, activity, pair, 
     activity.ttl = 60
     activity.save()
     produce(owner, activity, 4, timestamp_ms=int(time.time() * 1000) - 120_000)
-    assert batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0,
-                       end=4).count == 4
+    assert batch_serve(link_id=pair.pk, topic="clicks", partition=0, start=0,
+                       end=4) == 4
     assert stream_expire(stream=activity) == 4
     assert not Alarm.objects.exists()
 

@@ -14,7 +14,8 @@ from operations.audit import audit_context
 from operations.models import AuditEvent
 from replication import services
 from replication.models import Gateway, ReplicaLink, Stream
-from replication.services.engine import gateway_flush, link_error, link_progress
+from replication.services.gateway_status import gateway_flush
+from replication.services.linknotes import link_error, link_progress
 from tests.factories import GatewayFactory, MembershipFactory
 from workers.celery import app
 

@@ -15,10 +15,10 @@ from operations.tasks import evaluate_alarms_task
 from replication.engine.store import Record
 from replication.lag_history import lag_history
 from replication.models import ReplicaLink
-from replication.services.engine import batch_apply
 from replication.stores import store_for
 from tests.operations.test_alarms import produce
 from workers.celery import app
+from workers.replication.applier import batch_serve
 from workers.tasks import expire_stream_task, record_lag_task, verify_links_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,7 +78,7 @@ def test_lag_recording_run_twice_at_once_keeps_a_sample_and_no_more_than_two(pai
 def test_verification_run_twice_at_once_verifies_each_link_once_and_keeps_its_cursor(
         owner, activity, activity_ny, pair):
     produce(owner, activity, 30)
-    batch_apply(link_id=pair.pk, topic="clicks", partition=0, start=0, end=30)
+    batch_serve(link_id=pair.pk, topic="clicks", partition=0, start=0, end=30)
     replica = store_for(activity_ny.cluster)
     replica.truncate(activity_ny.uuid, "clicks", 0, 12)  # diverged from offset 12 on
     replica.append(activity_ny.uuid, "clicks", [Record(value=b"other")] * 18,

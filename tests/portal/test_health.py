@@ -3,8 +3,8 @@ import uuid
 import pytest
 
 from replication.models import Cluster
-from replication.presence import presence
 from replication.services import cluster_create, replica_add, upstream_add
+from replication.transport import transport
 from tests.factories import GatewayFactory, StreamFactory
 
 
@@ -40,7 +40,7 @@ def test_readyz_needs_a_live_gateway_where_replicas_move(client, moving_link):
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "no live gateway on cluster ny" in response.json()["checks"]["gateways"]["detail"]
-    signals = presence()
+    signals = transport().gateways
     signals.beat(("ny", gateway.name), 30)
     try:
         assert client.get("/readyz").status_code == 200

@@ -52,7 +52,8 @@ def test_gateway_counters_count_what_its_batches_newly_wrote(client, operator, o
     """A gateway's applies, through its tally and heartbeat flush, to /metrics: messages and
     logical bytes count once, so a redelivered batch and the overlap of a batch with what the
     replica holds add nothing (as for messages_applied); batches count every delivery."""
-    from workers.gateway import Heartbeat, tally
+    from workers.replication.applier import tally
+    from workers.replication.gateway import Heartbeat
     from workers.tasks import apply_batch_task
 
     settings.STREAMGATE_NAMESPACE = f"sgt-{uuid.uuid4().hex[:10]}:"  # its "applied" wake-ups

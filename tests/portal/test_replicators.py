@@ -1,5 +1,6 @@
 """Replicators made visible: `replicator list` over /rest and the CLI (maprcli's envelope and
-table), the overview page's card and /metrics, all from presence (replication/leases.py)."""
+table), the overview page's card and /metrics, all from the registry (replication/transport/
+leases.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import redis
 from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
-from replication.presence import LocalPresence, presence
+from replication.transport import transport
+from replication.transport.liveness import LocalLiveness
 from tests.portal.test_metrics import samples
 from tests.streamgate.test_cli import streamgate, token_for
-from workers.replicator import Replicator
+from workers.replication.loop import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 COLUMNS = ["replicator", "host", "pid", "alive", "linksHeld", "lastHeartbeat", "heartbeatAge"]
@@ -27,8 +29,8 @@ def replicators(settings) -> Iterator[None]:
     """Presence of the test's own: "r-live" beating with 5 links, "r-dead" stopped beating."""
     namespace = f"sgt-{uuid.uuid4().hex[:10]}:"
     settings.STREAMGATE_NAMESPACE = namespace
-    presence().replicator_beat("r-dead", 0.001, 3)
-    presence().replicator_beat("r-live", 30.0, 5)
+    transport().leases.replicator_beat("r-dead", 0.001, 3)
+    transport().leases.replicator_beat("r-live", 30.0, 5)
     yield
     client = redis.Redis.from_url(django_settings.REDIS_URL)
     keys = list(client.scan_iter(f"{namespace}*"))
@@ -111,8 +113,8 @@ def test_embedded_mode_lists_the_replicator_thread_from_process_memory(settings,
     """`make run`: no Redis; the replicator thread beats into the in-process presence, which
     the overview of the same process reads."""
     settings.REDIS_URL = ""
-    signals = presence()
-    assert isinstance(signals, LocalPresence)
+    signals = transport()
+    assert isinstance(signals.gateways, LocalLiveness)
     replicator = Replicator(signals)
     replicator.step()
     try:
@@ -122,4 +124,4 @@ def test_embedded_mode_lists_the_replicator_thread_from_process_memory(settings,
         assert "1 live" in card and f":{os.getpid()}</code>" in card
     finally:
         replicator.leases.close()
-    assert replicator.inbox not in {s.id for s in signals.replicators()}
+    assert replicator.inbox not in {s.id for s in signals.leases.replicators()}

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from portal.rest.commands import REGISTRY
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, Stream, Topic, Upstream
-from replication.presence import presence
+from replication.transport import transport
 from tests.factories import GatewayFactory, StreamFactory, TopicFactory
 
 PASSWORD = "correct horse battery staple"  # tests.factories.UserFactory's
@@ -324,12 +324,12 @@ def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):
     Gateway.objects.filter(name="gw1").update(last_heartbeat=timezone.now(), batches_applied=3,
                                                messages_applied=300, bytes_applied=4500, errors=1)
     settings.STREAMGATE_NAMESPACE = f"sgt-{uuid.uuid4().hex[:10]}:"  # presence of our own
-    presence().beat(("newyork", "gw1"), 30.0)
+    transport().gateways.beat(("newyork", "gw1"), 30.0)
     client = api(world.users["alice"])
     assert ok(call(client, "cluster/gateway/list")) == [
         {"cluster": "newyork", "gatewayConfig": "gw1 gw2:7660"}]
     rows = ok(call(client, "cluster/gateway/get", dstcluster="newyork"))
-    presence().forget(("newyork", "gw1"))
+    transport().gateways.forget(("newyork", "gw1"))
     assert [(r["gateway"], r["status"]) for r in rows] == [("gw1", "UP"), ("gw2:7660", "UNKNOWN")]
     assert list(rows[0]) == ["cluster", "gateway", "address", "enabled", "status",
                              "lastHeartbeat", "heartbeatAge", "batchesApplied",

@@ -18,10 +18,10 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
-from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.factories import StreamFactory, spread
+from workers.replication.applier import batch_serve
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -48,7 +48,7 @@ def replicate(source: Stream, replica: Stream, upto: int | None = None,
         ends = {}
     for partition, (_low, high) in store_for(source.cluster).watermarks(source.uuid,
                                                                         topic).items():
-        batch_apply(link_id=pk, topic=topic, partition=partition,
+        batch_serve(link_id=pk, topic=topic, partition=partition,
                     start=ends.get(partition, (0, 0))[1],
                     end=high if upto is None else min(high, upto))
 

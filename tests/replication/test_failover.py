@@ -19,7 +19,6 @@ from replication.services import (
     upstream_add,
 )
 from replication.services.common import component, holdings
-from replication.services.engine import batch_apply
 from replication.services.messages import (
     PartitionWrite,
     cursor_commit,
@@ -31,6 +30,7 @@ from replication.services.messages import (
 from replication.stores import store_for
 from replication.topology import origin_conflicts
 from tests.factories import ClusterFactory, StreamFactory, spread
+from workers.replication.applier import batch_serve
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -70,7 +70,7 @@ def replicate(source: Stream, replica: Stream, topic: str = "clicks",
     pk = ReplicaLink.objects.get(source=source, replica=replica).pk
     for partition, (_low, high) in store_for(source.cluster).watermarks(source.uuid,
                                                                         topic).items():
-        batch_apply(link_id=pk, topic=topic, partition=partition, start=0,
+        batch_serve(link_id=pk, topic=topic, partition=partition, start=0,
                     end=high if upto is None else min(high, upto))
 
 

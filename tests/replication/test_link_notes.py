@@ -9,7 +9,7 @@ import pytest
 
 from replication.models import ReplicaLink
 from replication.services import replica_add
-from replication.services.engine import link_error, link_progress, link_waiting
+from replication.services.linknotes import link_error, link_progress, link_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

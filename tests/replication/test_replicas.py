@@ -106,7 +106,7 @@ def test_changes_that_start_or_change_a_link_wake_the_source_after_commit(
     owner, activity, activity_ny, monkeypatch, django_capture_on_commit_callbacks,
 ):
     woken: list[str] = []
-    monkeypatch.setattr("replication.services.engine._wake", woken.extend)
+    monkeypatch.setattr("replication.services.wakeups._wake", woken.extend)
     source, replica = activity, activity_ny
     steps = [
         lambda: replica_add(actor=owner, source=source, replica=replica),

@@ -18,13 +18,14 @@ from django.urls import reverse
 
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ModeSwitch, ReplicaLink, Stream, SyncMode
-from replication.presence import LocalPresence, RedisPresence, presence
 from replication.reports import gateway_rows, replica_rows
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from replication.services.gateway_status import gateways_announce
 from replication.services.messages import messages_produce
 from replication.services.sync import link_mode_switch, links_sync_drop, links_sync_restore
 from replication.stores import store_for
+from replication.transport import transport
+from replication.transport.liveness import LocalLiveness, RedisLiveness
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory
 from workers.tasks import apply_batch_task
@@ -70,7 +71,7 @@ def link_of(pair: tuple[Stream, Stream]) -> ReplicaLink:
 
 
 def beat(gateway: tuple[str, str] = NY) -> None:
-    presence().beat(gateway, 30.0, "test")
+    transport().gateways.beat(gateway, 30.0, "test")
 
 
 def in_sync(pair: tuple[Stream, Stream]) -> ReplicaLink:
@@ -170,7 +171,7 @@ def test_replica_list_shows_the_configured_and_the_active_mode(owner, pair, acti
 
 def test_a_produce_with_no_live_gateway_drops_the_link_without_waiting(owner, pair):
     in_sync(pair)
-    presence().forget(NY)
+    transport().gateways.forget(NY)
     started = time.monotonic()
     offsets = produce(owner, pair[0])
     assert time.monotonic() - started < 1.0 and not held(pair[1], offsets)
@@ -196,7 +197,7 @@ def test_the_gateways_applied_notice_releases_the_producer_at_once(owner, pair, 
                                                                    embedded):
     if embedded:
         settings.REDIS_URL = ""
-    assert isinstance(presence(), LocalPresence if embedded else RedisPresence)
+    assert isinstance(transport().gateways, LocalLiveness if embedded else RedisLiveness)
     # Re-checks so rare that only the notification can explain a prompt return.
     settings.REPLICATION_SYNC_RECHECK_MS = 10_000
     settings.REPLICATION_SYNC_TIMEOUT_MS = 10_000
@@ -228,7 +229,7 @@ def test_mode_switches_are_events_for_the_tenants_of_both_ends(owner, outsider, 
     mine.join(source.tenant_id)
     theirs.join(outsider.memberships.get().tenant_id)
     in_sync(pair)
-    presence().forget(NY)
+    transport().gateways.forget(NY)
     produce(owner, source)
     payload = {"source": source.pk, "replica": replica.pk}
     assert mine.collect(1.0) == [("replica.mode", {**payload, "mode": "sync"}),
@@ -257,7 +258,7 @@ def test_a_gateway_refuses_an_encrypted_link_once_a_store_allows_plaintext(owner
     inbox = uuid.uuid4().hex
     assert apply_batch_task(link.pk, "clicks", 0, 0, 3, gateway="newyork/gw1", ticket="t1",
                             reply_to=inbox) == 0
-    ack = presence().wait(1.0, inbox).acks[0]
+    ack = transport().inbox.wait(1.0, inbox).acks[0]
     assert ack["error"].startswith("WireRefused: -networkencryption true needs TLS on every "
                                    "connection the messages cross")
     assert not held(activity_ny, [(0, 0)])
@@ -284,7 +285,7 @@ def test_gateway_get_shows_counters_heartbeat_and_live_status(newyork):
     assert 0 <= gw1["heartbeatAge"] < 5 and gw1["lastHeartbeat"] > 0
     assert (rows["gw2"]["status"], rows["gw3"]["status"]) == ("DISABLED", "UNKNOWN")
     assert rows["gw3"]["heartbeatAge"] is None and rows["gw3"]["lastHeartbeat"] is None
-    presence().forget(NY)  # presence decides, not the database's recent heartbeat
+    transport().gateways.forget(NY)  # presence decides, not the database's recent heartbeat
     assert {r["gateway"]: r["status"] for r in gateway_rows(newyork)}["gw1"] == "DOWN"
 
 

@@ -15,11 +15,11 @@ from replication.engine.store import Record
 from replication.models import ReplicaLink
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.compare import marks_of
-from replication.services.engine import batch_apply
 from replication.services.messages import messages_produce
 from replication.services.verify import link_verify, links_verify_due
 from replication.stores import store_for
 from tests.factories import spread
+from workers.replication.applier import batch_serve
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def replicate(source, replica, upto: int) -> None:  # type: ignore[no-untyped-de
     ends = marks_of(store_for(replica.cluster), replica.uuid, "clicks")
     for partition in (0, 1):
         start = ends.get(partition, (0, 0))[1]
-        batch_apply(link_id=link.pk, topic="clicks", partition=partition, start=start, end=upto)
+        batch_serve(link_id=link.pk, topic="clicks", partition=partition, start=start, end=upto)
 
 
 def the_link() -> ReplicaLink:

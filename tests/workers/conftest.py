@@ -70,14 +70,14 @@ def drop_keys(client, *patterns: str) -> None:  # type: ignore[no-untyped-def]
 
 def start_gateways(engine, cluster, *names: str) -> None:  # type: ignore[no-untyped-def]
     """Configure gateways `names` on `cluster`, start them, and return once all are live."""
-    from replication.presence import presence
+    from replication.transport import transport
     from tests.factories import GatewayFactory
 
     for name in names:
         GatewayFactory(cluster=cluster, name=name)
         engine.gateway(cluster.name, name)
-    wait_until(lambda: len(presence().live([(cluster.name, n) for n in names])) == len(names),
-               timeout=30)
+    gateways = [(cluster.name, n) for n in names]
+    wait_until(lambda: len(transport().gateways.live(gateways)) == len(names), timeout=30)
 
 
 def replicate_with_engine(engine, owner, source, replica) -> None:  # type: ignore[no-untyped-def]
@@ -97,17 +97,18 @@ def replicate_with_engine(engine, owner, source, replica) -> None:  # type: igno
 def in_process_engine(settings, cluster) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     """`make run`'s engine: no Redis, a gateway gw1 on `cluster` living in this process
     (beating once, so it is live), and batches applied eagerly in the replicator's thread.
-    Yields the in-process presence."""
-    from replication.presence import LocalPresence, presence
+    Yields the in-process transport."""
+    from replication.transport import transport
+    from replication.transport.liveness import LocalLiveness
     from tests.factories import GatewayFactory
-    from workers.gateway import Heartbeat
+    from workers.replication.gateway import Heartbeat
 
     settings.REDIS_URL = ""
     app.conf.task_always_eager = True
     try:
         GatewayFactory(cluster=cluster, name="gw1")
-        signals = presence()
-        assert isinstance(signals, LocalPresence)
+        signals = transport()
+        assert isinstance(signals.gateways, LocalLiveness)
         Heartbeat(None, signals).beat(database=True)
         yield signals
     finally:

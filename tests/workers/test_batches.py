@@ -1,5 +1,6 @@
-"""A gateway's batch list (replication/batchqueue.py, workers/batches.py): what the
-replicator pushes there is applied on real stores and acknowledged batch by batch."""
+"""A gateway's batch list (replication/transport/batchqueue.py, workers/replication/
+consumer.py): what the replicator pushes there is applied on real stores and acknowledged
+batch by batch."""
 
 from __future__ import annotations
 
@@ -10,17 +11,17 @@ from itertools import pairwise
 import pytest
 
 from replication.models import ReplicaLink
-from replication.presence import presence
 from replication.services.replicas import replica_pause
 from replication.stores import store_for
+from replication.transport import transport
 from tests.workers.test_replication import (  # noqa: F401
     Producer,
     check,
     pair,
     source_ends,
 )
-from workers.batches import BatchConsumer
-from workers.gateway import tally
+from workers.replication.applier import tally
+from workers.replication.consumer import BatchConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GATEWAY = ("newyork", "gw1")
@@ -37,7 +38,7 @@ def acks_for(signals, inbox: str, count: int) -> list[dict]:  # type: ignore[no-
     acks: list[dict] = []
     deadline = time.monotonic() + 20
     while len(acks) < count and time.monotonic() < deadline:
-        acks += signals.wait(0.5, inbox).acks
+        acks += signals.inbox.wait(0.5, inbox).acks
     return acks
 
 
@@ -49,11 +50,11 @@ def test_consecutive_batches_waiting_together_apply_as_one_and_each_is_acknowled
     produce(120)
     ends = source_ends(source)
     assert len(ends) == 3 and min(ends.values()) >= 3
-    signals, inbox = presence(), uuid.uuid4().hex
+    signals, inbox = transport(), uuid.uuid4().hex
     batches = [b for p, end in ends.items() for b in thirds(link.pk, p, end, inbox)]
     # Queued long ago: its acknowledgement is overdue, so it went elsewhere; dropped here.
     stale = {**batches[0], "ticket": "stale", "expires": time.time() - 1}
-    signals.send_batches([(GATEWAY, b) for b in [*batches, stale]], 60)
+    signals.batches.send([(GATEWAY, b) for b in [*batches, stale]])
     tally.take(GATEWAY)
 
     consumer = BatchConsumer(GATEWAY, signals).start()
@@ -79,7 +80,7 @@ def test_a_batch_taken_after_its_link_paused_applies_nothing_though_the_gateway_
     link = ReplicaLink.objects.get()
     Producer(owner, source)(60)
     ends = source_ends(source)
-    signals, inbox = presence(), uuid.uuid4().hex
+    signals, inbox = transport(), uuid.uuid4().hex
 
     def batches(half: int) -> list[tuple]:
         return [(GATEWAY, {"link": link.pk, "topic": "clicks", "partition": p,
@@ -89,11 +90,11 @@ def test_a_batch_taken_after_its_link_paused_applies_nothing_though_the_gateway_
 
     consumer = BatchConsumer(GATEWAY, signals).start()
     try:
-        signals.send_batches(batches(0), 60)
+        signals.batches.send(batches(0))
         first = acks_for(signals, inbox, len(ends))
         assert consumer.links(link.pk) is not None  # read once, remembered as moving
         replica_pause(actor=owner, source=source, replica=replica)
-        signals.send_batches(batches(1), 60)
+        signals.batches.send(batches(1))
         second = acks_for(signals, inbox, len(ends))
     finally:
         consumer.close()

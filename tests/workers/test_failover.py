@@ -19,10 +19,10 @@ from replication.engine.checker import check_replica
 from replication.engine.store import Key, Record
 from replication.lag_history import lag_record
 from replication.models import Failover, ReplicaLink, Stream, Topic
-from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
+from replication.transport import transport
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory, spread
 from tests.workers.conftest import wait_until
 
@@ -96,7 +96,7 @@ def forced_failover_after_losing_the_source(engine, owner, newyork, private_post
     upstream_add(actor=owner, replica=replica, source=source)
     GatewayFactory(cluster=newyork, name="gw1")
     engine.gateway("newyork", "gw1")
-    wait_until(lambda: presence().live([("newyork", "gw1")]), timeout=30)
+    wait_until(lambda: transport().gateways.live([("newyork", "gw1")]), timeout=30)
     engine.replicator()
 
     # Period 1 on the source: a consumer group reads half and commits; all of it replicates.
@@ -240,7 +240,7 @@ def test_multi_master_pair_fails_over_and_back_keeping_every_message_once(
     for cluster in ("newyork", "lost"):
         GatewayFactory(cluster=ClusterFactory._meta.model.objects.get(name=cluster), name="gw1")
         engine.gateway(cluster, "gw1")
-    wait_until(lambda: len(presence().live([("newyork", "gw1"), ("lost", "gw1")])) == 2,
+    wait_until(lambda: len(transport().gateways.live([("newyork", "gw1"), ("lost", "gw1")])) == 2,
                timeout=30)
     engine.replicator()
     clicks, views = Producer(owner, a, "clicks"), Producer(owner, b, "views")

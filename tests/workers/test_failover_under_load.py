@@ -22,10 +22,10 @@ from confluent_kafka import Producer as KafkaProducer
 
 from replication.engine.store import Record
 from replication.models import Failover, Stream
-from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
+from replication.transport import transport
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
 from tests.workers.kafka.conftest import KafkaEndpoint, kafka_listeners, sasl_token  # noqa: F401
@@ -171,7 +171,8 @@ def pair(engine, kafka_listeners, owner, newyork, private_postgres):  # noqa: F8
 def replicating(engine, newyork) -> None:  # type: ignore[no-untyped-def]
     GatewayFactory(cluster=newyork, name="gw1")
     engine.gateway("newyork", "gw1")
-    wait_until(lambda: presence().live([("newyork", "gw1")]), timeout=90)  # a busy machine
+    # a busy machine
+    wait_until(lambda: transport().gateways.live([("newyork", "gw1")]), timeout=90)
     engine.replicator()
 
 

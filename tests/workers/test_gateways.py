@@ -11,10 +11,10 @@ import pytest
 from replication.engine.checker import check_replica
 from replication.engine.store import Record
 from replication.models import Gateway
-from replication.presence import presence
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
+from replication.transport import transport
 from tests.factories import GatewayFactory
 from tests.workers.conftest import ROOT, wait_until
 
@@ -29,7 +29,7 @@ def run_gateway_command(engine, cluster: str, name: str) -> subprocess.Completed
 
 
 def is_live(cluster: str, name: str) -> bool:
-    return (cluster, name) in presence().live([(cluster, name)])
+    return (cluster, name) in transport().gateways.live([(cluster, name)])
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_a_gateway_that_does_not_acknowledge_in_time_is_skipped(engine, owner, n
     engine.gateway("newyork", "gw2")
     wait_until(lambda: is_live("newyork", "gw2"), timeout=30)
     # gw1 heartbeats but never consumes its queue: a hung gateway.
-    presence().beat(("newyork", "gw1"), 120, "hung")
+    transport().gateways.beat(("newyork", "gw1"), 120, "hung")
     engine.replicator()
     produce_and_replicate(owner, *pair, count=1000)
     assert "gateway_timeout" in engine.log("replicator") and "gw1" in engine.log("replicator")

@@ -1,6 +1,7 @@
-"""What the replicator remembers to read less: where each replica is (workers/replicator.py
-`positions`), which the replica's apply rule corrects when it is wrong (DESIGN.md invariant 2),
-and what each link's ends looked like at the last sweep (workers/linkcache.py SweepMarks)."""
+"""What the replicator remembers to read less: where each replica is (workers/replication/
+loop.py `positions`), which the replica's apply rule corrects when it is wrong (DESIGN.md
+invariant 2), and what each link's ends looked like at the last sweep (workers/replication/
+linkcache.py SweepMarks)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ from replication.engine.checker import check_replica
 from replication.engine.replicator import BatchSpec
 from replication.engine.store import Key, Record
 from replication.models import ReplicaLink, Stream
-from replication.presence import LocalPresence, presence
 from replication.reports import replica_rows
 from replication.services import (
     replica_add,
@@ -32,6 +31,7 @@ from replication.services.messages import (
     messages_produce,
 )
 from replication.stores import store_for
+from replication.transport import local_transport, transport
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import (
@@ -40,8 +40,9 @@ from tests.workers.conftest import (
     start_gateways,
     wait_until,
 )
-from workers.gateway import tally
-from workers.replicator import InFlight, Replicator
+from workers.replication.applier import batch_serve, tally
+from workers.replication.flights import InFlight
+from workers.replication.loop import Replicator
 from workers.tasks import apply_batch_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -348,16 +349,16 @@ def test_an_apply_error_shows_in_replica_list_with_its_gateway(engine, owner, ne
     source, replica = pair
     link = ReplicaLink.objects.get()
     Producer(owner, source)(10)
-    replicator = Replicator(presence())
+    replicator = Replicator(transport())
     key = (link.pk, "clicks", 7)
-    replicator.tickets["t1"] = key
-    replicator.inflight[key] = [InFlight(link_spec(link, 7), ("newyork", "gw2"), "", 1e12, "t1")]
+    flights = replicator.dispatcher.flights
+    flights.add(key, InFlight(link_spec(link, 7), ("newyork", "gw2"), "", 1e12, "t1"))
     # A partition the source does not have: the gateway refuses the batch and says why.
     assert apply_batch_task(link.pk, "clicks", 7, 0, 10, gateway="newyork/gw2", ticket="t1") == 0
     replicator._on_acks(wait_acks(1), 0.0)
     assert row_of(source, replica)["errors"] == [
         "StoreError: clicks:7 does not exist at the source (gateway gw2)"]
-    assert link.pk in replicator.retry and not replicator.inflight  # retried later, not spun
+    assert link.pk in replicator.retry and not flights  # retried later, not spun
     assert tally.take(("newyork", "gw2"))["errors"] == 1
 
 
@@ -409,7 +410,7 @@ def wait_acks(count: int, timeout: float = 20) -> list[dict]:
     acks: list[dict] = []
     deadline = time.monotonic() + timeout
     while len(acks) < count and time.monotonic() < deadline:
-        acks += presence().wait(0.5).acks
+        acks += transport().inbox.wait(0.5).acks
     return acks
 
 
@@ -515,7 +516,7 @@ def in_process_replicator(settings) -> Replicator:
     """The replicator as an object of the test, stepped by hand, beside real gateways."""
     settings.REPLICATION_BATCH_MESSAGES = 200
     settings.REPLICATION_WINDOW = 4
-    return Replicator(presence())
+    return Replicator(transport())
 
 
 def step_until(replicator: Replicator, done, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
@@ -534,7 +535,7 @@ def test_a_partition_keeps_a_window_of_consecutive_batches_at_one_gateway(gatewa
     replicator.step()  # the first step sweeps: every partition's window fills at once
     ends = highs(source)
     for partition, high in ends.items():
-        flights = replicator.inflight[(pair_link().pk, "clicks", partition)]
+        flights = replicator.dispatcher.flights.inflight[(pair_link().pk, "clicks", partition)]
         starts = [(f.spec.start, f.spec.end) for f in flights]
         assert starts == [(s, min(s + 200, high)) for s in range(0, 800, 200)][:len(starts)]
         assert len(starts) == min(4, high // 200)  # full batches only while others fly
@@ -564,9 +565,6 @@ def test_a_gateway_killed_with_windows_in_flight_loses_nothing(gateways, owner, 
 
 
 def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused(owner, pair):
-    from replication.engine.store import Misordered
-    from replication.services.engine import batch_apply
-
     source, replica = pair
     link = pair_link()
     produce = Producer(owner, source)
@@ -574,18 +572,21 @@ def test_a_batch_ahead_of_its_predecessor_waits_for_it_and_a_lost_one_is_refused
     high = highs(source)[0]
     half = high // 2
     later: list[int] = []
-    ahead = threading.Thread(target=lambda: later.append(batch_apply(
-        link_id=link.pk, topic="clicks", partition=0, start=half, end=high).count))
+    ahead = threading.Thread(target=lambda: later.append(batch_serve(
+        link_id=link.pk, topic="clicks", partition=0, start=half, end=high)))
     ahead.start()
     time.sleep(0.01)
-    assert batch_apply(link_id=link.pk, topic="clicks", partition=0, start=0,
-                       end=half).count == half
+    assert batch_serve(link_id=link.pk, topic="clicks", partition=0, start=0, end=half) == half
     ahead.join()
     assert later == [high - half]  # applied after waiting, not refused
     produce(300)
     beyond = highs(source)[0]
-    with pytest.raises(Misordered):  # its predecessor never comes: refused, the sender re-plans
-        batch_apply(link_id=link.pk, topic="clicks", partition=0, start=beyond - 1, end=beyond)
+    inbox = uuid.uuid4().hex
+    assert batch_serve(link_id=link.pk, topic="clicks", partition=0, start=beyond - 1,
+                       end=beyond, tickets=["lost"], reply_to=inbox) == 0
+    # Its predecessor never comes: refused, and the sender re-plans.
+    (ack,) = transport().inbox.wait(1.0, inbox).acks
+    assert ack["misordered"] and ack["ticket"] == "lost"
     assert highs(replica)[0] == high
 
 
@@ -641,26 +642,23 @@ def test_replica_lag_events_tell_both_tenants_once_a_second(gateways, owner, pai
 
 def test_a_backlog_past_the_threshold_goes_to_the_catchup_job_when_it_takes_it(
         gateways, owner, pair, settings, monkeypatch):
-    import sys
-    import types
-
     source, replica = pair
     settings.REPLICATION_CATCHUP_THRESHOLD = 100
-    monkeypatch.setitem(sys.modules, "replication.services.jobs", None)  # not built: disabled
+    # The job does not take it (none can run): the link is planned as usual.
+    monkeypatch.setattr("workers.replication.loop.catchup_request", lambda *, link_id: False)
     replicator = in_process_replicator(settings)
     produce = Producer(owner, source)
     produce(600)
     replicator.step()
-    assert replicator.inflight and not replicator.handed_off  # planned as usual
+    assert replicator.dispatcher.flights.inflight and not replicator.handed_off
     step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
     asked: list[int] = []
-    jobs = types.ModuleType("replication.services.jobs")
-    jobs.catchup_request = lambda *, link_id: asked.append(link_id) or True  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "replication.services.jobs", jobs)
+    monkeypatch.setattr("workers.replication.loop.catchup_request",
+                        lambda *, link_id: asked.append(link_id) or True)
     produce(600)
     link = pair_link()
     step_until(replicator, lambda: asked == [link.pk], timeout=5)
-    assert link.pk in replicator.handed_off and not replicator.inflight
+    assert link.pk in replicator.handed_off and not replicator.dispatcher.flights.inflight
     # An acknowledgement alone does not plan it again; the retry tick and the sweep would (by
     # design), so neither is due here, whenever the hand-off happened in their cycle.
     now = replicator.clock()
@@ -675,18 +673,18 @@ def test_a_backlog_past_the_threshold_goes_to_the_catchup_job_when_it_takes_it(
 
 def test_an_acknowledgement_restarts_the_timeout_of_the_batches_queued_behind_it(settings):
     settings.REPLICATION_ACK_TIMEOUT = 10.0
-    replicator = Replicator(LocalPresence())
+    replicator = Replicator(local_transport())
     key = (1, "clicks", 0)
     spec = BatchSpec(uuid.uuid4(), uuid.uuid4(), "clicks", 0, 0, 100)
     gateway = ("newyork", "gw1")
-    replicator.inflight[key] = [InFlight(spec, gateway, "", 10.0, "a"),
-                                InFlight(spec, gateway, "", 10.0, "b")]
-    replicator.tickets.update(a=key, b=key)
+    flights = replicator.dispatcher.flights
+    flights.add(key, InFlight(spec, gateway, "", 10.0, "a"))
+    flights.add(key, InFlight(spec, gateway, "", 10.0, "b"))
     replicator._on_acks([{"ticket": "a", "applied": 100}], 9.0)
-    (behind,) = replicator.inflight[key]
+    (behind,) = flights.of(key)
     assert (behind.ticket, behind.deadline) == ("b", 19.0)  # a slow gateway is not a dead one
     replicator._on_acks([{"ticket": "b", "error": "refused", "misordered": True}], 9.5)
-    assert not replicator.inflight and not replicator.tickets and 1 in replicator.dirty_links
+    assert not flights.inflight and not flights.tickets and 1 in replicator.dirty_links
 
 
 def test_a_topic_created_later_travels_down_a_chain_without_waiting_for_a_timer(gateways, owner,

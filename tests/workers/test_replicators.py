@@ -10,14 +10,16 @@ import time
 
 import pytest
 import redis
+from django.conf import settings
 
 from bench.ports import free_port
 from replication.engine.replicator import BatchSpec
-from replication.leases import ReplicatorState
 from replication.models import ReplicaLink, Stream
-from replication.presence import presence
 from replication.services import replica_add, upstream_add
 from replication.stores import store_for
+from replication.transport import redis_transport, transport
+from replication.transport.client import namespace
+from replication.transport.leases import ReplicatorState
 from tests.factories import StreamFactory
 from tests.streamgate.test_cli import STREAMGATE
 from tests.workers.conftest import ROOT, Engine, wait_until
@@ -29,7 +31,7 @@ from tests.workers.test_replication import (  # noqa: F401 (fixtures)
     replica_count,
     step_until,
 )
-from workers.replicator import Replicator
+from workers.replication.loop import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,7 +54,7 @@ def star(owner, activity, newyork, pair) -> list[Stream]:  # noqa: F811
 def states_by_pid(engine: Engine) -> dict[int, ReplicatorState]:
     pids = {process.pid for label, process in engine.processes.items()
             if label.startswith("replicator")}
-    return {s.pid: s for s in presence().replicators() if s.pid in pids}
+    return {s.pid: s for s in transport().leases.replicators() if s.pid in pids}
 
 
 def live_links(engine: Engine) -> dict[int, int]:
@@ -94,7 +96,7 @@ def test_two_replicators_split_the_links_and_one_killed_has_its_links_taken_with
         stop.set()
         writer.join(timeout=30)
     assert took < 5.0, f"the survivor held every link {took:.1f}s after the kill"
-    listed = {s.pid: s for s in presence().replicators()}
+    listed = {s.pid: s for s in transport().leases.replicators()}
     assert not listed[one.pid].alive and listed[two.pid].alive  # the dead one stays listed
     wait_all_replicated(produce, star)  # replication went on with the survivor alone
     assert produce.sent > 300
@@ -109,7 +111,7 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
     source, replica = pair
     link = ReplicaLink.objects.get()
     produce = Producer(owner, source)
-    stale = Replicator(presence())
+    stale = Replicator(transport())
     produce(300)
     step_until(stale, lambda: check(source, replica, ["clicks"]).ok)
     assert stale.leases.held == {link.pk}
@@ -129,21 +131,22 @@ def test_a_replicator_that_lost_its_lease_and_still_sends_changes_nothing(
     # What it still had to send: every partition again from 0 (all applied since), and a
     # batch starting past the replica's end (the rest of its stale plan).
     now = stale.clock()
-    live = stale._choose("newyork", now)
+    live = stale.dispatcher.choice.choose("newyork", now)
     assert live is not None
-    sent, known = 0, set(stale.tickets)  # earlier batches' acknowledgements may still come
+    # Earlier batches' acknowledgements may still come.
+    sent, known = 0, set(stale.dispatcher.flights.tickets)
     for partition, (_low, old_end) in ends.items():
         key = (link.pk, "clicks", partition)
         redelivery = BatchSpec(source.uuid, replica.uuid, "clicks", partition, 0, old_end)
-        stale._dispatch(stale.cache.links[link.pk], key, redelivery, live, now)
+        stale.dispatcher._dispatch(stale.cache.links[link.pk], key, redelivery, live, now)
         end = replica_marks[partition][1]
         if marks[partition][1] > end + 1:
             gap = BatchSpec(source.uuid, replica.uuid, "clicks", partition, end + 1,
                             marks[partition][1])
-            stale._dispatch(stale.cache.links[link.pk], key, gap, live, now)
+            stale.dispatcher._dispatch(stale.cache.links[link.pk], key, gap, live, now)
             sent += 1
         sent += 1
-    tickets = set(stale.tickets) - known
+    tickets = set(stale.dispatcher.flights.tickets) - known
     assert len(tickets) == sent
     acks: list[dict] = []  # its next wait sends them; they come back to its inbox
     deadline = time.monotonic() + 30
@@ -165,10 +168,10 @@ def test_streamgate_replicator_run_is_the_replicator_process_and_is_listed(engin
                                stdout=log, stderr=subprocess.STDOUT)
     engine.processes["replicator-cli"] = process
     wait_until(lambda: any(s.pid == process.pid and s.alive
-                           for s in presence().replicators()), timeout=30)
+                           for s in transport().leases.replicators()), timeout=30)
     engine.stop("replicator-cli")  # SIGTERM: gives its leases back and leaves the registry
     assert process.returncode == 0
-    assert not [s for s in presence().replicators() if s.pid == process.pid]
+    assert not [s for s in transport().leases.replicators() if s.pid == process.pid]
 
 
 def test_batches_it_cannot_send_are_forgotten_said_and_sent_again_once_redis_answers(
@@ -179,22 +182,23 @@ def test_batches_it_cannot_send_are_forgotten_said_and_sent_again_once_redis_ans
     source, replica = pair
     link = ReplicaLink.objects.get()
     produce = Producer(owner, source)
-    replicator = Replicator(presence())
+    replicator = Replicator(redis_transport(settings.REDIS_URL, namespace()))  # its own client
     produce(300)
-    step_until(replicator, lambda: replicator.outbox)  # cut; its next wait would send them
-    assert replicator.inflight and replicator.tickets
-    reachable = replicator.presence.client
-    replicator.presence.client = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    # Cut; its next wait would send them.
+    step_until(replicator, lambda: replicator.dispatcher.outbox)
+    assert replicator.dispatcher.flights.inflight and replicator.dispatcher.flights.tickets
+    reachable = replicator.transport.inbox.client
+    replicator.transport.inbox.client = redis.Redis(port=free_port(), socket_connect_timeout=1)
     with pytest.raises(redis.ConnectionError):
         replicator._wait()
-    assert not replicator.outbox and not replicator.tickets
-    assert not any(replicator.inflight.values())
+    assert not replicator.dispatcher.outbox and not replicator.dispatcher.flights.tickets
+    assert not any(replicator.dispatcher.flights.inflight.values())
     assert link.pk in replicator.retry
     link.refresh_from_db()
     assert link.last_error.startswith("cannot send a batch: "), link.last_error
     assert replica_count(replica) == 0  # nothing was sent
 
-    replicator.presence.client = reachable
+    replicator.transport.inbox.client = reachable
     step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
     report = check(source, replica, ["clicks"], acknowledged=produce.acked)
     assert report.ok, report.summary()

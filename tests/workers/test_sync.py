@@ -16,15 +16,15 @@ from django.db import connection
 
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ReplicaLink, Stream, SyncMode
-from replication.presence import presence
 from replication.reports import replica_rows
 from replication.services import replica_add, replica_edit, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
+from replication.transport import transport
 from tests.channel_events import Events, use_redis_layer
 from tests.factories import GatewayFactory, StreamFactory
 from tests.workers.conftest import in_process_engine, wait_until
-from workers.replicator import Replicator
+from workers.replication.loop import Replicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,7 +77,8 @@ def start_gateway(engine, newyork, name: str = "gw1") -> None:
     if not Gateway.objects.filter(cluster=newyork, name=name).exists():
         GatewayFactory(cluster=newyork, name=name)
     engine.gateway("newyork", name)
-    wait_until(lambda: ("newyork", name) in presence().live([("newyork", name)]), timeout=30)
+    gateway = ("newyork", name)
+    wait_until(lambda: gateway in transport().gateways.live([gateway]), timeout=30)
 
 
 def running_engine(engine, owner, newyork, source: Stream, replica: Stream) -> None:
@@ -129,7 +130,7 @@ def test_without_a_live_gateway_the_link_drops_to_async_and_comes_back(engine, o
     running_engine(engine, owner, newyork, source, replica)
     before = switches(link_of(source, replica))
     engine.processes["gw-newyork-gw1"].send_signal(signal.SIGKILL)
-    wait_until(lambda: not presence().live([("newyork", "gw1")]), timeout=10)
+    wait_until(lambda: not transport().gateways.live([("newyork", "gw1")]), timeout=10)
     started = time.monotonic()
     offsets = produce(owner, source, n=50)
     # Acknowledged at once, without waiting out the timeout: no gateway could apply it.

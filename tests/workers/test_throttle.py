@@ -1,4 +1,5 @@
-"""Token buckets of throttled links (workers/throttle.py), on a clock of the test's own."""
+"""Token buckets of throttled links (workers/replication/throttle.py), on a clock of the test's
+own."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 import pytest
 
 from replication.engine.replicator import BatchSpec
-from workers.throttle import Throttle
+from workers.replication.throttle import Throttle
 
 S, R = uuid.uuid4(), uuid.uuid4()
 

@@ -1,4 +1,4 @@
-"""Which Kafka listeners are live: presence as the gateways keep it (replication/presence.py).
+"""Which Kafka listeners are live: presence as the gateways keep it (replication/transport/).
 
 Each listener beats every KAFKA_HEARTBEAT_SECONDS into one Redis sorted set per scope (the
 cluster it serves, or every cluster), its entry scored with the time it expires; the live
@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from django.conf import settings
 
-from replication.presence import _client, namespace
+from replication.transport.client import namespace, redis_client
 from workers.kafka.session import Listener, Node
 
 log = structlog.get_logger(__name__)
@@ -45,7 +45,7 @@ def beat(listener: Listener, ttl: float) -> list[Node]:
             entries[listener.node] = now + ttl
             return sorted(n for n, until in entries.items() if until > now)
     key, member = _key(listener), json.dumps(list(vars(listener.node).values()))
-    pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+    pipe = redis_client(settings.REDIS_URL).pipeline(transaction=False)
     pipe.zadd(key, {member: now + ttl}).zremrangebyscore(key, "-inf", now)
     pipe.expire(key, int(ttl * 10) + 1).zrangebyscore(key, now, "+inf")
     members = pipe.execute()[-1]
@@ -60,7 +60,7 @@ def live_listeners(scopes: list[str]) -> dict[str, list[Node]]:
         with _local_lock:
             return {scope: sorted(n for n, until in _local.get(_scope_key(scope), {}).items()
                                   if until > now) for scope in scopes}
-    pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+    pipe = redis_client(settings.REDIS_URL).pipeline(transaction=False)
     for scope in scopes:
         pipe.zrangebyscore(_scope_key(scope), now, "+inf")
     found = pipe.execute()
@@ -74,7 +74,7 @@ def leave(listener: Listener) -> None:
             _local.get(_key(listener), {}).pop(listener.node, None)
         return
     member = json.dumps(list(vars(listener.node).values()))
-    _client(settings.REDIS_URL).zrem(_key(listener), member)
+    redis_client(settings.REDIS_URL).zrem(_key(listener), member)
 
 
 class Beacon:

@@ -9,12 +9,12 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import Row, command
-from replication.leases import replicator_rows
-from replication.presence import presence
+from replication.transport import transport
+from replication.transport.leases import replicator_rows
 
 
 @command("replicator/list",
          summary="List the replicators: alive, links held, last heartbeat (those heard of in "
          "the last hour).", changes=False)
 def replicator_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return replicator_rows(presence())
+    return replicator_rows(transport().leases)

@@ -21,8 +21,14 @@ from psycopg import sql
 
 from replication.engine import MessageStore, Record, UnknownTopic, create_database, open_store
 from replication.engine.checker import Report, check_replica
-from replication.engine.replicator import BatchSpec, plan_batches, pump
-from replication.engine.store import Key
+from replication.engine.replicator import (
+    MAX_BYTES,
+    MAX_MESSAGES,
+    BatchSpec,
+    apply_spec,
+    plan_batches,
+)
+from replication.engine.store import Key, Misordered
 
 _databases = itertools.count()
 
@@ -166,9 +172,32 @@ class Net:
         args = (self.store(src), self.id(src), self.store(dst), self.id(dst), self.topics(src))
         return plan_batches(*args, **kwargs)
 
-    def pump(self, src: str, dst: str, **kwargs) -> int:
-        args = (self.store(src), self.id(src), self.store(dst), self.id(dst), self.topics(src))
-        return pump(*args, link=f"{src}->{dst}", **kwargs)
+    def pump(self, src: str, dst: str, *, max_messages: int = MAX_MESSAGES,
+             max_bytes: int = MAX_BYTES, max_rounds: int = 1000) -> int:
+        """Plan and apply until caught up (or max_rounds plans, when producers outpace it), as
+        a replicator's plans and a gateway's applies do; return the messages applied. Raises
+        Misordered when a round is refused and makes no progress: a gap nothing can fill, such
+        as a lagging replica whose next messages expired at the source."""
+        source, replica, total = self.store(src), self.store(dst), 0
+        for _ in range(max_rounds):
+            specs = plan_batches(source, self.id(src), replica, self.id(dst), self.topics(src),
+                                 max_messages=max_messages, max_bytes=max_bytes)
+            if not specs:
+                break
+            applied, refused, skip = 0, None, set()
+            for spec in specs:
+                if spec.key in skip:
+                    continue  # a partition's later batches would be refused too: re-plan it
+                try:
+                    applied += apply_spec(source, replica, spec, link=f"{src}->{dst}",
+                                          max_bytes=max_bytes).count
+                except Misordered as error:
+                    refused = error
+                    skip.add(spec.key)
+            total += applied
+            if refused is not None and not applied:
+                raise refused
+        return total
 
     def check(self, origin: str, replica: str, **kwargs) -> Report:
         """Check the replica against the origin for every topic that originates there."""

@@ -16,7 +16,6 @@ import pytest
 from replication.engine import Misordered, Record, open_store
 from replication.engine.replicator import (
     BatchSpec,
-    apply_batch,
     apply_spec,
     backlog,
     cut_batches,
@@ -93,7 +92,7 @@ def _apply_or_replan(net, spec, link) -> int:
     src = link.split("->")[0]
     # Refused when the other link has not filled the gap yet: the next plan starts at D's end.
     with contextlib.suppress(Misordered):
-        return apply_batch(net.store(src), net.store("D"), spec, link=link)
+        return apply_spec(net.store(src), net.store("D"), spec, link=link).count
     return 0
 
 
@@ -159,7 +158,7 @@ def test_apply_batch_refuses_to_carry_messages_back_to_their_origin(net):
     net.pump("A", "B")
     back = BatchSpec(net.id("B"), net.id("A"), "a", 0, 0, 10)
     with pytest.raises(ReturnToOrigin):
-        apply_batch(net.store("B"), net.store("A"), back, link="B->A")
+        apply_spec(net.store("B"), net.store("A"), back, link="B->A")
     assert net.store("A").watermarks(net.id("A"), "a") == {0: (0, 10)}
     net.assert_replica("A", "B")
 
@@ -171,7 +170,7 @@ def test_redelivered_batch_is_applied_once(net):
     net.add("A", "B")
     net.produce("A", "a", 300, partitions=1)
     (spec,) = net.plan("A", "B")
-    counts = [apply_batch(net.store("A"), net.store("B"), spec, link="l") for _ in range(3)]
+    counts = [apply_spec(net.store("A"), net.store("B"), spec, link="l").count for _ in range(3)]
     assert counts == [300, 0, 0]
     net.assert_replica("A", "B")
 
@@ -182,15 +181,15 @@ def test_out_of_order_batches_are_refused_then_replanned(net):
     first, second, third = net.plan("A", "B", max_messages=100)
     src, dst = net.store("A"), net.store("B")
     with pytest.raises(Misordered) as caught:
-        apply_batch(src, dst, second, link="l")
+        apply_spec(src, dst, second, link="l")
     assert (caught.value.expected, caught.value.got) == (0, 100)
     assert net.check("A", "B", require_caught_up=False).ok  # nothing was written
-    assert apply_batch(src, dst, first, link="l") == 100
+    assert apply_spec(src, dst, first, link="l").count == 100
     with pytest.raises(Misordered):
-        apply_batch(src, dst, third, link="l")
+        apply_spec(src, dst, third, link="l")
     replanned = net.plan("A", "B", max_messages=100)
     assert replanned == [second, third]
-    assert [apply_batch(src, dst, spec, link="l") for spec in replanned] == [100, 100]
+    assert [apply_spec(src, dst, spec, link="l").count for spec in replanned] == [100, 100]
     net.assert_replica("A", "B")
 
 
@@ -202,7 +201,7 @@ def test_threads_applying_one_batch_store_it_once(net):
 
     def gateway() -> None:
         barrier.wait()
-        counts.append(apply_batch(net.store("A"), net.store("B"), spec, link="l"))
+        counts.append(apply_spec(net.store("A"), net.store("B"), spec, link="l").count)
 
     threads = [threading.Thread(target=gateway) for _ in range(4)]
     for t in threads:
@@ -217,7 +216,7 @@ def _gateway(source_url, replica_url, spec, barrier, results) -> None:
     source, replica = open_store(source_url), open_store(replica_url)
     try:
         barrier.wait(30)
-        results.put(apply_batch(source, replica, spec, link="l"))
+        results.put(apply_spec(source, replica, spec, link="l").count)
     finally:
         source.close()
         replica.close()
@@ -242,7 +241,7 @@ def test_processes_applying_one_batch_store_it_once(net):
 
 def _doomed_gateway(source_url, replica_url, spec) -> None:
     source, replica = open_store(source_url), open_store(replica_url)
-    apply_batch(source, replica, spec, link="doomed")
+    apply_spec(source, replica, spec, link="doomed")
 
 
 def test_gateway_killed_mid_batch_leaves_a_prefix(pg_net):
@@ -311,7 +310,7 @@ def test_lagging_replica_whose_next_messages_expired_is_refused(net):
     net.origins["a"] = a
     store.append(a, "a", [Record(b"old", timestamp_ms=1)] * 100, origin=a)
     first = net.plan("A", "B", max_messages=40)[0]
-    apply_batch(store, net.store("B"), first, link="l")  # B holds 0..39
+    apply_spec(store, net.store("B"), first, link="l")  # B holds 0..39
     store.append(a, "a", [Record(b"new", timestamp_ms=now_ms())] * 10, origin=a)
     while store.expire(a, before_ms=2):
         pass
@@ -365,7 +364,7 @@ def test_batches_are_bounded_by_count_and_bytes(net):
     other = uuid.uuid4()
     assert plan_batches(net.store("A"), net.id("A"), net.store("B"), other, {"a": other}) == []
     for spec in by_bytes:
-        apply_batch(net.store("A"), net.store("B"), spec, link="l")
+        apply_spec(net.store("A"), net.store("B"), spec, link="l")
     net.assert_replica("A", "B")
 
 
@@ -438,16 +437,16 @@ def test_piped_apply_trims_overlaps_and_refuses_gaps(pg_net):
     src, dst = pg_net.store("A"), pg_net.store("B")
     first, second, third = pg_net.plan("A", "B", max_messages=100)
     with pytest.raises(Misordered) as caught:
-        apply_batch(src, dst, second, link="l")
+        apply_spec(src, dst, second, link="l")
     assert (caught.value.expected, caught.value.got) == (0, 100)
-    assert apply_batch(src, dst, first, link="l") == 100
+    assert apply_spec(src, dst, first, link="l").count == 100
     overlap = BatchSpec(first.source, first.replica, "a", 0, 50, 200)
     applied = apply_spec(src, dst, overlap, link="l")
     # [100, 200) only: the trimmed overlap's bytes do not count, as its messages do not.
     assert (applied.count, applied.bytes) == (100, _logical_bytes(pg_net, "A", "a", 0, 100, 200))
     redelivered = apply_spec(src, dst, second, link="l")
     assert (redelivered.count, redelivered.bytes) == (0, 0)
-    assert apply_batch(src, dst, third, link="l") == 100
+    assert apply_spec(src, dst, third, link="l").count == 100
     pg_net.assert_replica("A", "B")
     assert dst.replication_cursor(pg_net.id("B"), "l", "a", 0) == 300
 
@@ -460,7 +459,7 @@ def test_piped_apply_of_an_expired_prefix_starts_a_fresh_replica_at_the_low_wate
     (spec,) = pg_net.plan("A", "B")
     assert (spec.start, spec.end) == (80, 200)
     stale = BatchSpec(spec.source, spec.replica, "a", 0, 0, 200)  # planned before expiry
-    assert apply_batch(src, pg_net.store("B"), stale, link="l") == 120
+    assert apply_spec(src, pg_net.store("B"), stale, link="l").count == 120
     assert pg_net.store("B").watermarks(pg_net.id("B"), "a") == {0: (80, 200)}
 
 
@@ -486,7 +485,7 @@ def test_piped_apply_within_one_store_copies_on_the_server(pg_net):
     assert [(a.count, a.bytes) for a in applied] == [
         (s.end - s.start, _logical_bytes(pg_net, "A", "a", s.partition, s.start, s.end))
         for s in specs]
-    assert [apply_batch(src, src, spec, link="l") for spec in specs] == [0] * len(specs)
+    assert [apply_spec(src, src, spec, link="l").count for spec in specs] == [0] * len(specs)
     pg_net.assert_replica("A", "C")
     assert _stats(pg_net, "C", "a") == _stats(pg_net, "A", "a")
 

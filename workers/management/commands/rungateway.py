@@ -1,4 +1,5 @@
-"""`manage.py rungateway --cluster C --name G`: one gateway process (workers/gateway.py)."""
+"""`manage.py rungateway --cluster C --name G`: one gateway process (workers/replication/
+gateway.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from workers.gateway import GatewayRefused, run_gateway
+from workers.replication.gateway import GatewayRefused, run_gateway
 
 
 class Command(BaseCommand):

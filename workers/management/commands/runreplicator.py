@@ -1,4 +1,4 @@
-"""`manage.py runreplicator`: the source side of replication (workers/replicator.py)."""
+"""`manage.py runreplicator`: the source side of replication (workers/replication/loop.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from replication.presence import presence
-from workers.replicator import Replicator
+from replication.transport import transport
+from workers.replication.loop import Replicator
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         # progress), so a stop exits at once, even from inside a blocked BLPOP.
         signal.signal(signal.SIGTERM, _exit)
         self.stdout.write("replicator running")
-        Replicator(presence()).run(threading.Event())
+        Replicator(transport()).run(threading.Event())
 
 
 def _exit(*_: object) -> None:

@@ -1,12 +1,12 @@
 """A gateway: a process consuming its own batch list (`sg:batches:<cluster>:<name>`,
-workers/batches.py) and Celery queue (`gw.<cluster>.<name>`), applying the batches the
-replicator sends it to the replicas of its cluster, and heartbeating.
+consumer.py) and Celery queue (`gw.<cluster>.<name>`), applying the batches the replicator
+sends it to the replicas of its cluster (applier.py), and heartbeating.
 
 `manage.py rungateway --cluster C --name G` (or `streamgate gateway run -cluster C -name G`)
-runs one. Its heartbeat is a Redis key with a short TTL (replication/presence.py): a gateway that
-is killed, hung or cut off stops refreshing it and reads DOWN within the TTL. The control
-database's `last_heartbeat` and the gateway's counters are written less often, for the
-operators' pages; no decision reads them.
+runs one. Its heartbeat is a Redis key with a short TTL (replication/transport/liveness.py): a
+gateway that is killed, hung or cut off stops refreshing it and reads DOWN within the TTL. The
+control database's `last_heartbeat` and the gateway's counters are written less often, for
+the operators' pages; no decision reads them.
 """
 
 from __future__ import annotations
@@ -14,53 +14,26 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import Counter
 
 import structlog
+from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import connection
 
 from replication.models import Gateway
-from replication.presence import GatewayId, Presence, gateway_queue, presence
-from replication.services.engine import gateway_flush, gateways_configured
-from replication.services.gateway_status import gateways_announce
-from replication.services.sync import links_sync_drop, links_sync_restore
+from replication.services.gateway_status import gateway_flush, gateways_configured
+from replication.transport import GatewayId, Transport, gateway_queue, transport
+from workers.celery import app
+from workers.replication.applier import tally
+from workers.replication.consumer import BatchConsumer
+from workers.replication.watch import PresenceWatch
 
 log = structlog.get_logger(__name__)
 DB_HEARTBEAT_SECONDS = 5.0
-WATCH_SECONDS = 5.0  # between full presence watches while the live gateways stay the same
-Watched = tuple[list[GatewayId], set[GatewayId]]  # configured gateways, the live ones
 
 
 class GatewayRefused(Exception):
     """The gateway may not start; the message says what to configure."""
-
-
-class Tally:
-    """Batches, messages, logical bytes and errors per gateway since the last flush, from the
-    task threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[GatewayId, Counter] = {}
-
-    def add(self, gateway: GatewayId, *, batches: int = 0, messages: int = 0, nbytes: int = 0,
-            errors: int = 0) -> None:
-        with self._lock:
-            self._counts.setdefault(gateway, Counter()).update(
-                batches=batches, messages=messages, nbytes=nbytes, errors=errors)
-
-    def take(self, gateway: GatewayId) -> Counter:
-        with self._lock:
-            return self._counts.pop(gateway, Counter())
-
-
-tally = Tally()
-
-
-def parse_gateway(text: str) -> GatewayId:
-    cluster, _, name = text.partition("/")
-    return cluster, name
 
 
 def gateway_check(cluster: str, name: str) -> Gateway:
@@ -81,64 +54,16 @@ def gateway_check(cluster: str, name: str) -> Gateway:
     return gateway
 
 
-def gateways_watch(signals: Presence, serving: set[str]) -> Watched:
-    """What follows from which gateways are live now: "gateway.status" events for the ones
-    that came up or went down, synchronous links dropping to async where no gateway is left
-    and, on the clusters in `serving` (the caller's, so live), returning to sync once caught
-    up. Any process watching presence may call it; each change happens once. Returns the
-    configured gateways and the live ones it saw."""
-    configured = [(c, n) for c, names in gateways_configured().items() for n in names]
-    live = set(signals.live(configured))
-    gateways_announce(live=live)
-    clusters = {cluster for cluster, _ in live}
-    links_sync_drop(live_clusters=clusters)
-    links_sync_restore(clusters=serving & clusters)
-    return configured, live
-
-
-def presence_watch(signals: Presence, serving: set[str] | None = None) -> Watched | None:
-    """gateways_watch, for loops that must go on whatever it meets (a database restarting)."""
-    try:
-        return gateways_watch(signals, serving or set())
-    except Exception as error:  # a beat or a plan must not fail for what only reports follow
-        log.warning("gateway_watch_failed", error=str(error))
-        return None
-
-
-class PresenceWatch:
-    """presence_watch when it may find something: when forced, every WATCH_SECONDS (a
-    synchronous link that caught up returns to sync then), and whenever the live gateways
-    differ from those the last watch saw, which costs one MGET. Its queries were a quarter of
-    a gateway's CPU at 5,000 messages/s when every beat ran them (docs/benchmarks-history.md)."""
-
-    def __init__(self, signals: Presence) -> None:
-        self.presence = signals
-        self.seen: Watched | None = None
-        self.next = 0.0
-
-    def __call__(self, serving: set[str] | None = None, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now < self.next and self.seen is not None:
-            configured, live = self.seen
-            try:
-                if set(self.presence.live(configured)) == live:
-                    return
-            except Exception as error:  # Redis restarting: the full watch says the same
-                log.warning("gateway_watch_failed", error=str(error))
-                return
-        self.seen = presence_watch(self.presence, serving)
-        self.next = now + WATCH_SECONDS
-
-
 class Heartbeat:
     """Refreshes the presence key of each gateway every GATEWAY_HEARTBEAT_SECONDS, and the
     database row (with the tallied counters) every few seconds; after each beat, watches
     presence (PresenceWatch)."""
 
-    def __init__(self, gateways: list[GatewayId] | None, signals: Presence | None = None) -> None:
+    def __init__(self, gateways: list[GatewayId] | None,
+                 signals: Transport | None = None) -> None:
         self.fixed = gateways  # None: every configured gateway (embedded mode)
-        self.presence = signals or presence()
-        self.watcher = PresenceWatch(self.presence)
+        self.transport = signals or transport()
+        self.watcher = PresenceWatch(self.transport.gateways)
         self.stop = threading.Event()
         self.incarnation = uuid.uuid4().hex
         self.thread = threading.Thread(target=self._loop, name="gateway-heartbeat", daemon=True)
@@ -156,7 +81,7 @@ class Heartbeat:
     def beat(self, *, database: bool) -> None:
         gateways = self.gateways()
         for gateway in gateways:
-            self.presence.beat(gateway, settings.GATEWAY_PRESENCE_TTL, self.incarnation)
+            self.transport.gateways.beat(gateway, settings.GATEWAY_PRESENCE_TTL, self.incarnation)
         if database:
             self.flush(gateways, heartbeat=True)
         self.watch(gateways, force=database)
@@ -187,23 +112,18 @@ class Heartbeat:
         self.stop.set()
         self.thread.join(timeout=5)
         for gateway in self.gateways():
-            self.presence.forget(gateway)
+            self.transport.gateways.forget(gateway)
         self.flush(self.gateways(), heartbeat=False)
         self.watch(self.gateways(), serving=False)  # announces this one down at once
 
 
 def run_gateway(cluster: str, name: str, *, loglevel: str = "INFO") -> None:
     """Serve the gateway's queue until stopped (SIGTERM finishes the batches in hand)."""
-    from celery.signals import worker_ready, worker_shutdown
-
-    from workers.batches import BatchConsumer
-    from workers.celery import app
-
     gateway_check(cluster, name)
     heartbeat = Heartbeat([(cluster, name)])
     # The replicator's batches come on the gateway's own list; the Celery queue still takes
     # apply_batch_task from any other sender.
-    batches = BatchConsumer((cluster, name), heartbeat.presence)
+    batches = BatchConsumer((cluster, name), heartbeat.transport)
 
     def ready(**_: object) -> None:
         batches.start()

@@ -14,7 +14,8 @@ from django.conf import settings
 
 from replication.engine.replicator import Backlog, oldest_timestamp
 from replication.engine.store import now_ms
-from replication.services.engine import MovingLink, link_lag_publish
+from replication.models import MovingLink
+from replication.services.linknotes import link_lag_publish
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)

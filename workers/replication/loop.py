@@ -8,7 +8,7 @@ at any refusal, timeout, hand-off, lease change, link change and sweep), a gatew
 trims what the replica already holds and refuses a batch that would leave a gap, so a batch
 sent twice, to two gateways, or applied late by a gateway presumed dead, changes nothing
 (invariant 2). Up to REPLICATION_WINDOW batches of a (link, topic, partition) are in flight,
-consecutive and all to one gateway, whose batch list (replication/batchqueue.py; a step's
+consecutive and all to one gateway, whose batch list (replication/transport/batchqueue.py; a step's
 batches go in one pipeline) hands them out in order; one that still arrives before its
 predecessor is applied waits a moment at the gateway, then is refused, and the replicator
 forgets the partition's flights and re-plans from the replica's end. A partial batch (the tail
@@ -21,17 +21,21 @@ commit's is marked, CURSORS_CHANGED, and only it makes the plan copy cursors), a
 acknowledgement (the partition's next batch, when the last plan saw more than is in flight)
 and its apply to a replica that feeds a moving link of its own (a wake-up for the replica
 stream), a change to a stream's links (resume, pause, replica and
-upstream add, edit, a new topic: a marked wake-up, replication.services.engine.LINKS_CHANGED),
+upstream add, edit, a new topic: a marked wake-up, replication.services.wakeups.LINKS_CHANGED),
 a retry timer for links waiting for a gateway or newly moving, and a slow sweep over every
-moving link in case a wake-up was lost. Links are cached between wake-ups (workers/
-linkcache.py); progress events for the browser come from what the plans read (workers/
-lagevents.py). Idle, it blocks in one BLMPOP.
+moving link in case a wake-up was lost. Links are cached between wake-ups (linkcache.py);
+progress events for the browser come from what the plans read (lagevents.py). Idle, it blocks
+in one BLMPOP (replication/transport/inbox.py).
+
+The loop owns only what a loop needs: what woke it, which links to plan and when, and the
+replica ends as last seen. Where a planned batch goes (flights, gateway choice, throttle) is
+the Dispatcher's (dispatcher.py); consumer cursors are CursorCopies' (cursors.py).
 
 Any number run at once (`streamgate replicator run` on several nodes): each plans only the
 links it holds a lease on, and the live ones split the moving links between them
-(replication/leases.py); one that dies has its links taken by the others within its lease.
+(leases.py, replication/transport/leases.py); one that dies has its links taken by the others
+within its lease.
 """
-
 from __future__ import annotations
 
 import threading
@@ -44,63 +48,40 @@ import structlog
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, connections
 
-from replication.batchqueue import RedisBatches
-from replication.engine.replicator import Backlog, BatchSpec, backlog, cut_batches, sync_cursors
-from replication.engine.store import CursorKey
-from replication.leases import LinkLeases
-from replication.presence import GatewayId, Presence, Signals
-from replication.services.engine import (
-    CURSORS_CHANGED,
-    LINKS_CHANGED,
-    MovingLink,
-    link_catchup_request,
-    link_error,
-    link_ids_moving,
-    link_progress,
-    link_waiting,
-)
+from replication.engine.replicator import Backlog, backlog
+from replication.models import MovingLink, ReplicaLink
+from replication.services.jobs import catchup_request
+from replication.services.linknotes import link_error, link_progress, link_waiting
+from replication.services.wakeups import CURSORS_CHANGED, LINKS_CHANGED
 from replication.stores import store_for
-from workers.batches import send_eagerly
-from workers.flights import Flights, InFlight, Key
-from workers.gateway import PresenceWatch
-from workers.gatewaychoice import Chosen, GatewayChoice
-from workers.lagevents import LagEvents
-from workers.linkcache import LinkCache, SweepMarks
-from workers.throttle import Throttle, Throttling
+from replication.transport import Signals, Transport
+from workers.replication.cursors import CursorCopies
+from workers.replication.dispatcher import Dispatcher, Outbox
+from workers.replication.flights import Key
+from workers.replication.lagevents import LagEvents
+from workers.replication.leases import LinkLeases
+from workers.replication.linkcache import LinkCache, SweepMarks
+from workers.replication.watch import PresenceWatch
 
 log = structlog.get_logger(__name__)
 MAX_FAILURES = 3  # consecutive refusals of a partition before backing off to the retry timer
 
 
 @dataclass
-class Replicator(GatewayChoice, Flights, Throttling):
-    presence: Presence
+class Replicator:
+    transport: Transport
     clock: Callable[[], float] = time.monotonic
     inbox: str = field(default_factory=lambda: uuid.uuid4().hex)  # where gateways acknowledge
-    # Per partition, its batches in flight in offset order, all sent to one gateway.
-    inflight: dict[Key, list[InFlight]] = field(default_factory=dict)
-    tickets: dict[str, Key] = field(default_factory=dict)
-    # Gateways that missed an acknowledgement -> (skipped until, their incarnation then).
-    suspect: dict[GatewayId, tuple[float, str]] = field(default_factory=dict)
-    rr: dict[str, int] = field(default_factory=dict)  # round-robin counter per cluster
     failures: dict[Key, int] = field(default_factory=dict)
     dirty_streams: set[str] = field(default_factory=set)
     cursor_streams: set[str] = field(default_factory=set)  # of those, cursors were committed
     dirty_links: set[int] = field(default_factory=set)
     retry: set[int] = field(default_factory=set)  # links to re-plan at next_retry
     progressed: set[int] = field(default_factory=set)
-    # Per link, each consumer cursor as last copied to the replica (see sync_cursors).
-    cursors: dict[int, dict[CursorKey, int]] = field(default_factory=dict)
-    owed: set[int] = field(default_factory=set)  # links with cursors clamped to the replica end
-    # Per link, the source's high watermark of each partition its last plan found lagging: an
-    # acknowledgement re-plans the link only if that plan saw more than is in flight or applied.
-    highs: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
     # Per link, the replica's next offset per partition as last read or acknowledged: a plan
     # reads only the source while these hold (engine/replicator.py _positions). Forgotten on
     # any doubt: a refusal, a timeout, a catch-up job, a lease taken over, the sweep.
     positions: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
-    throttles: dict[int, Throttle] = field(default_factory=dict)  # per throttled link
-    throttled: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
     linger_until: float | None = None
     next_sweep: float = 0.0  # the first step sweeps: wake-ups may have been lost while down
     next_retry: float = 0.0
@@ -109,22 +90,20 @@ class Replicator(GatewayChoice, Flights, Throttling):
     moving: set[int] = field(default_factory=set)
     next_watch: float = 0.0
     next_progress_write: float = 0.0
+    handed_off: set[int] = field(default_factory=set)  # links a catch-up job is copying
     cache: LinkCache = field(default_factory=LinkCache)
     sweep_marks: SweepMarks = field(default_factory=SweepMarks)
     lag_events: LagEvents = field(default_factory=LagEvents)
-    handed_off: set[int] = field(default_factory=set)  # links a catch-up job is copying
-    _gateways: dict[str, list[str]] = field(default_factory=dict)
-    _gateways_read: float = float("-inf")
-    # The live gateways per cluster, with their incarnations, as last read (gatewaychoice.py).
-    _live: dict[str, tuple[float, list[Chosen]]] = field(default_factory=dict)
+    cursors: CursorCopies = field(default_factory=CursorCopies)
+    dispatcher: Dispatcher = field(init=False)
     leases: LinkLeases = field(init=False)
     watcher: PresenceWatch = field(init=False)
-    # Batches cut this step, sent with the next wait (one round trip): see _wait.
-    outbox: list[tuple[GatewayId, dict]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.leases = LinkLeases(self.presence, self.inbox, settings.REPLICATOR_LEASE_SECONDS)
-        self.watcher = PresenceWatch(self.presence)
+        self.dispatcher = Dispatcher(self.transport.gateways, self.inbox)
+        self.leases = LinkLeases(self.transport.leases, self.inbox,
+                                 settings.REPLICATOR_LEASE_SECONDS)
+        self.watcher = PresenceWatch(self.transport.gateways)
 
     def run(self, stop: threading.Event) -> None:
         try:
@@ -171,7 +150,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
         if self.linger_until is None:
             # With batches in flight, a burst of produces gathers into the next batch while
             # they travel; with none, the first message goes at once (lag).
-            linger = settings.REPLICATION_LINGER_MS / 1000 if self.inflight else 0.0
+            linger = settings.REPLICATION_LINGER_MS / 1000 if self.dispatcher.flights else 0.0
             self.linger_until = now + linger
 
     # --- timing ------------------------------------------------------------------------------
@@ -189,20 +168,20 @@ class Replicator(GatewayChoice, Flights, Throttling):
             due.append(self.next_progress_write)
         if (lag_round := self.lag_events.due()) is not None:
             due.append(lag_round)
-        due += self.throttled.values()
-        due += [f.deadline for flights in self.inflight.values() for f in flights]
+        due += self.dispatcher.due()
         return min(max(min(due) - now, 0.0), settings.REPLICATION_SWEEP_SECONDS)
 
     # --- acknowledgements and timeouts ------------------------------------------------------
 
     def _on_acks(self, acks: list[dict], now: float) -> None:
+        flights = self.dispatcher.flights
         for ack in acks:
-            key = self.tickets.pop(ack.get("ticket", ""), None)
+            key = flights.key_of(ack.get("ticket", ""))
             if key is None:
                 continue  # a batch already re-sent elsewhere: its apply was a no-op or harmless
             link_id = key[0]
             if not ack.get("error"):
-                landed = self._land(key, ack["ticket"], now)
+                landed = flights.land(key, ack["ticket"], now)
                 self.failures.pop(key, None)
                 self.progressed.add(link_id)
                 self.lag_events.moved(link_id, now)
@@ -211,13 +190,13 @@ class Replicator(GatewayChoice, Flights, Throttling):
                     known = self.positions.get(link_id)
                     if known is not None:
                         known[key[1:]] = max(known.get(key[1:], 0), landed.spec.end)
-                if self._more(key, landed) or link_id in self.owed:
+                if flights.more(key, landed) or link_id in self.cursors.owed:
                     self.dirty_links.add(link_id)  # the partition's next batch
                 continue
             # The later batches of the partition start past what this one would have brought:
             # they will be refused too. Forget them all and re-plan from the replica's end
             # (any of them still applied meanwhile is trimmed from the resent ones).
-            self._abandon(key)
+            flights.abandon(key)
             self.positions.pop(link_id, None)
             self.failures[key] = failures = self.failures.get(key, 0) + 1
             if ack.get("misordered") and failures < MAX_FAILURES:
@@ -227,16 +206,9 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.retry.add(link_id)  # back off rather than spin on a batch that keeps failing
 
     def _expire(self, now: float) -> None:
-        for key, flights in list(self.inflight.items()):
-            late = next((f for f in flights if f.deadline <= now), None)
-            if late is None:
-                continue
-            self._abandon(key)
+        for key, late in self.dispatcher.expire(now):
+            # No acknowledgement in time: the batches go to another gateway.
             self.positions.pop(key[0], None)
-            # No acknowledgement in time: the gateway counts as down for a while, and the
-            # batches go to another (if the first applies them late, the trim makes that a no-op).
-            self.suspect[late.gateway] = (now + settings.REPLICATION_SUSPECT_SECONDS,
-                                          late.incarnation)
             cluster, name = late.gateway
             log.warning("gateway_timeout", cluster=cluster, gateway=name, link=key[0])
             link_error(link_id=key[0], gateway=name, error=(
@@ -247,15 +219,14 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.dirty_links.add(key[0])
 
     def _watch(self, now: float) -> None:
-        moving = link_ids_moving()
+        moving = ReplicaLink.objects.moving_ids()
         self.dirty_links |= moving - self.moving
         self.cache.keep(moving)
         self.moving = moving
-        self.cursors = {i: c for i, c in self.cursors.items() if i in moving}
-        self.owed &= moving
-        self.highs = {i: h for i, h in self.highs.items() if i in moving}
+        self.cursors.keep(moving)
+        self.dispatcher.flights.keep(moving)
         self.positions = {i: p for i, p in self.positions.items() if i in moving}
-        self.throttles = {i: t for i, t in self.throttles.items() if i in moving}
+        self.dispatcher.throttles.keep(moving)
         self.lag_events.keep(moving)
         # Gateways that died with no other gateway left to notice: announce them down and drop
         # their synchronous links to async now, not at the next produce or gateway start. One
@@ -278,7 +249,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.positions.pop(link_id, None)  # the peer moved the replicas meanwhile
         self.lag_events.keep(self.moving & self.leases.held)
 
-    # --- planning and dispatch ---------------------------------------------------------------
+    # --- planning ----------------------------------------------------------------------------
 
     def _plan(self, now: float) -> None:
         sweep = now >= self.next_sweep
@@ -287,7 +258,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.dirty_links |= self.retry | self.handed_off
             self.retry, self.handed_off = set(), set()
             self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
-        self._refilled(now)
+        self.dirty_links |= self.dispatcher.throttles.refilled(now)
         if now >= self.next_watch:
             self._watch(now)
         if now >= self.leases.next_tick:
@@ -304,14 +275,11 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.cache.refresh(streams, self.dirty_links, now)
         if lingered or sweep:
             self.dirty_streams, self.cursor_streams, self.linger_until = set(), set(), None
-        try:
-            for link in self._due(streams, sweep):
-                # Cursors change only with a cursor commit's wake-up of the source stream, or
-                # wait for data (owed); a pump on new data or an acknowledgement skips them.
-                cursors = sweep or str(link.source) in cursor_streams or link.id in self.owed
-                self._pump(link, now, cursors=cursors or link.id not in self.cursors)
-        finally:
-            self._flush()
+        for link in self._due(streams, sweep):
+            # Cursors change only with a cursor commit's wake-up of the source stream, or
+            # wait for data (owed); a pump on new data or an acknowledgement skips them.
+            asked = sweep or str(link.source) in cursor_streams
+            self._pump(link, now, cursors=self.cursors.due(link.id, asked))
 
     def _due(self, streams: set[str], sweep: bool) -> list[MovingLink]:
         """The cached links to plan now; a link handed to a catch-up job waits for the retry
@@ -322,7 +290,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
         ids = self._held(ids & set(links))
         due = [links[i] for i in sorted(ids) if i in links]
         if sweep:
-            due = self.sweep_marks.changed(due, always=dirty | self.owed)
+            due = self.sweep_marks.changed(due, always=dirty | self.cursors.owed)
         return [link for link in due
                 if link.id not in self.handed_off or sweep or str(link.source) in streams]
 
@@ -345,22 +313,24 @@ class Replicator(GatewayChoice, Flights, Throttling):
             self.retry.add(link.id)
             return
         self.lag_events.note(link, lagging, now)
-        self.highs[link.id] = {lag.key: lag.stats.high for lag in lagging}
+        self.dispatcher.flights.highs[link.id] = {lag.key: lag.stats.high for lag in lagging}
         if cursors:
-            self._sync_cursors(link)
+            self.cursors.sync(link)
         self.handed_off.discard(link.id)
         if lagging and self._hand_off(link, lagging, now):
             return
         if not link.throttle:
-            self.throttles.pop(link.id, None)  # unthrottled since: starts full if set again
-        queues = [self._window(link, lag) for lag in lagging]
+            self.dispatcher.throttles.unthrottled(link.id)
+        queues = [self.dispatcher.window(link, lag) for lag in lagging]
         # Round by round across partitions, so a gateway's queue interleaves them and a batch
         # waiting at the gateway for its predecessor never holds up another partition's.
         while queues := [q for q in queues if q]:
             for queue in queues:
-                sent = self._send(link, queue.pop(0), now)
-                if sent is None:
-                    return  # no gateway is live: the link waits for the retry timer
+                sent = self.dispatcher.send(link, queue.pop(0), now)
+                if sent is None:  # no gateway is live: the link waits for the retry timer
+                    link_waiting(link_ids=[link.id], cluster=link.replica_cluster.name)
+                    self.retry.add(link.id)
+                    return
                 if not sent:
                     queue.clear()
 
@@ -371,7 +341,7 @@ class Replicator(GatewayChoice, Flights, Throttling):
         if not threshold or max(lag.messages for lag in lagging) <= threshold:
             return False
         try:
-            taken = link_catchup_request(link_id=link.id)
+            taken = catchup_request(link_id=link.id)
         except Exception as error:  # the job cannot be asked: copy the usual way meanwhile
             log.warning("catchup_request_failed", link=link.id, error=str(error))
             return False
@@ -382,101 +352,24 @@ class Replicator(GatewayChoice, Flights, Throttling):
                 self.next_retry = now + settings.REPLICATION_RETRY_SECONDS
         return taken
 
-    def _window(self, link: MovingLink, lag: Backlog) -> list[BatchSpec]:
-        """The partition's next batches, as many as its window of flights has room for. A
-        partial batch only when nothing of the partition is in flight: it grows meanwhile."""
-        flights = self.inflight.get((link.id, lag.topic, lag.stats.partition), [])
-        room = settings.REPLICATION_WINDOW - len(flights)
-        if room <= 0:
-            return []
-        after = {lag.key: flights[-1].spec.end} if flights else None
-        limits = (settings.REPLICATION_BATCH_MESSAGES, settings.REPLICATION_BATCH_BYTES)
-        full = lag.step(*limits)
-        specs = cut_batches(link.source, link.replica, [lag], after=after,
-                            max_messages=limits[0], max_bytes=limits[1])[:room]
-        if specs and specs[-1].end - specs[-1].start < full and (flights or len(specs) > 1):
-            specs.pop()
-        return specs
-
-    def _send(self, link: MovingLink, spec: BatchSpec, now: float) -> bool | None:
-        """Dispatch one batch; False when the partition must wait (its flights' gateway went
-        away, or the throttle), None when no gateway of the destination is live."""
-        key = (link.id, spec.topic, spec.partition)
-        flights = self.inflight.get(key)
-        if flights:
-            chosen = self._sticky(flights[0], now)
-        else:
-            chosen = self._choose(link.replica_cluster.name, now)
-            if chosen is None:
-                link_waiting(link_ids=[link.id], cluster=link.replica_cluster.name)
-                self.retry.add(link.id)
-                return None
-        granted = self._throttle(link, spec, now) if link.throttle else spec
-        if chosen is None or granted is None:
-            return False  # the flights settle first, or a timer brings the link back
-        self._dispatch(link, key, granted, chosen, now)
-        return granted == spec  # cut by the throttle: the rest waits for tokens
-
-    def _sync_cursors(self, link: MovingLink) -> None:
-        # Here rather than in a gateway: cursors change without new data (a consumer commits
-        # after the replica caught up), and only the source side hears of that (a wake-up).
-        synced = self.cursors.setdefault(link.id, {})
-        try:
-            owed = sync_cursors(store_for(link.source_cluster), link.source,
-                                store_for(link.replica_cluster), link.replica, link.topics, synced)
-        except Exception as error:  # retried on the next pump; data keeps moving meanwhile
-            log.warning("cursor_sync_failed", link=link.id, error=str(error))
-            owed = 1
-        if owed:
-            self.owed.add(link.id)
-        else:
-            self.owed.discard(link.id)
-
-    def _dispatch(self, link: MovingLink, key: Key, spec: BatchSpec, chosen: Chosen,
-                  now: float) -> None:
-        ticket = uuid.uuid4().hex
-        timeout = settings.REPLICATION_ACK_TIMEOUT
-        # Registered before sending: in embedded mode the batch applies inside the send.
-        gateway, incarnation = chosen
-        flights = self.inflight.setdefault(key, [])
-        flights.append(InFlight(spec, gateway, incarnation, now + timeout, ticket))
-        self.tickets[ticket] = key
-        self.outbox.append((gateway, {
-            "link": link.id, "topic": spec.topic, "partition": spec.partition,
-            "start": spec.start, "end": spec.end, "ticket": ticket, "reply_to": self.inbox,
-            # A batch still queued when its ack is long overdue was sent elsewhere already.
-            "expires": time.time() + timeout * 3}))
-
-    def _flush(self) -> None:
-        """Embedded mode: send the batches cut since the last flush (Redis: see `_wait`)."""
-        if isinstance(self.presence, RedisBatches) or not self.outbox:
-            return
-        outbox, self.outbox = self.outbox, []
-        try:
-            send_eagerly(outbox)
-        except Exception as error:
-            self._unsent(outbox, error)
+    # --- sending -----------------------------------------------------------------------------
 
     def _wait(self) -> Signals:
-        """The next signals, the batches cut since the last wait pushed in the same pipeline
-        (a step that sends batches takes one round trip to Redis, not two)."""
-        outbox, self.outbox = self.outbox, []
-        if not outbox:
-            return self.presence.wait(self._timeout(), self.inbox)
+        """The next signals, the batches cut since the last wait sent in the same round trip
+        (a step that sends batches takes one round trip to Redis, not two; in embedded mode
+        they apply in the send, and their acknowledgements are there at once)."""
+        outbox = self.dispatcher.take_outbox()
         try:
-            return self.presence.wait(self._timeout(), self.inbox, sending=outbox)
+            return self.transport.inbox.wait(self._timeout(), self.inbox, sending=outbox)
         except Exception as error:
             self._unsent(outbox, error)
             raise
 
-    def _unsent(self, outbox: list[tuple[GatewayId, dict]], error: Exception) -> None:
+    def _unsent(self, outbox: Outbox, error: Exception) -> None:
         # The broker is down: the batches are sent again later (twice is harmless).
-        for _gateway, batch in outbox:
-            key = self.tickets.pop(batch["ticket"], None)
-            if key is not None:
-                self._land(key, batch["ticket"])
-            link_error(link_id=batch["link"], error=f"cannot send a batch: {error}")
-            self.retry.add(batch["link"])
+        for link_id in self.dispatcher.unsent(outbox):
+            link_error(link_id=link_id, error=f"cannot send a batch: {error}")
+            self.retry.add(link_id)
 
     # --- progress ---------------------------------------------------------------------------
 
@@ -490,10 +383,10 @@ class Replicator(GatewayChoice, Flights, Throttling):
         self.lag_events.publish(now)
 
 
-def start_replicator_thread(presence: Presence) -> tuple[threading.Thread, threading.Event]:
+def start_replicator_thread(signals: Transport) -> tuple[threading.Thread, threading.Event]:
     """Embedded mode: the replicator as a daemon thread of the serving process."""
     stop = threading.Event()
-    thread = threading.Thread(target=Replicator(presence).run, args=(stop,),
+    thread = threading.Thread(target=Replicator(signals).run, args=(stop,),
                               name="replicator", daemon=True)
     thread.start()
     return thread, stop

@@ -1,6 +1,6 @@
 """Several replicators splitting the moving links: who is alive, and a lease per link.
 
-Each replicator beats into presence (Redis in production, this process's memory in the
+Each replicator beats into the registry (Redis in production, this process's memory in the
 embedded default): an entry that expires `ttl` seconds after its last beat, with what it holds,
 for `replicator list`, the overview page and /metrics. Each link goes to the live replicator
 ranked first for it by rendezvous hashing (so adding or losing one moves only its share), and
@@ -13,7 +13,8 @@ The lease keeps two replicators from doing the same work; it is not what keeps r
 correct. A replicator that lost its lease without knowing it (paused, cut off) and still sends
 a batch changes nothing a gateway would not refuse anyway: every apply starts from the
 replica partition's end, trims what the replica holds and refuses a gap (DESIGN.md,
-invariant 2; tests/workers/test_replicators.py sends such stale batches).
+invariant 2; tests/workers/test_replicators.py sends such stale batches). The replicator's
+side of the split is workers/replication/leases.py.
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import redis
 
-if TYPE_CHECKING:
-    from replication.presence import Presence
-
 HISTORY_SECONDS = 3600  # a dead replicator stays listed (not alive) this long
-WAKE_CHUNK = 1000  # streams per wake-up script call (Lua's unpack has a stack limit)
 
 # Beat: enter or refresh this replicator, forget those dead for an hour, return the live ones.
 # Server time, so replicators on nodes with skewed clocks agree on who expired.
@@ -67,27 +64,9 @@ for i = 1, #KEYS do
 end
 return held
 """
-# Wake every live replicator: each has its own dirty set and one-slot signal list, so two
-# replicators never take each other's wake-ups.
-_WAKE = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
-for _, id in ipairs(ids) do
-  local dirty, signal = ARGV[1] .. 'dirty:' .. id, ARGV[1] .. 'signal:' .. id
-  redis.call('SADD', dirty, unpack(ARGV, 3))
-  redis.call('EXPIRE', dirty, ARGV[2])
-  redis.call('LPUSH', signal, 1)
-  redis.call('LTRIM', signal, 0, 0)
-  redis.call('EXPIRE', signal, ARGV[2])
-end
-return #ids
-"""
-
-
 @dataclass(frozen=True)
 class ReplicatorState:
-    """One replicator as presence knows it."""
+    """One replicator as the registry knows it."""
 
     id: str
     alive: bool
@@ -95,6 +74,28 @@ class ReplicatorState:
     links: int = 0  # links it held at that beat
     host: str = ""
     pid: int = 0
+
+
+class Leases(Protocol):
+    def replicator_beat(self, replicator: str, ttl: float, links: int) -> list[str]:
+        """Alive `ttl` seconds more, holding `links`; returns the live replicators' ids."""
+        ...
+
+    def replicator_forget(self, replicator: str) -> None: ...
+
+    def replicators(self) -> list[ReplicatorState]:
+        """Every replicator heard of in the last hour, alive or not."""
+        ...
+
+    def lease(self, replicator: str, want: Iterable[int], release: Iterable[int],
+              ttl: float) -> set[int]:
+        """Take or renew the leases of `want` (those no other replicator holds) for `ttl`
+        seconds, give back `release`; returns the links of `want` now held."""
+        ...
+
+    def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
+        """Which replicator holds each of `links` now (those leased)."""
+        ...
 
 
 def ranked_first(link: int, replicators: Iterable[str]) -> str | None:
@@ -109,22 +110,14 @@ def _identity() -> dict[str, str]:
 
 
 class RedisLeases:
-    """The replicator registry and link leases in Redis (mixed into RedisPresence)."""
+    """The replicator registry and link leases in Redis."""
 
-    client: redis.Redis
-    prefix: str
-
-    def _scripts(self) -> dict[str, Any]:
-        scripts = getattr(self, "_lease_scripts", None)
-        if scripts is None:
-            scripts = self._lease_scripts = {name: self.client.register_script(text) for name, text
-                                             in (("beat", _BEAT), ("lease", _LEASE),
-                                                 ("wake", _WAKE))}
-        return scripts
-
-    @property
-    def _registry(self) -> str:
-        return f"{self.prefix}sg:replicators"
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client, self.prefix = client, prefix
+        # The live replicators, whose wake-ups replication/transport/wakeups.py sends.
+        self.registry = f"{prefix}sg:replicators"
+        self._beat = client.register_script(_BEAT)
+        self._lease = client.register_script(_LEASE)
 
     def _info(self, replicator: str) -> str:
         return f"{self.prefix}sg:replicator:{replicator}"
@@ -134,16 +127,16 @@ class RedisLeases:
 
     def replicator_beat(self, replicator: str, ttl: float, links: int) -> list[str]:
         fields = [*(v for kv in _identity().items() for v in kv), "links", str(links)]
-        live = self._scripts()["beat"](keys=[self._registry, self._info(replicator)],
+        live = self._beat(keys=[self.registry, self._info(replicator)],
                                        args=[replicator, int(ttl * 1000), HISTORY_SECONDS, *fields])
         return sorted(v.decode() for v in live)
 
     def replicator_forget(self, replicator: str) -> None:
-        self.client.zrem(self._registry, replicator)
+        self.client.zrem(self.registry, replicator)
         self.client.delete(self._info(replicator))
 
     def replicators(self) -> list[ReplicatorState]:
-        entries = self.client.zrange(self._registry, 0, -1, withscores=True)
+        entries = self.client.zrange(self.registry, 0, -1, withscores=True)
         seconds, micros = self.client.time()
         now = seconds * 1000 + micros // 1000
         pipe = self.client.pipeline(transaction=False)
@@ -163,7 +156,7 @@ class RedisLeases:
         if not want and not release:
             return set()
         keys = [self._lease_key(link) for link in (*want, *release)]
-        held = self._scripts()["lease"](keys=keys, args=[replicator, int(ttl * 1000), len(want)])
+        held = self._lease(keys=keys, args=[replicator, int(ttl * 1000), len(want)])
         return {want[i - 1] for i in held}
 
     def lease_holders(self, links: Iterable[int]) -> dict[int, str]:
@@ -174,13 +167,6 @@ class RedisLeases:
         return {link: owner.decode() for link, owner in zip(links, owners, strict=True)
                 if owner is not None}
 
-    def _wake_replicators(self, streams: list[str], ttl: int, client: Any = None) -> None:
-        """`client`: a pipeline to queue the wake-ups on (sent with the rest of it)."""
-        for i in range(0, len(streams), WAKE_CHUNK):
-            self._scripts()["wake"](keys=[self._registry],
-                                    args=[f"{self.prefix}sg:", ttl, *streams[i:i + WAKE_CHUNK]],
-                                    client=client)
-
 
 @dataclass
 class _Held:
@@ -189,7 +175,7 @@ class _Held:
 
 
 class LocalLeases:
-    """The same in this process's memory (mixed into LocalPresence): the embedded default's
+    """The same in this process's memory: the embedded default's
     one replicator thread, or several Replicator objects of one test."""
 
     def __init__(self) -> None:
@@ -238,81 +224,17 @@ class LocalLeases:
             held = {link: self._leases.get(link) for link in links}
         return {link: h.owner for link, h in held.items() if h is not None and h.until > now}
 
-    def _live_replicators(self) -> list[str]:
+    def live_replicators(self) -> list[str]:
         now = time.monotonic()
         with self._lease_lock:
             return [r for r, (until, _, _) in self._replicators.items() if until > now]
 
 
-@dataclass
-class LinkLeases:
-    """A replicator's side of the split: which of the moving links it holds now."""
-
-    presence: Presence
-    me: str
-    ttl: float
-    held: set[int] = field(default_factory=set)
-    peers: list[str] = field(default_factory=list)  # the live replicators at the last beat
-    valid_until: float = float("-inf")  # held leases lapse by then unless renewed
-    next_tick: float = 0.0
-    _ranked: dict[int, bool] = field(default_factory=dict)  # link -> ranked to this one
-    _ranked_for: list[str] = field(default_factory=list)  # the peers _ranked was made with
-
-    def tick(self, moving: set[int], now: float) -> set[int]:
-        """Renew, take and give back leases, then beat; returns the links newly held, which
-        the replicator plans at once (a dead peer's, say). Leases before the beat: a peer that
-        stops beating has let its leases go by the time the others see it dead."""
-        before = self.held
-        if not self.peers:  # the first tick: who else is alive decides the split
-            self.peers = self.presence.replicator_beat(self.me, self.ttl, 0)
-        for _ in range(2):  # once more when the beat shows a peer came or went
-            used = self.peers
-            mine = {link for link in moving if self._mine(link)}
-            self.held = self.presence.lease(self.me, mine, self.held - mine, self.ttl)
-            self.peers = self.presence.replicator_beat(self.me, self.ttl, len(self.held))
-            if self.peers == used:
-                break
-        self.valid_until, self.next_tick = now + self.ttl, now + self.ttl / 4
-        return self.held - before
-
-    def holds(self, links: set[int], now: float) -> set[int]:
-        """Those of `links` this replicator may plan now: held, or ranked to it and free
-        (a link that started moving since the last tick is taken at once, not a tick later)."""
-        if now >= self.valid_until:
-            return set()  # renewals failed (presence unreachable): another may hold them now
-        claim = {link for link in links - self.held if self._mine(link)}
-        if claim:
-            self.held |= self.presence.lease(self.me, claim, (), self.ttl)
-        return links & self.held
-
-    def leads(self) -> bool:
-        """Whether this replicator does the chores one of the live ones is enough for: the
-        first ranked for a pseudo-link no real link has (ids start at 1)."""
-        return not self.peers or ranked_first(0, self.peers) == self.me
-
-    def close(self) -> None:
-        """A clean stop: give every lease back and leave the registry, so the others take
-        over at their next tick rather than a lease later."""
-        self.presence.lease(self.me, (), self.held, self.ttl)
-        self.presence.replicator_forget(self.me)
-        self.held = set()
-
-    def _mine(self, link: int) -> bool:
-        # Ranks change only with the peers: kept between ticks (hashing every moving link at
-        # every tick was most of the tick's CPU).
-        if self._ranked_for != self.peers:
-            self._ranked, self._ranked_for = {}, list(self.peers)
-        mine = self._ranked.get(link)
-        if mine is None:
-            mine = self._ranked[link] = ranked_first(link, self.peers) == self.me
-        return mine
-
-
-def replicator_rows(signals: Presence) -> list[dict[str, Any]]:
+def replicator_rows(leases: Leases) -> list[dict[str, Any]]:
     """`replicator list` (and the overview's card, and /metrics): every replicator heard of
     in the last hour, the live ones first, with the links it held at its last beat."""
     now = time.time()
-    states = sorted(signals.replicators(), key=lambda s: (not s.alive, s.host, s.pid, s.id))
+    states = sorted(leases.replicators(), key=lambda s: (not s.alive, s.host, s.pid, s.id))
     return [{"replicator": s.id, "host": s.host, "pid": s.pid, "alive": s.alive,
              "linksHeld": s.links if s.alive else 0, "lastHeartbeat": int(s.heartbeat * 1000),
              "heartbeatAge": round(max(now - s.heartbeat, 0.0), 3)} for s in states]

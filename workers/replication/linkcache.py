@@ -1,9 +1,9 @@
-"""The replicator's cache of moving links (workers/replicator.py).
+"""The replicator's cache of moving links (loop.py).
 
 Reading the links from the control database took two ORM queries for every wake-up and every
 acknowledgement (most of the replicator's time in the profile, docs/benchmarks-history.md).
 They change rarely, and every change wakes the source stream with a mark (replication.services.
-engine.LINKS_CHANGED), so they are read on such a wake-up, on the sweep, for ids the watch has not
+wakeups.LINKS_CHANGED), so they are read on such a wake-up, on the sweep, for ids the watch has not
 seen, on the first wake-up of a replica of a marked stream (topics reach replicas by a bulk
 insert, which marks nothing), and on a plain wake-up of a source with links read more than
 LINK_REFRESH ago (a safety net). A plain wake-up of a stream without moving links reads
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from replication.services.engine import MovingLink, links_moving
+from replication.models import MovingLink, ReplicaLink
 from replication.stores import store_for
 
 log = structlog.get_logger(__name__)
@@ -40,7 +40,7 @@ class LinkCache:
     def reload(self, now: float) -> None:
         """Every moving link (the sweep)."""
         self.links, self.by_source, self.changed = {}, {}, set()
-        for link in links_moving():
+        for link in ReplicaLink.objects.moving_links():
             self._remember(link)
         self.read_at = dict.fromkeys(self.by_source, now)
 
@@ -54,7 +54,7 @@ class LinkCache:
             return
         marked = stale & self.changed
         self.changed -= stale
-        fresh = links_moving(sources=stale, ids=unknown)
+        fresh = ReplicaLink.objects.moving_links(sources=stale, ids=unknown)
         for stream in stale:
             for link_id in list(self.by_source.get(stream, ())):
                 self.forget(link_id)  # paused, removed or disagreed since: not in `fresh`

@@ -10,15 +10,11 @@ never delays another link's batches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 
 from replication.engine.replicator import BatchSpec
-
-if TYPE_CHECKING:
-    from replication.services.engine import MovingLink
 
 QUANTUM_SECONDS = 0.1  # the smallest batch worth sending: this long's worth of the rate
 
@@ -88,29 +84,35 @@ def _per_message(spec: BatchSpec) -> int:
     return max(1, spec.size // max(1, spec.end - spec.start))
 
 
-class Throttling:
-    """Mixed into the Replicator, whose fields these are: each throttled link's buckets, and
-    when the links waiting for tokens are planned again."""
+@dataclass
+class Throttles:
+    """Each throttled link's buckets, and when the links waiting for tokens are planned
+    again."""
 
-    throttles: dict[int, Throttle]
-    throttled: dict[int, float]
-    dirty_links: set[int]
+    buckets: dict[int, Throttle] = field(default_factory=dict)
+    waiting: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
 
-    def _throttle(self, link: MovingLink, spec: BatchSpec, now: float) -> BatchSpec | None:
-        throttle = self.throttles.get(link.id)
+    def grant(self, link_id: int, spec: BatchSpec, now: float) -> BatchSpec | None:
+        throttle = self.buckets.get(link_id)
         if throttle is None:
-            throttle = self.throttles[link.id] = Throttle.full(
+            throttle = self.buckets[link_id] = Throttle.full(
                 now, messages_per_s=settings.REPLICATION_THROTTLE_MESSAGES_PER_S,
                 bytes_per_s=settings.REPLICATION_THROTTLE_BYTES_PER_S)
         granted = throttle.grant(spec, now)
         if granted is None:
             at = now + throttle.wait(spec)
-            self.throttled[link.id] = min(self.throttled.get(link.id, at), at)
+            self.waiting[link_id] = min(self.waiting.get(link_id, at), at)
         return granted
 
-    def _refilled(self, now: float) -> None:
-        """Throttled links whose buckets refilled enough are planned again."""
-        ready = {link_id for link_id, at in self.throttled.items() if at <= now}
+    def refilled(self, now: float) -> set[int]:
+        """The throttled links whose buckets refilled enough, to plan again."""
+        ready = {link_id for link_id, at in self.waiting.items() if at <= now}
         if ready:
-            self.dirty_links |= ready
-            self.throttled = {i: at for i, at in self.throttled.items() if i not in ready}
+            self.waiting = {i: at for i, at in self.waiting.items() if i not in ready}
+        return ready
+
+    def unthrottled(self, link_id: int) -> None:
+        self.buckets.pop(link_id, None)  # starts full if throttled again
+
+    def keep(self, moving: set[int]) -> None:
+        self.buckets = {i: t for i, t in self.buckets.items() if i in moving}
