@@ -1,9 +1,11 @@
 """The replication domain's models, by responsibility: clusters, gateways, streams and topics
 (streams.py); links, upstreams, mode switches and failovers (links.py); Spark jobs and default
-streams (jobs.py). One Django app, `replication`: the models are defined in its submodules and
-registered when this package is imported."""
+streams (jobs.py); Kafka producer ids and consumer groups (kafka.py). One Django app,
+`replication`: the models are defined in its submodules and registered when this package is
+imported."""
 
 from replication.models.jobs import DefaultStream, Job
+from replication.models.kafka import KafkaGroup, KafkaProducerId
 from replication.models.links import (
     Failover,
     ModeSwitch,
@@ -32,6 +34,8 @@ __all__ = [
     "Failover",
     "Gateway",
     "Job",
+    "KafkaGroup",
+    "KafkaProducerId",
     "ModeSwitch",
     "ReplicaLink",
     "ReplicaState",
