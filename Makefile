@@ -44,10 +44,10 @@ install: $(STAMP)
 /usr/bin/kcat:
 	apt-get update -qq && apt-get install -y -qq kcat
 
-KAFKAJS := tests/workers/kafka/js/node_modules/kafkajs/package.json
-$(KAFKAJS): tests/workers/kafka/js/package-lock.json
+KAFKAJS := tests/broker/js/node_modules/kafkajs/package.json
+$(KAFKAJS): tests/broker/js/package-lock.json
 	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
-	cd tests/workers/kafka/js && npm ci --no-audit --no-fund
+	cd tests/broker/js && npm ci --no-audit --no-fund
 	touch $@
 
 install-test: $(TEST_STAMP) /usr/bin/chromium /usr/bin/kcat $(KAFKAJS)

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "replication",
     "workers",
     "operations",
+    "broker",
 ]
 
 MIDDLEWARE = [
@@ -355,7 +356,7 @@ GATEWAY_CONCURRENCY = _positive(env.int, "STREAMGATE_GATEWAY_CONCURRENCY", 4)
 REPLICATOR_LEASE_SECONDS = _positive(env.float, "STREAMGATE_REPLICATOR_LEASE_SECONDS", 3.0)
 if GATEWAY_PRESENCE_TTL <= GATEWAY_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured("STREAMGATE_GATEWAY_TTL must exceed STREAMGATE_GATEWAY_HEARTBEAT")
-# The Kafka listener (workers/kafka): Kafka's socket.request.max.bytes and
+# The Kafka listener (broker): Kafka's socket.request.max.bytes and
 # connections.max.idle.ms; listener presence (a node is live while it beats within the TTL);
 # SASL_SSL when a certificate and its key are given (PEM files).
 KAFKA_MAX_REQUEST_BYTES = _positive(env.int, "STREAMGATE_KAFKA_MAX_REQUEST_BYTES",

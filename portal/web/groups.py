@@ -1,6 +1,6 @@
 """A stream's consumer groups: committed offsets and lag per partition and in all, the live
-members of Kafka groups (from the listener's coordinator, through workers.kafka.members) with
-the partitions each is assigned and the group's state, the replicas' copies of the cursors
+members of Kafka groups (from a listener's coordinator, through replication.groups.members)
+with the partitions each is assigned and the group's state, the replicas' copies of the cursors
 (can the group fail over?), and a form that resets a group's offsets (consumeperm, audited
 through replication.services.groups)."""
 
@@ -19,6 +19,7 @@ from portal.web.forms import FORM, field_errors
 from portal.web.streams import visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import InvalidInput, StreamgateError
+from replication.groups.members import LiveGroup, LiveMember, live_groups
 from replication.models import Stream
 from replication.services.groups import (
     RESET_TO,
@@ -27,7 +28,6 @@ from replication.services.groups import (
     group_offsets,
     group_offsets_reset,
 )
-from workers.kafka.members import LiveGroup, LiveMember, live_groups
 
 RESET_FIELDS = ("group", "topic", "to", "timestamp", "offset")
 RESET_LABELS = {"earliest": "the earliest message kept", "latest": "the end (skip everything)",

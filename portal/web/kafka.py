@@ -12,9 +12,9 @@ from django.views.decorators.http import require_POST
 from portal.web.forms import field_errors
 from portal.web.tenancy import current_tenant, render_page
 from replication.errors import StreamgateError
+from replication.listeners import live_listeners
 from replication.models import Cluster, DefaultStream
 from replication.services.defaultstreams import default_stream_set
-from workers.kafka.nodes import live_listeners
 
 FIELDS = ("cluster", "path", "scope")
 

@@ -1,10 +1,11 @@
 """The replication domain's models, by responsibility: clusters, gateways, streams and topics
 (streams.py); links, upstreams, mode switches and failovers (links.py), and what the replicator
-and gateways read of a moving link (moving.py); Spark jobs and default streams (jobs.py). One
-Django app, `replication`: the models are defined in its submodules and registered when this
-package is imported."""
+and gateways read of a moving link (moving.py); Spark jobs and default streams (jobs.py); Kafka
+producer ids and consumer groups (kafka.py). One Django app, `replication`: the models are
+defined in its submodules and registered when this package is imported."""
 
 from replication.models.jobs import DefaultStream, Job
+from replication.models.kafka import KafkaGroup, KafkaProducerId
 from replication.models.links import (
     Failover,
     ModeSwitch,
@@ -36,6 +37,8 @@ __all__ = [
     "Gateway",
     "GatewayLink",
     "Job",
+    "KafkaGroup",
+    "KafkaProducerId",
     "ModeSwitch",
     "MovingLink",
     "ReplicaLink",

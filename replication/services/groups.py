@@ -4,8 +4,8 @@ hold (the replicator copies committed cursors along every link, so a group that 
 to a replica resumes there), and resetting a group's offsets (Kafka's
 `kafka-consumer-groups --reset-offsets`: to earliest, latest, a timestamp or an offset).
 
-Live members of a Kafka group come from the listener's coordinator, a layer above this one:
-workers.kafka.members reads them and the portal shows them beside these offsets.
+Live members of a Kafka group come from a listener's coordinator: replication/groups/members.py
+reads what it publishes and the portal shows them beside these offsets.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import pytest
 from portal.rest.commands import REGISTRY
 from replication import services
 from replication.engine.store import Record
+from replication.groups.board import Placement, group_key, publish, snapshot
+from replication.groups.model import GroupView, MemberView
 from replication.services.cursors import cursors_commit, cursors_fetch
 from replication.services.messages import cursor_commit, messages_produce
-from workers.kafka.board import Placement, group_key, publish, snapshot
-from workers.kafka.groupmodel import GroupView, MemberView
 
 
 def call(client: Any, command: str, **params: Any) -> Any:

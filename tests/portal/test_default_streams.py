@@ -74,17 +74,15 @@ def test_browser_form_sets_the_tenant_default_stream(owner, sanfrancisco):
 
 
 def test_kafka_page_shows_the_live_listeners(owner, sanfrancisco, settings):
-    from workers.kafka.nodes import beat, leave
-    from workers.kafka.session import Listener, Node
+    from replication.listeners import Node, beat, leave
 
     settings.STREAMGATE_NAMESPACE = "sgt-kafka-page:"
-    listener = Listener(node=Node(7, "kafka.example", 9093), cluster="sanfrancisco")
-    beat(listener, 30)
+    node = Node(7, "kafka.example", 9093)
+    beat(node, "sanfrancisco", 30)
     try:
         browser = Client()
         browser.force_login(owner)
         page = browser.get("/kafka/").content.decode()
         assert "kafka.example:9093" in page and "sanfrancisco" in page
     finally:
-        leave(listener)
-        listener.executor.shutdown()
+        leave(node, "sanfrancisco")

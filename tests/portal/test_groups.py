@@ -12,14 +12,14 @@ from django.utils import timezone
 
 from operations.models import AuditEvent
 from replication.engine.store import Record
+from replication.groups.board import Placement, group_key, publish, snapshot
+from replication.groups.model import GroupView, MemberView
+from replication.models import KafkaGroup
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.groups import group_offsets_reset
 from replication.services.messages import cursor_commit, messages_produce
 from replication.stores import store_for
 from tests.clients import signed_in
-from workers.kafka.board import Placement, group_key, publish, snapshot
-from workers.kafka.groupmodel import GroupView, MemberView
-from workers.models import KafkaGroup
 
 
 @pytest.fixture

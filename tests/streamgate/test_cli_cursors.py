@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from replication.groups.board import Placement, group_key, publish, snapshot
+from replication.groups.model import GroupView, MemberView
 from replication.models import Stream
 from tests.streamgate.test_cli import SF, rows, streamgate, token_for
-from workers.kafka.board import Placement, group_key, publish, snapshot
-from workers.kafka.groupmodel import GroupView, MemberView
 
 
 def test_cursor_list_and_delete_show_the_groups_consume_commits(cli, clusters, owner):

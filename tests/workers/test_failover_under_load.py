@@ -26,9 +26,9 @@ from replication.services import replica_add, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from replication.transport import transport
+from tests.broker.conftest import KafkaEndpoint, kafka_listeners, sasl_token  # noqa: F401
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory
 from tests.workers.conftest import wait_until
-from tests.workers.kafka.conftest import KafkaEndpoint, kafka_listeners, sasl_token  # noqa: F401
 from tests.workers.test_failover import STREAMGATE
 
 pytestmark = pytest.mark.django_db(transaction=True)

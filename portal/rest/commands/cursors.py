@@ -9,8 +9,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Int, Str, StreamPath
+from replication.groups.members import LiveGroup, live_groups
 from replication.services.cursors import _filters, cursor_delete, cursor_report
-from workers.kafka.members import LiveGroup, live_groups
 
 PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", required=True)
 FILTERS = (

@@ -1,0 +1,141 @@
+"""Metadata (key 3): the live listeners as brokers, and each topic's partitions with their
+leaders spread over them.
+
+Leadership is rendezvous hashing of (stream, topic, partition) over the live node ids: it is
+the same on every listener that sees the same live set, a listener alone leads everything,
+and when one dies only the partitions it led move (within the presence TTL)."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from broker import errors
+from broker.codec import build
+from broker.dispatch import RequestHeader, handles, response_class
+from broker.session import Node, Session
+from replication.errors import StreamgateError
+from replication.models import Topic
+from replication.names import parse_topic_name
+from replication.services.names import ResolvedTopic, topic_listing
+
+CLUSTER_ID = "streamgate"
+NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN), as Kafka answers without the flag
+PERMS = ("produceperm", "consumeperm", "topicperm", "adminperm")  # MapR's topic list rule
+# Kafka's AclOperation codes a holder of each permission may perform on a topic.
+DESCRIBE, DESCRIBE_CONFIGS = 8, 10
+OPERATIONS = {"consumeperm": (3,), "produceperm": (4,), "topicperm": (5, 6, 7, 11)}
+
+
+def operations_of(held: frozenset[str]) -> int:
+    """The topic_authorized_operations bit field for a user holding `held` (KIP-430)."""
+    codes = {DESCRIBE, DESCRIBE_CONFIGS} | {c for p in held for c in OPERATIONS.get(p, ())}
+    return sum(1 << code for code in codes)
+
+
+def leader_of(key: str, partition: int, nodes: list[Node]) -> int:
+    """The node leading `partition` of the topic `key` among `nodes` (sorted, not empty)."""
+    return max(nodes, key=lambda n: zlib.crc32(f"{key}/{partition}@{n.node_id}".encode())).node_id
+
+
+def topic_key(resolved: ResolvedTopic) -> str:
+    return f"{resolved.stream.uuid}:{resolved.topic}"
+
+
+def topic_id(record: Topic | None) -> uuid.UUID:
+    if record is None:
+        return uuid.UUID(int=0)
+    return uuid.uuid5(record.stream.uuid, f"{record.name}#{record.pk}")
+
+
+def partitions_of(resolved: ResolvedTopic, nodes: list[Node]) -> list[dict[str, Any]]:
+    out = []
+    for index in range(resolved.partitions):
+        leader = leader_of(topic_key(resolved), index, nodes)
+        out.append({"partition_index": index, "leader_id": leader, "leader_epoch": -1,
+                    "replica_nodes": [leader], "isr_nodes": [leader]})
+    return out
+
+
+def topic_entry(name: str, code: errors.ErrorCode = errors.NONE, *,
+                resolved: ResolvedTopic | None = None, nodes: list[Node] | None = None) -> dict:
+    entry: dict[str, Any] = {"error_code": code, "name": name, "is_internal": False,
+                             "topic_id": uuid.UUID(int=0),
+                             "topic_authorized_operations": NO_OPERATIONS}
+    if resolved is not None and nodes:
+        entry["topic_id"] = topic_id(resolved.record)
+        entry["partitions"] = partitions_of(resolved, nodes)
+    return entry
+
+
+@dataclass
+class Describer:
+    """Answers for named topics (ACE results cached by the session)."""
+
+    session: Session
+    create: bool
+    nodes: list[Node]
+
+    operations: bool = False  # include_topic_authorized_operations
+
+    async def perms_held(self, resolved: ResolvedTopic) -> frozenset[str]:
+        return await self.session.perms(resolved.stream) & frozenset(PERMS)
+
+    async def entry(self, name: str) -> dict[str, Any]:
+        try:
+            parse_topic_name(name)
+        except StreamgateError:
+            return topic_entry(name, errors.INVALID_TOPIC_EXCEPTION)
+        resolved = await self.session.resolve(name, create=self.create)
+        if resolved is None:
+            return topic_entry(name, errors.UNKNOWN_TOPIC_OR_PARTITION)
+        held = await self.perms_held(resolved)
+        if not held:
+            return topic_entry(name, errors.TOPIC_AUTHORIZATION_FAILED)
+        entry = topic_entry(name, resolved=resolved, nodes=self.nodes)
+        if self.operations:
+            entry["topic_authorized_operations"] = operations_of(held)
+        return entry
+
+
+def _requested_names(request: Any) -> list[str] | None:
+    """The topic names asked for; None for every topic (v0: an empty list; v1+: null)."""
+    if request.topics is None or (request.__version__ == 0 and not request.topics):
+        return None
+    return [t.name for t in request.topics if t.name is not None]
+
+
+async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
+    session = describer.session
+    listing = await session.run_sync(
+        topic_listing, actor=session.user, cluster=session.listener.cluster,
+        default_stream=session.listener.default_stream, perms=PERMS)
+    entries = []
+    for resolved in listing:
+        entry = topic_entry(resolved.client_name, resolved=resolved, nodes=describer.nodes)
+        if describer.operations:
+            entry["topic_authorized_operations"] = operations_of(
+                await describer.perms_held(resolved))
+        entries.append(entry)
+    return entries
+
+
+@handles(3, 0, 12)
+async def metadata(session: Session, header: RequestHeader, request: Any) -> Any:
+    nodes = session.listener.live_nodes()
+    names = _requested_names(request)
+    create = bool(getattr(request, "allow_auto_topic_creation", request.__version__ < 4))
+    operations = bool(getattr(request, "include_topic_authorized_operations", False))
+    describer = Describer(session, create, nodes, operations)
+    if names is None:
+        topics = await _all_topics(describer)
+    else:
+        topics = [await describer.entry(name) for name in names]
+    brokers = [{"node_id": n.node_id, "host": n.host, "port": n.port} for n in nodes]
+    cluster_operations = (1 << DESCRIBE if getattr(
+        request, "include_cluster_authorized_operations", False) else NO_OPERATIONS)
+    return build(response_class(request), throttle_time=0, brokers=brokers,
+                 cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id, topics=topics,
+                 cluster_authorized_operations=cluster_operations)

@@ -1,0 +1,206 @@
+"""Produce (key 0): record batches v2 decoded and appended through the same domain service as
+REST produce (messages_produce_partitions: produceperm, origin, sizes, stream_wake,
+replicas_await, counters; invariant 9). acks=0 gets no response; acks=1 and all are answered
+once the store committed, and all also once synchronous replicas hold the batch (the service
+waits for them whatever acks says: a produce is never acknowledged before they have it).
+
+A request's decode and appends run in one hop to the thread pool; its partitions without an
+idempotent producer go in one append (one transaction, one COPY).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from kio.schema.errors import ErrorCode
+
+from broker import errors
+from broker.codec import build
+from broker.dispatch import RequestHeader, handles, response_class
+from broker.notify import data_arrived
+from broker.records import BatchTooLarge, Budget, CorruptRecord, decode_batches
+from broker.session import Session, forget_connection
+from replication.counters import count_refusal
+from replication.engine.sequences import ProducerBatch, SequenceError
+from replication.engine.store import now_ms
+from replication.errors import (
+    NotFound,
+    NotOrigin,
+    PermissionDenied,
+    ProducersStopped,
+    StreamgateError,
+    TooLarge,
+)
+from replication.services.messages import PartitionWrite, messages_produce_partitions
+from replication.services.names import ResolvedTopic
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
+INVALID_PRODUCER_EPOCH = ErrorCode.invalid_producer_epoch
+_NO_TIME = None  # log_append_time -1: the topic keeps the producer's create time
+
+
+@dataclass(slots=True)
+class PartitionAnswer:
+    index: int
+    code: ErrorCode = errors.NONE
+    base_offset: int = -1
+    message: str | None = None
+    log_append_time: int = -1
+
+
+def error_of(error: Exception) -> tuple[ErrorCode, str]:
+    """The Kafka error code a domain or store error maps to, and its message."""
+    if isinstance(error, CorruptRecord):
+        return errors.CORRUPT_MESSAGE, str(error)
+    if isinstance(error, TooLarge):
+        return errors.MESSAGE_TOO_LARGE, str(error)
+    if isinstance(error, BatchTooLarge):
+        return errors.RECORD_LIST_TOO_LARGE, str(error)
+    if isinstance(error, (PermissionDenied, NotOrigin)):
+        # A replica's copy of a topic is not writable here: the message names its origin.
+        return errors.TOPIC_AUTHORIZATION_FAILED, str(error)
+    if isinstance(error, NotFound):
+        return errors.UNKNOWN_TOPIC_OR_PARTITION, str(error)
+    if isinstance(error, SequenceError):
+        code = INVALID_PRODUCER_EPOCH if error.fenced else OUT_OF_ORDER_SEQUENCE_NUMBER
+        return code, str(error)
+    if isinstance(error, ProducersStopped):
+        # As a partition whose leader moves: retriable, so an idempotent producer keeps its
+        # epoch and sequences (a permanent code makes librdkafka bump the epoch and renumber
+        # what is not yet acknowledged, batches maybe written included: invariant 10).
+        return errors.NOT_LEADER_OR_FOLLOWER, str(error)
+    if isinstance(error, StreamgateError):
+        return errors.INVALID_REQUEST, str(error)
+    if isinstance(error, errors.STORE_UNAVAILABLE):
+        return errors.KAFKA_STORAGE_ERROR, f"the message store is unavailable, retry: {error}"
+    if isinstance(error, errors.CONTROL_UNAVAILABLE):
+        return errors.REQUEST_TIMED_OUT, f"the control plane is unavailable, retry: {error}"
+    return errors.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}"
+
+
+def _writes(partitions: Any, budget: Budget,
+            ) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
+    """The partitions' batches decoded into writes (an idempotent producer's batch each its
+    own write), and answers for those that failed to decode or are over the `budget`."""
+    writes, failed = [], []
+    for data in partitions:
+        try:
+            batches = decode_batches(data.records, data.index, budget)
+        except (CorruptRecord, BatchTooLarge) as error:
+            if isinstance(error, BatchTooLarge):
+                count_refusal("batch_too_large")
+            code, message = error_of(error)
+            failed.append(PartitionAnswer(data.index, code, message=message))
+            continue
+        plain: list = []
+        for batch in batches:
+            if batch.producer_id >= 0 and batch.base_sequence >= 0:
+                writes.append(PartitionWrite(data.index, batch.records, ProducerBatch(
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                    len(batch.records))))
+            else:
+                plain += batch.records
+        if plain or not batches:
+            writes.append(PartitionWrite(data.index, plain))
+    return writes, failed
+
+
+def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
+                  budget: Budget, abandoned: Callable[[], bool] | None = None,
+                  ) -> list[PartitionAnswer]:
+    """One topic of a Produce request (in the thread pool)."""
+    writes, answers = _writes(partitions, budget)
+    writes = [w for w in writes if w.records]
+    stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
+    try:
+        topic = messages_produce_partitions(actor=actor, stream=resolved.stream,
+                                            topic=resolved.topic, writes=writes,
+                                            abandoned=abandoned)
+    except Exception as error:  # the whole topic refused: every partition says why
+        forget_connection(error)
+        code, message = error_of(error)
+        return answers + [PartitionAnswer(w.partition, code, message=message) for w in writes]
+    for w in writes:  # a refusal's traceback holds the records: free them now, not at a GC pass
+        if w.error is not None:
+            w.error.__traceback__ = None
+    append_time = topic.timestamptype == "LOGAPPENDTIME"
+    seen: dict[int, PartitionAnswer] = {}
+    for w in writes:
+        if w.partition in seen:  # several batches of one partition: the first one's offset
+            if w.error is not None:
+                seen[w.partition].code, seen[w.partition].message = error_of(w.error)
+            continue
+        answer = seen[w.partition] = PartitionAnswer(w.partition, base_offset=w.base_offset)
+        if w.error is not None:
+            answer.code, answer.message = error_of(w.error)
+            answer.base_offset = -1
+        elif append_time:
+            answer.log_append_time = stamp
+    return answers + list(seen.values())
+
+
+def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
+                    abandoned: Callable[[], bool] = lambda: False,
+                    ) -> list[list[PartitionAnswer]] | None:
+    """The answers to a Produce request (in the thread pool), or None when its client left
+    before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
+    closes the connection when a request times out, retries the batches, maybe renumbered
+    under a bumped epoch; written late they would be stored twice (invariant 10). Unanswered,
+    they were never acknowledged, so writing nothing is what the client was told. Each append
+    checks it again once it holds its partitions (a wait for the store is what times out)."""
+    out, budget = [], Budget(settings.KAFKA_MAX_BATCH_BYTES, settings.KAFKA_MAX_REQUEST_BYTES)
+    for resolved, data in topics:
+        if abandoned():
+            return None
+        if resolved is None:
+            out.append([PartitionAnswer(p.index, errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                        message="no such topic, or not visible to you")
+                        for p in data.partition_data])
+        else:
+            out.append(produce_topic(actor, resolved, data.partition_data, budget, abandoned))
+    return out
+
+
+def _entry(answer: PartitionAnswer) -> dict[str, Any]:
+    entry: dict[str, Any] = {"index": answer.index, "error_code": answer.code,
+                             "base_offset": answer.base_offset, "log_start_offset": -1,
+                             "error_message": answer.message, "log_append_time": _NO_TIME}
+    if answer.log_append_time >= 0:
+        entry["log_append_time"] = datetime.datetime.fromtimestamp(
+            answer.log_append_time / 1000, tz=datetime.UTC)
+    return entry
+
+
+@handles(0, 3, 9)
+async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
+    if request.transactional_id is not None:
+        raise errors.KafkaError(ErrorCode.transactional_id_authorization_failed,
+                                "transactions are not supported by this listener")
+    if request.acks not in (0, 1, -1):
+        raise errors.KafkaError(errors.INVALID_REQUIRED_ACKS,
+                                f"acks {request.acks}: use 0, 1 or -1 (all)")
+    topics = [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
+    # acks=0 expects no answer: its client may close as soon as it has sent the request.
+    answers = await session.run_sync(produce_request, session.user, topics,
+                                     session.peer_left if request.acks != 0 else lambda: False)
+    if answers is None or (request.acks != 0 and session.peer_left()):
+        session.note("produce_abandoned", reason="the client closed the connection first")
+        return None
+    for (resolved, data), parts in zip(topics, answers, strict=True):
+        if resolved is not None and any(a.code == errors.NONE for a in parts):
+            data_arrived(resolved.stream.uuid, resolved.topic)
+        for a in parts:
+            if a.code != errors.NONE:  # once per connection and kind (session.note)
+                session.note(f"produce_{a.code.name}", topic=data.name, partition=a.index,
+                             message=a.message)
+    if request.acks == 0:
+        return None
+    return build(response_class(request), throttle_time=0, responses=[
+        {"name": t.name, "partition_responses": [_entry(a) for a in parts]}
+        for (_, t), parts in zip(topics, answers, strict=True)])
+

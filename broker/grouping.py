@@ -1,0 +1,154 @@
+"""What the group and offset handlers share: the listener's coordinator and board, the
+tenant-scoped group key of a connection's user, and which listener coordinates a group."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import weakref
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import InterfaceError, OperationalError, connection
+
+from accounts.models import Membership
+from broker import errors
+from broker.errors import KafkaError
+from broker.session import Listener, Node, Session
+from replication.groups.board import GroupBoard, group_key
+from replication.groups.coordinator import Coordinator, Limits
+from replication.services.names import topic_listing
+from replication.stores import store_for
+
+NOT_COORDINATOR = errors.ErrorCode.not_coordinator
+INVALID_GROUP_ID = errors.ErrorCode.invalid_group_id
+VIEW_SECONDS = 5.0  # how long a connection's readable streams and committed groups are reused
+
+
+@dataclass
+class ListenerGroups:
+    coordinator: Coordinator
+    board: GroupBoard
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class SessionGroups:
+    tenant_id: int | None = None
+    readable: tuple[float, set[str]] | None = None
+    committed: tuple[float, set[str]] | None = None
+
+
+_listeners: dict[int, ListenerGroups] = {}  # by id(listener): one per process
+_sessions: weakref.WeakKeyDictionary[Session, SessionGroups] = weakref.WeakKeyDictionary()
+
+
+def _limits() -> Limits:
+    return Limits(
+        min_session_ms=getattr(settings, "KAFKA_GROUP_MIN_SESSION_MS", 6_000),
+        max_session_ms=getattr(settings, "KAFKA_GROUP_MAX_SESSION_MS", 1_800_000),
+        initial_delay_ms=getattr(settings, "KAFKA_GROUP_INITIAL_DELAY_MS", 0))
+
+
+def state_of(session: Session) -> ListenerGroups:
+    """The listener's groups, created with the first group request (on the listener's loop)."""
+    listener = session.listener
+    state = _listeners.get(id(listener))
+    if state is None:
+        board = GroupBoard(functools.partial(_in_pool, listener))
+        state = _listeners[id(listener)] = ListenerGroups(
+            Coordinator(_limits(), on_change=board.on_change), board)
+        state.task = asyncio.get_running_loop().create_task(board.run())
+    return state
+
+
+async def _in_pool(listener: Listener, fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(
+        listener.executor, functools.partial(_reconnecting, fn, *args))
+
+
+def _reconnecting(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except (InterfaceError, OperationalError):
+        connection.close()  # a dead connection (database restart): the next call opens anew
+        raise
+
+
+def _session(session: Session) -> SessionGroups:
+    found = _sessions.get(session)
+    if found is None:
+        found = _sessions[session] = SessionGroups()
+    return found
+
+
+def _tenant_of(user: AbstractBaseUser) -> int:
+    """The tenant whose group namespace the user's groups live in: the first of theirs (0 for
+    a user of none, whose groups are published nowhere)."""
+    return Membership.objects.filter(user=user).order_by("tenant_id").values_list(
+        "tenant_id", flat=True).first() or 0
+
+
+async def group_key_of(session: Session, group_id: str) -> str:
+    mine = _session(session)
+    if mine.tenant_id is None:
+        mine.tenant_id = await session.run_sync(_tenant_of, session.user)
+    return group_key(mine.tenant_id, group_id)
+
+
+def coordinator_node(session: Session, key: str) -> Node:
+    """Rendezvous hashing: every listener that sees the same live set picks the same one, and
+    a listener's death moves only the groups it coordinated."""
+    nodes = session.listener.live_nodes()
+    return max(nodes, key=lambda n: zlib.crc32(f"{key}@{n.node_id}".encode()))
+
+
+async def coordinated_key(session: Session, group_id: str) -> str:
+    """The group's key, when this listener coordinates it; NOT_COORDINATOR otherwise."""
+    if not group_id:
+        raise KafkaError(INVALID_GROUP_ID, "the group id is empty")
+    key = await group_key_of(session, group_id)
+    if coordinator_node(session, key).node_id != session.listener.node_id:
+        raise KafkaError(NOT_COORDINATOR, "another listener coordinates this group: ask "
+                                          "FindCoordinator")
+    return key
+
+
+def _readable(user: AbstractBaseUser, cluster: str | None, default: str | None) -> set[str]:
+    listing = topic_listing(actor=user, cluster=cluster, default_stream=default,
+                            perms=("consumeperm",))
+    return {str(r.stream.uuid) for r in listing}
+
+
+def _committed(user: AbstractBaseUser, cluster: str | None, default: str | None) -> set[str]:
+    listing = topic_listing(actor=user, cluster=cluster, default_stream=default,
+                            perms=("consumeperm",))
+    streams = {r.stream.pk: r.stream for r in listing}
+    return {group for stream in streams.values()
+            for group, _t, _p, _o in store_for(stream.cluster).cursors(stream.uuid)}
+
+
+async def _cached(session: Session, slot: str, fn: Any) -> set[str]:
+    mine = _session(session)
+    held = getattr(mine, slot)
+    if held is None or time.monotonic() - held[0] > VIEW_SECONDS:
+        listener = session.listener
+        value = await session.run_sync(fn, session.user, listener.cluster,
+                                       listener.default_stream)
+        held = (time.monotonic(), value)
+        setattr(mine, slot, held)
+    return held[1]
+
+
+async def readable_streams(session: Session) -> set[str]:
+    """Uuids of the streams the user may consume from."""
+    return await _cached(session, "readable", _readable)
+
+
+async def committed_groups(session: Session) -> set[str]:
+    """Groups with committed cursors in streams the user may consume from."""
+    return await _cached(session, "committed", _committed)

@@ -1,0 +1,177 @@
+"""One Session per client connection, and the Listener it belongs to.
+
+Handlers reach everything through the session: the authenticated user, name resolution (the
+tenant choke point, cached briefly per connection) and `run_sync`, the only way they run
+Django ORM or store code (in the listener's thread pool, never on the event loop).
+
+A session's SASL sign-in lasts until `expires` (KIP-368: the client re-authenticates on the
+open connection before then); `revoke` ends the connection at once (broker/revocation.py
+calls it when the token behind `grant` is revoked)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+from django.db import InterfaceError, OperationalError, close_old_connections
+
+from replication.listeners import Node
+from replication.services.names import ResolvedTopic, topic_resolve, topic_target
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from accounts.tokens import TokenGrant
+    from replication.models import Stream
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+RESOLVE_CACHE_SECONDS = 2.0
+
+
+@dataclass
+class Listener:
+    """What every connection of one listener process shares."""
+
+    node: Node
+    cluster: str | None = None  # serve only this cluster's streams
+    default_stream: str | None = None  # the single-tenant site's stream for plain names
+    max_request_bytes: int = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+    idle_seconds: float = 600.0  # Kafka's connections.max.idle.ms
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(16, thread_name_prefix="kafka-sync"))
+    nodes: Callable[[], list[Node]] | None = None  # the live listeners (nodes.py)
+    noted: set[str] = field(default_factory=set)  # what this listener has logged once
+    # The open connections, each with the task serving it (revocation.py cancels it).
+    sessions: dict[Session, asyncio.Task] = field(default_factory=dict)
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    @property
+    def host(self) -> str:
+        return self.node.host
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def live_nodes(self) -> list[Node]:
+        """The live listeners serving what this one serves, sorted, this one always among them."""
+        found = set(self.nodes()) if self.nodes else set()
+        found.add(self.node)
+        return sorted(found)
+
+
+def forget_connection(error: BaseException) -> None:
+    """After a database error the thread's connection may be dead (a database restart): the
+    next call gets a fresh one rather than failing for ever. For handlers that answer such an
+    error themselves instead of letting it reach `run_sync`."""
+    if isinstance(error, (InterfaceError, OperationalError)):
+        close_old_connections()
+        from django.db import connection
+
+        connection.close()
+
+
+def _sync_call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except (InterfaceError, OperationalError) as error:
+        forget_connection(error)
+        raise
+
+
+class Session:
+    def __init__(self, listener: Listener, peer: str) -> None:
+        self.listener = listener
+        self.peer = peer
+        self.user: AbstractBaseUser | None = None
+        self.client_id = ""
+        self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
+        self.close_after: str | None = None  # close once this answer is sent, and why
+        self.sasl_mechanism: str | None = None
+        self.grant: TokenGrant | None = None
+        self.expires = float("inf")  # time.monotonic() when the SASL session ends
+        self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
+        self._perms: dict[int, tuple[float, frozenset[str]]] = {}
+        self._noted: set[str] = set()
+        self.log = log.bind(peer=peer)
+        # Whether the client closed the connection; the server sets it (safe from any thread).
+        self.peer_left: Callable[[], bool] = lambda: False
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(_sync_call, fn, *args, **kwargs)
+        return await loop.run_in_executor(self.listener.executor, call)
+
+    async def resolve(self, name: str, *, create: bool = False) -> ResolvedTopic | None:
+        """The topic `name` means to this connection's user (None: absent or invisible)."""
+        key, now = (name, create), time.monotonic()
+        cached = self._resolved.get(key)
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
+            return cached[1]
+        found = await self.run_sync(
+            topic_resolve, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, create=create,
+            on_missing=self._missing_default)
+        self._resolved[key] = (now, found)
+        if found is not None:
+            self._resolved[(name, False)] = (now, found)
+        return found
+
+    async def perms(self, stream: Stream) -> frozenset[str]:
+        """The permissions this connection's user holds on `stream` (Stream.perms_of), cached
+        as briefly as resolutions are, so a busy connection checks its ACEs once a while."""
+        now, cached = time.monotonic(), self._perms.get(stream.pk)
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
+            return cached[1]
+        held = await self.run_sync(stream.perms_of, self.user)
+        self._perms[stream.pk] = (now, held)
+        return held
+
+    async def target(self, name: str) -> tuple[Stream, str] | None:
+        """The stream `name` points into and the topic's name there, existing or not (for
+        CreateTopics); not cached."""
+        return await self.run_sync(
+            topic_target, actor=self.user, name=name, cluster=self.listener.cluster,
+            default_stream=self.listener.default_stream, on_missing=self._missing_default)
+
+    def _missing_default(self, reason: str) -> None:
+        # Once per listener and user: every plain name of every connection would repeat it.
+        key = f"default_stream_missing:{self.user.pk if self.user else ''}"
+        if key not in self.listener.noted:
+            self.listener.noted.add(key)
+            self.log.warning("kafka_default_stream_missing", reason=reason)
+
+    def forget(self, name: str | None = None) -> None:
+        """Drop cached resolutions (all, or of one name) after this session changed topics."""
+        if name is None:
+            self._resolved.clear()
+        else:
+            self._resolved.pop((name, False), None)
+            self._resolved.pop((name, True), None)
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.expires
+
+    def revoke(self, reason: str) -> None:
+        """Close the connection now, whatever it is doing (a long-polling fetch included)."""
+        task = self.listener.sessions.get(self)
+        if task is not None and not task.done():
+            self.log.warning("kafka_session_revoked", client_id=self.client_id, reason=reason)
+            task.cancel()
+
+    def note(self, event: str, **fields: Any) -> None:
+        """Log `event` once per connection (a client repeating a bad request is one line)."""
+        if event in self._noted:
+            return
+        self._noted.add(event)
+        self.log.warning(event, client_id=self.client_id, **fields)
