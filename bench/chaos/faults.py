@@ -116,7 +116,7 @@ def spark_catchup(driver: Driver) -> None:
     if catchup_request(link_id=link.pk) and Job.objects.count() > before:
         driver.faults["Spark catch-up"] += 1
         driver.next_spark = time.monotonic() + driver.options.spark_every
-        driver.options.say(f"  Spark catch-up of {source} -> {replica}")
+        driver.say(f"Spark catch-up of {source} -> {replica}")
 
 
 def spark_app_running(cluster: Any) -> bool:
@@ -210,6 +210,11 @@ class Driver:
     windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
     began: float = 0.0  # when faults began (time.monotonic())
 
+
+    def say(self, text: str) -> None:
+        """A line of the run's log, with its time into the faults (the availability table's
+        stretches and the recovery table name the same times)."""
+        self.options.say(f"  {time.monotonic() - self.began:6.1f} s  {text}")
     def later(self, delay: float, action: Callable[[], None], what: str, kind: str = "",
               seconds: float = DEADLINE) -> None:
         """Run `action` (`what` it does) in `delay` seconds; with `kind`, it undoes a fault of
@@ -345,7 +350,7 @@ class Driver:
         self.engine.stop(f"gw-{cluster}-{name}", kill=True)  # SIGKILL: no goodbye, no flush
         self.hit = {cluster}
         self.faults["gateway kill -9"] += 1
-        self.options.say(f"  kill -9 gateway {name} of {cluster}")
+        self.say(f"kill -9 gateway {name} of {cluster}")
         self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.gateway(cluster, name),
                    f"restart gateway {name} of {cluster}", "gateway kill -9")
 
@@ -357,7 +362,7 @@ class Driver:
         self.hit = held_by(self.engine.processes[label].pid, self.topology)
         self.engine.stop(label, kill=True)
         self.faults["replicator kill -9"] += 1
-        self.options.say(f"  kill -9 {label}")
+        self.say(f"kill -9 {label}")
         self.later(self.rng.uniform(0.5, 4.0), lambda: self.engine.replicator(label),
                    f"restart {label}", "replicator kill -9")
 
@@ -367,7 +372,7 @@ class Driver:
             return
         self.engine.stop(entrance.label, kill=True)  # mid-call: producers see no answer
         self.faults[kind] += 1
-        self.options.say(f"  kill -9 {entrance.label}")
+        self.say(f"kill -9 {entrance.label}")
         self.later(self.rng.uniform(0.5, 3.0), entrance.restart, f"restart {entrance.label}",
                    kind)
 
@@ -377,7 +382,7 @@ class Driver:
         cluster = self.spark_cluster
         cluster.kill_worker()
         self.faults["Spark worker kill -9"] += 1
-        self.options.say("  kill -9 the Spark worker (and its executors)")
+        self.say("kill -9 the Spark worker (and its executors)")
 
         def register() -> None:
             """Until the master lists a fresh worker ALIVE: a start that times out on a loaded
@@ -390,7 +395,7 @@ class Driver:
                     try:
                         return cluster.start_worker()
                     except ClusterError as error:
-                        self.options.say(f"  the Spark worker did not register: {error}; again")
+                        self.say(f"the Spark worker did not register: {error}; again")
                         cluster.kill_worker()
 
         restart = threading.Thread(target=register, name="spark-worker", daemon=True)
@@ -409,7 +414,7 @@ class Driver:
         self.paused.add((source, replica))
         self.hit = {replica}
         self.faults["replica pause"] += 1
-        self.options.say(f"  pause {source} -> {replica}")
+        self.say(f"pause {source} -> {replica}")
 
         def resume() -> None:
             replica_resume(actor=actor, source=streams[source], replica=streams[replica])
@@ -441,7 +446,7 @@ class Driver:
         # Connections cut mid-transaction.
         self.crash("PostgreSQL", self.store, "immediate", up, "PostgreSQL restart")
         self.faults["PostgreSQL restart"] += 1
-        self.options.say(f"  crash {RESTARTED}'s PostgreSQL")
+        self.say(f"crash {RESTARTED}'s PostgreSQL")
 
     def restart_redis(self) -> None:
         if self.redis is None or "Redis" in self.down:
@@ -449,7 +454,7 @@ class Driver:
         # kill -9 and no persistence: queued batches, presence, leases and wake-ups are lost.
         self.crash("Redis", self.redis, "kill", lambda: None, "Redis restart")
         self.faults["Redis restart"] += 1
-        self.options.say("  kill -9 Redis (restarted empty)")
+        self.say("kill -9 Redis (restarted empty)")
 
     def fail_over(self) -> None:
         if self.cycle is None or self.topology.failed_over or jobs_active():
@@ -460,7 +465,7 @@ class Driver:
             self.cycle.fail_over()
         self.windows.append(Window("failover -force", at, time.monotonic()))
         self.faults["failover -force"] += 1
-        self.options.say("  failover -force of newyork from sanfrancisco")
+        self.say("failover -force of newyork from sanfrancisco")
         self.later(self.rng.uniform(6.0, 12.0), self.fail_back, "failback of sanfrancisco",
                    seconds=FAILBACK_ATTEMPTS * (drain_seconds() + 2 * DEADLINE))
 
@@ -476,7 +481,7 @@ class Driver:
                     self.cycle.fail_back()
                 break
             except Exception as error:  # a store's pool reconnecting after its restart
-                self.options.say(f"  failback attempt {attempt + 1} failed: {error}")
+                self.say(f"failback attempt {attempt + 1} failed: {error}")
                 if attempt == attempts - 1:
                     raise
                 time.sleep(1.0)
@@ -485,5 +490,5 @@ class Driver:
         self.hit = set(GATEWAYS)
         self.started("failback", at)
         self.next_failover = time.monotonic() + self.options.failover_every
-        self.options.say(f"  failback of sanfrancisco ({self.cycle.kept_aside} kept aside so "
+        self.say(f"failback of sanfrancisco ({self.cycle.kept_aside} kept aside so "
                          "far)")
