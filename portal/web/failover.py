@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
 from portal.web.forms import field_errors
+from portal.web.hints import refusal
 from portal.web.streams import row_refusal, visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
@@ -96,7 +97,7 @@ def _wizard(request: HttpRequest, replica: Stream, failover: Failover, typed: di
         report, error = replica_failback(source=failover.source, replica=replica, dryrun=True,
                                          actor=request.user), ""
     except StreamgateError as err:
-        report, error = None, err.desc
+        report, error = None, refusal(err)
     return render_page(request, "web/failback_wizard.html", {
         "stream": replica, "source": failover.source, "failover": failover, "report": report,
         "error": error, "typed": typed, "errors": errors}, status=400 if errors else 200)

@@ -22,6 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.web.forms import field_errors
+from portal.web.hints import refusal
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
 from portal.web.tenancy import current_tenant, page_and_fragment, render_page
@@ -94,7 +95,7 @@ def _tenant_name(request: HttpRequest) -> str | None:
 
 def _refused(request: HttpRequest, err: StreamgateError) -> dict[str, str]:
     """The refusal in the page's message list (the summary at the top) and beside its field."""
-    messages.error(request, err.desc)
+    messages.error(request, refusal(err))
     return field_errors(err, WIZARD_FIELDS, CREATE_ALIASES)
 
 
@@ -146,7 +147,7 @@ def _act(request: HttpRequest, number: int, source: Stream, replica: Stream) -> 
     try:
         done = ACTIONS[number](request, source, replica)
     except StreamgateError as err:
-        messages.error(request, err.desc)
+        messages.error(request, refusal(err))
         return here
     if isinstance(done, Job):  # the copy runs on: this screen shows its progress
         return redirect(f"{here.url}?job={done.pk}")

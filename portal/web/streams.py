@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal.web.forms import field_errors
 from portal.web.health import links_health
+from portal.web.hints import refusal
 from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
@@ -163,10 +164,10 @@ def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLi
     """A button's refusal in the words of the service: in the summary at the top of the
     stream page, as before, and beside its row of the `part` table ("replica", "verify");
     a user the page shows no such table (their adminperm was taken since) gets the summary."""
-    messages.error(request, err.desc)
+    messages.error(request, refusal(err))
     if part in ADMIN_ROWS and not stream.allows(request.user, "adminperm"):
         return redirect("stream-detail", stream.pk)
-    return stream_page(request, stream, errors={row_key(part, link.pk): err.desc})
+    return stream_page(request, stream, errors={row_key(part, link.pk): refusal(err)})
 
 
 def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable[[], object],

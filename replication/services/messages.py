@@ -30,7 +30,7 @@ from replication.engine.store import (
     UnknownTopic,
     record_size,
 )
-from replication.errors import InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
+from replication.errors import Hint, InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.engine import cursors_wake, stream_wake
@@ -61,8 +61,10 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     if topic is None:
         if not stream.autocreate:
             raise NotFound(f"topic {stream.path}:{name} does not exist and the stream's "
-                           "autocreate is false: create it with 'streamgate stream topic "
-                           f"create -path {stream.path} -topic {name}'", field="topic")
+                           "autocreate is false", field="topic", hint=Hint(
+                               "topic.create", "create the topic first",
+                               {"path": stream.path, "topic": name},
+                               cli="create it with {command}"))
         topic = topic_autocreate(stream=stream, name=name)
     if not topic.is_origin:
         # DESIGN.md invariant 4: offsets of a replicated topic belong to its origin.
