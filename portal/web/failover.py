@@ -15,7 +15,6 @@ from portal.web.streams import row_refusal, visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
 from replication.models import Failover, ReplicaLink, Stream
-from replication.reports import failover_row
 from replication.services import (
     replica_failback,
     replica_failover,
@@ -49,9 +48,9 @@ def stream_failover(request: HttpRequest, pk: int) -> HttpResponse:
             except StreamgateError as err:
                 errors = field_errors(err, FAILOVER_FIELDS)
             else:
-                row = failover_row(failover)
-                messages.success(request, f"{stream.path} took over from {row['sourcePath']}; "
-                                          f"messages possibly missing: {row['messagesMissing']}")
+                messages.success(request, f"{stream.path} took over from "
+                                          f"{failover.source_path}; messages possibly missing: "
+                                          f"{failover.missing_messages}")
                 return redirect("stream-detail", pk)
     return render_page(request, "web/failover_confirm.html", {
         "stream": stream, "sources": sources, "typed": typed, "errors": errors},

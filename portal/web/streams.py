@@ -27,9 +27,9 @@ from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import StreamgateError
+from replication.figures import storage_figures
 from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
 from replication.models import PERMISSIONS, ReplicaLink, Stream
-from replication.reports import partition_rows, stream_info
 from replication.services import (
     replica_add,
     replica_pause,
@@ -38,6 +38,7 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
+from replication.stores import store_for
 
 
 def visible_stream(request: HttpRequest, pk: int) -> Stream:
@@ -129,15 +130,30 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     }), content_type="application/json")
 
 
+def _info(stream: Stream, show_aces: bool) -> dict[str, Any]:
+    """The stream's facts for the page's table, each under the name maprcli's `stream info`
+    gives it (the page shows that name beside its own label); ACEs to adminperm holders."""
+    sizes = store_for(stream.cluster).sizes(stream.uuid)
+    aces = {perm: getattr(stream, perm) for perm in PERMISSIONS} if show_aces else {}
+    return {"path": stream.path, "physicalsize": sizes["physicalsize"],
+            "logicalsize": sizes["logicalsize"], "numtopics": stream.topics.count(),
+            "defaultpartitions": stream.defaultpartitions, "ttl": stream.ttl,
+            "compression": stream.compression, "autocreate": stream.autocreate, **aces,
+            "ischangelog": False, "defaulttimestamptype": stream.defaulttimestamptype,
+            "cluster": stream.cluster.name, "tenant": stream.tenant.name,
+            "uuid": str(stream.uuid)}
+
+
 def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
                 errors: dict[str, str] | None = None) -> HttpResponse:
     """The stream page; after a refused form, with what was typed and the errors by field."""
     context = _replica_context(request, stream)
     topics = list(stream.topics.all())
     typed = typed or {}
+    figures = storage_figures(topics)
     context.update(
-        info=stream_info(stream, show_aces=context["is_admin"]),
-        topics=[(topic, partition_rows(topic)) for topic in topics],
+        info=_info(stream, show_aces=context["is_admin"]),
+        topics=[(topic, figures[topic.pk]) for topic in topics],
         ace_fields=[(perm, typed.get(perm, getattr(stream, perm))) for perm in PERMISSIONS],
         typed=typed, errors=errors or {},
     )

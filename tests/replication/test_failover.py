@@ -262,8 +262,10 @@ def test_failover_of_a_stream_that_is_no_replica_is_refused(owner, pair):
 def test_failover_of_a_paused_link_is_refused(owner, pair):
     source, replica = pair
     replica_pause(actor=owner, source=source, replica=replica)
-    with pytest.raises(Conflict, match=r"is paused.*stream replica resume"):
+    with pytest.raises(Conflict, match=r"is paused.*resume it") as refused:
         replica_failover(replica=replica, force=True, actor=owner)
+    assert refused.value.hint.action == "replica.resume"
+    assert refused.value.hint.params == {"path": source.path, "replica": replica.path}
     assert ReplicaLink.objects.get().paused
     assert_unchanged(source, replica)
 

@@ -17,7 +17,7 @@ from replication.engine.replicator import BatchSpec
 from replication.engine.store import Key, Record
 from replication.models import ReplicaLink, Stream
 from replication.presence import LocalPresence, presence
-from replication.reports import replica_rows
+from portal.rest.rows import replica_rows
 from replication.services import (
     replica_add,
     replica_pause,
