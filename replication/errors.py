@@ -110,6 +110,10 @@ class ChangeAtOrigin(InvalidInput, kafka_error="policy_violation"):
     is made at the topic's origin (invariant 4)."""
 
 
+class NoSuchPartition(InvalidInput, kafka_error="unknown_topic_or_partition"):
+    """A produce to a partition the topic does not have."""
+
+
 class TooLarge(InvalidInput, kafka_error="message_too_large"):
     """A message over the maximum message size."""
 

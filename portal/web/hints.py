@@ -29,7 +29,7 @@ PAGES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "topic.create": ("The stream's page", _stream("#partitions")),
     "replica.list": ("The stream's replicas", _stream("#replicas")),
     "replica.add": ("Set up a replica step by step", lambda params: reverse("setup-manual")),
-    "replica.resume": ("Resume it on the source's page", _stream("#replicas")),
+    "replica.resume": ("Resume it on the source stream", _stream("#replicas")),
     "upstream.list": ("The replica's upstreams", _stream("#upstreams")),
     "job.info": ("Follow the job", lambda params: reverse("job-detail", args=[params["id"]])),
 }

@@ -1,5 +1,5 @@
 """Produce (key 0): record batches v2 decoded and appended through the same domain service as
-REST produce (messages_produce_partitions: produceperm, origin, sizes, stream_wake,
+REST produce (messages_append: produceperm, origin, sizes, stream_wake,
 replicas_await, counters; invariant 9). acks=0 gets no response; acks=1 and all are answered
 once the store committed, and all also once synchronous replicas hold the batch (the service
 waits for them whatever acks says: a produce is never acknowledged before they have it).
@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from replication.counters import count_refusal
 from replication.engine.sequences import ProducerBatch
 from replication.engine.store import now_ms
-from replication.services.messages import PartitionWrite, messages_produce_partitions
+from replication.services.messages import PartitionWrite, messages_append
 from replication.services.names import ResolvedTopic
 from workers.kafka import errors
 from workers.kafka.codec import build
@@ -95,9 +95,8 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
     writes = [w for w in writes if w.records]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
-        topic = messages_produce_partitions(actor=actor, stream=resolved.stream,
-                                            topic=resolved.topic, writes=writes,
-                                            abandoned=abandoned)
+        topic = messages_append(actor=actor, stream=resolved.stream, topic=resolved.topic,
+                                writes=writes, abandoned=abandoned)
     except Exception as error:  # the whole topic refused: every partition says why
         forget_connection(error)
         code, message = error_of(error)
