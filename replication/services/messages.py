@@ -240,7 +240,9 @@ def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
     """`perm` checked through the authorization cache (replication/grants.py), then the topic
     lookup, remembered for TOPIC_SECONDS per (stream, topic, perm): a Kafka client sends
     hundreds of requests a second, and the lookup's query costs about as much as the batch's
-    append."""
+    append. A topic saved or deleted in this process (an origin moved by a failover, a topic
+    deleted and made anew) clears it at once (`forget_topics`); another process's change is
+    seen within TOPIC_SECONDS."""
     grants_require(actor, stream, perm,
                    action="produce" if perm == "produceperm" else "consume")
     key = (stream.pk, topic, perm)
@@ -253,6 +255,11 @@ def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
         _topics.clear()
     _topics[key] = (now + TOPIC_SECONDS, target)
     return target
+
+
+def forget_topics(**_signal: object) -> None:
+    """Drop the remembered topic lookups (a receiver of Topic's saves and deletes)."""
+    _topics.clear()
 
 
 def _check_write(write: PartitionWrite, topic: Topic) -> None:
