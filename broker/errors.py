@@ -7,6 +7,7 @@ the ones handlers use, so a grep finds every place that answers with one.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 
 import psycopg
 import redis
@@ -52,6 +53,19 @@ STORE_UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, sqlite3.O
 # the answer is Kafka's retriable, possibly-written REQUEST_TIMED_OUT.
 CONTROL_UNAVAILABLE = (OperationalError, InterfaceError, redis.ConnectionError,
                        redis.TimeoutError)
+
+
+def code_of(error: BaseException, fields: Mapping[str, ErrorCode] | None = None,
+            ) -> ErrorCode | None:
+    """The Kafka error code an error declares as its class's `kafka_error` (every domain error
+    does: replication/errors.py; the engine's and the listener's own errors too), refined by
+    the field it names where a request gives a field its own code (`fields`); None for an
+    error that declares none."""
+    field = getattr(error, "field", None)
+    if fields and field in fields:
+        return fields[field]
+    name = getattr(error, "kafka_error", None)
+    return None if name is None else ErrorCode[name]
 
 
 class KafkaError(Exception):

@@ -54,10 +54,14 @@ CHUNK = 256 * 1024  # decompressed in steps of at most this
 class CorruptRecord(ValueError):
     """The batch is not valid record batch v2: Kafka's CORRUPT_MESSAGE."""
 
+    kafka_error = "corrupt_message"
+
 
 class BatchTooLarge(ValueError):
     """The batch's records would take more than the listener allows decoded: Kafka's
     RECORD_LIST_TOO_LARGE, answered before that memory is spent."""
+
+    kafka_error = "record_list_too_large"
 
 
 @dataclass(slots=True)

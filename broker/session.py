@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from replication.grants import cached_perms, perms_held
 from replication.listeners import Node
 from replication.services.names import ResolvedTopic, topic_resolve, topic_target
 
@@ -101,7 +102,6 @@ class Session:
         self.grant: TokenGrant | None = None
         self.expires = float("inf")  # time.monotonic() when the SASL session ends
         self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
-        self._perms: dict[int, tuple[float, frozenset[str]]] = {}
         self._noted: set[str] = set()
         self.log = log.bind(peer=peer)
         # Whether the client closed the connection; the server sets it (safe from any thread).
@@ -128,13 +128,11 @@ class Session:
         return found
 
     async def perms(self, stream: Stream) -> frozenset[str]:
-        """The permissions this connection's user holds on `stream` (Stream.perms_of), cached
-        as briefly as resolutions are, so a busy connection checks its ACEs once a while."""
-        now, cached = time.monotonic(), self._perms.get(stream.pk)
-        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
-            return cached[1]
-        held = await self.run_sync(stream.perms_of, self.user)
-        self._perms[stream.pk] = (now, held)
+        """The permissions this connection's user holds on `stream`, through the one
+        authorization cache (replication/grants.py): no thread hop while it is fresh."""
+        held = cached_perms(self.user, stream)
+        if held is None:
+            held = await self.run_sync(perms_held, self.user, stream)
         return held
 
     async def target(self, name: str) -> tuple[Stream, str] | None:

@@ -22,11 +22,11 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from operations.models import Alarm, AlarmKind
-from replication import reports
 from replication.engine.replicator import PartitionPending, pending
 from replication.engine.store import OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.events import publish_after_commit
+from replication.figures import pending_figures
 from replication.models import (
     Failover,
     Gateway,
@@ -122,14 +122,14 @@ def _link_conditions(links: list[ReplicaLink], unknown: set[str]) -> Iterator[Co
 
 def _stall_condition(link: ReplicaLink, unknown: set[str]) -> Iterator[Condition]:
     try:
-        figures = reports.pending_figures([link])[link.pk]
+        figures = pending_figures([link])[link.pk]
     except Exception as error:  # a store that is down must not stop the other alarms
         log.warning("alarm_figures_unavailable", link=link.pk, error=str(error))
         unknown.add(f"link:{link.pk}")
         return
-    if link_is_stalled(link, figures.messagesPending):
+    if link_is_stalled(link, figures.messages):
         yield link_condition(link, AlarmKind.STALLED, (
-            f"{figures.messagesPending} messages pending and none applied for over "
+            f"{figures.messages} messages pending and none applied for over "
             f"{settings.REPLICATION_STALL_SECONDS:g}s"))
 
 

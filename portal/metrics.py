@@ -23,9 +23,9 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from operations.models import Alarm, AlarmKind
-from replication import reports
 from replication.counters import CONSUMED, FIGURES, PRODUCED, refusal_totals, traffic_totals
 from replication.engine.store import UnknownTopic
+from replication.figures import pending_figures, time_lag
 from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic, link_is_stalled
 from replication.stores import store_for
 from replication.transport import transport
@@ -37,7 +37,7 @@ LINK = ["source", "replica"]
 def replica_metrics() -> Iterator[Metric]:
     links = list(ReplicaLink.objects.select_related("source__cluster", "replica__cluster")
                  .with_agreement())
-    pending = reports.pending_figures(links)
+    pending = pending_figures(links)
     families = {
         "messages": GaugeMetricFamily("streamgate_replica_lag_messages",
                                       "Messages not yet applied at the replica", labels=LINK),
@@ -57,11 +57,11 @@ def replica_metrics() -> Iterator[Metric]:
     }
     for link in links:
         figures, labels = pending[link.pk], [link.source.path, link.replica.path]
-        families["messages"].add_metric(labels, figures.messagesPending)
-        families["bytes"].add_metric(labels, figures.bytesPending)
-        families["seconds"].add_metric(labels, reports.time_lag(figures))
+        families["messages"].add_metric(labels, figures.messages)
+        families["bytes"].add_metric(labels, figures.bytes)
+        families["seconds"].add_metric(labels, time_lag(figures))
         families["stalled"].add_metric(
-            labels, int(link_is_stalled(link, figures.messagesPending)))
+            labels, int(link_is_stalled(link, figures.messages)))
         families["synchronous"].add_metric(labels, int(link.synchronous))
         families["sync_now"].add_metric(labels, int(link.mode == SyncMode.SYNC))
     yield from families.values()

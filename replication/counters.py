@@ -12,7 +12,7 @@ from uuid import UUID
 import structlog
 from django.core.cache import cache
 
-from replication.engine.store import Message, Record
+from replication.engine.store import Message
 
 log = structlog.get_logger(__name__)
 
@@ -77,11 +77,6 @@ def traffic_totals(direction: str, streams: Iterable[UUID]) -> dict[UUID, tuple[
         stream, figure = keys[key]
         totals[stream][figure] = int(value)
     return {s: (t["messages"], t["bytes"]) for s, t in totals.items()}
-
-
-def count_produced(*, stream: UUID, records: Sequence[Record]) -> None:
-    nbytes = sum(len(r.value) + len(r.key or b"") for r in records)
-    count_traffic(direction=PRODUCED, stream=stream, messages=len(records), nbytes=nbytes)
 
 
 def count_consumed(*, stream: UUID, messages: Sequence[Message]) -> None:

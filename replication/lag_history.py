@@ -4,7 +4,7 @@ capped ring per link (Redis in production, locmem in embedded mode), about an ho
 It also samples the gateways' applied-message counters, so pages can show throughput as the
 difference between two samples.
 
-The figures are `replication.reports.pending_figures` / `time_lag`, the ones `replica list`
+The figures are `replication.figures.pending_figures` / `time_lag`, the ones `replica list`
 shows. Paused links are sampled too: a backlog growing while paused is what an owner wants to
 see before resuming.
 
@@ -24,8 +24,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from replication.events import publish_after_commit
+from replication.figures import pending_figures, time_lag
 from replication.models import Gateway, ReplicaLink, link_is_stalled
-from replication.reports import pending_figures, time_lag
 
 SAMPLE_SECONDS = 5.0
 KEEP_SECONDS = 3600
@@ -79,9 +79,9 @@ def lag_record(*, now_ms: int | None = None, links: Iterable[ReplicaLink] | None
     points: dict[int, Point] = {}
     for link in links:
         pending = figures[link.pk]
-        points[link.pk] = [now_ms, pending.messagesPending, pending.bytesPending,
+        points[link.pk] = [now_ms, pending.messages, pending.bytes,
                            int(time_lag(pending) * 1000),
-                           int(link_is_stalled(link, pending.messagesPending))]
+                           int(link_is_stalled(link, pending.messages))]
     _append(points)
     for link in links:
         if refresh or _publishes(link):

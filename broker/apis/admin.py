@@ -16,11 +16,7 @@ from broker.errors import KafkaError
 from broker.session import Session
 from broker.topicconfig import DOCS, timestamptype_from, topic_configs
 from replication.errors import (
-    AlreadyExists,
-    Conflict,
     InvalidInput,
-    NotFound,
-    PermissionDenied,
     StreamgateError,
 )
 from replication.models import Stream, Topic
@@ -35,18 +31,11 @@ FIELD_CODES = {"partitions": errors.INVALID_PARTITIONS, "configs": errors.INVALI
 
 
 def code_for(error: StreamgateError) -> errors.ErrorCode:
-    """The Kafka error code for a domain refusal (its message goes along)."""
-    if isinstance(error, PermissionDenied):
-        return errors.TOPIC_AUTHORIZATION_FAILED
-    if isinstance(error, AlreadyExists):
-        return errors.TOPIC_ALREADY_EXISTS
-    if isinstance(error, NotFound):
-        return errors.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(error, Conflict) or "replicated from" in error.desc:
-        return errors.POLICY_VIOLATION  # invariant 4: change a topic at its origin
-    if isinstance(error, InvalidInput):
+    """The Kafka error code for a domain refusal (its message goes along): its class's, or for
+    refused input its field's."""
+    if error.kafka_error == InvalidInput.kafka_error:
         return FIELD_CODES.get(error.field or "", errors.INVALID_REQUEST)
-    return errors.INVALID_REQUEST
+    return errors.ErrorCode[error.kafka_error]
 
 
 async def _target(session: Session, name: str) -> tuple[Stream, str]:

@@ -19,7 +19,7 @@ from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.grouping import coordinated_key, state_of
 from broker.session import Session
-from replication.errors import InvalidInput, NotFound, PermissionDenied, StreamgateError
+from replication.errors import InvalidInput, StreamgateError
 from replication.services.cursors import cursors_commit, cursors_fetch
 from replication.services.names import ResolvedTopic, topic_listing
 
@@ -28,15 +28,13 @@ Codes = dict[tuple[str, int], int]  # (client's topic name, partition) -> error 
 
 
 def code_of(problem: StreamgateError | None) -> int:
+    """Its class's code; refused input is an offset out of range, or else a partition or
+    topic the group cannot have."""
     if problem is None:
         return errors.NONE
-    if isinstance(problem, PermissionDenied):
-        return errors.TOPIC_AUTHORIZATION_FAILED
-    if isinstance(problem, NotFound):
-        return UNKNOWN
-    if isinstance(problem, InvalidInput) and problem.field == "offset":
-        return errors.OFFSET_OUT_OF_RANGE
-    return UNKNOWN if isinstance(problem, InvalidInput) else errors.UNKNOWN_SERVER_ERROR
+    if problem.kafka_error == InvalidInput.kafka_error:
+        return errors.OFFSET_OUT_OF_RANGE if problem.field == "offset" else UNKNOWN
+    return errors.ErrorCode[problem.kafka_error]
 
 
 async def _resolve_all(session: Session, names: list[str]) -> dict[str, ResolvedTopic | None]:

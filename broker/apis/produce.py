@@ -1,5 +1,5 @@
 """Produce (key 0): record batches v2 decoded and appended through the same domain service as
-REST produce (messages_produce_partitions: produceperm, origin, sizes, stream_wake,
+REST produce (messages_append: produceperm, origin, sizes, stream_wake,
 replicas_await, counters; invariant 9). acks=0 gets no response; acks=1 and all are answered
 once the store committed, and all also once synchronous replicas hold the batch (the service
 waits for them whatever acks says: a produce is never acknowledged before they have it).
@@ -26,17 +26,9 @@ from broker.notify import data_arrived
 from broker.records import BatchTooLarge, Budget, CorruptRecord, decode_batches
 from broker.session import Session, forget_connection
 from replication.counters import count_refusal
-from replication.engine.sequences import ProducerBatch, SequenceError
+from replication.engine.sequences import ProducerBatch
 from replication.engine.store import now_ms
-from replication.errors import (
-    NotFound,
-    NotOrigin,
-    PermissionDenied,
-    ProducersStopped,
-    StreamgateError,
-    TooLarge,
-)
-from replication.services.messages import PartitionWrite, messages_produce_partitions
+from replication.services.messages import PartitionWrite, messages_append
 from replication.services.names import ResolvedTopic
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
@@ -54,28 +46,13 @@ class PartitionAnswer:
 
 
 def error_of(error: Exception) -> tuple[ErrorCode, str]:
-    """The Kafka error code a domain or store error maps to, and its message."""
-    if isinstance(error, CorruptRecord):
-        return errors.CORRUPT_MESSAGE, str(error)
-    if isinstance(error, TooLarge):
-        return errors.MESSAGE_TOO_LARGE, str(error)
-    if isinstance(error, BatchTooLarge):
-        return errors.RECORD_LIST_TOO_LARGE, str(error)
-    if isinstance(error, (PermissionDenied, NotOrigin)):
-        # A replica's copy of a topic is not writable here: the message names its origin.
-        return errors.TOPIC_AUTHORIZATION_FAILED, str(error)
-    if isinstance(error, NotFound):
-        return errors.UNKNOWN_TOPIC_OR_PARTITION, str(error)
-    if isinstance(error, SequenceError):
-        code = INVALID_PRODUCER_EPOCH if error.fenced else OUT_OF_ORDER_SEQUENCE_NUMBER
+    """The Kafka error code an error maps to, and its message: the code its class declares
+    (domain errors, sequence errors, the batch decoder's), else a store or control-plane
+    outage's retriable code. A domain error's message is its plain text: the problem and what
+    to do in words, no command line."""
+    code = errors.code_of(error)
+    if code is not None:
         return code, str(error)
-    if isinstance(error, ProducersStopped):
-        # As a partition whose leader moves: retriable, so an idempotent producer keeps its
-        # epoch and sequences (a permanent code makes librdkafka bump the epoch and renumber
-        # what is not yet acknowledged, batches maybe written included: invariant 10).
-        return errors.NOT_LEADER_OR_FOLLOWER, str(error)
-    if isinstance(error, StreamgateError):
-        return errors.INVALID_REQUEST, str(error)
     if isinstance(error, errors.STORE_UNAVAILABLE):
         return errors.KAFKA_STORAGE_ERROR, f"the message store is unavailable, retry: {error}"
     if isinstance(error, errors.CONTROL_UNAVAILABLE):
@@ -118,9 +95,8 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
     writes = [w for w in writes if w.records]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
-        topic = messages_produce_partitions(actor=actor, stream=resolved.stream,
-                                            topic=resolved.topic, writes=writes,
-                                            abandoned=abandoned)
+        topic = messages_append(actor=actor, stream=resolved.stream, topic=resolved.topic,
+                                writes=writes, abandoned=abandoned)
     except Exception as error:  # the whole topic refused: every partition says why
         forget_connection(error)
         code, message = error_of(error)

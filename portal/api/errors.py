@@ -1,8 +1,10 @@
 """Errors on /api/v1: domain errors and DRF's own, as DRF-shaped JSON; never a traceback.
 
 A `StreamgateError` answers with its `http_status` and
-`{"detail": desc, "code": "<class name in snake_case>", <field>: [desc]}` (the field entry only
-when the error names one), so clients branch on `code` and forms show the text by the field.
+`{"detail": desc, "code": "<class name in snake_case>", <field>: [desc], "hint": {...}}` (the
+field entry only when the error names one; `hint`, what to do, only when the domain says:
+`{"action": "replica.resume", "params": {...}, "text": "resume it ..."}`), so clients branch on
+`code` and `hint.action`, and forms show the text by the field.
 An outage of Redis or a message store is a `ServiceUnavailable` (portal/unavailable.py): 503,
 code `service_unavailable`, with Retry-After.
 """
@@ -37,6 +39,8 @@ def domain_error_body(exc: StreamgateError) -> dict[str, Any]:
     body: dict[str, Any] = {"detail": exc.desc, "code": error_code(exc)}
     if exc.field:
         body[exc.field] = [exc.desc]
+    if exc.hint is not None:
+        body["hint"] = exc.hint.as_dict()
     return body
 
 

@@ -8,13 +8,15 @@ Input serializers only convert types and report DRF-style field errors; the doma
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from rest_framework import serializers
 
 from accounts.models import Membership, Tenant
-from replication import ace, reports
+from replication import ace
+from replication.figures import LinkStatus, epoch_ms, link_statuses
 from replication.models import (
     PERMISSIONS,
     Cluster,
@@ -217,6 +219,13 @@ class TopicCreateSerializer(TopicEditSerializer):
 # --- replicas and upstreams ---------------------------------------------------------------
 
 
+class EpochMillisField(serializers.IntegerField):
+    """A moment as milliseconds since the epoch."""
+
+    def to_representation(self, value: datetime) -> int | None:
+        return epoch_ms(value)
+
+
 class ReplicaLinkSerializer(serializers.ModelSerializer):
     """One row of `stream replica list`, with MapR's field names and the same live figures
     (backlog, lag, stalled, copy progress, sync mode) as /rest and the command line."""
@@ -225,25 +234,24 @@ class ReplicaLinkSerializer(serializers.ModelSerializer):
     replicaPath = serializers.CharField(source="replica.path", read_only=True)
     uuid = serializers.UUIDField(source="replica.uuid", read_only=True,
                                  help_text="the replica stream's uuid")
-    replicaState = serializers.ChoiceField(source="live.replicaState", read_only=True,
+    replicaState = serializers.ChoiceField(source="live.state", read_only=True,
                                            choices=ReplicaState.choices)
-    isUptodate = serializers.BooleanField(source="live.isUptodate", read_only=True)
-    messagesPending = serializers.IntegerField(source="live.messagesPending", read_only=True)
-    bytesPending = serializers.IntegerField(source="live.bytesPending", read_only=True)
-    minPendingTS = serializers.IntegerField(source="live.minPendingTS", read_only=True,
+    isUptodate = serializers.BooleanField(source="live.up_to_date", read_only=True)
+    messagesPending = serializers.IntegerField(source="live.pending.messages", read_only=True)
+    bytesPending = serializers.IntegerField(source="live.pending.bytes", read_only=True)
+    minPendingTS = serializers.IntegerField(source="live.pending.min_ts", read_only=True,
                                             allow_null=True)
-    maxPendingTS = serializers.IntegerField(source="live.maxPendingTS", read_only=True,
+    maxPendingTS = serializers.IntegerField(source="live.pending.max_ts", read_only=True,
                                             allow_null=True)
-    timeLag = serializers.FloatField(source="live.timeLag", read_only=True,
+    timeLag = serializers.FloatField(source="live.time_lag", read_only=True,
                                      help_text="seconds: the oldest unreplicated message's age")
     stalled = serializers.BooleanField(source="live.stalled", read_only=True)
     copyTableCompletionPercentage = serializers.IntegerField(
-        source="live.copyTableCompletionPercentage", read_only=True)
-    mode = serializers.CharField(source="live.mode", read_only=True,
+        source="live.copy_percentage", read_only=True)
+    mode = serializers.CharField(read_only=True,
                                  help_text="sync or async: what the link does now")
-    modeSince = serializers.IntegerField(source="live.modeSince", read_only=True,
-                                         allow_null=True)
-    modeReason = serializers.CharField(source="live.modeReason", read_only=True)
+    modeSince = EpochMillisField(source="mode_since", read_only=True, allow_null=True)
+    modeReason = serializers.CharField(source="mode_reason", read_only=True)
     errors = serializers.ListField(source="live.errors", child=serializers.CharField(),
                                    read_only=True)
 
@@ -260,15 +268,13 @@ class ReplicaLinkSerializer(serializers.ModelSerializer):
         link.live = self._live(link)
         return super().to_representation(link)
 
-    def _live(self, link: ReplicaLink) -> dict[str, Any]:
-        """reports.replica_row for the whole page at once: the stores are asked once per
-        page, not once per link."""
-        rows = self.context.setdefault("replica_rows", {})
-        if link.pk not in rows:
-            page = getattr(self.parent, "instance", None) or [link]
-            pending = reports.pending_figures(page)
-            rows.update({ln.pk: reports.replica_row(ln, pending[ln.pk]) for ln in page})
-        return rows[link.pk]
+    def _live(self, link: ReplicaLink) -> LinkStatus:
+        """The link's status, for the whole page at once: the stores are asked once per page,
+        not once per link."""
+        statuses = self.context.setdefault("link_statuses", {})
+        if link.pk not in statuses:
+            statuses.update(link_statuses(getattr(self.parent, "instance", None) or [link]))
+        return statuses[link.pk]
 
 
 class ReplicaOptionsSerializer(StrictSerializer):

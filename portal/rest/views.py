@@ -30,6 +30,7 @@ from rest_framework.views import APIView
 
 from accounts.tokens import TokenAuthentication
 from portal.rest.commands import REGISTRY, Command
+from portal.rest.hints import command_desc
 from portal.unavailable import as_unavailable, retry_headers
 from replication.errors import InvalidInput, NotFound, StreamgateError
 
@@ -63,7 +64,7 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
     """Every failure in the envelope; a traceback is logged, never returned."""
     exc = as_unavailable(exc) or exc
     if isinstance(exc, StreamgateError):
-        return failure(exc.errno, exc.desc, exc.http_status, retry_headers(exc))
+        return failure(exc.errno, command_desc(exc), exc.http_status, retry_headers(exc))
     if isinstance(exc, Http404):
         return failure(errno.ENOENT, "not found", 404)
     if isinstance(exc, exceptions.APIException):

@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from portal.web.hints import refusal
 from portal.web.tenancy import render_page
 from replication.errors import Conflict, StreamgateError
 from replication.models import ReplicaLink
@@ -37,7 +38,7 @@ def _conflict(link: ReplicaLink) -> str:
     try:
         check_origins([link.replica_id], extra_edges=[(link.source_id, link.replica_id)])
     except Conflict as err:
-        return err.desc
+        return refusal(err)
     return ""
 
 
@@ -91,7 +92,7 @@ def approval_decide(request: HttpRequest, pk: int, decision: str) -> HttpRespons
         else:
             replica_remove(actor=request.user, source=link.source, replica=link.replica)
     except StreamgateError as err:
-        messages.error(request, err.desc)
+        messages.error(request, refusal(err))
     else:
         messages.success(request, f"{link.replica.path} <- {link.source.path}: {decision}d")
     return redirect("approvals")

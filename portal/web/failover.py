@@ -10,11 +10,11 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
 from portal.web.forms import field_errors
+from portal.web.hints import refusal
 from portal.web.streams import row_refusal, visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import StreamgateError
 from replication.models import Failover, ReplicaLink, Stream
-from replication.reports import failover_row
 from replication.services import (
     replica_failback,
     replica_failover,
@@ -48,9 +48,9 @@ def stream_failover(request: HttpRequest, pk: int) -> HttpResponse:
             except StreamgateError as err:
                 errors = field_errors(err, FAILOVER_FIELDS)
             else:
-                row = failover_row(failover)
-                messages.success(request, f"{stream.path} took over from {row['sourcePath']}; "
-                                          f"messages possibly missing: {row['messagesMissing']}")
+                messages.success(request, f"{stream.path} took over from "
+                                          f"{failover.source_path}; messages possibly missing: "
+                                          f"{failover.missing_messages}")
                 return redirect("stream-detail", pk)
     return render_page(request, "web/failover_confirm.html", {
         "stream": stream, "sources": sources, "typed": typed, "errors": errors},
@@ -96,7 +96,7 @@ def _wizard(request: HttpRequest, replica: Stream, failover: Failover, typed: di
         report, error = replica_failback(source=failover.source, replica=replica, dryrun=True,
                                          actor=request.user), ""
     except StreamgateError as err:
-        report, error = None, err.desc
+        report, error = None, refusal(err)
     return render_page(request, "web/failback_wizard.html", {
         "stream": replica, "source": failover.source, "failover": failover, "report": report,
         "error": error, "typed": typed, "errors": errors}, status=400 if errors else 200)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from portal.web.hints import refusal
 from replication.errors import StreamgateError
 
 FORM = "form"  # the key of an error about the form as a whole
@@ -15,4 +16,4 @@ def field_errors(err: StreamgateError, fields: Iterable[str],
                  aliases: Mapping[str, str] | None = None) -> dict[str, str]:
     """{input name: plain-words error}; `aliases` maps a service's field to the input name."""
     name = (aliases or {}).get(err.field or "", err.field or "")
-    return {name if name in set(fields) else FORM: err.desc}
+    return {name if name in set(fields) else FORM: refusal(err)}

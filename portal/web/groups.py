@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from portal.web.forms import FORM, field_errors
+from portal.web.hints import refusal
 from portal.web.streams import visible_stream
 from portal.web.tenancy import render_page
 from replication.errors import InvalidInput, StreamgateError
@@ -87,7 +88,7 @@ def _context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
         offsets, replicas = group_offsets(actor=request.user, stream=stream)
         live = live_groups(actor=request.user, stream=stream)
     except StreamgateError as err:
-        return {"denied": err.desc, "groups": [], "replicas": []}
+        return {"denied": refusal(err), "groups": [], "replicas": []}
     return {"groups": _cards(offsets, live, replicas), "replicas": replicas}
 
 

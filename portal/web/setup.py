@@ -22,12 +22,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.web.forms import field_errors
+from portal.web.hints import refusal
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
 from portal.web.tenancy import current_tenant, page_and_fragment, render_page
 from replication.errors import StreamgateError
+from replication.figures import link_statuses, replica_links
 from replication.models import Job, ReplicaLink, Stream, Upstream
-from replication.reports import replica_rows, upstream_rows
 from replication.services import (
     replica_add,
     replica_autosetup,
@@ -94,7 +95,7 @@ def _tenant_name(request: HttpRequest) -> str | None:
 
 def _refused(request: HttpRequest, err: StreamgateError) -> dict[str, str]:
     """The refusal in the page's message list (the summary at the top) and beside its field."""
-    messages.error(request, err.desc)
+    messages.error(request, refusal(err))
     return field_errors(err, WIZARD_FIELDS, CREATE_ALIASES)
 
 
@@ -146,7 +147,7 @@ def _act(request: HttpRequest, number: int, source: Stream, replica: Stream) -> 
     try:
         done = ACTIONS[number](request, source, replica)
     except StreamgateError as err:
-        messages.error(request, err.desc)
+        messages.error(request, refusal(err))
         return here
     if isinstance(done, Job):  # the copy runs on: this screen shows its progress
         return redirect(f"{here.url}?job={done.pk}")
@@ -154,13 +155,22 @@ def _act(request: HttpRequest, number: int, source: Stream, replica: Stream) -> 
     return redirect("setup-manual-step", source.pk, replica.pk, number + 1)
 
 
+def _replica_rows(source: Stream) -> list[dict[str, Any]]:
+    """The source's replicas as the setup screens list them, with how each is doing."""
+    links = replica_links(source)
+    status = link_statuses(links)
+    return [{"path": link.replica.path, "state": status[link.pk].state, "paused": link.paused,
+             "waiting": not link.agreed, "pending": status[link.pk].pending.messages}
+            for link in links]
+
+
 def _screen(request: HttpRequest, number: int, source: Stream, replica: Stream) -> dict[str, Any]:
     link = _link(source, replica)
     context: dict[str, Any] = {"link": link, "state": link.replica_state() if link else None}
     if number in (3, DONE):
-        context["replica_rows"] = replica_rows(source)
+        context["replica_rows"] = _replica_rows(source)
     if number == 5:
-        context["upstream_rows"] = upstream_rows(replica)
+        context["upstreams"] = replica.upstreams.select_related("source__cluster").order_by("idx")
     if number == 6:
         job_id = request.GET.get("job", "")
         context["job"] = (get_object_or_404(visible_jobs(request), pk=job_id)

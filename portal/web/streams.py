@@ -22,13 +22,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from portal.web.forms import field_errors
 from portal.web.health import links_health
+from portal.web.hints import refusal
 from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import StreamgateError
+from replication.figures import storage_figures
 from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
 from replication.models import PERMISSIONS, ReplicaLink, Stream
-from replication.reports import partition_rows, stream_info
 from replication.services import (
     replica_add,
     replica_pause,
@@ -37,6 +38,7 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
+from replication.stores import store_for
 
 
 def visible_stream(request: HttpRequest, pk: int) -> Stream:
@@ -128,15 +130,30 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     }), content_type="application/json")
 
 
+def _info(stream: Stream, show_aces: bool) -> dict[str, Any]:
+    """The stream's facts for the page's table, each under the name maprcli's `stream info`
+    gives it (the page shows that name beside its own label); ACEs to adminperm holders."""
+    sizes = store_for(stream.cluster).sizes(stream.uuid)
+    aces = {perm: getattr(stream, perm) for perm in PERMISSIONS} if show_aces else {}
+    return {"path": stream.path, "physicalsize": sizes["physicalsize"],
+            "logicalsize": sizes["logicalsize"], "numtopics": stream.topics.count(),
+            "defaultpartitions": stream.defaultpartitions, "ttl": stream.ttl,
+            "compression": stream.compression, "autocreate": stream.autocreate, **aces,
+            "ischangelog": False, "defaulttimestamptype": stream.defaulttimestamptype,
+            "cluster": stream.cluster.name, "tenant": stream.tenant.name,
+            "uuid": str(stream.uuid)}
+
+
 def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
                 errors: dict[str, str] | None = None) -> HttpResponse:
     """The stream page; after a refused form, with what was typed and the errors by field."""
     context = _replica_context(request, stream)
     topics = list(stream.topics.all())
     typed = typed or {}
+    figures = storage_figures(topics)
     context.update(
-        info=stream_info(stream, show_aces=context["is_admin"]),
-        topics=[(topic, partition_rows(topic)) for topic in topics],
+        info=_info(stream, show_aces=context["is_admin"]),
+        topics=[(topic, figures[topic.pk]) for topic in topics],
         ace_fields=[(perm, typed.get(perm, getattr(stream, perm))) for perm in PERMISSIONS],
         typed=typed, errors=errors or {},
     )
@@ -163,10 +180,10 @@ def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLi
     """A button's refusal in the words of the service: in the summary at the top of the
     stream page, as before, and beside its row of the `part` table ("replica", "verify");
     a user the page shows no such table (their adminperm was taken since) gets the summary."""
-    messages.error(request, err.desc)
+    messages.error(request, refusal(err))
     if part in ADMIN_ROWS and not stream.allows(request.user, "adminperm"):
         return redirect("stream-detail", stream.pk)
-    return stream_page(request, stream, errors={row_key(part, link.pk): err.desc})
+    return stream_page(request, stream, errors={row_key(part, link.pk): refusal(err)})
 
 
 def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable[[], object],

@@ -22,6 +22,11 @@ class SequenceError(StoreError):
         super().__init__(message)
         self.fenced = fenced
 
+    @property
+    def kafka_error(self) -> str:
+        """Its Kafka error code's name, as domain errors declare theirs."""
+        return "invalid_producer_epoch" if self.fenced else "out_of_order_sequence_number"
+
 
 def sequence_check(state: ProducerState | None, batch: ProducerBatch) -> int | None:
     """Kafka's rule, under the partition's lock: the first offset of a retried batch (written

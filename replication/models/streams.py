@@ -14,7 +14,7 @@ from accounts.modelbases import lowercase_choices, named_within, titled
 from accounts.models import Membership, Tenant
 from accounts.scoping import RestrictedQuerySet
 from replication import ace
-from replication.errors import NotFound, PermissionDenied
+from replication.errors import Hint, NotFound, PermissionDenied
 from replication.paths import parse_stream_path
 
 if TYPE_CHECKING:
@@ -90,11 +90,9 @@ class StreamQuerySet(RestrictedQuerySet):
         path = str(parse_stream_path(text, field=field))
         stream = self.select_related("cluster", "tenant").filter(path=path).first()
         if stream is None:
-            raise NotFound(
-                f"stream {path} does not exist: check -{field}, or create it with "
-                f"'streamgate stream create -path {path}'",
-                field=field,
-            )
+            raise NotFound(f"stream {path} does not exist", field=field, hint=Hint(
+                "stream.create", f"check the {field}, or create the stream", {"path": path},
+                cli=f"check -{field}, or create it with {{command}}"))
         return stream
 
 

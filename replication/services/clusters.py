@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from replication.engine.store import StoreError
-from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
+from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
 from replication.paths import validate_cluster_name
 from replication.stores import store_for
@@ -25,8 +25,8 @@ def _operator_only(actor: AbstractBaseUser, action: str) -> None:
 def cluster_by_name(name: str, *, field: str = "dstcluster") -> Cluster:
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
-        raise NotFound(f"cluster {name!r} does not exist: see 'streamgate cluster list'",
-                       field=field)
+        raise NotFound(f"cluster {name!r} does not exist", field=field,
+                       hint=Hint("cluster.list", "see the list of clusters", cli="see {command}"))
     return cluster
 
 

@@ -9,6 +9,7 @@ holds. They replicate like every committed cursor (replication/engine/replicator
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -16,7 +17,6 @@ from replication.engine.store import OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
-from replication.reports import mapr_time
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
@@ -114,12 +114,30 @@ def cursor_delete(
                                                     partition=partition)
 
 
+@dataclass(frozen=True)
+class CursorStanding:
+    """A committed cursor beside its partition's last offset, and the times (epoch ms, 0 when
+    unknown) of the last message produced and of the last one the group consumed."""
+
+    group: str
+    topic: str
+    partition: int
+    produced_offset: int  # -1: the partition is empty
+    committed: int
+    produced_ms: int
+    consumed_ms: int
+
+    @property
+    def lag_ms(self) -> int:
+        return max(0, self.produced_ms - self.consumed_ms)
+
+
 def cursor_report(
     *, actor: AbstractBaseUser, stream: Stream, group: str | None = None,
     topic: str | None = None, partition: int | None = None,
-) -> list[dict]:
-    """maprcli's `stream cursor list` rows: each committed cursor beside its partition's
-    latest offset, with the timestamps of the last produced and the last consumed message."""
+) -> list[CursorStanding]:
+    """Each committed cursor beside its partition's latest offset (what `stream cursor list`
+    shows), with the timestamps of the last produced and the last consumed message."""
     stream.require(actor, *LIST_PERMS, action="list consumer cursors")
     _filters(stream, topic, partition)
     store = store_for(stream.cluster)
@@ -132,13 +150,8 @@ def cursor_report(
         high = marks[t].get(p, (0, 0))[1]
         produced = _timestamp(store, stream, t, p, high - 1)
         consumed = _timestamp(store, stream, t, p, committed - 1)
-        rows.append({
-            "consumergroup": g, "topic": t, "partitionid": p,
-            "produceroffset": high - 1, "committedoffset": committed,
-            "producertimestamp": mapr_time(produced or 0),
-            "consumertimestamp": mapr_time(consumed or produced or 0),
-            "consumerlagmillis": max(0, (produced or 0) - (consumed or produced or 0)),
-        })
+        rows.append(CursorStanding(g, t, p, high - 1, committed, produced or 0,
+                                   consumed or produced or 0))
     return rows
 
 

@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from accounts.models import Membership, Role, Tenant
-from replication.errors import InvalidInput, NotFound, PermissionDenied, StreamgateError
+from replication.errors import Hint, InvalidInput, NotFound, PermissionDenied, StreamgateError
 from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
 from replication.paths import parse_stream_path
 from replication.services.streams import CREATING_ROLES, check_path_free
@@ -50,8 +50,8 @@ def _check_path(tenant: Tenant, cluster: Cluster, path: str) -> str:
 def _cluster(name: str) -> Cluster:
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
-        raise NotFound(f"cluster {name} does not exist: list clusters with 'streamgate "
-                       "cluster list'", field="cluster")
+        raise NotFound(f"cluster {name} does not exist", field="cluster",
+                       hint=Hint("cluster.list", "list clusters"))
     return cluster
 
 

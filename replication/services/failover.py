@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from replication.engine.replicator import pending, plan_batches, sync_cursors
 from replication.engine.store import Misordered, UnknownTopic
-from replication.errors import Conflict, InvalidInput
+from replication.errors import Conflict, Hint, InvalidInput, upstreams_of
 from replication.events import publish_link_event
 from replication.lag_history import lag_latest
 from replication.models import (
@@ -117,9 +117,8 @@ def failover_link(replica: Stream, source: Stream | None, *, force: bool) -> Rep
     if source is not None:
         link = links.filter(source=source).first()
         if link is None:
-            raise InvalidInput(f"{replica.path} is not a replica of {source.path}: see "
-                               f"'streamgate stream upstream list -path {replica.path}'",
-                               field="source")
+            raise InvalidInput(f"{replica.path} is not a replica of {source.path}",
+                               field="source", hint=upstreams_of(replica.path))
     else:
         link = _only_link(replica, list(links))
     _check_link(link, force=force)
@@ -151,9 +150,10 @@ def _check_link(link: ReplicaLink, *, force: bool) -> None:
                        "there is nothing to fail over", field="path")
     if link.paused:
         raise Conflict(f"the replication {source} -> {replica} is paused, so {replica} may lag "
-                       f"far behind: resume it ('streamgate stream replica resume -path {source} "
-                       f"-replica {replica}') and let it catch up before failing over",
-                       field="path")
+                       "far behind", field="path", hint=Hint(
+                           "replica.resume", "resume it and let it catch up before failing over",
+                           {"path": source, "replica": replica},
+                           cli="resume it ({command}) and let it catch up before failing over"))
     if link.state == ReplicaState.COPY_IN_PROGRESS and not force:
         raise Conflict(f"a copy into {replica} is in progress: wait for it to finish, or fail "
                        "over with -force true and accept what it holds so far", field="path")

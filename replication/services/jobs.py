@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from replication.errors import Conflict, InvalidInput, PermissionDenied
+from replication.errors import Conflict, Hint, InvalidInput, PermissionDenied
 from replication.events import publish_after_commit
 from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
@@ -122,9 +122,10 @@ def replica_repair(*, actor: AbstractBaseUser, source: Stream, replica: Stream) 
     link = agreed_link(source, replica, doing="repair")
     running = Job.objects.active().filter(kind=Job.Kind.DIFFSTREAMS, options__link=link.pk)
     if running.exists():
-        raise Conflict(f"a repair of {replica.path} runs already (job {running.first().pk}): "
-                       f"follow it with 'streamgate job info -id {running.first().pk}'",
-                       field="replica")
+        job = running.first().pk
+        raise Conflict(f"a repair of {replica.path} runs already (job {job})", field="replica",
+                       hint=Hint("job.info", "follow the job's progress", {"id": job},
+                                 cli="follow it with {command}"))
     job = _submit(Job.Kind.DIFFSTREAMS, actor, source, replica,
                   {"repair": True, "link": link.pk})
     replica_repair_started.send(sender=ReplicaLink, link=link, actor=actor,

@@ -18,7 +18,6 @@ from replication.counters import (
     CONSUMED,
     PRODUCED,
     count_consumed,
-    count_produced,
     count_traffic,
 )
 from replication.engine.sequences import ProducerBatch
@@ -30,7 +29,16 @@ from replication.engine.store import (
     UnknownTopic,
     record_size,
 )
-from replication.errors import InvalidInput, NotFound, NotOrigin, ProducersStopped, TooLarge
+from replication.errors import (
+    Hint,
+    InvalidInput,
+    NoSuchPartition,
+    NotFound,
+    NotOrigin,
+    ProducersStopped,
+    TooLarge,
+)
+from replication.grants import grants_require
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.sync import replicas_await
@@ -61,8 +69,10 @@ def _producible_topic(stream: Stream, name: str) -> Topic:
     if topic is None:
         if not stream.autocreate:
             raise NotFound(f"topic {stream.path}:{name} does not exist and the stream's "
-                           "autocreate is false: create it with 'streamgate stream topic "
-                           f"create -path {stream.path} -topic {name}'", field="topic")
+                           "autocreate is false", field="topic", hint=Hint(
+                               "topic.create", "create the topic first",
+                               {"path": stream.path, "topic": name},
+                               cli="create it with {command}"))
         topic = topic_autocreate(stream=stream, name=name)
     if not topic.is_origin:
         # DESIGN.md invariant 4: offsets of a replicated topic belong to its origin.
@@ -104,47 +114,6 @@ def producers_admitted(stream: Stream,
             raise ProducersStopped(f"{stream.path} accepts no producers: {rows[0][0]}",
                                    field="path")
     return admit
-
-
-def _check_records(records: Sequence[Record], topic: Topic) -> None:
-    if not records:
-        raise InvalidInput("no records to produce: send at least one", field="records")
-    if len(records) > MAX_BATCH:
-        raise InvalidInput(f"{len(records)} records in one batch; at most {MAX_BATCH}",
-                           field="records")
-    limit = settings.MAX_MESSAGE_BYTES
-    sizes = [len(r.value) + len(r.key or b"") + sum(len(k) + len(v) for k, v in r.headers)
-             for r in records]
-    largest = max(sizes)
-    if largest > limit:
-        raise TooLarge(f"record {sizes.index(largest)} is {largest} bytes, over the "
-                           f"maximum message size of {limit} bytes", field="records")
-    wrong = [r.partition for r in records
-             if r.partition is not None and not 0 <= r.partition < topic.partitions]
-    if wrong:
-        raise InvalidInput(f"partition {wrong[0]} does not exist: {topic} has partitions 0 to "
-                           f"{topic.partitions - 1}", field="partition")
-
-
-def messages_produce(
-    *, actor: AbstractBaseUser, stream: Stream, topic: str, records: Sequence[Record],
-    producer: str | None = None,
-) -> list[tuple[int, int]]:
-    """Append a batch in one transaction; (partition, offset) per record, in order. Returns
-    once the stream's synchronous replicas hold the batch too (replication/services/sync.py)."""
-    stream.require(actor, "produceperm", action="produce")
-    target = _producible_topic(stream, topic)
-    _check_records(records, target)
-    store = store_for(stream.cluster)
-    offsets = _on_store(target, lambda: store.append(
-        stream.uuid, target.name, records, origin=stream.uuid, producer=producer,
-        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-        admit=producers_admitted(stream),
-    ))
-    stream_wake(stream=stream.uuid)  # the replicator cuts batches now, not at its next sweep
-    replicas_await(stream=stream, topic=target.name, offsets=offsets)
-    count_produced(stream=stream.uuid, records=records)  # /metrics (replication/counters.py)
-    return offsets
 
 
 def _readable_topic(actor: AbstractBaseUser, stream: Stream, name: str, partition: int) -> Topic:
@@ -234,18 +203,21 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
 
 # --- the batch forms: a Kafka Produce or Fetch request's partitions of one topic -------------
 
-GRANT_SECONDS = 1.0
-_grants: dict[tuple, tuple[float, Topic]] = {}
+TOPIC_SECONDS = 1.0
+_topics: dict[tuple, tuple[float, Topic]] = {}
 
 
 @dataclass(slots=True)
 class PartitionWrite:
-    """One partition's records of a produce; `base_offset` or `error` is filled in."""
+    """Records of a produce, of one partition (None: each record names its own, or the store
+    picks one by key); `base_offset` (and `placed` without a partition) or `error` is filled
+    in."""
 
-    partition: int
+    partition: int | None
     records: list[Record]
     sequence: ProducerBatch | None = None  # an idempotent producer's batch
     base_offset: int = -1
+    placed: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset) each
     error: Exception | None = None
     nbytes: int = 0  # the records' logical bytes, measured by the size check
 
@@ -265,28 +237,51 @@ class PartitionRead:
 
 def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
              find: Callable[[], Topic]) -> Topic:
-    """`stream.require(actor, perm)` and the topic lookup, remembered for GRANT_SECONDS per
-    (user, stream with its ACE as given, topic): a Kafka client sends hundreds of requests a
-    second, and the check's three queries cost more than the batch's append. A changed ACE
-    takes effect at once (it is part of the key); a changed membership within the second."""
-    key = (actor.pk, stream.pk, getattr(stream, perm), topic, perm)
+    """`perm` checked through the authorization cache (replication/grants.py), then the topic
+    lookup, remembered for TOPIC_SECONDS per (stream, topic, perm): a Kafka client sends
+    hundreds of requests a second, and the lookup's query costs about as much as the batch's
+    append. A topic saved or deleted in this process (an origin moved by a failover, a topic
+    deleted and made anew) clears it at once (`forget_topics`); another process's change is
+    seen within TOPIC_SECONDS."""
+    grants_require(actor, stream, perm,
+                   action="produce" if perm == "produceperm" else "consume")
+    key = (stream.pk, topic, perm)
     now = time.monotonic()
-    hit = _grants.get(key)
+    hit = _topics.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    stream.require(actor, perm, action="produce" if perm == "produceperm" else "consume")
     target = find()
-    if len(_grants) > 10_000:
-        _grants.clear()
-    _grants[key] = (now + GRANT_SECONDS, target)
+    if len(_topics) > 10_000:
+        _topics.clear()
+    _topics[key] = (now + TOPIC_SECONDS, target)
     return target
 
 
-def _check_partition(write: PartitionWrite, topic: Topic) -> None:
-    if not 0 <= write.partition < topic.partitions:
-        raise NotFound(f"partition {write.partition} does not exist: {topic} has partitions 0 "
-                       f"to {topic.partitions - 1}", field="partition")
-    limit, records = settings.MAX_MESSAGE_BYTES, write.records
+def forget_topics(**_signal: object) -> None:
+    """Drop the remembered topic lookups (a receiver of Topic's saves and deletes)."""
+    _topics.clear()
+
+
+def _check_write(write: PartitionWrite, topic: Topic) -> None:
+    """The one record check of every produce: records there, their partitions existing, none
+    over the maximum message size (key, value and headers: `record_size`). A write whose
+    records name their partitions themselves (the HTTP interfaces' form) holds at most
+    MAX_BATCH records; the Kafka listener bounds its batches in bytes (broker/records.py)."""
+    records = write.records
+    if not records:
+        raise InvalidInput("no records to produce: send at least one", field="records")
+    if write.partition is None:
+        if len(records) > MAX_BATCH:
+            raise InvalidInput(f"{len(records)} records in one batch; at most {MAX_BATCH}",
+                               field="records")
+        wrong = [r.partition for r in records
+                 if r.partition is not None and not 0 <= r.partition < topic.partitions]
+    else:
+        wrong = [] if 0 <= write.partition < topic.partitions else [write.partition]
+    if wrong:
+        raise NoSuchPartition(f"partition {wrong[0]} does not exist: {topic} has partitions 0 "
+                              f"to {topic.partitions - 1}", field="partition")
+    limit = settings.MAX_MESSAGE_BYTES
     if any(map(attrgetter("key"), records)) or any(map(attrgetter("headers"), records)):
         sizes = list(map(record_size, records))
     else:  # the common batch: values only, measured without a Python call per record
@@ -298,24 +293,38 @@ def _check_partition(write: PartitionWrite, topic: Topic) -> None:
     write.nbytes = sum(sizes)
 
 
-def messages_produce_partitions(
+def messages_produce(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, records: Sequence[Record],
+    producer: str | None = None,
+) -> list[tuple[int, int]]:
+    """One batch of records (REST, /rest and the CLI, the pages): `messages_append` with one
+    write, refused whole or stored in one transaction; (partition, offset) per record, in
+    order, once the stream's synchronous replicas hold it too."""
+    write = PartitionWrite(None, list(records))
+    messages_append(actor=actor, stream=stream, topic=topic, writes=[write], producer=producer)
+    if write.error is not None:
+        raise write.error
+    return write.placed
+
+
+def messages_append(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, writes: Sequence[PartitionWrite],
     producer: str | None = None, abandoned: Callable[[], bool] | None = None,
 ) -> Topic:
-    """messages_produce for several partitions of one topic, with every check it makes
-    (produceperm, origin, sizes, partitions) and what follows an append (stream_wake,
-    replicas_await, counters). Records name their partition. Partitions without a producer
-    sequence go in one append (one transaction); each idempotent batch in its own, where its
-    producer state is kept. A whole-topic refusal raises; a partition's (its append's failure
-    included) is set on its write."""
+    """The one append of every interface (a Kafka Produce's partitions of one topic, a REST
+    batch), with every check (produceperm, origin, `_check_write`) and what follows an append
+    (stream_wake, replicas_await, counters). Writes without a producer sequence go in one
+    append (one transaction); each idempotent batch in its own, where its producer state is
+    kept. A whole-topic refusal raises; a write's (its append's failure included) is set on
+    it, beside its `base_offset`."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
     good = []
     for write in writes:
         try:
-            _check_partition(write, target)
+            _check_write(write, target)
             good.append(write)
-        except (NotFound, TooLarge) as error:
+        except InvalidInput as error:
             write.error = error
     store = store_for(stream.cluster)
     append = functools.partial(
@@ -343,6 +352,8 @@ def _append_writes(target: Topic, append: Callable, good: list[PartitionWrite]) 
             at = 0
             for write in plain:
                 write.base_offset = placed[at][1]
+                if write.partition is None:  # the records went where they or the store chose
+                    write.placed = placed[at:at + len(write.records)]
                 at += len(write.records)
     for write in good:
         if write.sequence is not None:
@@ -357,8 +368,9 @@ def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> No
     if not writes:
         return
     stream_wake(stream=stream.uuid)
-    replicas_await(stream=stream, topic=target.name,
-                   offsets=[(w.partition, w.base_offset + len(w.records) - 1) for w in writes])
+    replicas_await(stream=stream, topic=target.name, offsets=list(chain.from_iterable(
+        w.placed if w.partition is None else [(w.partition, w.base_offset + len(w.records) - 1)]
+        for w in writes)))
     # The counters from the sizes already measured: no second pass over the records.
     count_traffic(direction=PRODUCED, stream=stream.uuid,
                   messages=sum(len(w.records) for w in writes),

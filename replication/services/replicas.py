@@ -6,7 +6,15 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from replication.errors import AlreadyExists, Conflict, InvalidInput, NotFound, NotSupported
+from replication.errors import (
+    AlreadyExists,
+    Conflict,
+    Hint,
+    InvalidInput,
+    NotFound,
+    NotSupported,
+    replicas_of,
+)
 from replication.events import publish_link_event
 from replication.models import Compression, ReplicaLink, Stream
 from replication.paths import parse_stream_path
@@ -25,8 +33,8 @@ LINK_OPTIONS = ("throttle", "synchronous", "networkcompression", "networkencrypt
 def _link(source: Stream, replica: Stream) -> ReplicaLink:
     link = ReplicaLink.objects.filter(source=source, replica=replica).first()
     if link is None:
-        raise NotFound(f"{replica.path} is not a replica of {source.path}: see "
-                       f"'streamgate stream replica list -path {source.path}'", field="replica")
+        raise NotFound(f"{replica.path} is not a replica of {source.path}", field="replica",
+                       hint=replicas_of(source.path))
     return link
 
 
@@ -161,9 +169,13 @@ def replica_autosetup(
         created = existing_replica(actor=actor, source=source, path=path)
     elif Stream.objects.restrict(actor).filter(path=path).exists():
         # Another tenant's stream there is not named: stream_create refuses it as unavailable.
-        raise AlreadyExists(f"replica {path} already exists: autosetup creates the replica "
-                            "itself; give -useexistingreplica true to use this one, or use "
-                            "'stream replica add' for the manual steps", field="replica")
+        raise AlreadyExists(
+            f"replica {path} already exists", field="replica", hint=Hint(
+                "replica.add", "autosetup creates the replica itself; have it use this one "
+                "(useexistingreplica), or add the replica by the manual steps",
+                {"path": source.path, "replica": path},
+                cli="autosetup creates the replica itself; give -useexistingreplica true to "
+                    "use this one, or use {command} for the manual steps"))
     else:
         created = stream_create(actor=actor, path=path, tenant=tenant, copymetafrom=source.path)
     link = replica_add(actor=actor, source=source, replica=created, paused=True, **options)

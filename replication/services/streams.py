@@ -8,7 +8,7 @@ from django.db.models import Q
 
 from accounts.models import Membership, Role, Tenant
 from replication import ace
-from replication.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
+from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import (
     PERMISSIONS,
     Cluster,
@@ -126,8 +126,8 @@ def stream_create(
     where = parse_stream_path(path)
     cluster = Cluster.objects.filter(name=where.cluster).first()
     if cluster is None:
-        raise NotFound(f"cluster {where.cluster} does not exist: list clusters with "
-                       "'streamgate cluster list'", field="path")
+        raise NotFound(f"cluster {where.cluster} does not exist", field="path",
+                       hint=Hint("cluster.list", "list clusters"))
     owner = creating_tenant(actor, tenant)
     check_path_free(str(where), owner)
     try:

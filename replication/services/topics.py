@@ -5,7 +5,7 @@ from typing import TypedDict, Unpack
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from replication.errors import AlreadyExists, InvalidInput, NotFound
+from replication.errors import AlreadyExists, ChangeAtOrigin, Hint, InvalidInput, NotFound
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.services.common import (
@@ -29,8 +29,9 @@ class TopicOptions(TypedDict, total=False):
 def topic_of(stream: Stream, name: str) -> Topic:
     topic = stream.topics.filter(name=validate_topic_name(name)).first()
     if topic is None:
-        raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
-                       f"'streamgate stream topic list -path {stream.path}'", field="topic")
+        raise NotFound(f"topic {stream.path}:{name} does not exist", field="topic",
+                       hint=Hint("topic.list", "list the stream's topics",
+                                 {"path": stream.path}, cli="list topics with {command}"))
     return topic
 
 
@@ -38,7 +39,7 @@ def _origin_only(topic: Topic, action: str) -> None:
     if not topic.is_origin:
         origin = Stream.objects.filter(uuid=topic.origin_uuid).values_list("path", flat=True)
         where = origin.first() or str(topic.origin_uuid)
-        raise InvalidInput(
+        raise ChangeAtOrigin(
             f"topic {topic} is replicated from {where}: {action} it there, at its origin",
             field="topic",
         )

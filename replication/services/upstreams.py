@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from replication.errors import AlreadyExists, InvalidInput, NotFound
+from replication.errors import AlreadyExists, InvalidInput, NotFound, upstreams_of
 from replication.events import publish_link_event
 from replication.models import Stream, Upstream
 from replication.services.common import check_origins, next_idx, propagate_topics, topology_lock
@@ -39,6 +39,5 @@ def upstream_remove(*, actor: AbstractBaseUser, replica: Stream, source: Stream)
     deleted, _ = replica.upstreams.filter(source=source).delete()
     publish_link_event("upstream.removed", source, replica)
     if not deleted:
-        raise NotFound(f"{source.path} is not an upstream of {replica.path}: see "
-                       f"'streamgate stream upstream list -path {replica.path}'",
-                       field="upstream")
+        raise NotFound(f"{source.path} is not an upstream of {replica.path}",
+                       field="upstream", hint=upstreams_of(replica.path))

@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.utils import timezone
 
-from replication.errors import Conflict, NotFound, PermissionDenied
+from replication.errors import Conflict, Hint, NotFound, PermissionDenied, replicas_of
 from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.compare import Span, first_differences, marks_of
 from replication.stores import store_for
@@ -45,9 +45,9 @@ def _claim(link: ReplicaLink) -> Iterator[None]:
     row (which replicators update) for the whole comparison."""
     key = f"verify-link:{link.pk}"
     if not cache.add(key, 1, timeout=CLAIM_SECONDS):
-        raise Busy(f"{link.replica.path} is being verified right now: see its result with "
-                   f"'streamgate stream replica list -path {link.source.path}'",
-                   field="replica")
+        raise Busy(f"{link.replica.path} is being verified right now", field="replica",
+                   hint=Hint("replica.list", "see its result among the source's replicas",
+                             {"path": link.source.path}, cli="see its result with {command}"))
     try:
         yield
     finally:
@@ -127,8 +127,8 @@ def agreed_link(source: Stream, replica: Stream, *, doing: str) -> ReplicaLink:
     link = (ReplicaLink.objects.with_agreement().filter(source=source, replica=replica)
             .select_related("source__cluster", "replica__cluster").first())
     if link is None:
-        raise NotFound(f"{replica.path} is not a replica of {source.path}: see 'streamgate "
-                       f"stream replica list -path {source.path}'", field="replica")
+        raise NotFound(f"{replica.path} is not a replica of {source.path}", field="replica",
+                       hint=replicas_of(source.path))
     if not link.agreed:
         raise Conflict(f"{replica.path} has not accepted {source.path} as its upstream, so it "
                        f"holds nothing of it to {doing}", field="replica")

@@ -222,7 +222,7 @@ def test_group_of_two_shares_partitions_and_rebalances_when_one_leaves(kafka, ow
     twice = {value for value in consumed if consumed.count(value) > 1}
     assert twice <= set(a.uncommitted + b.uncommitted)  # only what was never committed
     cursors = cursor_report(actor=owner, stream=orders, group="billing")
-    assert sorted((c["partitionid"], c["committedoffset"]) for c in cursors) == [
+    assert sorted((c.partition, c.committed) for c in cursors) == [
         (p, 75) for p in range(PARTITIONS)]
 
 
@@ -234,7 +234,7 @@ def test_group_survives_a_listener_killed_and_restarted(kafka, owner, orders):
     a = confluent_member(kafka, "m-a", "billing").start()
 
     def committed() -> int:
-        return sum(c["committedoffset"] for c in cursor_report(actor=owner, stream=orders,
+        return sum(c.committed for c in cursor_report(actor=owner, stream=orders,
                                                                group="billing"))
 
     wait_for(lambda: committed() == len(first), "the first batch committed", kafka)

@@ -124,7 +124,7 @@ def test_the_failback_page_of_a_stream_that_took_over_from_none_says_so(owner, p
 def _beside(page: str, name: str, *, tied: bool = True) -> str:
     """The error shown beside the input or row button `name` names, tied to it for readers
     (unless the page shows this user no button there)."""
-    error = re.search(rf'<span class="field-error" id="err-{name}" role="alert">([^<]+)</span>',
+    error = re.search(rf'<span class="field-error" id="err-{name}" role="alert">(.+?)</span>',
                       page)
     assert error, f"no error beside {name}"
     assert (f'aria-describedby="err-{name}"' in page) == tied

@@ -165,7 +165,7 @@ def test_overview_live_fetch_brings_the_counts_and_todo_out_of_band(owner, agree
 
 def _error_beside(page: str, name: str) -> str:
     field = re.search(rf'<input name="{name}"[^>]*>\s*<span class="field-error" id="err-{name}" '
-                      r'role="alert">([^<]+)</span>', page)
+                      r'role="alert">(.+?)</span>', page)
     assert field, f"no error beside {name}"
     assert f'aria-describedby="err-{name}"' in field.group(0)
     return field.group(1)

@@ -23,9 +23,9 @@ from replication.services.messages import (
     PartitionWrite,
     cursor_commit,
     cursor_list,
+    messages_append,
     messages_consume,
     messages_produce,
-    messages_produce_partitions,
 )
 from replication.stores import store_for
 from replication.topology import origin_conflicts
@@ -287,8 +287,10 @@ def test_failover_of_a_stream_that_is_no_replica_is_refused(owner, pair):
 def test_failover_of_a_paused_link_is_refused(owner, pair):
     source, replica = pair
     replica_pause(actor=owner, source=source, replica=replica)
-    with pytest.raises(Conflict, match=r"is paused.*stream replica resume"):
+    with pytest.raises(Conflict, match=r"is paused.*resume it") as refused:
         replica_failover(replica=replica, force=True, actor=owner)
+    assert refused.value.hint.action == "replica.resume"
+    assert refused.value.hint.params == {"path": source.path, "replica": replica.path}
     assert ReplicaLink.objects.get().paused
     assert_unchanged(source, replica)
 
@@ -339,8 +341,8 @@ def test_the_kafka_produce_path_is_fenced_too(owner, pair):
     source, replica = pair
     replica_failover(replica=replica, force=True, actor=owner)
     write = PartitionWrite(0, [Record(b"x")])
-    messages_produce_partitions(actor=owner, stream=Stream.objects.get(pk=source.pk),
-                                topic="clicks", writes=[write])
+    messages_append(actor=owner, stream=Stream.objects.get(pk=source.pk), topic="clicks",
+                    writes=[write])
     assert isinstance(write.error, Conflict)  # answered per partition: a retriable error
     assert f"failed over to {replica.path}" in str(write.error)
     assert write.base_offset == -1 and sum(ends(source).values()) == 0  # nothing was stored

@@ -163,7 +163,7 @@ def test_deleting_a_stream_deletes_its_messages(owner, activity, clicks):
 
 
 def test_stream_and_topic_info_report_the_stores_figures(owner, activity, clicks):
-    from replication import reports
+    from portal.rest import rows as reports
 
     produce(owner, activity, [Record(value=b"abcd", partition=1, timestamp_ms=5000)] * 3)
     cursor_commit(actor=owner, stream=activity, group="g", topic="clicks", partition=1,

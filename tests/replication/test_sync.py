@@ -16,9 +16,9 @@ import redis
 from django.test import Client
 from django.urls import reverse
 
+from portal.rest.rows import gateway_rows, replica_rows
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ModeSwitch, ReplicaLink, Stream, SyncMode
-from replication.reports import gateway_rows, replica_rows
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from replication.services.gateway_status import gateways_announce
 from replication.services.messages import messages_produce

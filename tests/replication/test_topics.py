@@ -79,5 +79,6 @@ def test_deleting_at_the_origin_deletes_the_copies(owner, replicated):
 
 
 def test_unknown_topic_is_not_found(owner, activity):
-    with pytest.raises(NotFound, match="topic list"):
+    with pytest.raises(NotFound, match="list the stream's topics") as refused:
         topic_edit(actor=owner, stream=activity, name="ghost", partitions=2)
+    assert refused.value.hint.action == "topic.list"

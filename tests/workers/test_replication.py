@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from portal.rest.rows import replica_rows
 from replication.engine.checker import check_replica
 from replication.engine.replicator import BatchSpec
 from replication.engine.store import Key, Record
 from replication.models import ReplicaLink, Stream
-from replication.reports import replica_rows
 from replication.services import (
     replica_add,
     replica_pause,

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from portal.rest.rows import replica_rows
 from replication.engine.store import Record, UnknownTopic
 from replication.models import Gateway, ReplicaLink, Stream, SyncMode
-from replication.reports import replica_rows
 from replication.services import replica_add, replica_edit, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for

@@ -15,7 +15,7 @@ from operations.models import CLUSTER_KINDS, Alarm, AlarmKind
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Choice, Int, Str, StreamPath
 from replication.errors import InvalidInput
-from replication.reports import epoch_ms
+from replication.figures import epoch_ms
 
 TYPES = ("cluster", "stream")
 

@@ -16,7 +16,7 @@ from operations.audit import AUDITED, hide_aces
 from operations.models import AuditAction, AuditEvent, Interface
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Choice, Int, Str, StreamPath
-from replication.reports import epoch_ms
+from replication.figures import epoch_ms
 
 TYPES = tuple(model._meta.model_name for model in AUDITED)
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import Row, command
 from portal.rest.options import Refused, Str
-from replication import reports, services
+from replication import services
 from replication.models import Cluster, Stream
 from replication.services.clusters import cluster_by_name
 
@@ -36,7 +37,7 @@ def cluster_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 @command("cluster/list", summary="List clusters, their gateways and your streams on them.",
          changes=False)
 def cluster_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return reports.cluster_rows(Cluster.objects.all(), Stream.objects.restrict(user))
+    return rows.cluster_rows(Cluster.objects.all(), Stream.objects.restrict(user))
 
 
 @command("cluster/gateway/set", ONE_TABLE, DSTCLUSTER,
@@ -56,17 +57,17 @@ def gateway_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 @command("cluster/gateway/list", ONE_TABLE,
          summary="List the gateway configuration of every destination cluster.", changes=False)
 def gateway_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return reports.gateway_config_rows(Cluster.objects.all())
+    return rows.gateway_config_rows(Cluster.objects.all())
 
 
 @command("cluster/gateway/get", ONE_TABLE, DSTCLUSTER,
          summary="Show each gateway of a destination cluster: status, heartbeat and "
          "what it applied.", changes=False)
 def gateway_get(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return reports.gateway_rows(cluster_by_name(opts["dstcluster"]))
+    return rows.gateway_rows(cluster_by_name(opts["dstcluster"]))
 
 
 @command("cluster/gateway/resolve", ONE_TABLE, DSTCLUSTER,
          summary="The gateways of a destination cluster that are running now.", changes=False)
 def gateway_resolve(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return [reports.resolve_row(cluster_by_name(opts["dstcluster"]))]
+    return [rows.resolve_row(cluster_by_name(opts["dstcluster"]))]

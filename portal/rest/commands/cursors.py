@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Int, Str, StreamPath
+from portal.rest.rows import cursor_rows
 from replication.groups.members import LiveGroup, live_groups
 from replication.services.cursors import _filters, cursor_delete, cursor_report
 
@@ -24,8 +25,9 @@ FILTERS = (
          summary="List consumer groups' committed cursors, with the latest offset beside each.",
          changes=False)
 def cursor_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return cursor_report(actor=user, stream=stream_at(user, opts), group=opts["consumergroup"],
-                         topic=opts["topic"], partition=opts["partition"])
+    return cursor_rows(cursor_report(actor=user, stream=stream_at(user, opts),
+                                     group=opts["consumergroup"], topic=opts["topic"],
+                                     partition=opts["partition"]))
 
 
 @command("stream/cursor/delete", PATH, *FILTERS,

@@ -6,9 +6,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Int, StreamPath
-from replication import reports, services
+from replication import services
 
 
 @command(
@@ -26,7 +27,7 @@ def replica_failover(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     source = stream_at(user, opts, "source") if opts["source"] else None
     failover = services.replica_failover(replica=stream_at(user, opts), source=source,
                                          force=opts["force"], actor=user)
-    return [reports.failover_row(failover)]
+    return [rows.failover_row(failover)]
 
 
 @command(
@@ -47,7 +48,7 @@ def replica_failback(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
                                        replica=stream_at(user, opts, "replica"),
                                        dryrun=opts["dryrun"], reverse=opts["reverse"],
                                        actor=user)
-    return reports.failback_rows(report)
+    return rows.failback_rows(report)
 
 
 @command(
@@ -80,4 +81,4 @@ def replica_verify(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 def replica_repair(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     job = services.replica_repair(actor=user, source=stream_at(user, opts),
                                   replica=stream_at(user, opts, "replica"))
-    return [reports.job_row(job)]
+    return [rows.job_row(job)]

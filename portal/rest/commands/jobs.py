@@ -10,9 +10,9 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import Handler, Row, command
 from portal.rest.options import Bool, Choice, Int, Refused, StreamPath
-from replication import reports
 from replication.errors import NotFound
 from replication.models import Job
 from replication.services.jobs import copystream_start, diffstreams_start
@@ -28,7 +28,7 @@ def _job_start(start: Callable[..., Job], option: str) -> Handler:
     def handler(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
         job = start(actor=user, source_path=opts["src"], destination_path=opts["dst"],
                     **{option: opts[option]})
-        return [reports.job_row(job)]
+        return [rows.job_row(job)]
 
     return handler
 
@@ -66,7 +66,7 @@ def job_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     for field in ("kind", "state"):
         if opts[field]:
             jobs = jobs.filter(**{field: opts[field]})
-    return [reports.job_row(job) for job in jobs[: max(0, opts["limit"])]]
+    return [rows.job_row(job) for job in jobs[: max(0, opts["limit"])]]
 
 
 @command("job/info", Int("id", "the job's id", required=True),
@@ -76,4 +76,4 @@ def job_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     if job is None:
         raise NotFound(f"job {opts['id']} does not exist: list jobs with 'streamgate job list'",
                        field="id")
-    return [reports.job_row(job, detail=True)]
+    return [rows.job_row(job, detail=True)]

@@ -8,9 +8,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
 from portal.rest.options import Bool, Choice, Option, Str, StreamPath
-from replication import reports, services
+from replication import services
 from replication.lag_history import lag_record
 from replication.models import Compression, Job, ReplicaLink
 
@@ -100,7 +101,7 @@ def replica_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     if opts["refreshnow"]:
         lag_record(links=ReplicaLink.objects.agreed().filter(source=stream)
                    .select_related("source", "replica__cluster"))
-    return reports.replica_rows(stream)
+    return rows.replica_rows(stream)
 
 
 @command(
@@ -125,7 +126,7 @@ def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]
         multimaster=opts["multimaster"], tenant=opts["tenant"],
         useexistingreplica=opts["useexistingreplica"], **given(opts, *LINK))
     job = Job.objects.filter(link=link).select_related("requested_by").latest("pk")
-    return [reports.job_row(job)]
+    return [rows.job_row(job)]
 
 
 @command("stream/upstream/list", REPLICA_PATH,
@@ -133,6 +134,6 @@ def replica_autosetup(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]
 def upstream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *ANY_PERM, action="list upstreams")
-    return reports.upstream_rows(stream)
+    return rows.upstream_rows(stream)
 
 

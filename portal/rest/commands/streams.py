@@ -6,9 +6,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
 from portal.rest.options import Ace, Bool, Choice, Int, Refused, Str, StreamPath
-from replication import reports, services
+from replication import services
 from replication.models import PERMISSIONS, Compression, Stream, TimestampType
 from replication.services.clusters import cluster_by_name
 
@@ -72,7 +73,7 @@ def stream_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 def stream_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *ANY_PERM, action="see the stream's information")
-    return [reports.stream_info(stream, stream.allows(user, "adminperm"))]
+    return [rows.stream_info(stream, stream.allows(user, "adminperm"))]
 
 
 @command("stream/list", Str("cluster", "only streams of this cluster"),
@@ -81,4 +82,4 @@ def stream_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     streams = Stream.objects.restrict(user)
     if opts["cluster"]:
         streams = streams.filter(cluster=cluster_by_name(opts["cluster"], field="cluster"))
-    return reports.stream_rows(streams)
+    return rows.stream_rows(streams)

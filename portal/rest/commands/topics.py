@@ -6,9 +6,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from portal.rest import rows
 from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Choice, Int, Str, StreamPath
-from replication import reports, services
+from replication import services
 from replication.errors import NotFound
 from replication.models import TimestampType
 from replication.paths import validate_topic_name
@@ -50,7 +51,7 @@ def topic_delete(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 def topic_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     stream = stream_at(user, opts)
     stream.require(user, *READ_PERMS, action="list topics")
-    return reports.topic_rows(stream)
+    return rows.topic_rows(stream)
 
 
 @command("stream/topic/info", PATH, TOPIC, summary="Show a topic's partitions.", changes=False)
@@ -62,4 +63,4 @@ def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     if topic is None:
         raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
                        f"'streamgate stream topic list -path {stream.path}'", field="topic")
-    return reports.partition_rows(topic)
+    return rows.partition_rows(topic)

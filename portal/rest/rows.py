@@ -1,29 +1,26 @@
-"""MapR-shaped rows for the maprcli-style interfaces (/rest and the `streamgate` CLI).
+"""MapR-shaped rows for the maprcli-style interface (/rest and the `streamgate` CLI).
 
-Functions from model objects to dicts, with maprcli's field names and order, so scripts
-written against maprcli read streamgate's output unchanged. Each function issues a fixed number
-of queries, whatever the number of rows.
-
-Storage figures (sizes, offsets, timestamps, consumers) come from `storage_figures`, which asks
-the message store of each cluster; backlog figures from `pending_figures`, which the
-replication engine computes from both ends' stores.
+Functions from model objects and the domain's figures (replication/figures.py) to dicts, with
+maprcli's field names and order, so scripts written against maprcli read streamgate's output
+unchanged. Each function issues a fixed number of queries, whatever the number of rows.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
-from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from replication.engine.replicator import pending
-from replication.engine.store import PartitionStats, UnknownTopic
+from replication.figures import (
+    LinkStatus,
+    epoch_ms,
+    link_status,
+    pending_figures,
+    replica_links,
+    storage_figures,
+)
 from replication.models import (
     PERMISSIONS,
     Cluster,
@@ -31,120 +28,21 @@ from replication.models import (
     Gateway,
     Job,
     ReplicaLink,
-    ReplicaState,
     Stream,
     SyncMode,
     Topic,
-    carried_topics,
-    link_is_stalled,
 )
+from replication.services.cursors import CursorStanding
 from replication.stores import store_for
 from replication.transport import transport
 
 Row = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class PartitionFigures:
-    physicalsize: int = 0
-    logicalsize: int = 0
-    maxoffset: int = -1  # MapR's value for an empty partition
-    minoffsetacrossconsumers: int = 0
-    mintimestamp: int = 0  # epoch milliseconds
-    maxtimestamp: int = 0
-    mintimestampacrossconsumers: int = 0
-    consumers: int = 0
-    lag: int = 0
-
-
-@dataclass(frozen=True)
-class PendingFigures:
-    # maprcli's field names, so rows copy them verbatim.
-    minPendingTS: int = 0
-    maxPendingTS: int = 0
-    bytesPending: int = 0
-    messagesPending: int = 0
-
-
-EMPTY_PARTITION = PartitionFigures()
-NOTHING_PENDING = PendingFigures()
-
-
-def storage_figures(topics: Iterable[Topic]) -> dict[int, list[PartitionFigures]]:
-    """Per topic id, the figures of each partition, from the message store of the topic's
-    cluster. The one source of storage figures."""
-    figures: dict[int, list[PartitionFigures]] = {}
-    physical: dict[UUID, tuple[int, int]] = {}  # per stream: (physicalsize, logicalsize)
-    for topic in topics:
-        store = store_for(topic.stream.cluster)
-        if topic.stream.uuid not in physical:
-            sizes = store.sizes(topic.stream.uuid)
-            physical[topic.stream.uuid] = (sizes["physicalsize"], sizes["logicalsize"])
-        try:
-            stats = store.partition_stats(topic.stream.uuid, topic.name)
-        except UnknownTopic:  # no message yet: the store has not heard of the topic
-            stats = []
-        figures[topic.pk] = _partition_figures(stats, topic.partitions,
-                                               *physical[topic.stream.uuid])
-    return figures
-
-
-def _partition_figures(stats: list[PartitionStats], count: int, physicalsize: int,
-                       logicalsize: int) -> list[PartitionFigures]:
-    by_partition = {s.partition: s for s in stats}
-    result = []
-    for partition in range(count):
-        s = by_partition.get(partition)
-        if s is None:
-            result.append(EMPTY_PARTITION)
-            continue
-        cursor = s.min_cursor if s.min_cursor is not None else s.low
-        result.append(PartitionFigures(
-            # The store measures disk per stream; each partition gets its share of the bytes.
-            physicalsize=physicalsize * s.bytes // logicalsize if logicalsize else 0,
-            logicalsize=s.bytes,
-            maxoffset=s.high - 1,
-            minoffsetacrossconsumers=cursor,
-            mintimestamp=s.first_ts or 0,
-            maxtimestamp=s.last_ts or 0,
-            mintimestampacrossconsumers=s.first_ts or 0,
-            consumers=s.consumers,
-            lag=s.high - cursor if s.consumers else 0,
-        ))
-    return result
-
-
-def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
-    """Per link id, the backlog not yet applied at the replica, from the two clusters' stores
-    (the replica's partition ends against the source's high watermarks). The one source of
-    them. Two control-database queries, whatever the number of links."""
-    links = list(links)
-    sources = Stream.objects.select_related("cluster").in_bulk({ln.source_id for ln in links})
-    topics: dict[int, dict[str, UUID]] = {sid: {} for sid in sources}
-    for stream_id, name, origin in Topic.objects.filter(stream_id__in=sources).values_list(
-        "stream_id", "name", "origin_uuid"
-    ):
-        topics[stream_id][name] = origin
-    return {link.pk: _pending(sources[link.source_id], link, topics[link.source_id])
-            for link in links}
-
-
-def _pending(source: Stream, link: ReplicaLink, topics: dict[str, UUID]) -> PendingFigures:
-    backlog = pending(store_for(source.cluster), source.uuid, store_for(link.replica.cluster),
-                      link.replica.uuid, carried_topics(link.replica.uuid, topics))
-    return PendingFigures(minPendingTS=backlog.min_ts or 0, maxPendingTS=backlog.max_ts or 0,
-                          bytesPending=backlog.bytes, messagesPending=backlog.messages)
-
 
 def mapr_time(epoch_ms: int) -> str:
     """maprcli's timestamp text, e.g. "1970-01-01T12:00:00.000+0000 AM"."""
     moment = timezone.localtime(datetime.fromtimestamp(epoch_ms / 1000, tz=UTC))
     millis = moment.microsecond // 1000
     return f"{moment:%Y-%m-%dT%I:%M:%S}.{millis:03d}{moment:%z} {moment:%p}"
-
-
-def epoch_ms(moment: datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp() * 1000)
 
 
 def stream_info(stream: Stream, show_aces: bool) -> Row:
@@ -228,44 +126,38 @@ def partition_rows(topic: Topic) -> list[Row]:
 
 def replica_rows(stream: Stream) -> list[Row]:
     """`stream replica list -path <source>`: one row per replica, in idx order."""
-    links = list(
-        ReplicaLink.objects.filter(source=stream).select_related("replica__cluster")
-        .with_agreement().order_by("idx")
-    )
+    links = replica_links(stream)
     pending = pending_figures(links)
-    return [replica_row(link, pending[link.pk]) for link in links]
+    return [replica_row(link, link_status(link, pending[link.pk])) for link in links]
 
 
-def replica_row(link: ReplicaLink, pending: PendingFigures) -> Row:
-    state = link.replica_state()
-    replicating = state == ReplicaState.REPLICATING
+def replica_row(link: ReplicaLink, status: LinkStatus) -> Row:
+    pending = status.pending
     return {
         "cluster": link.replica.cluster.name,
         "stream": link.replica.path,  # MapR's sample shows the replica's path here
         "type": "MapRStream",
         "replicaPath": link.replica.path,
-        "replicaState": state,
+        "replicaState": status.state,
         "paused": link.paused,
         "throttle": link.throttle,
         "idx": link.idx,
         "networkencryption": link.networkencryption,
         "synchronous": link.synchronous,
         "networkcompression": link.networkcompression,
-        "isUptodate": replicating and not link.paused and pending.messagesPending == 0,
-        "minPendingTS": pending.minPendingTS,
-        "maxPendingTS": pending.maxPendingTS,
-        "bytesPending": pending.bytesPending,
-        "messagesPending": pending.messagesPending,
+        "isUptodate": status.up_to_date,
+        "minPendingTS": pending.min_ts,
+        "maxPendingTS": pending.max_ts,
+        "bytesPending": pending.bytes,
+        "messagesPending": pending.messages,
         "uuid": str(link.replica.uuid),
-        # Replicating means any initial copy is over (or none was asked for, as in a manual
-        # setup), which MapR reports as 100.
-        "copyTableCompletionPercentage": 100 if replicating else link.copy_percentage,
-        "errors": _errors(link, pending),
+        "copyTableCompletionPercentage": status.copy_percentage,
+        "errors": status.errors,
         "waitingForUpstream": not link.agreed,
         # streamgate's own: the age of the oldest unreplicated message, and whether the link
         # has a backlog yet applies nothing (a lag that looks healthy while nothing moves).
-        "timeLag": time_lag(pending),
-        "stalled": link_is_stalled(link, pending.messagesPending),
+        "timeLag": status.time_lag,
+        "stalled": status.stalled,
         # Continuous verification (replication/services/verify.py).
         "lastVerified": epoch_ms(link.last_verified),
         "verifiedUpTo": link.verified_upto,
@@ -280,25 +172,6 @@ def mode_fields(link: ReplicaLink) -> Row:
     """A link never synchronous has always been async: no since, no reason."""
     return {"mode": SyncMode(link.mode).value, "modeSince": epoch_ms(link.mode_since),
             "modeReason": link.mode_reason}
-
-
-def time_lag(pending: PendingFigures) -> float:
-    if not pending.messagesPending or not pending.minPendingTS:
-        return 0.0
-    return max(0.0, round(time.time() - pending.minPendingTS / 1000, 3))
-
-
-def _errors(link: ReplicaLink, pending: PendingFigures) -> list[str]:
-    """The link's last error, naming the gateway it came from, and whether it is stalled."""
-    errors = []
-    if link.last_error:
-        by = link.last_error_gateway
-        named = not by or f"gateway {by}" in link.last_error
-        errors.append(link.last_error if named else f"{link.last_error} (gateway {by})")
-    if link_is_stalled(link, pending.messagesPending):
-        errors.append(f"stalled: {pending.messagesPending} messages pending and none applied "
-                      f"for over {settings.REPLICATION_STALL_SECONDS:g}s")
-    return errors
 
 
 def upstream_rows(stream: Stream) -> list[Row]:
@@ -443,3 +316,17 @@ def failback_rows(report: dict[str, Any]) -> list[Row]:
                  "keptAside": report["keptAside"], "dryrun": report["dryrun"],
                  "reverse": report["reverse"]})
     return rows
+
+
+def cursor_rows(cursors: list[CursorStanding]) -> list[Row]:
+    """`stream cursor list`."""
+    return [
+        {
+            "consumergroup": c.group, "topic": c.topic, "partitionid": c.partition,
+            "produceroffset": c.produced_offset, "committedoffset": c.committed,
+            "producertimestamp": mapr_time(c.produced_ms),
+            "consumertimestamp": mapr_time(c.consumed_ms),
+            "consumerlagmillis": c.lag_ms,
+        }
+        for c in cursors
+    ]

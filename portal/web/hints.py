@@ -1,0 +1,46 @@
+"""Domain hints as the browser shows them: the problem, what to do in plain words, and a link
+to the page that does it (`replica.resume` -> the source's replicas, where Resume is)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.urls import reverse
+from django.utils.html import format_html
+
+from replication.errors import StreamgateError
+from replication.models import Stream
+
+
+def _stream(anchor: str, key: str = "path") -> Callable[[dict[str, Any]], str | None]:
+    """The stream page of the stream at params[key]; the page itself checks who may see it."""
+    def url(params: dict[str, Any]) -> str | None:
+        pk = Stream.objects.filter(path=params.get(key)).values_list("pk", flat=True).first()
+        return None if pk is None else reverse("stream-detail", args=[pk]) + anchor
+    return url
+
+
+# action -> (the link's text, its address from the hint's params; None: no page to link)
+PAGES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
+    "cluster.list": ("Clusters", lambda params: reverse("overview")),
+    "stream.create": ("Create a stream", lambda params: reverse("streams") + "#create-stream"),
+    "topic.list": ("The stream's topics", _stream("#partitions")),
+    "topic.create": ("The stream's page", _stream("#partitions")),
+    "replica.list": ("The stream's replicas", _stream("#replicas")),
+    "replica.add": ("Set up a replica step by step", lambda params: reverse("setup-manual")),
+    "replica.resume": ("Resume it on the source stream", _stream("#replicas")),
+    "upstream.list": ("The replica's upstreams", _stream("#upstreams")),
+    "job.info": ("Follow the job", lambda params: reverse("job-detail", args=[params["id"]])),
+}
+
+
+def refusal(err: StreamgateError) -> str:
+    """The error for a page: its plain text, with a link to the page that does what its hint
+    says (escaped HTML, safe to show as is)."""
+    hint = err.hint
+    page = PAGES.get(hint.action) if hint is not None else None
+    url = page[1](dict(hint.params)) if page is not None else None
+    if url is None:
+        return err.desc
+    return format_html('{} (<a href="{}">{}</a>)', err.desc, url, page[0])

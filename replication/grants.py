@@ -1,0 +1,75 @@
+"""The one authorization cache: which of a stream's permissions a user holds.
+
+A Kafka client sends hundreds of requests a second and each needs produceperm or consumeperm
+(or, for metadata, all five); the check's queries (the user's roles and groups) cost more
+than a batch's append. So every interface asks here, and the answer is kept per (user,
+stream, the stream's ACEs as given): an ACE edited anywhere takes effect on the next call that
+holds the edited stream. Changes of the identity behind a user (a membership added, removed
+or changed, Django groups, the user row) and of ACEs in this process clear the cache at once
+(`forget`, connected in ReplicationConfig.ready); another process's change of a membership is
+seen within GRANT_SECONDS. Revoking a signed-in Kafka connection outright stays the listener's
+revocation check (broker/revocation.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from replication.models.streams import PERMISSIONS
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    from replication.models import Stream
+
+GRANT_SECONDS = 1.0
+MAX_ENTRIES = 10_000
+_held: dict[tuple, tuple[float, frozenset[str]]] = {}
+_generation = 0
+_lock = threading.Lock()
+
+
+def _key(actor: AbstractBaseUser, stream: Stream) -> tuple:
+    return (actor.pk, stream.pk, *(getattr(stream, perm) for perm in PERMISSIONS))
+
+
+def cached_perms(actor: AbstractBaseUser, stream: Stream) -> frozenset[str] | None:
+    """The permissions held, when known and fresh; None otherwise (no query: safe to call on
+    an event loop)."""
+    hit = _held.get(_key(actor, stream))
+    return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
+
+def perms_held(actor: AbstractBaseUser, stream: Stream) -> frozenset[str]:
+    """The permissions `actor` holds on `stream` (Stream.perms_of), from the cache when fresh."""
+    key = _key(actor, stream)
+    hit = _held.get(key)
+    now = time.monotonic()
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    generation = _generation
+    held = stream.perms_of(actor)
+    with _lock:
+        # A change that cleared the cache while this was read may not be in `held`: keep it
+        # out, so the next call reads again.
+        if generation == _generation:
+            if len(_held) >= MAX_ENTRIES:
+                _held.clear()
+            _held[key] = (now + GRANT_SECONDS, held)
+    return held
+
+
+def grants_require(actor: AbstractBaseUser, stream: Stream, *perms: str, action: str) -> None:
+    """Stream.require through the cache: passes when `actor` holds any one of `perms`."""
+    if perms_held(actor, stream).isdisjoint(perms):
+        stream.require(actor, *perms, action=action)  # raises, saying what is needed
+
+
+def forget(**_signal: Any) -> None:
+    """Drop every cached answer (a receiver of the changes that alter one)."""
+    global _generation
+    with _lock:
+        _generation += 1
+        _held.clear()
