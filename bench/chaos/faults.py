@@ -24,6 +24,7 @@ from bench.chaos.topology import (
     Ends,
     Topology,
     held_by,
+    held_through,
     origin_ends,
     replica_ends,
     stalled,
@@ -316,7 +317,8 @@ class Driver:
         down = self.stores_down
         with self.watchdog.step("read the replica and origin topics' ends"):
             ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
-            held, still = catching_up() if self.spark else frozenset(), []
+            held = held_through(self.topology, catching_up()) if self.spark else frozenset()
+            still = []
         for kind, at, clusters, before in self.pending:
             stuck = stalled(before, ends, origins, clusters, held)
             if not stuck:

@@ -113,11 +113,12 @@ def moved(before: Ends, now: Ends, origins: Ends, clusters: set[str],
 
 
 def stalled(before: Ends, now: Ends, origins: Ends, clusters: set[str],
-            held: frozenset[str] = frozenset()) -> list[str]:
-    """The replica topics that keep `moved` false, as text (the watchdog prints them)."""
+            held: frozenset = frozenset()) -> list[str]:
+    """The replica topics that keep `moved` false, as text (the watchdog prints them). `held`:
+    streams (paths) and replica topics ((path, topic)) a catch-up holds (`held_through`)."""
     out = []
     for key, ends_now in now.items():
-        if key[0].split("/")[2] not in clusters or key[0] in held:
+        if key[0].split("/")[2] not in clusters or key[0] in held or key in held:
             continue
         if ends_now is None:
             out.append(f"{key[0]}:{key[1]} not readable (its store down?)")
@@ -129,6 +130,24 @@ def stalled(before: Ends, now: Ends, origins: Ends, clusters: set[str],
             out.append(f"{key[0]}:{key[1]} at {ends_now} as before, origin at "
                        f"{origins.get(key)}")
     return out
+
+
+def held_through(topology: Topology, destinations: frozenset[str]) -> frozenset:
+    """What catch-ups into `destinations` hold: those streams, and in the streams they feed
+    (along moving links) the topics that pass through them, which cannot move past their frozen
+    copy. A downstream stream's own topics, and the held stream's own, still must move."""
+    cluster_of = {stream.path: cluster for cluster, stream in topology.streams.items()}
+    origin_of = {topic: cluster for cluster, topics in topology.origins().items()
+                 for topic in topics}
+    held: set = set(destinations)
+    for start in {cluster_of[p] for p in destinations if p in cluster_of}:
+        seen, frontier = {start}, {start}
+        while frontier:
+            frontier = {dst for src, dst in topology.moving_links() if src in frontier} - seen
+            seen |= frontier
+            held |= {(topology.streams[c].path, topic) for c in frontier
+                     for topic, origin in origin_of.items() if origin not in (start, c)}
+    return frozenset(held)
 
 
 def ends(stream: Any, topic: str, down: frozenset[str] = frozenset()) -> dict[int, int] | None:

@@ -266,3 +266,25 @@ def test_an_interface_under_the_share_goal_or_with_a_long_stretch_misses_availab
     out = capsys.readouterr().out
     assert "AVAILABILITY: MISSED" in out and "CORRECTNESS: passed (0 anomalies, converged)" in out
     assert verdict(rows[2:], window)[0]
+
+
+def test_a_catchup_holds_the_topics_that_pass_through_its_destination_and_no_others():
+    """Soak 4 of 27 Nov: a catch-up of sanfrancisco -> newyork froze newyork's copy of sf0 and
+    sf1, and tokyo's copies (fed by newyork) were flagged as a stall after 60 s."""
+    from types import SimpleNamespace
+
+    from bench.chaos.topology import Topology, held_through, stalled
+
+    streams = {c: SimpleNamespace(path=f"/mapr/{c}/activity")
+               for c in ("sanfrancisco", "newyork", "tokyo")}
+    topology = Topology(None, streams, [("sanfrancisco", "newyork"),
+                                        ("newyork", "sanfrancisco"), ("newyork", "tokyo")])
+    held = held_through(topology, frozenset({"/mapr/newyork/activity"}))
+    tokyo = "/mapr/tokyo/activity"
+    assert "/mapr/newyork/activity" in held
+    assert {(tokyo, "sf0"), (tokyo, "sf1")} <= held
+    assert not {(tokyo, "ny0"), (tokyo, "ny1")} & held  # newyork's own topics still move
+    frozen = {(tokyo, t): {0: 5} for t in ("sf0", "sf1", "ny0", "ny1")}
+    origins = {(tokyo, t): {0: 9} for t in ("sf0", "sf1", "ny0", "ny1")}
+    assert stalled(frozen, frozen, origins, {"tokyo"}, held) == [
+        f"{tokyo}:{t} at {{0: 5}} as before, origin at {{0: 9}}" for t in ("ny0", "ny1")]
