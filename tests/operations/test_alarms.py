@@ -20,7 +20,7 @@ from replication.services.linknotes import link_error, link_progress, link_waiti
 from replication.services.messages import messages_produce, stream_expire
 from replication.services.sync import link_mode_switch
 from tests.operations.conftest import ago
-from tests.portal.test_consumers import socket_for
+from tests.portal.web.test_consumers import socket_for
 from workers.celery import app
 from workers.replication.applier import batch_serve
 

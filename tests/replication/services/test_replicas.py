@@ -130,7 +130,7 @@ def test_changes_that_start_or_change_a_link_wake_the_source_after_commit(
 def test_a_synchronous_replica_is_accepted_and_starts_asynchronous(owner, link, activity,
                                                                    activity_ny):
     # Paused and without its upstream, producers cannot wait for it: async until it qualifies
-    # (tests/replication/test_sync.py follows it to sync and back).
+    # (tests/replication/services/test_sync.py follows it to sync and back).
     edited = replica_edit(actor=owner, source=activity, replica=activity_ny, synchronous=True)
     assert (edited.synchronous, edited.mode) == (True, SyncMode.ASYNC)
     reverse = replica_add(actor=owner, source=activity_ny, replica=activity, synchronous=True)
