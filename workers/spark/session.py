@@ -90,9 +90,6 @@ def borrowed_context(master: str | None) -> Iterator[SparkContext]:
         yield spark_context()
         return
     with _borrowed:
-        active = SparkContext._active_spark_context
-        if active is not None and active.master != master:
-            active.stop()  # getOrCreate would hand back a context of another master
         context = spark_context(master)
         try:
             yield context

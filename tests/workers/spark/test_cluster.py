@@ -264,20 +264,32 @@ def test_a_job_with_no_executor_for_its_wait_fails_naming_why_and_frees_its_work
 # --- Spark called from a long-lived process ----------------------------------------------------
 
 
-def test_a_comparison_in_this_process_leaves_the_cluster_free_for_the_next_job(
-        spark_master, owner, activity, clicks, settings):
+def test_spark_borrowed_by_a_long_lived_process_leaves_the_cluster_free_for_the_next_job(
+        spark_master, owner, activity, clicks):
     """The soak's starved catch-ups: a failback's copy in the portal process kept its Spark
-    application, and with it every core of the worker, for the life of the process."""
-    from replication.services.compare import Span
-    from workers.compare import streams_differ
+    application, and with it every core of the worker, for the life of the process. A process
+    of its own (this one holds the tests' local context: one per process) borrows a context,
+    runs a call on the cluster and lives on; meanwhile the next job gets the cores."""
+    import subprocess
+    import sys
 
-    fill(activity, 1000)
-    settings.BULK_IN_PROCESS = 0  # compared on the cluster, not in this process
+    script = ("import sys, time\n"
+              "from workers.spark.session import borrowed_context\n"
+              "with borrowed_context(sys.argv[1]) as spark:\n"
+              "    assert spark.parallelize(range(8), 2).map(lambda x: x).count() == 8\n"
+              "print('called', flush=True)\n"
+              "time.sleep(300)\n")
     before = applications(spark_master)
-    spans = [Span("clicks", p, 0, 300) for p in range(3)]
-    assert streams_differ(activity, activity, spans) == {}
-    (app,) = applications(spark_master) - before
-    assert_ran_on_the_worker(spark_master, app)
-    wait_until(lambda: not spark_master.state()["activeapps"], timeout=30)
-    job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
-    assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
+    portal = subprocess.Popen([sys.executable, "-c", script, spark_master.master_url],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert portal.stdout is not None and portal.stdout.readline().strip() == "called"
+        (app,) = applications(spark_master) - before
+        assert_ran_on_the_worker(spark_master, app)
+        wait_until(lambda: not spark_master.state()["activeapps"], timeout=30)
+        fill(activity, 1000)
+        job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY)
+        assert job_run(job_id=job.pk) == Job.State.SUCCEEDED, Job.objects.get(pk=job.pk).error
+    finally:
+        portal.kill()
+        portal.wait()
