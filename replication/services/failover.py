@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
+import structlog
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -49,6 +50,7 @@ from replication.services.common import check_origins, topology_lock
 from replication.services.wakeups import stream_wake
 from replication.stores import store_for
 
+log = structlog.get_logger(__name__)
 T = TypeVar("T")
 LINK_FIELDS = ("paused", "throttle", "synchronous", "networkcompression", "networkencryption")
 
@@ -357,12 +359,15 @@ def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseU
     """End the links into the side taking over in their replicas' stores first, then switch in
     one control-plane transaction; a switch that does not happen reopens them."""
     fenced = _into_takeover(link)
-    _end_in_stores(fenced)
     try:
+        _end_in_stores(fenced)
         return _switch_now(link, fenced, tail=tail, forced=forced, actor=actor, topics=topics)
     except BaseException:
         for each in fenced:
-            store_for(each.replica.cluster).reopen_link(str(each.pk))
+            try:
+                store_for(each.replica.cluster).reopen_link(str(each.pk))
+            except Exception as error:  # its store away: the failover's retry ends or reopens it
+                log.warning("reopen_link_failed", link=each.pk, error=str(error))
         raise
 
 
