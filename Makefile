@@ -17,7 +17,7 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench chaos screenshots clean clihelp vendor-js
+.PHONY: run test install install-test lint prod bench chaos conformance screenshots clean clihelp vendor-js
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -116,6 +116,12 @@ bench: $(BENCH_STAMP)
 ## chaos: the chaos soak, a bounded run of faults then the checker (CHAOS_ARGS="--seconds 300")
 chaos: install
 	$(TEST_ENV) $(BIN)/python -m bench.chaos $(CHAOS_ARGS)
+
+## conformance: librdkafka's own test suite (../shared/vendor) against a listener of the
+## production stack, plain names both ways (about 40 minutes; CONFORMANCE_ARGS="--tests 0001")
+conformance: $(BENCH_STAMP)
+	command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq build-essential)
+	$(TEST_ENV) $(BIN)/python -m bench conformance $(CONFORMANCE_ARGS)
 
 ## screenshots: docs/screenshots/*.png from the demo scene (Debian's chromium)
 screenshots: install-test

@@ -1,10 +1,21 @@
-"""`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets ...`:
-the project's benchmark commands (see docs/benchmarks.md)."""
+"""`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets|conformance
+...`: the project's benchmark commands (see docs/benchmarks.md), and librdkafka's suite."""
 
 import argparse
 import sys
 
-from bench import failback, kafka, pages, produce, replication, sockets, spark, store, sync
+from bench import (
+    conformance,
+    failback,
+    kafka,
+    pages,
+    produce,
+    replication,
+    sockets,
+    spark,
+    store,
+    sync,
+)
 
 # Each command's module (its add_arguments and main) and its one-line help.
 COMMANDS = {
@@ -21,6 +32,7 @@ COMMANDS = {
     "pages": (pages, "server time of the overview and stream pages with 1,000 streams"),
     "sockets": (sockets, "lag updates reaching 200 dashboard websockets while the engine runs; "
                          "the topology page under 200 link events/s"),
+    "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 
 

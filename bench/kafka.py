@@ -58,11 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class Listener:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], args: list[str] | None = None) -> None:
         self.port = _free_port()
         self.log = Path(tempfile.mkstemp(prefix="sgbench-kafka-", suffix=".log")[1])
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runkafka", "--listen", f"127.0.0.1:{self.port}"],
+            [sys.executable, "manage.py", "runkafka", "--listen", f"127.0.0.1:{self.port}",
+             *(args or [])],
             cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while "kafka listener ready" not in self.log.read_text(errors="replace"):
@@ -74,9 +75,12 @@ class Listener:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self) -> None:
+    def stop(self, keep_log: Path | None = None) -> None:
+        """Stop the listener; its log moves to `keep_log`, or is deleted."""
         self.process.terminate()
         self.process.wait(timeout=15)
+        if keep_log is not None:
+            self.log.replace(keep_log)
         self.log.unlink(missing_ok=True)
 
 
