@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.deployment import with_db
 from bench.kafka import Listener
 from bench.produce import ROOT, Portal, start_portal
 
@@ -154,15 +155,17 @@ def test_conf(path: Path, port: int, token: str) -> Path:
 def run_names(tests_dir: Path, names: str, args: argparse.Namespace) -> list[Result]:
     logs = WORK / "logs" / names
     logs.mkdir(parents=True, exist_ok=True)
-    portal = Portal(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
-                    "uvicorn")
+    server = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    portal = Portal(with_db(server, "postgres"), "uvicorn")  # it makes a scratch database
     listener = None
     try:
         token = start_portal(portal)
         prepare(portal, token, names)
         extra = ["--defaultstream", STREAM] if names == "listener" else []
         listener = Listener(portal.env, extra)
-        env = {**os.environ, "TEST_KAFKA_VERSION": args.kafka_version,
+        libraries = [str(tests_dir.parent / "src"), str(tests_dir.parent / "src-cpp")]
+        env = {**os.environ, "LD_LIBRARY_PATH": ":".join(libraries),
+               "TEST_KAFKA_VERSION": args.kafka_version,
                "TEST_CONSUMER_GROUP_PROTOCOL": args.group_protocol,
                "RDKAFKA_TEST_CONF": str(test_conf(logs / "test.conf", listener.port, token))}
         results = []
