@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import tarfile
 import time
@@ -40,6 +41,7 @@ TARBALL = ROOT.parent / "shared" / "vendor" / f"librdkafka-{COMMIT}.tar.gz"
 WORK = ROOT / "var" / "conformance"
 CLUSTER, STREAM = "conformance", "/mapr/conformance/rdk"
 PARTITIONS = 4
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The broker-facing tests a Kafka 2.6-3.x cluster runs (no SSL, OAUTH, share groups,
 # fetch-from-follower or mock-only tests).
 TESTS = (
@@ -104,11 +106,13 @@ class Result:
 
 
 def _why(output: str) -> str:
-    for line in output.splitlines():
-        if "FAIL" in line or "TEST FAILURE" in line or "Test failure" in line:
-            return line.strip()[:300]
-    lines = [line for line in output.splitlines() if line.strip()]
-    return lines[-1].strip()[:300] if lines else "no output"
+    """The runner's reason for the first failure (its line after "TEST FAILURE"), or the last
+    line it printed."""
+    lines = [line.strip() for line in ANSI.sub("", output).splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.endswith("TEST FAILURE") and index + 2 < len(lines):
+            return f"{lines[index + 1]} {lines[index + 2]}"[:300]
+    return lines[-1][:300] if lines else "no output"
 
 
 def run_test(tests_dir: Path, test: str, env: dict[str, str], logs: Path,
