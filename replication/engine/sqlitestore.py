@@ -105,10 +105,14 @@ SELECT id, ?2, min(?5, next_offset) FROM partitions WHERE stream = ?1 AND topic 
     AND partition = ?4
 ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset")
 """
+# As the PostgreSQL store's READ: stops at max_bytes (the last parameter) in the store.
 READ = """
-SELECT "offset", ts, key, value, headers, origin, producer,
-    length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0)
-FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ? ORDER BY "offset"
+SELECT "offset", ts, key, value, headers, origin, producer, size FROM (
+    SELECT *, sum(size) OVER (ORDER BY "offset") AS upto FROM (
+        SELECT "offset", ts, key, value, headers, origin, producer,
+            length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0) AS size
+        FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?)
+) WHERE upto <= ? OR upto = size ORDER BY "offset"
 """
 EXPIRE_SIZE = """
 SELECT count(*), coalesce(sum(length(value) + coalesce(length(key), 0)
@@ -268,8 +272,9 @@ class SqliteStore(MessageStore):
 
     # --- reads -------------------------------------------------------------------------------
 
-    def _rows(self, conn: sqlite3.Connection, pid: int, offset: int, end: int) -> list[tuple]:
-        return conn.execute(READ, (pid, offset, end)).fetchall()
+    def _rows(self, conn: sqlite3.Connection, pid: int, offset: int, end: int,
+              max_bytes: int) -> list[tuple]:
+        return conn.execute(READ, (pid, offset, end, max_bytes)).fetchall()
 
     def _disk(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
         """The file's used pages."""

@@ -120,8 +120,10 @@ class MessageStore(ABC):
         """Grow each topic to `need` partitions; every partition id of those topics."""
 
     @abstractmethod
-    def _rows(self, conn: Connection, pid: int, offset: int, end: int) -> list[tuple]:
-        """The rows of [offset, end) as `read_rows` returns them."""
+    def _rows(self, conn: Connection, pid: int, offset: int, end: int,
+              max_bytes: int) -> list[tuple]:
+        """The rows of [offset, end) as `read_rows` returns them, those whose bytes with their
+        predecessors' stay within `max_bytes`, and always the first."""
 
     @abstractmethod
     def _state(self, conn: Connection, pid: int, producer_id: int) -> ProducerState | None: ...
@@ -338,7 +340,7 @@ class MessageStore(ABC):
         logical bytes), the same rules and errors as `read`."""
         with self._reading() as conn:
             pid = self._pid(conn, stream, topic, partition)
-            rows = self._rows(conn, pid, offset, offset + limit)
+            rows = self._rows(conn, pid, offset, offset + limit, max_bytes)
             if not rows or rows[0][0] != offset:
                 low, high = self._range(conn, stream, topic, pid)
                 if not low <= offset <= high:

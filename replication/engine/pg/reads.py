@@ -12,8 +12,9 @@ from replication.engine.sequences import ProducerState
 class Reading(Catalog):
     """What the shared reads (storebase.py) need of PostgreSQL."""
 
-    def _rows(self, conn: psycopg.Connection, pid: int, offset: int, end: int) -> list[tuple]:
-        return conn.cursor(binary=True).execute(READ, (pid, offset, end)).fetchall()
+    def _rows(self, conn: psycopg.Connection, pid: int, offset: int, end: int,
+              max_bytes: int) -> list[tuple]:
+        return conn.cursor(binary=True).execute(READ, (pid, offset, end, max_bytes)).fetchall()
 
     def _state(self, conn: psycopg.Connection, pid: int, producer_id: int) -> ProducerState | None:
         row = conn.execute(SEQ_GET, (pid, producer_id)).fetchone()

@@ -141,10 +141,17 @@ WHERE p.id = d.id
 # Offsets are contiguous in [low, high) (retention removes a prefix, apply refuses gaps), so
 # [offset, offset + limit) bounds the rows exactly: with only a lower bound and a LIMIT, the
 # planner (on fresh, unanalysed rows) bitmap-scanned every later row and sorted them all.
+# A read stops at max_bytes in the store (%s last), not after fetching every row of the
+# range: rows past the budget keep their values unread (octet_length reads no TOAST). The
+# first row is always kept (its sum is its size); storebase cuts to the exact budget.
 READ = """
-SELECT "offset", ts, key, value, headers, uuid_send(origin), producer,
-    octet_length(value) + coalesce(octet_length(key), 0) + coalesce(octet_length(headers), 0)
-FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset"
+SELECT "offset", ts, key, value, headers, uuid_send(origin), producer, size FROM (
+    SELECT "offset", ts, key, value, headers, origin, producer, size,
+        sum(size) OVER (ORDER BY "offset") AS upto
+    FROM (SELECT *, octet_length(value) + coalesce(octet_length(key), 0)
+            + coalesce(octet_length(headers), 0) AS size
+        FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s) ranged
+) summed WHERE upto <= %s OR upto = size ORDER BY "offset"
 """
 # The pipe apply (PostgresStore.apply_from): the source partition's id, low and next offset,
 # and the origin of the first message a batch from %s would carry.

@@ -282,11 +282,17 @@ def test_read_ranges_limits_and_bytes(store, stream):
     assert [m.offset for m in store.read(stream, "t", 0, 3, limit=4)] == [3, 4, 5, 6]
     assert len(store.read(stream, "t", 0, 0, max_bytes=250)) == 2
     assert len(store.read(stream, "t", 0, 0, max_bytes=10)) == 1  # never stalls a consumer
-    assert store.read(stream, "t", 0, 10) == []
-    for bad in (11, -1):
-        with pytest.raises(OffsetOutOfRange, match=r"valid offsets are 0\.\.10") as caught:
+    # The store stops at the budget (a fetch of large messages reads no more than it sends);
+    # an empty message first still lets the next oversized one alone through.
+    store.append(stream, "t", [Record(b""), Record(b"x" * 1000), Record(b"y")], origin=ORIGIN)
+    assert [len(m.value) for m in store.read(stream, "t", 0, 10, max_bytes=10)] == [0]
+    assert [len(m.value) for m in store.read(stream, "t", 0, 11, max_bytes=10)] == [1000]
+    assert [len(m.value) for m in store.read(stream, "t", 0, 9, max_bytes=1100)] == [100, 0, 1000]
+    assert store.read(stream, "t", 0, 13) == []
+    for bad in (14, -1):
+        with pytest.raises(OffsetOutOfRange, match=r"valid offsets are 0\.\.13") as caught:
             store.read(stream, "t", 0, bad)
-        assert (caught.value.low, caught.value.high) == (0, 10)
+        assert (caught.value.low, caught.value.high) == (0, 13)
     with pytest.raises(PartitionOutOfRange):
         store.read(stream, "t", 1, 0)
 
