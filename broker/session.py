@@ -102,6 +102,8 @@ class Session:
         self.grant: TokenGrant | None = None
         self.expires = float("inf")  # time.monotonic() when the SASL session ends
         self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
+        # Plain names this user cannot place (no default stream applies), and why.
+        self._unplaceable: dict[str, str] = {}
         self._noted: set[str] = set()
         self.log = log.bind(peer=peer)
         # Whether the client closed the connection; the server sets it (safe from any thread).
@@ -118,14 +120,24 @@ class Session:
         cached = self._resolved.get(key)
         if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
             return cached[1]
+        missing: list[str] = []
         found = await self.run_sync(
             topic_resolve, actor=self.user, name=name, cluster=self.listener.cluster,
             default_stream=self.listener.default_stream, create=create,
-            on_missing=self._missing_default)
+            on_missing=lambda reason: (missing.append(reason), self._missing_default(reason)))
         self._resolved[key] = (now, found)
+        if missing:
+            self._unplaceable[name] = missing[0]
+        else:
+            self._unplaceable.pop(name, None)
         if found is not None:
             self._resolved[(name, False)] = (now, found)
         return found
+
+    def unplaceable(self, name: str) -> str | None:
+        """Why the plain name `name` reaches no stream for this user (no default stream
+        applies), as its last resolution found; None when it does, or is not plain."""
+        return self._unplaceable.get(name)
 
     async def perms(self, stream: Stream) -> frozenset[str]:
         """The permissions this connection's user holds on `stream`, through the one

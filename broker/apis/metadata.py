@@ -89,6 +89,11 @@ class Describer:
         except StreamgateError:
             return topic_entry(name, errors.INVALID_TOPIC_EXCEPTION)
         resolved = await self.session.resolve(name, create=self.create)
+        if resolved is None and self.session.unplaceable(name):
+            # Not a topic that may appear later (UNKNOWN_TOPIC_OR_PARTITION keeps clients
+            # waiting for it): a plain name with no default stream cannot be placed until one
+            # is set, so clients fail at once (librdkafka: "Broker: Invalid topic").
+            return topic_entry(name, errors.INVALID_TOPIC_EXCEPTION)
         if resolved is None:
             return topic_entry(name, errors.UNKNOWN_TOPIC_OR_PARTITION)
         held = await self.perms_held(resolved)

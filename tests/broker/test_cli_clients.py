@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -81,3 +82,18 @@ def test_kafkajs_consumes_every_codec_in_a_group_and_commits(kafka, topic):
     committed = store_for(topic.stream.cluster).cursors(topic.stream.uuid)
     assert {(t, p): offset for group, t, p, offset in committed if group == "js-group"} == {
         ("orders", p): end for p, end in ends.items()}
+
+
+def test_kcat_producing_to_a_plain_name_without_a_default_stream_fails_at_once(kafka):
+    """A newcomer's first `kcat -P -t orders` with no default stream set waited with its
+    message queued (the topic might yet appear); now it fails at once, and the listener's log
+    says which setting is missing."""
+    started = time.monotonic()
+    done = subprocess.run(
+        ["kcat", "-P", "-t", "orders", "-b", kafka.bootstrap,
+         "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
+         "-X", f"sasl.username={kafka.username}", "-X", f"sasl.password={kafka.password}"],
+        input="hello\n", capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 20, done.stderr
+    assert "Invalid topic" in done.stderr
+    assert "no default stream is set" in kafka.listeners.log()
