@@ -1,7 +1,7 @@
 """OffsetCommit and OffsetFetch: a Kafka group's offsets are the stream's committed cursors.
 
 They go through `cursors_commit` / `cursors_fetch` (replication/services/cursors.py) with the
-same checks as every other interface (consumeperm, topic, partition, range), so
+same checks as every other interface (consumeperm, topic, partition, offset), so
 `streamgate consume -group`, the REST API and `stream cursor list` see the same cursors, and
 they replicate: a group failing over to a replica resumes where it committed. The cursor is
 stored under the Kafka group id in each stream, with the commit's metadata string (null kept
