@@ -1,8 +1,15 @@
-"""Kafka topic configs as streamgate has them: read from the stream and topic (DescribeConfigs),
-and checked when a client gives them to CreateTopics (every accepted config has its effect;
-what the stream decides is refused unless it asks for what the stream already does)."""
+"""Kafka topic configs as streamgate has them: each one Kafka's name for a setting of the stream
+(`retention.ms` is its -ttl, `compression.type` its -compression) or of the topic
+(`message.timestamp.type` its -timestamptype), or a fixed fact of the deployment. Read for
+DescribeConfigs; mapped back onto those settings for AlterConfigs, IncrementalAlterConfigs and
+CreateTopics, each refused with the reason when it asks for what cannot be (every accepted
+config has its effect, invariant 8)."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -12,12 +19,22 @@ from replication.models import Stream, TimestampType, Topic
 COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "lzf": "lzf"}
 TIMESTAMP = {TimestampType.CREATETIME: "CreateTime", TimestampType.LOGAPPENDTIME: "LogAppendTime"}
 DOCS = {
-    "retention.ms": "the stream's -ttl in milliseconds (-1: kept forever)",
-    "compression.type": "the stream's -compression",
+    "retention.ms": "the stream's -ttl in milliseconds (-1: kept forever); setting it on a "
+                    "topic sets it for every topic of the stream",
+    "compression.type": "the stream's -compression; setting it on a topic sets it for every "
+                        "topic of the stream",
     "message.timestamp.type": "the topic's -timestamptype",
-    "max.message.bytes": "the largest message the listener accepts",
+    "max.message.bytes": "the largest message the listener accepts (STREAMGATE_MAX_MESSAGE_BYTES)",
     "cleanup.policy": "messages are deleted after the retention time; no compaction",
 }
+STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression"}
+SETTABLE = {*STREAM_WIDE, "message.timestamp.type"}
+# Kafka 3.x ignores message.format.version (KIP-724: records stay in the format v2 the clients
+# send); it is accepted, as Kafka 3.x accepts it, when it names a Kafka version.
+IGNORED = {"message.format.version"}
+KAFKA_VERSION = re.compile(r"\d+\.\d+(\.\d+)*(-IV\d+)?")
+# DescribeConfigs' config_source values (Kafka's ConfigSource).
+DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
 
 
 def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
@@ -31,22 +48,115 @@ def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
     }
 
 
-def timestamptype_from(configs: dict[str, str | None], stream: Stream) -> str | None:
-    """The topic's -timestamptype from CreateTopics configs; InvalidInput for a config the
-    stream does not honour, naming the stream setting that decides it."""
-    current = topic_configs(stream, None)
-    chosen = None
+def default_configs(stream: Stream) -> dict[str, str]:
+    """What AlterConfigs reverts an omitted config to and IncrementalAlterConfigs' DELETE sets:
+    a new stream's ttl and compression, the stream's default timestamp type."""
+    fresh = Stream(ttl=Stream._meta.get_field("ttl").default,
+                   compression=Stream._meta.get_field("compression").default,
+                   defaulttimestamptype=stream.defaulttimestamptype)
+    return topic_configs(fresh, None)
+
+
+def config_source(name: str, value: str, stream: Stream) -> tuple[int, bool]:
+    """(config_source, read_only) of a config as DescribeConfigs reports it."""
+    if name == "max.message.bytes":
+        return STATIC_BROKER, True
+    if name not in SETTABLE:
+        return DEFAULT, True
+    return (DEFAULT if default_configs(stream)[name] == value else DYNAMIC_TOPIC), False
+
+
+@dataclass
+class Settings:
+    """What a set of topic configs asks of the stream (stream_edit's arguments) and of the
+    topic (its -timestamptype), only where that differs from what they are."""
+
+    stream: dict[str, Any] = field(default_factory=dict)
+    timestamptype: str | None = None
+
+
+def settings_for(stream: Stream, topic: Topic | None,
+                 configs: dict[str, str | None]) -> Settings:
+    """Map topic configs onto the stream's and the topic's settings; InvalidInput naming the
+    reason for the first config that cannot be set as asked."""
+    current = topic_configs(stream, topic)
+    wanted = Settings()
     for name, value in configs.items():
-        if name == "message.timestamp.type":
-            chosen = {v: k for k, v in TIMESTAMP.items()}.get(value or "")
-            if chosen is None:
-                raise InvalidInput(f"message.timestamp.type {value!r} is not CreateTime or "
-                                   "LogAppendTime", field="configs")
+        if name in IGNORED:
+            _check_version(name, value)
         elif name not in current:
             raise InvalidInput(f"config {name} is not supported: topics here take "
                                f"{', '.join(sorted(current))}", field="configs")
-        elif value != current[name]:
-            raise InvalidInput(f"{name}={value} differs from {stream.path}'s {current[name]}: "
-                               f"it is {DOCS[name]}; change it with 'streamgate stream edit' "
-                               "or leave it out", field="configs")
-    return chosen
+        elif value == current[name]:
+            continue
+        elif name in STREAM_WIDE:
+            wanted.stream[STREAM_WIDE[name]] = _stream_value(name, value or "")
+        elif name == "message.timestamp.type":
+            wanted.timestamptype = _timestamptype(value)
+        else:
+            raise InvalidInput(f"{name}={value} cannot be set: it is {DOCS[name]}, "
+                               f"{current[name]}", field="configs")
+    return wanted
+
+
+def timestamptype_from(configs: dict[str, str | None], stream: Stream) -> str | None:
+    """The topic's -timestamptype from CreateTopics configs; InvalidInput for a config the
+    stream does not honour, naming the stream setting that decides it (a new topic does not
+    change its stream)."""
+    current = topic_configs(stream, None)
+    for name in STREAM_WIDE:
+        if name in configs and configs[name] != current[name]:
+            raise InvalidInput(f"{name}={configs[name]} differs from {stream.path}'s "
+                               f"{current[name]}: it is {DOCS[name]}; change it with "
+                               "'streamgate stream edit' or leave it out", field="configs")
+    return settings_for(stream, None, configs).timestamptype
+
+
+def _check_version(name: str, value: str | None) -> None:
+    if not KAFKA_VERSION.fullmatch(value or ""):
+        raise InvalidInput(f"{name}={value} is not a Kafka version such as 3.0-IV1",
+                           field="configs")
+
+
+def _timestamptype(value: str | None) -> str:
+    chosen = {v: k for k, v in TIMESTAMP.items()}.get(value or "")
+    if chosen is None:
+        raise InvalidInput(f"message.timestamp.type {value!r} is not CreateTime or "
+                           "LogAppendTime", field="configs")
+    return str(chosen)
+
+
+def _stream_value(name: str, value: str) -> Any:
+    if name == "compression.type":
+        chosen = {v: k for k, v in COMPRESSION.items()}.get(value)
+        if chosen is None:
+            raise InvalidInput(f"compression.type {value!r} is not one a stream keeps: give "
+                               f"{', '.join(COMPRESSION.values())}", field="configs")
+        return chosen
+    try:
+        ms = int(value)
+    except ValueError:
+        ms = 0
+    if ms == -1:
+        return 0  # a ttl of 0 keeps messages forever (MapR's rule)
+    if ms <= 0 or ms % 1000:
+        raise InvalidInput(f"retention.ms={value}: a stream's -ttl is whole seconds; give a "
+                           "positive multiple of 1000, or -1 to keep messages forever",
+                           field="configs")
+    return ms // 1000
+
+
+CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7}  # else STRING
+
+
+def config_entries(stream: Stream, configs: dict[str, str],
+                   documented: bool = False) -> list[dict[str, Any]]:
+    """Configs as DescribeConfigs and CreateTopics answer them."""
+    entries = []
+    for name, value in configs.items():
+        source, read_only = config_source(name, value, stream)
+        entries.append({"name": name, "value": value, "read_only": read_only,
+                        "config_source": source, "is_default": source == DEFAULT,
+                        "is_sensitive": False, "config_type": CONFIG_TYPES.get(name, 2),
+                        "documentation": DOCS[name] if documented else None})
+    return entries

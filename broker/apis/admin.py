@@ -1,5 +1,5 @@
-"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37) and DescribeConfigs (32), through
-the same topic services as every other interface (topicperm checked there)."""
+"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37), through the same topic
+services as every other interface (topicperm checked there). Configs are in configs.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.session import Session
-from broker.topicconfig import DOCS, timestamptype_from, topic_configs
+from broker.topicconfig import config_entries, timestamptype_from, topic_configs
 from replication.errors import (
     InvalidInput,
     StreamgateError,
@@ -23,8 +23,6 @@ from replication.models import Stream, Topic
 from replication.names import parse_topic_name
 from replication.services.topics import topic_create, topic_delete, topic_edit
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7}  # else STRING
 FIELD_CODES = {"partitions": errors.INVALID_PARTITIONS, "configs": errors.INVALID_CONFIG,
                "topic": errors.INVALID_TOPIC_EXCEPTION,
                "replication": errors.INVALID_REPLICATION_FACTOR}
@@ -38,7 +36,8 @@ def code_for(error: StreamgateError) -> errors.ErrorCode:
     return errors.ErrorCode[error.kafka_error]
 
 
-async def _target(session: Session, name: str) -> tuple[Stream, str]:
+async def target(session: Session, name: str) -> tuple[Stream, str]:
+    """The stream holding topic `name` as the client named it (made or not yet)."""
     try:
         parse_topic_name(name)
     except StreamgateError as error:
@@ -55,7 +54,7 @@ async def _each(session: Session, name: str, call: Any, *args: Any) -> dict[str,
     """Run `call(actor, stream, topic, *args)` for topic `name`; its result (a dict) or the
     Kafka error fields."""
     try:
-        stream, topic = await _target(session, name)
+        stream, topic = await target(session, name)
         result = await session.run_sync(call, session.user, stream, topic, *args)
     except KafkaError as error:
         return {"name": name, "error_code": error.code, "error_message": error.message}
@@ -66,16 +65,10 @@ async def _each(session: Session, name: str, call: Any, *args: Any) -> dict[str,
     return {"name": name, **result}
 
 
-def _validating(validate_only: bool) -> None:
+def validating(validate_only: bool) -> None:
+    """Inside the request's transaction: a validate_only request changes nothing."""
     if validate_only:
         transaction.set_rollback(True)
-
-
-def _config_entries(configs: dict[str, str], documented: bool = False) -> list[dict[str, Any]]:
-    return [{"name": name, "value": value, "read_only": True, "config_source": 1,
-             "is_sensitive": False, "config_type": CONFIG_TYPES.get(name, 2),
-             "documentation": DOCS[name] if documented else None}
-            for name, value in configs.items()]
 
 
 @transaction.atomic
@@ -92,10 +85,10 @@ def create_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
         actor=actor, stream=stream, name=name,
         partitions=None if spec.num_partitions == -1 else spec.num_partitions,
         timestamptype=timestamptype_from(configs, stream))
-    _validating(validate_only)
+    validating(validate_only)
     return {"num_partitions": created.partitions, "replication_factor": 1,
             "topic_id": topic_id(created),
-            "configs": _config_entries(topic_configs(stream, created))}
+            "configs": config_entries(stream, topic_configs(stream, created))}
 
 
 @handles(19, 2, 7)
@@ -128,7 +121,7 @@ def grow_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
         raise InvalidInput(f"topic {name} has {current[0]} partitions: give more than that",
                            field="partitions")
     topic_edit(actor=actor, stream=stream, name=name, partitions=spec.count)
-    _validating(validate_only)
+    validating(validate_only)
     return {}
 
 
@@ -136,39 +129,4 @@ def grow_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
 async def create_partitions(session: Session, header: RequestHeader, request: Any) -> Any:
     results = [await _each(session, t.name, grow_one, t, request.validate_only)
                for t in request.topics]
-    return build(response_class(request), throttle_time=0, results=results)
-
-
-async def _describe_topic(session: Session, resource: Any, documented: bool) -> dict[str, Any]:
-    resolved = await session.resolve(resource.resource_name)
-    if resolved is None:
-        raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION,
-                         f"topic {resource.resource_name} does not exist")
-    if not await session.perms(resolved.stream):
-        raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED,
-                         f"you hold no permission on {resolved.stream.path}")
-    configs = topic_configs(resolved.stream, resolved.record)
-    wanted = resource.configuration_keys
-    if wanted is not None:
-        configs = {k: v for k, v in configs.items() if k in wanted}
-    return {"configs": _config_entries(configs, documented)}
-
-
-async def _describe(session: Session, resource: Any, documented: bool) -> dict[str, Any]:
-    base = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
-    try:
-        if resource.resource_type == TOPIC_RESOURCE:
-            return {**base, **await _describe_topic(session, resource, documented)}
-        if resource.resource_type == BROKER_RESOURCE:
-            return {**base, "configs": []}  # nothing a client may tune lives on a listener
-        raise KafkaError(errors.INVALID_REQUEST,
-                         f"resource type {resource.resource_type}: only topics and brokers")
-    except KafkaError as error:
-        return {**base, "error_code": error.code, "error_message": error.message}
-
-
-@handles(32, 1, 4)
-async def describe_configs(session: Session, header: RequestHeader, request: Any) -> Any:
-    documented = bool(getattr(request, "include_documentation", False))
-    results = [await _describe(session, r, documented) for r in request.resources]
     return build(response_class(request), throttle_time=0, results=results)

@@ -1,11 +1,12 @@
 """OffsetCommit and OffsetFetch: a Kafka group's offsets are the stream's committed cursors.
 
 They go through `cursors_commit` / `cursors_fetch` (replication/services/cursors.py) with the
-same checks as every other interface (consumeperm, topic, partition, range), so
+same checks as every other interface (consumeperm, topic, partition, offset), so
 `streamgate consume -group`, the REST API and `stream cursor list` see the same cursors, and
 they replicate: a group failing over to a replica resumes where it committed. The cursor is
-stored under the Kafka group id in each stream. Commit metadata strings are not kept (fetch
-answers an empty string).
+stored under the Kafka group id in each stream, with the commit's metadata string (null kept
+as an empty string, as Kafka keeps it). Any offset from 0 up is kept as committed, as Kafka
+keeps it: where to read next is the consumer's business.
 """
 
 from __future__ import annotations
@@ -19,21 +20,25 @@ from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.grouping import coordinated_key, state_of
 from broker.session import Session
+from replication.engine.store import Committed
 from replication.errors import InvalidInput, StreamgateError
 from replication.services.cursors import cursors_commit, cursors_fetch
 from replication.services.names import ResolvedTopic, topic_listing
 
 UNKNOWN = errors.UNKNOWN_TOPIC_OR_PARTITION
 Codes = dict[tuple[str, int], int]  # (client's topic name, partition) -> error code
+Commit = tuple[str, int, int, str]  # (client's topic name, partition, offset, metadata)
+INPUT_CODES = {"offset": errors.OFFSET_OUT_OF_RANGE,
+               "metadata": errors.ErrorCode.offset_metadata_too_large}
 
 
 def code_of(problem: StreamgateError | None) -> int:
-    """Its class's code; refused input is an offset out of range, or else a partition or
-    topic the group cannot have."""
+    """Its class's code; refused input is a negative offset, metadata too large, or else a
+    partition or topic the group cannot have."""
     if problem is None:
         return errors.NONE
     if problem.kafka_error == InvalidInput.kafka_error:
-        return errors.OFFSET_OUT_OF_RANGE if problem.field == "offset" else UNKNOWN
+        return INPUT_CODES.get(problem.field or "", UNKNOWN)
     return errors.ErrorCode[problem.kafka_error]
 
 
@@ -53,9 +58,9 @@ async def offset_commit(session: Session, header: RequestHeader, request: Any) -
             instance_id=getattr(request, "group_instance_id", None)))
     except KafkaError as error:
         refused = int(error.code)
-    wanted = [(t.name, p.partition_index, p.committed_offset)
+    wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
               for t in request.topics for p in t.partitions]
-    codes: Codes = {(n, p): refused for n, p, _ in wanted}
+    codes: Codes = {(n, p): refused for n, p, _, _ in wanted}
     if not refused:
         codes = await _commit(session, request.group_id, wanted)
     return build(response_class(request), topics=[
@@ -65,25 +70,25 @@ async def offset_commit(session: Session, header: RequestHeader, request: Any) -
         for t in request.topics])
 
 
-async def _commit(session: Session, group: str, wanted: list[tuple[str, int, int]]) -> Codes:
-    resolved = await _resolve_all(session, [name for name, _, _ in wanted])
+async def _commit(session: Session, group: str, wanted: list[Commit]) -> Codes:
+    resolved = await _resolve_all(session, [name for name, _, _, _ in wanted])
     codes: Codes = {}
-    per_stream: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    per_stream: dict[int, list[Commit]] = defaultdict(list)
     streams, names = {}, {}
-    for name, partition, offset in wanted:
+    for name, partition, offset, metadata in wanted:
         found = resolved[name]
         if found is None:
             codes[(name, partition)] = UNKNOWN
             continue
         streams[found.stream.pk] = found.stream
         names[(found.stream.pk, found.topic)] = name
-        per_stream[found.stream.pk].append((found.topic, partition, offset))
+        per_stream[found.stream.pk].append((found.topic, partition, offset, metadata))
     for pk, commits in per_stream.items():
         try:
             results = await session.run_sync(cursors_commit, actor=session.user,
                                              stream=streams[pk], group=group, commits=commits)
         except StreamgateError as problem:
-            results = {(t, p): problem for t, p, _ in commits}
+            results = {(t, p): problem for t, p, _, _ in commits}
         for (topic, partition), problem in results.items():
             codes[(names[(pk, topic)], partition)] = code_of(problem)
     return codes
@@ -120,7 +125,7 @@ async def _fetch_group(session: Session, group: str, topics: Any) -> list[dict[s
     out = []
     for name, partitions in asked:
         found = resolved[name]
-        offsets: dict[tuple[str, int], int | None] = {}
+        offsets: dict[tuple[str, int], Committed | None] = {}
         code = errors.NONE
         if found is None:
             code = UNKNOWN
@@ -137,9 +142,11 @@ async def _fetch_group(session: Session, group: str, topics: Any) -> list[dict[s
     return out
 
 
-def _fetched(partition: int, offset: int | None, code: int) -> dict[str, Any]:
-    return {"partition_index": partition, "committed_offset": -1 if offset is None else offset,
-            "committed_leader_epoch": -1, "metadata": "", "error_code": code}
+def _fetched(partition: int, cursor: Committed | None, code: int) -> dict[str, Any]:
+    return {"partition_index": partition,
+            "committed_offset": -1 if cursor is None else cursor.offset,
+            "committed_leader_epoch": -1, "metadata": "" if cursor is None else cursor.metadata,
+            "error_code": code}
 
 
 async def _fetch_all(session: Session, group: str) -> list[dict[str, Any]]:
@@ -154,8 +161,8 @@ async def _fetch_all(session: Session, group: str) -> list[dict[str, Any]]:
         offsets = await session.run_sync(cursors_fetch, actor=session.user,
                                          stream=topics[0].stream, group=group)
         for resolved in topics:
-            mine = sorted((p, o) for (t, p), o in offsets.items() if t == resolved.topic)
+            mine = sorted((p, c) for (t, p), c in offsets.items() if t == resolved.topic)
             if mine:
                 out.append({"name": resolved.client_name, "partitions": [
-                    _fetched(p, o, errors.NONE) for p, o in mine]})
+                    _fetched(p, c, errors.NONE) for p, c in mine]})
     return out

@@ -1,5 +1,5 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1) and by timestamp, through
-partition_offsets (consumeperm, as every read)."""
+"""ListOffsets (key 2): earliest (-2), latest (-1), the largest timestamp (-3, KIP-734, from
+v7) and by timestamp, through partition_offsets (consumeperm, as every read)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def list_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | Non
     return [list_topic(actor, resolved, t.partitions) for resolved, t in topics]
 
 
-@handles(2, 1, 6)
+@handles(2, 1, 7)
 async def list_offsets(session: Session, header: RequestHeader, request: Any) -> Any:
     topics = [(await session.resolve(t.name), t) for t in request.topics]
     answers = await session.run_sync(list_request, session.user, topics)

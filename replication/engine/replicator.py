@@ -281,27 +281,30 @@ def sync_cursors(
     replica: MessageStore,
     replica_stream: UUID,
     topics: dict[str, UUID],
-    synced: dict[CursorKey, int],
+    synced: dict[CursorKey, tuple[int, str]],
 ) -> int:
-    """Copy the source's committed consumer cursors of the carried topics to the replica, so a
-    consumer group failing over continues at the same offsets (invariant 1). `synced` holds,
-    per cursor, the offset last copied in full; only cursors that differ are written, and one
-    clamped to the replica's end stays out of it, so later calls advance it as data arrives.
-    Returns how many cursors are still owed to the replica (clamped, or the replica lacks the
-    partition yet)."""
-    changed = [
-        (group, topic, partition, offset)
-        for group, topic, partition, offset in source.cursors(source_stream)
-        if topic in topics and synced.get((group, topic, partition)) != offset
-    ]
+    """Copy the source's committed consumer cursors of the carried topics, with their
+    metadata, to the replica, so a consumer group failing over continues at the same offsets
+    (invariant 1). `synced` holds, per cursor, the (offset, metadata) last copied in full; only
+    cursors that differ are written, and one clamped to the replica's end stays out of it, so
+    later calls advance it as data arrives. Returns how many cursors are still owed to the
+    replica: clamped below what the source holds, or the replica lacks the partition yet (a
+    cursor committed past the source's own end waits for data there, not here)."""
+    changed = [c for c in source.commits(source_stream)
+               if c.topic in topics and synced.get(c[:3]) != (c.offset, c.metadata)]
     if not changed:
         return 0
     stored = replica.merge_cursors(replica_stream, changed)
+    ends: dict[str, dict[int, tuple[int, int]]] = {}
     owed = 0
-    for group, topic, partition, offset in changed:
-        if stored.get((group, topic, partition), -1) >= offset:
-            synced[(group, topic, partition)] = offset
-        else:
+    for cursor in changed:
+        have = stored.get(cursor[:3], -1)
+        if have >= cursor.offset:
+            synced[cursor[:3]] = (cursor.offset, cursor.metadata)
+            continue
+        if cursor.topic not in ends:
+            ends[cursor.topic] = source.watermarks(source_stream, cursor.topic)
+        if have < min(cursor.offset, ends[cursor.topic].get(cursor.partition, (0, 0))[1]):
             owed += 1
     return owed
 

@@ -21,6 +21,7 @@ from replication.engine.sequences import (
     sequenced_partition,
 )
 from replication.engine.store import (
+    Committed,
     CursorKey,
     Key,
     Message,
@@ -69,6 +70,7 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     pid INTEGER NOT NULL,
     grp TEXT NOT NULL,
     "offset" INTEGER NOT NULL,
+    metadata BLOB,
     PRIMARY KEY (pid, grp)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_sequences (
@@ -98,13 +100,19 @@ INSERT INTO replication_cursors (pid, link, next_offset) VALUES (?, ?, ?)
 ON CONFLICT (pid, link) DO UPDATE
 SET next_offset = max(replication_cursors.next_offset, excluded.next_offset)
 """
-# See the PostgreSQL store's MERGE_CURSORS: clamped to the partition's end, never back.
+# See the PostgreSQL store's MERGE_CURSORS: clamped to the partition's end, never back, the
+# metadata going with the offset kept.
 MERGE_CURSORS = """
-INSERT INTO consumer_cursors (pid, grp, "offset")
-SELECT id, ?2, min(?5, next_offset) FROM partitions WHERE stream = ?1 AND topic = ?3
+INSERT INTO consumer_cursors (pid, grp, "offset", metadata)
+SELECT id, ?2, min(?5, next_offset), ?6 FROM partitions WHERE stream = ?1 AND topic = ?3
     AND partition = ?4
-ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset")
+ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset"),
+    metadata = CASE WHEN excluded."offset" >= consumer_cursors."offset"
+        THEN excluded.metadata ELSE consumer_cursors.metadata END
 """
+# Stores made before commits kept their metadata gain the column on open.
+CURSOR_COLUMNS = "SELECT name FROM pragma_table_info('consumer_cursors')"
+CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN metadata BLOB"
 # As the PostgreSQL store's READ: stops at max_bytes (the last parameter) in the store.
 READ = """
 SELECT "offset", ts, key, value, headers, origin, producer, size FROM (
@@ -134,6 +142,12 @@ class SqliteStore(MessageStore):
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._conn().executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+        self._upgrade()
+
+    def _upgrade(self) -> None:
+        with self._writing() as conn:
+            if "metadata" not in {r[0] for r in conn.execute(CURSOR_COLUMNS)}:
+                conn.execute(CURSOR_METADATA_ADD)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -324,16 +338,18 @@ class SqliteStore(MessageStore):
     # --- consumer cursors --------------------------------------------------------------------
 
     def merge_cursors(
-        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+        self, stream: UUID, cursors: Sequence[Committed | tuple[str, str, int, int]]
     ) -> dict[CursorKey, int]:
         if not cursors:
             return {}
+        merged = [Committed(*cursor) for cursor in cursors]
         with self._writing() as conn:
-            conn.executemany(MERGE_CURSORS, [(stream.bytes, *cursor) for cursor in cursors])
+            conn.executemany(MERGE_CURSORS, [(stream.bytes, *c[:4], c.metadata.encode())
+                                             for c in merged])
             rows = conn.execute(
                 'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
                 "JOIN partitions p ON p.id = c.pid WHERE p.stream = ?",
                 (stream.bytes,),
             ).fetchall()
-        wanted = {(g, t, p) for g, t, p, _ in cursors}
+        wanted = {(c.group, c.topic, c.partition) for c in merged}
         return {(g, t, p): o for g, t, p, o in rows if (g, t, p) in wanted}

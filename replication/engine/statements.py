@@ -16,6 +16,8 @@ def sql(statement: str, dialect: str) -> str:
 TOPIC_IDS = "SELECT id FROM partitions WHERE stream = %s AND topic = %s ORDER BY partition"
 MARKS = "SELECT low_offset, next_offset FROM partitions WHERE id = %s"
 TS_AT = 'SELECT ts FROM messages WHERE pid = %s AND "offset" = %s'
+# Kafka's ListOffsets MAX_TIMESTAMP (KIP-734): of equal timestamps, the earliest offset.
+MAX_TS = 'SELECT "offset", ts FROM messages WHERE pid = %s ORDER BY ts DESC, "offset" LIMIT 1'
 WATERMARKS = (
     "SELECT partition, low_offset, next_offset FROM partitions "
     "WHERE stream = %s AND topic = %s ORDER BY partition"
@@ -34,13 +36,16 @@ STREAM_SIZE = (
 )
 STREAM_PIDS = "SELECT id FROM partitions WHERE stream = %s ORDER BY id"
 REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s"
+# A consumer's own commit sets exactly what it committed, back or past the end (as Kafka); only
+# replicated cursors are clamped and never move back (the stores' MERGE_CURSORS).
 COMMIT_CURSOR = (
-    'INSERT INTO consumer_cursors (pid, grp, "offset") VALUES (%s, %s, %s) '
-    'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset"'
+    'INSERT INTO consumer_cursors (pid, grp, "offset", metadata) VALUES (%s, %s, %s, %s) '
+    'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset", '
+    "metadata = excluded.metadata"
 )
 FETCH_CURSOR = 'SELECT "offset" FROM consumer_cursors WHERE pid = %s AND grp = %s'
 CURSORS = (
-    'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
+    'SELECT c.grp, p.topic, p.partition, c."offset", c.metadata FROM consumer_cursors c '
     "JOIN partitions p ON p.id = c.pid WHERE p.stream = %s ORDER BY c.grp, p.topic, p.partition"
 )
 # CAST, not PostgreSQL's `::`: a NULL filter matches everything, in both dialects.

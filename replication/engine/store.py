@@ -25,6 +25,17 @@ Key = tuple[str, int]  # (topic, partition)
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
 
 
+class Committed(NamedTuple):
+    """A consumer group's committed cursor with its commit's metadata string (Kafka's
+    OffsetCommit carries one; it is the consumer's own, kept and handed back as given)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
 @dataclass(slots=True)
 class Record:
     """What a producer hands in. Not frozen: a produce builds thousands of these per batch, and

@@ -37,6 +37,7 @@ from replication.engine.statements import (
     FETCH_CURSOR,
     LINK_ENDED,
     MARKS,
+    MAX_TS,
     PARTITION_STATS,
     REOPEN_LINK,
     REPLICATION_CURSOR,
@@ -52,6 +53,7 @@ from replication.engine.statements import (
 )
 from replication.engine.store import (
     Applied,
+    Committed,
     CursorKey,
     Key,
     LinkEnded,
@@ -171,12 +173,14 @@ class MessageStore(ABC):
 
     @abstractmethod
     def merge_cursors(
-        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+        self, stream: UUID, cursors: Sequence[Committed | tuple[str, str, int, int]]
     ) -> dict[CursorKey, int]:
         """Replication of committed cursors, in one transaction: each (group, topic, partition,
-        offset) is clamped to the partition's next offset (a replica's cursor past what it holds
-        would skip messages on failover) and never moves a cursor back. Partitions the stream
-        does not have are skipped. Returns each merged cursor's stored offset."""
+        offset[, metadata]) is clamped to the partition's next offset (a replica's cursor past
+        what it holds would skip messages on failover) and never moves a cursor back (a
+        delete or a commit back at the origin leaves the replica where the group had been);
+        the metadata goes with the offset kept. Partitions the stream does not have are
+        skipped. Returns each merged cursor's stored offset."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -362,6 +366,14 @@ class MessageStore(ABC):
             found = first_at_or_after(low, high, ts_at, timestamp_ms)
             return (found, ts_at(found)) if found < high else None
 
+    def max_timestamp(self, stream: UUID, topic: str, partition: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the retained message with
+        the largest timestamp, None when the partition holds none. Timestamps need not grow
+        with offsets (CreateTime is the producer's), so every retained row is looked at."""
+        with self._reading() as conn:
+            row = self._one(conn, MAX_TS, (self._pid(conn, stream, topic, partition),))
+        return (row[0], row[1]) if row else None
+
     def producer_state(
         self, stream: UUID, topic: str, partition: int, producer_id: int
     ) -> ProducerState | None:
@@ -462,13 +474,15 @@ class MessageStore(ABC):
         self.commit_cursors(stream, group, [(topic, partition, offset)])
 
     def commit_cursors(
-        self, stream: UUID, group: str, cursors: Sequence[tuple[str, int, int]]
+        self, stream: UUID, group: str,
+        cursors: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
     ) -> None:
-        """A group's (topic, partition, offset) commits in one transaction (Kafka's
-        OffsetCommit carries many partitions)."""
+        """A group's (topic, partition, offset[, metadata]) commits in one transaction (Kafka's
+        OffsetCommit carries many partitions), each stored exactly as given."""
         with self._writing() as conn:
-            rows = [(self._pid(conn, stream, topic, partition), group, offset)
-                    for topic, partition, offset in cursors]
+            rows = [(self._pid(conn, stream, c.topic, c.partition), group, c.offset,
+                     c.metadata.encode())
+                    for c in (Committed(group, *cursor) for cursor in cursors)]
             conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
 
     def delete_cursors(
@@ -498,5 +512,11 @@ class MessageStore(ABC):
 
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
         """Every consumer cursor of the stream as (group, topic, partition, offset)."""
+        return [(c.group, c.topic, c.partition, c.offset) for c in self.commits(stream)]
+
+    def commits(self, stream: UUID) -> list[Committed]:
+        """Every consumer cursor of the stream with its commit's metadata (stored as bytes:
+        a Kafka string may hold NUL, which PostgreSQL's text refuses)."""
         with self._reading() as conn:
-            return [tuple(r) for r in self._all(conn, CURSORS, (self._key(stream),))]
+            rows = self._all(conn, CURSORS, (self._key(stream),))
+        return [Committed(g, t, p, o, bytes(m or b"").decode()) for g, t, p, o, m in rows]

@@ -2,8 +2,9 @@
 and maprcli's `stream cursor list` and `stream cursor delete`.
 
 The same cursors `cursor_commit` writes (REST, `streamgate consume -group`), with the same
-checks: consumeperm, the topic and partition exist, the offset is within what the partition
-holds. They replicate like every committed cursor (replication/engine/replicator.py).
+checks: consumeperm, the topic and partition exist, the offset is not negative, the metadata
+within Kafka's limit. Any other offset is kept as committed, as Kafka keeps it. They replicate
+like every committed cursor (replication/engine/replicator.py), metadata included.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from replication.engine.store import OffsetOutOfRange
+from replication.engine.store import Committed, OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
-from replication.services.messages import _check_group, _on_store
+from replication.services.messages import _check_group, _on_store_all, check_commit
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
@@ -30,57 +31,57 @@ DELETE_PERMS = ("consumeperm", "adminperm")
 
 def cursors_commit(
     *, actor: AbstractBaseUser, stream: Stream, group: str,
-    commits: Sequence[tuple[str, int, int]],
+    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
 ) -> dict[PartitionKey, StreamgateError | None]:
-    """Commit a group's (topic, partition, offset) triples in one store transaction. Returns
-    each partition's refusal (None when committed): one bad partition does not fail the rest,
-    as Kafka answers per partition."""
+    """Commit a group's (topic, partition, offset[, metadata]) in one store transaction, each
+    offset exactly as given (Kafka keeps any: back, or past the end). Returns each partition's
+    refusal (None when committed): one bad partition does not fail the rest, as Kafka answers
+    per partition."""
     stream.require(actor, "consumeperm", action="commit consumer cursors")
     _check_group(group)
-    store = store_for(stream.cluster)
     topics = {t.name: t for t in stream.topics.filter(name__in={c[0] for c in commits})}
-    highs: dict[str, dict[int, tuple[int, int]]] = {}
     results: dict[PartitionKey, StreamgateError | None] = {}
-    accepted: dict[PartitionKey, int] = {}
-    for name, partition, offset in commits:
-        problem = _commit_problem(stream, topics.get(name), name, partition, offset, store, highs)
+    accepted: dict[PartitionKey, tuple[int, str]] = {}
+    for name, partition, offset, *metadata in commits:
+        problem = _commit_problem(stream, topics.get(name), name, partition, offset,
+                                  metadata[0] if metadata else "")
         results[(name, partition)] = problem
-        if problem is None:
-            accepted[(name, partition)] = offset  # the last of duplicates wins, as in Kafka
+        if problem is None:  # the last of duplicates wins, as in Kafka
+            accepted[(name, partition)] = (offset, metadata[0] if metadata else "")
     if accepted:
-        store.commit_cursors(stream.uuid, group, [(t, p, o) for (t, p), o in accepted.items()])
+        store = store_for(stream.cluster)
+        rows = [(t, p, o, m) for (t, p), (o, m) in accepted.items()]
+        _on_store_all([topics[t] for t in {t for t, _ in accepted}],
+                      lambda: store.commit_cursors(stream.uuid, group, rows))
         cursors_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now
     return results
 
 
 def _commit_problem(
-    stream: Stream, topic: Topic | None, name: str, partition: int, offset: int,
-    store: MessageStore, highs: dict[str, dict[int, tuple[int, int]]],
+    stream: Stream, topic: Topic | None, name: str, partition: int, offset: int, metadata: str,
 ) -> StreamgateError | None:
     if topic is None:
         return NotFound(f"topic {stream.path}:{name} does not exist", field="topic")
     if not 0 <= partition < topic.partitions:
         return InvalidInput(f"partition {partition} does not exist: {topic} has partitions 0 "
                             f"to {topic.partitions - 1}", field="partition")
-    if name not in highs:
-        highs[name] = _on_store(topic, lambda: store.watermarks(stream.uuid, topic.name))
-    high = highs[name].get(partition, (0, 0))[1]
-    if not 0 <= offset <= high:
-        return InvalidInput(f"offset {offset} is out of range for {topic} partition "
-                            f"{partition}: commit 0 to {high}", field="offset")
+    try:
+        check_commit(offset, metadata)
+    except InvalidInput as problem:
+        return problem
     return None
 
 
 def cursors_fetch(
     *, actor: AbstractBaseUser, stream: Stream, group: str,
     partitions: Sequence[PartitionKey] | None = None,
-) -> dict[PartitionKey, int | None]:
-    """A group's committed offsets in the stream: of the partitions asked (None where nothing
-    is committed), or all it has."""
+) -> dict[PartitionKey, Committed | None]:
+    """A group's committed cursors in the stream, with their metadata: of the partitions
+    asked (None where nothing is committed), or all it has."""
     stream.require(actor, "consumeperm", action="read consumer cursors")
     _check_group(group)
-    committed = {(t, p): o for g, t, p, o in store_for(stream.cluster).cursors(stream.uuid)
-                 if g == group}
+    committed = {(c.topic, c.partition): c for c in store_for(stream.cluster).commits(stream.uuid)
+                 if c.group == group}
     if partitions is None:
         return dict(committed)
     return {key: committed.get(key) for key in partitions}

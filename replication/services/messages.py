@@ -49,18 +49,37 @@ from replication.stores import store_for
 
 MAX_BATCH = 10_000
 MAX_WAIT_MS = 30_000
+MAX_COMMIT_METADATA = 4096  # Kafka's offset.metadata.max.bytes default
 T = TypeVar("T")
 
 
 def _on_store(topic: Topic, call: Callable[[], T]) -> T:
     """Run a store call, first telling the store about the topic if it has not heard of it
     (topics are created in the control plane; the store learns them on first use)."""
+    return _on_store_all([topic], call)
+
+
+def _on_store_all(topics: Sequence[Topic], call: Callable[[], T]) -> T:
+    """`_on_store` for a call touching several topics of one stream (one transaction)."""
     try:
         return call()
     except (UnknownTopic, PartitionOutOfRange):
-        store_for(topic.stream.cluster).ensure_topic(topic.stream.uuid, topic.name,
-                                                     topic.partitions)
+        for topic in topics:
+            store_for(topic.stream.cluster).ensure_topic(topic.stream.uuid, topic.name,
+                                                         topic.partitions)
         return call()
+
+
+def topic_watermarks(topic: Topic) -> dict[int, tuple[int, int]]:
+    """partition -> (low, high) of every partition the topic has: partitions added since the
+    store last heard of the topic (CreatePartitions, `topic edit -partitions`) are created
+    there first, empty, rather than missing."""
+    store = store_for(topic.stream.cluster)
+    marks = _on_store(topic, lambda: store.watermarks(topic.stream.uuid, topic.name))
+    if len(marks) < topic.partitions:
+        store.ensure_topic(topic.stream.uuid, topic.name, topic.partitions)
+        marks = store.watermarks(topic.stream.uuid, topic.name)
+    return marks
 
 
 def _producible_topic(stream: Stream, name: str) -> Topic:
@@ -155,16 +174,16 @@ def messages_consume(
 
 def cursor_commit(
     *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, partition: int,
-    offset: int,
+    offset: int, metadata: str = "",
 ) -> None:
+    """Set the group's cursor to exactly `offset`, as Kafka keeps any committed offset (back,
+    or past the partition's end: where to read is the consumer's business)."""
     target = _readable_topic(actor, stream, topic, partition)
     _check_group(group)
+    check_commit(offset, metadata)
     store = store_for(stream.cluster)
-    _low, high = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))[partition]
-    if not 0 <= offset <= high:
-        raise InvalidInput(f"offset {offset} is out of range for {target} partition "
-                           f"{partition}: commit 0 to {high}", field="offset")
-    store.commit_cursor(stream.uuid, group, target.name, partition, offset)
+    _on_store(target, lambda: store.commit_cursors(
+        stream.uuid, group, [(target.name, partition, offset, metadata)]))
     cursors_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
 
 
@@ -180,6 +199,18 @@ def cursor_list(
         for g, t, p, o in rows
         if t == target.name and (group is None or g == group)
     ]
+
+
+def check_commit(offset: int, metadata: str) -> None:
+    """A committed offset is any offset a consumer could read from next (0 up, as Kafka's
+    clients commit); its metadata at most Kafka's offset.metadata.max.bytes."""
+    if offset < 0:
+        raise InvalidInput(f"offset {offset} is negative: commit the offset to read next "
+                           "(0 or more), or delete the cursor to start over", field="offset")
+    if len(metadata.encode()) > MAX_COMMIT_METADATA:
+        raise InvalidInput(f"commit metadata of {len(metadata.encode())} bytes: at most "
+                           f"{MAX_COMMIT_METADATA} are kept (Kafka's offset.metadata.max.bytes)",
+                           field="metadata")
 
 
 def _check_group(group: str) -> None:
@@ -411,18 +442,20 @@ def messages_fetch_partitions(
     return target
 
 
-EARLIEST, LATEST = -2, -1  # Kafka's ListOffsets special timestamps
+# Kafka's ListOffsets special timestamps; MAX_TIMESTAMP is KIP-734's (ListOffsets v7).
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
 def partition_offsets(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, queries: Sequence[tuple[int, int]],
 ) -> list[tuple[int, Exception | None, int, int]]:
     """Kafka's ListOffsets for one topic (consumeperm): per (partition, timestamp) the
-    (partition, error, offset, timestamp) of the earliest (-2) or next (-1) offset, or of the
-    first message at or after the timestamp (offset -1 when none is)."""
+    (partition, error, offset, timestamp) of the earliest (-2) or next (-1) offset, of the
+    message with the largest timestamp (-3), or of the first message at or after the
+    timestamp (offset -1 when none is)."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
-    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    marks = topic_watermarks(target)
     out: list[tuple[int, Exception | None, int, int]] = []
     for partition, ts in queries:
         if partition not in marks:
@@ -431,6 +464,9 @@ def partition_offsets(
                         -1, -1))
         elif ts in (EARLIEST, LATEST):
             out.append((partition, None, marks[partition][ts == LATEST], -1))
+        elif ts == MAX_TIMESTAMP:
+            found = store.max_timestamp(stream.uuid, target.name, partition)
+            out.append((partition, None, *(found or (-1, -1))))
         else:
             found = store.offset_for_time(stream.uuid, target.name, partition, ts)
             out.append((partition, None, *(found or (-1, -1))))

@@ -90,7 +90,9 @@ def test_commit_checks_member_and_generation_and_fetch_reads_the_cursor(kafka, o
     assert commit(wire, member, generation + 1) == [ILLEGAL_GENERATION]
     assert commit(wire, "stranger", generation) == [UNKNOWN_MEMBER]
     assert commit(wire, "", -1) == [UNKNOWN_MEMBER]  # a simple commit into a live group
-    assert commit(wire, member, generation, offset=3) == [OFFSET_OUT_OF_RANGE]  # 2 in p0
+    assert commit(wire, member, generation, offset=-2) == [OFFSET_OUT_OF_RANGE]
+    assert commit(wire, member, generation, offset=3) == [NONE]  # past the end: kept, as Kafka
+    assert fetch_offsets(wire) == [(3, NONE), (-1, NONE)]
     assert commit(wire, member, generation, offset=2) == [NONE]
     assert fetch_offsets(wire) == [(2, NONE), (-1, NONE)]
     assert commit(wire, member, generation, topic="/mapr/c1/apps:nope") == [UNKNOWN_TOPIC]

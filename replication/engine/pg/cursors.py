@@ -8,18 +8,21 @@ from uuid import UUID
 
 from replication.engine.pg.catalog import Catalog
 from replication.engine.pg.schema import MERGE_CURSORS
-from replication.engine.store import CursorKey
+from replication.engine.store import Committed, CursorKey
 
 
 class Cursors(Catalog):
     """Consumer groups' offsets merged from an origin."""
 
     def merge_cursors(
-        self, stream: UUID, cursors: Sequence[tuple[str, str, int, int]]
+        self, stream: UUID, cursors: Sequence[Committed | tuple[str, str, int, int]]
     ) -> dict[CursorKey, int]:
         if not cursors:
             return {}
-        groups, topics, parts, offsets = map(list, zip(*cursors, strict=True))
+        merged = [Committed(*cursor) for cursor in cursors]
+        groups, topics, parts, offsets, metadata = map(list, zip(*merged, strict=True))
+        blobs = [m.encode() for m in metadata]
         with self._pool.connection() as conn:
-            rows = conn.execute(MERGE_CURSORS, (groups, topics, parts, offsets, stream)).fetchall()
+            rows = conn.execute(MERGE_CURSORS,
+                                (groups, topics, parts, offsets, blobs, stream)).fetchall()
         return {(g, t, p): o for g, t, p, o in rows}

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     pid integer NOT NULL,
     grp text NOT NULL,
     "offset" bigint NOT NULL,
+    metadata bytea,
     PRIMARY KEY (pid, grp)
 );
 -- Idempotent producers (Kafka's producer id, epoch, sequence): per partition and producer the
@@ -78,6 +79,14 @@ VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, firsts = excluded.firsts,
     lasts = excluded.lasts, offsets = excluded.offsets
 """
+# Stores made before commits kept their metadata gain the column on open (ALTER only when it
+# is missing: even a no-op ALTER TABLE waits for every reader of the table).
+CURSOR_METADATA_MISSING = """
+SELECT NOT EXISTS (SELECT 1 FROM information_schema.columns
+    WHERE table_schema = current_schema() AND table_name = 'consumer_cursors'
+    AND column_name = 'metadata')
+"""
+CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN IF NOT EXISTS metadata bytea"
 SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
 
 COPY_IN = (
@@ -106,17 +115,20 @@ ON CONFLICT (pid, link) DO UPDATE
 SET next_offset = greatest(replication_cursors.next_offset, excluded.next_offset)
 """
 # Replicated consumer cursors: clamped to what the replica holds (a cursor past its end would
-# skip messages after a failover), never moved back; in (pid, grp) order, so two merges
-# cannot deadlock. Returns each merged cursor as stored.
+# skip messages after a failover), never moved back, the metadata going with the offset kept;
+# in (pid, grp) order, so two merges cannot deadlock. Returns each merged cursor as stored.
 MERGE_CURSORS = """
 WITH merged AS (
-    INSERT INTO consumer_cursors (pid, grp, "offset")
-    SELECT p.id, c.grp, least(c.off, p.next_offset)
-    FROM unnest(%s::text[], %s::text[], %s::int4[], %s::int8[]) AS c(grp, topic, part, off)
+    INSERT INTO consumer_cursors (pid, grp, "offset", metadata)
+    SELECT p.id, c.grp, least(c.off, p.next_offset), c.meta
+    FROM unnest(%s::text[], %s::text[], %s::int4[], %s::int8[], %s::bytea[])
+        AS c(grp, topic, part, off, meta)
     JOIN partitions p ON p.stream = %s AND p.topic = c.topic AND p.partition = c.part
     ORDER BY p.id, c.grp
     ON CONFLICT (pid, grp) DO UPDATE
-    SET "offset" = greatest(consumer_cursors."offset", excluded."offset")
+    SET "offset" = greatest(consumer_cursors."offset", excluded."offset"),
+        metadata = CASE WHEN excluded."offset" >= consumer_cursors."offset"
+            THEN excluded.metadata ELSE consumer_cursors.metadata END
     RETURNING pid, grp, "offset"
 )
 SELECT m.grp, p.topic, p.partition, m."offset" FROM merged m JOIN partitions p ON p.id = m.pid

@@ -129,10 +129,21 @@ def test_cursors_commit_and_survive_a_store_restart(owner, activity, clicks):
     ]
 
 
-def test_a_cursor_past_the_end_is_refused(owner, activity, clicks):
-    with pytest.raises(InvalidInput, match="commit 0 to 0"):
+def test_a_cursor_is_kept_as_committed_past_the_end_or_back(owner, activity, clicks):
+    for offset in (5, 2):  # as Kafka: where to read next is the consumer's business
         cursor_commit(actor=owner, stream=activity, group="g", topic="clicks",
-                      partition=0, offset=5)
+                      partition=0, offset=offset, metadata="m")
+        assert cursor_list(actor=owner, stream=activity, topic="clicks", group="g") == [
+            {"group": "g", "partition": 0, "offset": offset}]
+
+
+def test_a_negative_cursor_or_oversized_metadata_is_refused(owner, activity, clicks):
+    with pytest.raises(InvalidInput, match="offset -1 is negative"):
+        cursor_commit(actor=owner, stream=activity, group="g", topic="clicks",
+                      partition=0, offset=-1)
+    with pytest.raises(InvalidInput, match="4097 bytes: at most 4096"):
+        cursor_commit(actor=owner, stream=activity, group="g", topic="clicks",
+                      partition=0, offset=0, metadata="x" * 4097)
 
 
 def test_ttl_deletes_only_expired_messages_and_offsets_go_on(owner, activity, clicks):

@@ -9,7 +9,7 @@ import pytest
 
 from portal.rest.commands import REGISTRY
 from replication import services
-from replication.engine.store import Record
+from replication.engine.store import Committed, Record
 from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
 from replication.services.cursors import cursors_commit, cursors_fetch
@@ -69,15 +69,19 @@ def test_cursor_list_filters_by_group_topic_and_partition(api, owner, clicks):
 
 def test_batch_commit_is_what_cursor_list_and_fetch_show(api, owner, clicks):
     results = cursors_commit(actor=owner, stream=clicks, group="kafka",
-                             commits=[("clicks", 0, 3), ("clicks", 7, 0), ("nope", 0, 0),
-                                      ("clicks", 1, 99)])
+                             commits=[("clicks", 0, 3, "meta"), ("clicks", 7, 0),
+                                      ("nope", 0, 0), ("clicks", 1, -5)])
     assert results[("clicks", 0)] is None
     assert "partition 7 does not exist" in str(results[("clicks", 7)])
     assert "does not exist" in str(results[("nope", 0)])
-    assert "out of range" in str(results[("clicks", 1)])
-    assert cursors_fetch(actor=owner, stream=clicks, group="kafka") == {("clicks", 0): 3}
+    assert "negative" in str(results[("clicks", 1)])
+    assert cursors_fetch(actor=owner, stream=clicks, group="kafka") == {
+        ("clicks", 0): Committed("kafka", "clicks", 0, 3, "meta")}
+    # Past the end is kept as committed, as Kafka keeps it.
+    assert cursors_commit(actor=owner, stream=clicks, group="kafka",
+                          commits=[("clicks", 1, 99)]) == {("clicks", 1): None}
     rows = ok(call(api(owner), "stream/cursor/list", path=clicks.path, consumergroup="kafka"))
-    assert [(r["partitionid"], r["committedoffset"]) for r in rows] == [(0, 3)]
+    assert [(r["partitionid"], r["committedoffset"]) for r in rows] == [(0, 3), (1, 99)]
 
 
 def test_cursor_delete_removes_only_what_the_filters_name(api, owner, clicks):
