@@ -32,6 +32,20 @@ from replication.engine.store import (
 )
 from replication.engine.storebase import MessageStore
 
+# value NULL: Kafka's null value (a tombstone), kept apart from an empty one.
+MESSAGES = """
+CREATE TABLE IF NOT EXISTS {name} (
+    pid INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    key BLOB,
+    value BLOB,
+    headers BLOB,
+    origin BLOB NOT NULL,
+    producer TEXT,
+    PRIMARY KEY (pid, "offset")
+) WITHOUT ROWID;
+"""
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
@@ -44,18 +58,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     rows INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE (stream, topic, partition)
-);
-CREATE TABLE IF NOT EXISTS messages (
-    pid INTEGER NOT NULL,
-    "offset" INTEGER NOT NULL,
-    ts INTEGER NOT NULL,
-    key BLOB,
-    value BLOB NOT NULL,
-    headers BLOB,
-    origin BLOB NOT NULL,
-    producer TEXT,
-    PRIMARY KEY (pid, "offset")
-) WITHOUT ROWID;
+);""" + MESSAGES.format(name="messages") + """
 CREATE TABLE IF NOT EXISTS replication_cursors (
     pid INTEGER NOT NULL,
     link TEXT NOT NULL,
@@ -105,16 +108,27 @@ SELECT id, ?2, min(?5, next_offset) FROM partitions WHERE stream = ?1 AND topic 
     AND partition = ?4
 ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset")
 """
-READ = """
-SELECT "offset", ts, key, value, headers, origin, producer,
-    length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0)
+# A row's logical bytes (key, value, headers; NULLs count 0), as `record_size` counts them.
+SIZE = "coalesce(length(value), 0) + coalesce(length(key), 0) + coalesce(length(headers), 0)"
+READ = f"""
+SELECT "offset", ts, key, value, headers, origin, producer, {SIZE}
 FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ? ORDER BY "offset"
 """
-EXPIRE_SIZE = """
-SELECT count(*), coalesce(sum(length(value) + coalesce(length(key), 0)
-    + coalesce(length(headers), 0)), 0)
+EXPIRE_SIZE = f"""
+SELECT count(*), coalesce(sum({SIZE}), 0)
 FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?
 """
+# A store made before null values were kept has `value BLOB NOT NULL`, which SQLite cannot
+# drop: the table is made again without it and the rows copied over, in one transaction
+# (sqlite.org/lang_altertable.html, "making other kinds of table schema changes").
+VALUE_NOT_NULL = "SELECT \"notnull\" FROM pragma_table_info('messages') WHERE name = 'value'"
+REBUILD = (
+    MESSAGES.format(name="messages_upgraded"),
+    'INSERT INTO messages_upgraded SELECT pid, "offset", ts, key, value, headers, origin, '
+    'producer FROM messages ORDER BY pid, "offset"',
+    "DROP TABLE messages",
+    "ALTER TABLE messages_upgraded RENAME TO messages",
+)
 
 
 class SqliteStore(MessageStore):
@@ -130,6 +144,15 @@ class SqliteStore(MessageStore):
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._conn().executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+        self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Allow null values in a store made before they were kept (once: the check runs
+        under the write lock, so two processes opening the store rebuild it once)."""
+        with self._writing() as conn:
+            if conn.execute(VALUE_NOT_NULL).fetchone()[0]:
+                for statement in REBUILD:
+                    conn.execute(statement)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -10,7 +10,13 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from replication.engine.pg.schema import SCHEMA, SCHEMA_LOCK, configure_connection
+from replication.engine.pg.schema import (
+    SCHEMA,
+    SCHEMA_LOCK,
+    VALUE_DROP_NOT_NULL,
+    VALUE_NOT_NULL,
+    configure_connection,
+)
 from replication.engine.store import Key
 from replication.engine.storebase import MessageStore
 
@@ -45,6 +51,8 @@ class Catalog(MessageStore):
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             conn.execute(SCHEMA)
+            if conn.execute(VALUE_NOT_NULL).fetchone()[0]:  # a store made before null values
+                conn.execute(VALUE_DROP_NOT_NULL)
 
     def _reading(self) -> AbstractContextManager[psycopg.Connection]:
         return self._pool.connection()

@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS messages (
     "offset" bigint NOT NULL,
     ts bigint NOT NULL,
     key bytea,
-    value bytea NOT NULL,
+    value bytea,  -- NULL: Kafka's null value (a tombstone), kept apart from an empty one
     headers bytea,
     origin uuid NOT NULL,
     producer text,
@@ -78,6 +78,17 @@ VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, firsts = excluded.firsts,
     lasts = excluded.lasts, offsets = excluded.offsets
 """
+# A store made before null values were kept has `value bytea NOT NULL`: dropped on open, once
+# (the catalog looks first: ALTER TABLE takes an exclusive lock even when there is nothing to
+# drop, and every store open would queue behind the appends in flight).
+VALUE_NOT_NULL = """
+SELECT a.attnotnull FROM pg_attribute a
+WHERE a.attrelid = 'messages'::regclass AND a.attname = 'value'
+"""
+VALUE_DROP_NOT_NULL = "ALTER TABLE messages ALTER COLUMN value DROP NOT NULL"
+# A row's logical bytes (key, value, headers; NULLs count 0), as `record_size` counts them.
+SIZE = ("coalesce(octet_length(value), 0) + coalesce(octet_length(key), 0) "
+        "+ coalesce(octet_length(headers), 0)")
 SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
 
 COPY_IN = (
@@ -142,8 +153,7 @@ WHERE p.id = d.id
 # [offset, offset + limit) bounds the rows exactly: with only a lower bound and a LIMIT, the
 # planner (on fresh, unanalysed rows) bitmap-scanned every later row and sorted them all.
 READ = """
-SELECT "offset", ts, key, value, headers, uuid_send(origin), producer,
-    octet_length(value) + coalesce(octet_length(key), 0) + coalesce(octet_length(headers), 0)
+SELECT "offset", ts, key, value, headers, uuid_send(origin), producer, """ + SIZE + """
 FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s ORDER BY "offset"
 """
 # The pipe apply (PostgresStore.apply_from): the source partition's id, low and next offset,
@@ -172,8 +182,7 @@ WITH i AS (
     INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer)
     SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messages
     WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
-    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0) AS size)
+    RETURNING """ + SIZE + """ AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM i
 """
 ADVANCE_PIPED = """
@@ -197,8 +206,7 @@ def piped_bytes(relayed: Relayed) -> int:
 
 EXPIRE_DELETE = """
 WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s
-    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0) AS size)
+    RETURNING """ + SIZE + """ AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM d
 """
 def configure_connection(conn: psycopg.Connection) -> None:
