@@ -25,12 +25,14 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.deployment import with_db
 from bench.kafka import Listener
 from bench.produce import ROOT, Portal, start_portal
 
@@ -39,6 +41,7 @@ TARBALL = ROOT.parent / "shared" / "vendor" / f"librdkafka-{COMMIT}.tar.gz"
 WORK = ROOT / "var" / "conformance"
 CLUSTER, STREAM = "conformance", "/mapr/conformance/rdk"
 PARTITIONS = 4
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The broker-facing tests a Kafka 2.6-3.x cluster runs (no SSL, OAUTH, share groups,
 # fetch-from-follower or mock-only tests).
 TESTS = (
@@ -103,11 +106,13 @@ class Result:
 
 
 def _why(output: str) -> str:
-    for line in output.splitlines():
-        if "FAIL" in line or "TEST FAILURE" in line or "Test failure" in line:
-            return line.strip()[:300]
-    lines = [line for line in output.splitlines() if line.strip()]
-    return lines[-1].strip()[:300] if lines else "no output"
+    """The runner's reason for the first failure (its line after "TEST FAILURE"), or the last
+    line it printed."""
+    lines = [line.strip() for line in ANSI.sub("", output).splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.endswith("TEST FAILURE") and index + 2 < len(lines):
+            return f"{lines[index + 1]} {lines[index + 2]}"[:300]
+    return lines[-1][:300] if lines else "no output"
 
 
 def run_test(tests_dir: Path, test: str, env: dict[str, str], logs: Path,
@@ -154,15 +159,17 @@ def test_conf(path: Path, port: int, token: str) -> Path:
 def run_names(tests_dir: Path, names: str, args: argparse.Namespace) -> list[Result]:
     logs = WORK / "logs" / names
     logs.mkdir(parents=True, exist_ok=True)
-    portal = Portal(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
-                    "uvicorn")
+    server = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    portal = Portal(with_db(server, "postgres"), "uvicorn")  # it makes a scratch database
     listener = None
     try:
         token = start_portal(portal)
         prepare(portal, token, names)
         extra = ["--defaultstream", STREAM] if names == "listener" else []
         listener = Listener(portal.env, extra)
-        env = {**os.environ, "TEST_KAFKA_VERSION": args.kafka_version,
+        libraries = [str(tests_dir.parent / "src"), str(tests_dir.parent / "src-cpp")]
+        env = {**os.environ, "LD_LIBRARY_PATH": ":".join(libraries),
+               "TEST_KAFKA_VERSION": args.kafka_version,
                "TEST_CONSUMER_GROUP_PROTOCOL": args.group_protocol,
                "RDKAFKA_TEST_CONF": str(test_conf(logs / "test.conf", listener.port, token))}
         results = []

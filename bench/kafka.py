@@ -65,7 +65,7 @@ class Listener:
             [sys.executable, "manage.py", "runkafka", "--listen", f"127.0.0.1:{self.port}",
              *(args or [])],
             cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while "kafka listener ready" not in self.log.read_text(errors="replace"):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the listener did not start:\n{self.log.read_text()}")
@@ -78,7 +78,11 @@ class Listener:
     def stop(self, keep_log: Path | None = None) -> None:
         """Stop the listener; its log moves to `keep_log`, or is deleted."""
         self.process.terminate()
-        self.process.wait(timeout=15)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
         if keep_log is not None:
             self.log.replace(keep_log)
         self.log.unlink(missing_ok=True)

@@ -73,6 +73,8 @@ class Portal:
             "SECRET_KEY": secrets.token_urlsafe(50),
             "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
             "STREAMGATE_DATA_DIR": str(ROOT / "var" / "bench"),
+            # Its own Redis keys: listeners of another deployment must not read as its own.
+            "STREAMGATE_NAMESPACE": f"{self.name}:",
             "LOG_LEVEL": "WARNING",
         }
         self.port = _free_port()
@@ -101,13 +103,14 @@ class Portal:
         self.process = subprocess.Popen(
             [sys.executable, *(arg.format(port=self.port) for arg in self.command)],
             cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT)
-        for _ in range(100):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             try:
                 requests.get(f"{self.url}/rest/", timeout=self.probe_timeout)
                 return
             except requests.ConnectionError:
                 time.sleep(0.1)
-        raise RuntimeError("the portal did not start")
+        raise RuntimeError("the portal did not start within 60 s")
 
     def stop(self) -> None:
         if self.process:

@@ -26,6 +26,7 @@ from bench.chaos.topology import (
     held_by,
     held_through,
     origin_ends,
+    recovery_since,
     replica_ends,
     stalled,
 )
@@ -210,6 +211,7 @@ class Driver:
         say=print, stop=lambda: None, exit=lambda code: None))
     windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
     began: float = 0.0  # when faults began (time.monotonic())
+    last_held: dict = field(default_factory=dict)  # what a catch-up held, and when last
 
 
     def say(self, text: str) -> None:
@@ -319,6 +321,7 @@ class Driver:
             ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
             held = held_through(self.topology, catching_up()) if self.spark else frozenset()
             still = []
+        self.last_held.update(dict.fromkeys(held, now))
         for kind, at, clusters, before in self.pending:
             stuck = stalled(before, ends, origins, clusters, held)
             if not stuck:
@@ -326,7 +329,7 @@ class Driver:
                 continue
             still.append((kind, at, clusters, before))
             seconds = RECOVERY.get(kind, DEADLINE)
-            if now - at > seconds:
+            if now - recovery_since(at, before, self.last_held) > seconds:
                 self.watchdog.expire(
                     f"recovery from {kind} (injected {at - self.began:.1f} s into the faults): "
                     "replication moving again", seconds, at,

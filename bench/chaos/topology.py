@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,14 @@ def stalled(before: Ends, now: Ends, origins: Ends, clusters: set[str],
             out.append(f"{key[0]}:{key[1]} at {ends_now} as before, origin at "
                        f"{origins.get(key)}")
     return out
+
+
+def recovery_since(at: float, topics: Iterable[tuple[str, str]],
+                   last_held: Mapping[object, float]) -> float:
+    """When the recovery clock of a fault injected `at` starts for replica `topics`: then, or
+    later when a catch-up last held one of them (`held_through`): a held topic cannot move, so
+    its deadline runs from when it was let go."""
+    return max([at, *(last_held.get(k, 0.0) for key in topics for k in (key[0], key))])
 
 
 def held_through(topology: Topology, destinations: frozenset[str]) -> frozenset:

@@ -288,3 +288,17 @@ def test_a_catchup_holds_the_topics_that_pass_through_its_destination_and_no_oth
     origins = {(tokyo, t): {0: 9} for t in ("sf0", "sf1", "ny0", "ny1")}
     assert stalled(frozen, frozen, origins, {"tokyo"}, held) == [
         f"{tokyo}:{t} at {{0: 5}} as before, origin at {{0: 9}}" for t in ("ny0", "ny1")]
+
+
+def test_a_faults_recovery_deadline_runs_from_when_a_catchup_let_its_topics_go():
+    """Soak 11 of 27 Nov: Redis restarted at 300 s while a catch-up into tokyo held sf1; the
+    catch-up ended 105 s later, the gateways resumed, and the 60 s recovery deadline, counted
+    from the restart, fired 17 s after the topic was free to move."""
+    from bench.chaos.topology import recovery_since
+
+    tokyo = "/mapr/tokyo/activity"
+    topics = [(tokyo, "sf1"), (tokyo, "ny0")]
+    assert recovery_since(300.0, topics, {}) == 300.0
+    assert recovery_since(300.0, topics, {(tokyo, "sf1"): 405.0}) == 405.0  # a held topic
+    assert recovery_since(300.0, topics, {tokyo: 390.0, (tokyo, "sf9"): 500.0}) == 390.0
+    assert recovery_since(300.0, topics, {tokyo: 200.0}) == 300.0  # held before the fault
