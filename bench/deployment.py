@@ -29,7 +29,7 @@ TOPIC = "t"
 MESSAGES_DDL = """
 CREATE TABLE IF NOT EXISTS messages (
     pid integer NOT NULL, "offset" bigint NOT NULL, ts bigint NOT NULL, key bytea,
-    value bytea NOT NULL, headers bytea, origin uuid NOT NULL, producer text,
+    value bytea, headers bytea, origin uuid NOT NULL, producer text,
     PRIMARY KEY (pid, "offset"))
 """
 COLUMNS = 'pid, "offset", ts, key, value, headers, origin, producer'

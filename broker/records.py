@@ -339,8 +339,8 @@ def decode_records(
                 n, pos = slow(buf, pos)
             if n >= 0:
                 value, pos = buf[pos : pos + n], pos + n
-            else:
-                value = b""
+            else:  # length -1: a null value (a tombstone), kept apart from b""
+                value = None
             if buf[pos] == 0:  # no headers
                 headers: tuple = ()
                 pos += 1
@@ -364,7 +364,7 @@ def _headers(buf: bytes, pos: int) -> tuple[tuple, int]:
         name = buf[pos : pos + n].decode("utf-8", "replace")
         pos += n
         n, pos = _varint(buf, pos)
-        value = buf[pos : pos + n] if n >= 0 else b""
+        value = buf[pos : pos + n] if n >= 0 else None  # -1: a null header value
         pos += max(n, 0)
         headers.append((name, value))
     return tuple(headers), pos
@@ -409,12 +409,10 @@ def _encode_records(messages: Sequence[Message] | Sequence[Record], base_ts: int
     for delta, m in enumerate(messages):
         key, value, t = m.key, m.value, m.timestamp_ms
         t = 0 if t is None else t - base_ts
-        n = len(value)
         parts = [b"\x00", zz[t] if 0 <= t < small else _zigzag_bytes(t),
                  zz[delta] if delta < small else _zigzag_bytes(delta),
                  _MINUS_ONE if key is None else varint(len(key)) + key,
-                 zz[n] if n < small else _zigzag_bytes(n), value,
-                 _encode_headers(m.headers) if m.headers else b"\x00"]
+                 _encode_value(value), _encode_headers(m.headers) if m.headers else b"\x00"]
         body = b"".join(parts)
         n = len(body)
         append(zz[n] if n < small else _zigzag_bytes(n))
@@ -422,11 +420,19 @@ def _encode_records(messages: Sequence[Message] | Sequence[Record], base_ts: int
     return out
 
 
-def _encode_headers(headers: Sequence[tuple[str, bytes]]) -> bytes:
+def _encode_value(value: bytes | None) -> bytes:
+    """A value (a record's or a header's) with its length; None as length -1 (null)."""
+    if value is None:
+        return _MINUS_ONE
+    n = len(value)
+    return (_ZZ[n] if n < _SMALL else _zigzag_bytes(n)) + value
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     parts = [varint(len(headers))]
     for name, value in headers:
         raw = name.encode()
-        parts += (varint(len(raw)), raw, varint(len(value)), value)
+        parts += (varint(len(raw)), raw, _encode_value(value))
     return b"".join(parts)
 
 
@@ -437,13 +443,17 @@ def encode_rows(rows: Sequence[tuple]) -> bytes:
     zz, small, out, max_ts = _ZZ, _SMALL, [], base_ts
     append = out.append
     for off, ts, key, value, head, *_ in rows:
-        t, delta, n = ts - base_ts, off - base_offset, len(value)
+        t, delta = ts - base_ts, off - base_offset
         if ts > max_ts:
             max_ts = ts
+        if value is None:  # a null value (a tombstone): length -1, no bytes
+            length, value = _MINUS_ONE, b""
+        else:
+            n = len(value)
+            length = zz[n] if n < small else _zigzag_bytes(n)
         body = b"".join((b"\x00", zz[t] if 0 <= t < small else _zigzag_bytes(t),
                          zz[delta] if delta < small else _zigzag_bytes(delta),
-                         _MINUS_ONE if key is None else varint(len(key)) + key,
-                         zz[n] if n < small else _zigzag_bytes(n), value,
+                         _MINUS_ONE if key is None else varint(len(key)) + key, length, value,
                          _encode_headers(decode_headers(head)) if head else b"\x00"))
         n = len(body)
         append(zz[n] if n < small else _zigzag_bytes(n))

@@ -80,5 +80,5 @@ def traffic_totals(direction: str, streams: Iterable[UUID]) -> dict[UUID, tuple[
 
 
 def count_consumed(*, stream: UUID, messages: Sequence[Message]) -> None:
-    nbytes = sum(len(m.value) + len(m.key or b"") for m in messages)
+    nbytes = sum(len(m.value or b"") + len(m.key or b"") for m in messages)
     count_traffic(direction=CONSUMED, stream=stream, messages=len(messages), nbytes=nbytes)

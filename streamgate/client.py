@@ -60,20 +60,25 @@ ERRNO_OF_STATUS = {400: errno.EINVAL, 401: errno.EACCES, 403: errno.EPERM, 404: 
                    409: errno.EEXIST, 501: errno.EOPNOTSUPP, 503: errno.EAGAIN}
 
 
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
+def _b64(raw: bytes | str | None) -> str | None:
+    """Bytes (or text, as UTF-8) in base64; None stays None: Kafka's null, apart from b""."""
+    if raw is None:
+        return None
+    return base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
 
 
 def encode_record(record: Mapping[str, Any]) -> Row:
-    """A record with bytes (or str) key, value and header values, for the produce body."""
-    def raw(value: bytes | str) -> bytes:
-        return value.encode() if isinstance(value, str) else value
-
-    body: Row = {"value": _b64(raw(record["value"]))}
+    """A record with bytes (or str) key, value and header values, for the produce body; a
+    value of None is a null value (a tombstone), b"" an empty one."""
+    body: Row = {"value": _b64(record["value"])}
     if record.get("key") is not None:
-        body["key"] = _b64(raw(record["key"]))
+        body["key"] = _b64(record["key"])
     if record.get("headers"):
-        body["headers"] = {k: _b64(raw(v)) for k, v in record["headers"].items()}
+        body["headers"] = {k: _b64(v) for k, v in record["headers"].items()}
     for name in ("partition", "timestamp"):
         if record.get(name) is not None:
             body[name] = record[name]
@@ -81,13 +86,12 @@ def encode_record(record: Mapping[str, Any]) -> Row:
 
 
 def decode_message(message: Row) -> Row:
-    """A consumed message with key, value and header values back as bytes."""
-    unb64 = base64.b64decode
+    """A consumed message with key, value and header values back as bytes (None: null)."""
     return {
         **message,
-        "key": None if message["key"] is None else unb64(message["key"]),
-        "value": unb64(message["value"]),
-        "headers": {k: unb64(v) for k, v in message["headers"].items()},
+        "key": _unb64(message["key"]),
+        "value": _unb64(message["value"]),
+        "headers": {k: _unb64(v) for k, v in message["headers"].items()},
     }
 
 

@@ -1,6 +1,7 @@
 """Produce, consume and consumer cursors: `streams/<uuid>/topics/<name>/messages/` and
 `.../cursors/`. Records travel as JSON; keys, values and header values are UTF-8 text or
-base64 (`"encoding": "base64"`), so any bytes round-trip exactly.
+base64 (`"encoding": "base64"`), so any bytes round-trip exactly, and JSON null for Kafka's
+null (a null value is a tombstone; "" is an empty value, a different thing).
 
 Parsing stays a plain loop over dicts rather than a DRF serializer: a produce carries up to
 10,000 records, and a serializer per record would cost more than storing them.
@@ -39,10 +40,11 @@ def _decoder(encoding: str) -> Callable[[str], bytes]:
     return str.encode
 
 
-def _encoder(encoding: str) -> Callable[[bytes], str]:
+def _encoder(encoding: str) -> Callable[[bytes | None], str | None]:
+    """Bytes as text in `encoding`; None (Kafka's null) as JSON null."""
     if encoding == "base64":
-        return lambda raw: base64.b64encode(raw).decode()
-    return lambda raw: raw.decode("utf-8", errors="backslashreplace")
+        return lambda raw: None if raw is None else base64.b64encode(raw).decode()
+    return lambda raw: None if raw is None else raw.decode("utf-8", errors="backslashreplace")
 
 
 def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
@@ -62,10 +64,11 @@ def _record(item: Any, decode: Callable[[str], bytes]) -> Record:
     for number in (partition, timestamp):
         if number is not None and (type(number) is not int or number < 0):
             raise ValueError("partition and timestamp are whole numbers, 0 or more")
+    value = item["value"]
     return Record(
-        value=decode(item["value"]),
+        value=None if value is None else decode(value),
         key=None if key is None else decode(key),
-        headers=tuple((str(k), decode(v)) for k, v in headers.items()),
+        headers=tuple((str(k), None if v is None else decode(v)) for k, v in headers.items()),
         partition=partition,
         timestamp_ms=timestamp,
     )
@@ -101,13 +104,13 @@ def parse_records(body: Any) -> tuple[list[Record], str | None]:
     return records, producer
 
 
-def render(message: Message, encode: Callable[[bytes], str]) -> dict[str, Any]:
+def render(message: Message, encode: Callable[[bytes | None], str | None]) -> dict[str, Any]:
     return {
         "partition": message.partition,
         "offset": message.offset,
         "timestamp": message.timestamp_ms,
         "key": None if message.key is None else encode(message.key),
-        "value": encode(message.value),
+        "value": encode(message.value),  # null for a null value, "" for an empty one
         "headers": {name: encode(value) for name, value in message.headers},
         "origin": str(message.origin),
         "producer": message.producer,
@@ -153,9 +156,12 @@ class ORJSONRenderer(JSONRenderer):
 
 
 class RecordSerializer(serializers.Serializer):
-    value = serializers.CharField(help_text="UTF-8 text, or base64 with encoding base64")
-    key = serializers.CharField(required=False)
-    headers = serializers.DictField(child=serializers.CharField(), required=False)
+    value = serializers.CharField(allow_null=True, allow_blank=True,
+                                  help_text="UTF-8 text, or base64 with encoding base64; null "
+                                  "for a null value (a tombstone), apart from \"\" (empty)")
+    key = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+    headers = serializers.DictField(child=serializers.CharField(allow_null=True),
+                                    required=False)
     partition = serializers.IntegerField(min_value=0, required=False)
     timestamp = serializers.IntegerField(min_value=0, required=False,
                                          help_text="epoch milliseconds")

@@ -118,7 +118,8 @@ def layout_apply(runs: dict[Key, list[Message]], pids: dict[Key, int], emit: Emi
         pid, nbytes = pids[key], 0
         for m in run:
             head = encode_headers(m.headers) if m.headers else None
-            nbytes += len(m.value) + (len(m.key) if m.key else 0) + (len(head) if head else 0)
+            nbytes += ((len(m.value) if m.value else 0) + (len(m.key) if m.key else 0)
+                       + (len(head) if head else 0))
             emit((pid, m.offset, m.timestamp_ms, m.key, m.value, head, m.origin.bytes, m.producer))
         ends[pid] = (run[-1].offset + 1, len(run), nbytes)
     return ends

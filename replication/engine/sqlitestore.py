@@ -33,6 +33,20 @@ from replication.engine.store import (
 )
 from replication.engine.storebase import MessageStore
 
+# value NULL: Kafka's null value (a tombstone), kept apart from an empty one.
+MESSAGES = """
+CREATE TABLE IF NOT EXISTS {name} (
+    pid INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    key BLOB,
+    value BLOB,
+    headers BLOB,
+    origin BLOB NOT NULL,
+    producer TEXT,
+    PRIMARY KEY (pid, "offset")
+) WITHOUT ROWID;
+"""
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
@@ -45,18 +59,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     rows INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE (stream, topic, partition)
-);
-CREATE TABLE IF NOT EXISTS messages (
-    pid INTEGER NOT NULL,
-    "offset" INTEGER NOT NULL,
-    ts INTEGER NOT NULL,
-    key BLOB,
-    value BLOB NOT NULL,
-    headers BLOB,
-    origin BLOB NOT NULL,
-    producer TEXT,
-    PRIMARY KEY (pid, "offset")
-) WITHOUT ROWID;
+);""" + MESSAGES.format(name="messages") + """
 CREATE TABLE IF NOT EXISTS replication_cursors (
     pid INTEGER NOT NULL,
     link TEXT NOT NULL,
@@ -113,20 +116,31 @@ ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", e
 # Stores made before commits kept their metadata gain the column on open.
 CURSOR_COLUMNS = "SELECT name FROM pragma_table_info('consumer_cursors')"
 CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN metadata BLOB"
+# A row's logical bytes (key, value, headers; NULLs count 0), as `record_size` counts them.
+SIZE = "coalesce(length(value), 0) + coalesce(length(key), 0) + coalesce(length(headers), 0)"
 # As the PostgreSQL store's READ: stops at max_bytes (the last parameter) in the store.
-READ = """
+READ = f"""
 SELECT "offset", ts, key, value, headers, origin, producer, size FROM (
     SELECT *, sum(size) OVER (ORDER BY "offset") AS upto FROM (
-        SELECT "offset", ts, key, value, headers, origin, producer,
-            length(value) + coalesce(length(key), 0) + coalesce(length(headers), 0) AS size
+        SELECT "offset", ts, key, value, headers, origin, producer, {SIZE} AS size
         FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?)
 ) WHERE upto <= ? OR upto = size ORDER BY "offset"
 """
-EXPIRE_SIZE = """
-SELECT count(*), coalesce(sum(length(value) + coalesce(length(key), 0)
-    + coalesce(length(headers), 0)), 0)
+EXPIRE_SIZE = f"""
+SELECT count(*), coalesce(sum({SIZE}), 0)
 FROM messages WHERE pid = ? AND "offset" >= ? AND "offset" < ?
 """
+# A store made before null values were kept has `value BLOB NOT NULL`, which SQLite cannot
+# drop: the table is made again without it and the rows copied over, in one transaction
+# (sqlite.org/lang_altertable.html, "making other kinds of table schema changes").
+VALUE_NOT_NULL = "SELECT \"notnull\" FROM pragma_table_info('messages') WHERE name = 'value'"
+REBUILD = (
+    MESSAGES.format(name="messages_upgraded"),
+    'INSERT INTO messages_upgraded SELECT pid, "offset", ts, key, value, headers, origin, '
+    'producer FROM messages ORDER BY pid, "offset"',
+    "DROP TABLE messages",
+    "ALTER TABLE messages_upgraded RENAME TO messages",
+)
 
 
 class SqliteStore(MessageStore):
@@ -145,7 +159,13 @@ class SqliteStore(MessageStore):
         self._upgrade()
 
     def _upgrade(self) -> None:
+        """Allow null values in a store made before they were kept (once: the check runs
+        under the write lock, so two processes opening the store rebuild it once), and give
+        consumer cursors their metadata column in one made before commits kept it."""
         with self._writing() as conn:
+            if conn.execute(VALUE_NOT_NULL).fetchone()[0]:
+                for statement in REBUILD:
+                    conn.execute(statement)
             if "metadata" not in {r[0] for r in conn.execute(CURSOR_COLUMNS)}:
                 conn.execute(CURSOR_METADATA_ADD)
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from replication.engine.producers import ProducerBatch
 
 Key = tuple[str, int]  # (topic, partition)
+# Header values may be null too (Kafka's header value length -1), kept apart from b"".
+Headers = tuple[tuple[str, bytes | None], ...]
 CursorKey = tuple[str, str, int]  # (group, topic, partition)
 
 
@@ -41,9 +43,9 @@ class Record:
     """What a producer hands in. Not frozen: a produce builds thousands of these per batch, and
     a frozen dataclass's `__init__` costs four times as much (`object.__setattr__` per field)."""
 
-    value: bytes
+    value: bytes | None  # None: Kafka's null value (a tombstone), apart from b""
     key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: Headers = ()
     partition: int | None = None
     timestamp_ms: int | None = None  # create time; None -> now
 
@@ -57,8 +59,8 @@ class Message:
     offset: int
     timestamp_ms: int
     key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
+    value: bytes | None
+    headers: Headers
     origin: UUID
     producer: str | None
 
@@ -92,8 +94,8 @@ class _MessageBuilder:
         offset: int,
         timestamp_ms: int,
         key: bytes | None,
-        value: bytes,
-        headers: tuple[tuple[str, bytes], ...],
+        value: bytes | None,
+        headers: Headers,
         origin: UUID,
         producer: str | None,
     ) -> None:
@@ -282,7 +284,7 @@ def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
             f"partition {wrong} does not exist: the topic has partitions 0..{partitions - 1}"
         )
     runs, totals, at = [], {}, 0
-    sizes = list(map(len, map(attrgetter("value"), records)))
+    sizes = value_sizes(records)
     for p, group in groupby(parts):
         n = len(list(group))
         runs.append((p, n))
@@ -294,7 +296,7 @@ def _plan_named(records: Sequence[Record], parts: list[int], partitions: int,
 
 def _plan_round_robin(records: Sequence[Record], partitions: int, counter: int) -> Plan:
     """Sticky runs (STICKY_RUN): a call of up to a run's size goes to one partition whole."""
-    sizes = list(map(len, map(attrgetter("value"), records)))
+    sizes = value_sizes(records)
     runs, parts, totals = [], [], {}
     for run, at in enumerate(range(0, len(sizes), STICKY_RUN)):
         p, share = (counter + run) % partitions, sizes[at : at + STICKY_RUN]
@@ -305,40 +307,62 @@ def _plan_round_robin(records: Sequence[Record], partitions: int, counter: int) 
     return Plan(parts, totals, counter + len(runs), plain=True, runs=runs)
 
 
-def record_size(record: Record) -> int:
-    """Logical bytes: key + value + encoded headers (what `sizes()` reports as logicalsize)."""
-    size = len(record.value) + (len(record.key) if record.key else 0)
+def record_size(record: Record | Message) -> int:
+    """Logical bytes: key + value + encoded headers (what `sizes()` reports as logicalsize);
+    a null key or value counts 0 bytes, as the stores' coalesce(octet_length(...), 0) do."""
+    size = (len(record.value) if record.value else 0) + (len(record.key) if record.key else 0)
     return size + headers_size(record.headers) if record.headers else size
+
+
+def value_sizes(records: Sequence[Record]) -> list[int]:
+    """Each record's value length, a null value 0. `map(len)` runs in C for the common batch;
+    a null (a tombstone) makes it raise, and only then is each value looked at in Python."""
+    values = list(map(attrgetter("value"), records))
+    try:
+        return list(map(len, values))
+    except TypeError:
+        return [0 if value is None else len(value) for value in values]
 
 
 # --- headers ---------------------------------------------------------------------------------
 
 _HEAD = struct.Struct(">HI")  # name length, value length; then the name (UTF-8) and the value
+# A null header value's length: no stored value comes near 4 GiB, so headers stored before
+# nulls were kept read back as they did.
+NULL_LENGTH = 0xFFFFFFFF
 
 
-def headers_size(headers: Iterable[tuple[str, bytes]]) -> int:
+def headers_size(headers: Iterable[tuple[str, bytes | None]]) -> int:
     """len(encode_headers(headers)) without encoding them."""
-    return sum(_HEAD.size + len(name.encode()) + len(value) for name, value in headers)
+    return sum(_HEAD.size + len(name.encode()) + (len(value) if value else 0)
+               for name, value in headers)
 
 
-def encode_headers(headers: Iterable[tuple[str, bytes]]) -> bytes | None:
+def encode_headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes | None:
     """Length-prefixed pairs; None for no headers, so the common case stores a NULL."""
     parts = []
     for name, value in headers:
         raw = name.encode()
-        parts += (_HEAD.pack(len(raw), len(value)), raw, bytes(value))
+        if value is None:
+            parts += (_HEAD.pack(len(raw), NULL_LENGTH), raw)
+        else:
+            parts += (_HEAD.pack(len(raw), len(value)), raw, bytes(value))
     return b"".join(parts) if parts else None
 
 
-def decode_headers(blob: bytes | None) -> tuple[tuple[str, bytes], ...]:
+def decode_headers(blob: bytes | None) -> Headers:
     if not blob:
         return ()
-    out, pos, view = [], 0, memoryview(blob)
+    out: list[tuple[str, bytes | None]] = []
+    pos, view = 0, memoryview(blob)
     while pos < len(blob):
         nlen, vlen = _HEAD.unpack_from(blob, pos)
         pos += _HEAD.size
         name = str(view[pos : pos + nlen], "utf-8")
         pos += nlen
+        if vlen == NULL_LENGTH:
+            out.append((name, None))
+            continue
         out.append((name, bytes(view[pos : pos + vlen])))
         pos += vlen
     return tuple(out)

@@ -83,7 +83,9 @@ def _ranges(stream: Stream, topic: Topic, q: BrowseQuery) -> dict[int, tuple[int
 
 
 def _matches(m: Message, key: bytes, text: bytes) -> bool:
-    return (not key or (m.key is not None and key in m.key)) and (not text or text in m.value)
+    if key and (m.key is None or key not in m.key):
+        return False
+    return not text or (m.value is not None and text in m.value)  # a null value holds no text
 
 
 def _scan(actor: AbstractBaseUser, stream: Stream, q: BrowseQuery, partition: int,

@@ -28,6 +28,7 @@ from replication.engine.store import (
     Record,
     UnknownTopic,
     record_size,
+    value_sizes,
 )
 from replication.errors import (
     Hint,
@@ -316,7 +317,7 @@ def _check_write(write: PartitionWrite, topic: Topic) -> None:
     if any(map(attrgetter("key"), records)) or any(map(attrgetter("headers"), records)):
         sizes = list(map(record_size, records))
     else:  # the common batch: values only, measured without a Python call per record
-        sizes = list(map(len, map(attrgetter("value"), records)))
+        sizes = value_sizes(records)
     largest = max(sizes)
     if largest > limit:
         raise TooLarge(f"record {sizes.index(largest)} is {largest} bytes, over the maximum "

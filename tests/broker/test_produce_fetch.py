@@ -75,6 +75,22 @@ def test_confluent_produces_and_consumes_with_every_codec_keys_and_headers(kafka
         r.partition() for _, r in reports if r.key() == b"k3"}
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_null_value_and_an_empty_one_come_back_as_produced(kafka, topic, codec):
+    """librdkafka's 0070 and 0073 in miniature: null and empty values, keys and header
+    values, each kept apart through produce, the store and fetch."""
+    sent = [(None, None, None, 0), (b"", None, None, 0), (None, b"", [("n", None)], 0),
+            (b"", b"k", [("e", b""), ("n", None)], 0), (b"v", None, None, 0)]
+    reports = produce(kafka.confluent(), sent, **{"compression.codec": codec})
+    assert [err for err, _ in reports] == [None] * len(sent)
+    got = consume(kafka.confluent(), len(sent), partitions=[0])
+    assert [(m.value(), m.key(), m.headers()) for m in got] == [
+        (v, k, h) for v, k, h, _ in sent]
+    stored = store_for(topic.stream.cluster).read(topic.stream.uuid, "orders", 0, 0)
+    assert [(m.value, m.key, list(m.headers) or None) for m in stored] == [
+        (v, k, h) for v, k, h, _ in sent]
+
+
 def test_list_offsets_earliest_latest_and_by_time(kafka, topic):
     produce(kafka.confluent(), [(b"x", None, None, 1)] * 5)
     consumer = Consumer({**kafka.confluent(), "group.id": "lo"})

@@ -34,10 +34,10 @@ COMPRESSED = sorted(set(CODECS.values()) - {0})
 _records = st.lists(
     st.builds(
         Record,
-        value=st.binary(max_size=300),
+        value=st.none() | st.binary(max_size=300),  # None: a null value, apart from b""
         key=st.none() | st.binary(max_size=40),
-        headers=st.lists(st.tuples(st.text(max_size=10), st.binary(max_size=20)), max_size=3)
-        .map(tuple),
+        headers=st.lists(st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)),
+                         max_size=3).map(tuple),
         timestamp_ms=st.integers(0, 1 << 42),
     ),
     min_size=1,
@@ -127,15 +127,17 @@ def test_random_bytes_never_decode_to_anything_but_corrupt(junk: bytes) -> None:
 def test_store_rows_encode_as_a_batch_with_their_offsets_and_headers() -> None:
     from replication.engine.store import encode_headers
 
-    rows = [(7 + i, 1000 + i * 3, b"k" if i % 2 else None, b"v%d" % i,
-             encode_headers([("h", b"%d" % i)]) if i == 2 else None, b"o" * 16, None, 2)
+    values = [b"v0", None, b"", b"v3"]  # a null value (a tombstone) and an empty one
+    rows = [(7 + i, 1000 + i * 3, b"k" if i % 2 else None, values[i],
+             encode_headers([("h", b"%d" % i), ("n", None)]) if i == 2 else None, b"o" * 16,
+             None, 2)
             for i in range(4)]
     raw = encode_rows(rows)
     assert struct.unpack_from(">q", raw)[0] == 7
     (batch,) = decode_batches(raw)
     assert [(r.key, r.value, r.timestamp_ms) for r in batch.records] == [
-        (None, b"v0", 1000), (b"k", b"v1", 1003), (None, b"v2", 1006), (b"k", b"v3", 1009)]
-    assert batch.records[2].headers == (("h", b"2"),)
+        (None, b"v0", 1000), (b"k", None, 1003), (None, b"", 1006), (b"k", b"v3", 1009)]
+    assert batch.records[2].headers == (("h", b"2"), ("n", None))
     assert batch.max_timestamp == 1009
 
 

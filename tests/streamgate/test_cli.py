@@ -207,6 +207,14 @@ def test_consume_with_a_group_resumes_where_it_committed(cli, alice):
     assert [r["value"] for r in second] == ["b"]
 
 
+def test_a_null_value_is_produced_and_consumed_as_json_null_apart_from_an_empty_one(cli, alice):
+    cli(alice, f"produce -path {SF}:clicks -partition 0 -format json",
+        stdin='{"value": null, "key": "k", "headers": {"h": null}}\n{"value": ""}\n')
+    consumed = json_lines(cli(alice, f"consume -path {SF}:clicks -partition 0"))
+    assert [(r["value"], r["key"], r.get("headers")) for r in consumed] == [
+        (None, "k", {"h": None}), ("", None, None)]
+
+
 def test_produce_refuses_bad_json_lines(live_server, alice):
     failed = streamgate(live_server.url, alice, f"produce -path {SF}:clicks -format json",
                         stdin="not json\n")

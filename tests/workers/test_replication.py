@@ -128,6 +128,21 @@ def test_primary_secondary_end_to_end(replicating):
     assert ReplicaLink.objects.get().last_progress is not None
 
 
+def test_null_values_reach_the_replica_through_the_gateways_apart_from_empty_ones(
+        replicating, owner):
+    source, replica, produce = replicating
+    values = [None, b"", b"v", None] * 25  # tombstones among empty and plain values
+    placed = messages_produce(actor=owner, stream=source, topic="clicks", records=[
+        Record(value, headers=(("id", b"null-%d" % i), ("gone", None)), partition=0)
+        for i, value in enumerate(values)])
+    for partition, offset in placed:
+        produce.acked.setdefault(("clicks", partition), set()).add(offset)
+    wait_replicated(produce, replica)  # the checker compares every field, values included
+    got = store_for(replica.cluster).read(replica.uuid, "clicks", 0, 0)
+    assert [m.value for m in got] == values
+    assert {m.headers[1] for m in got} == {("gone", None)}
+
+
 def test_new_data_wakes_the_replicator_promptly(replicating):
     _source, replica, produce = replicating
     produce(1)

@@ -24,6 +24,7 @@ from replication.engine.store import (
     Message,
     StoreError,
     encode_headers,
+    record_size,
 )
 from replication.engine.storebase import MessageStore
 from workers.spark import pg
@@ -160,7 +161,7 @@ class _Generic:
             applied = dst.apply(self.streams[1], batch, link=self.work.link or "copystream",
                                 origin_low={key: r.origin_low})
             count += applied.count
-            size += sum(map(_size, batch[len(batch) - applied.count:]))
+            size += sum(map(record_size, batch[len(batch) - applied.count:]))
             offset = batch[-1].offset + 1
         return count, size
 
@@ -219,8 +220,6 @@ def _read(src: MessageStore, stream: UUID, r: Range, offset: int, hi: int) -> li
     return src.read(stream, r.topic, r.partition, offset, limit=limit, max_bytes=64 << 20)
 
 
-def _size(m: Message) -> int:
-    return len(m.value) + (len(m.key) if m.key else 0) + len(encode_headers(m.headers) or b"")
 
 
 # --- diff ------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from replication.engine.pg.schema import (
     CURSOR_METADATA_MISSING,
     SCHEMA,
     SCHEMA_LOCK,
+    VALUE_DROP_NOT_NULL,
+    VALUE_NOT_NULL,
     configure_connection,
 )
 from replication.engine.store import Key
@@ -53,6 +55,8 @@ class Catalog(MessageStore):
             conn.execute(SCHEMA)
             if conn.execute(CURSOR_METADATA_MISSING).fetchone()[0]:
                 conn.execute(CURSOR_METADATA_ADD)
+            if conn.execute(VALUE_NOT_NULL).fetchone()[0]:  # a store made before null values
+                conn.execute(VALUE_DROP_NOT_NULL)
 
     def _reading(self) -> AbstractContextManager[psycopg.Connection]:
         return self._pool.connection()

@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS messages (
     "offset" bigint NOT NULL,
     ts bigint NOT NULL,
     key bytea,
-    value bytea NOT NULL,
+    value bytea,  -- NULL: Kafka's null value (a tombstone), kept apart from an empty one
     headers bytea,
     origin uuid NOT NULL,
     producer text,
@@ -87,6 +87,17 @@ SELECT NOT EXISTS (SELECT 1 FROM information_schema.columns
     AND column_name = 'metadata')
 """
 CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN IF NOT EXISTS metadata bytea"
+# A store made before null values were kept has `value bytea NOT NULL`: dropped on open, once
+# (the catalog looks first: ALTER TABLE takes an exclusive lock even when there is nothing to
+# drop, and every store open would queue behind the appends in flight).
+VALUE_NOT_NULL = """
+SELECT a.attnotnull FROM pg_attribute a
+WHERE a.attrelid = 'messages'::regclass AND a.attname = 'value'
+"""
+VALUE_DROP_NOT_NULL = "ALTER TABLE messages ALTER COLUMN value DROP NOT NULL"
+# A row's logical bytes (key, value, headers; NULLs count 0), as `record_size` counts them.
+SIZE = ("coalesce(octet_length(value), 0) + coalesce(octet_length(key), 0) "
+        "+ coalesce(octet_length(headers), 0)")
 SCHEMA_LOCK = 0x5367_5374  # advisory lock: stores opening at once create the schema once
 
 COPY_IN = (
@@ -160,8 +171,7 @@ READ = """
 SELECT "offset", ts, key, value, headers, uuid_send(origin), producer, size FROM (
     SELECT "offset", ts, key, value, headers, origin, producer, size,
         sum(size) OVER (ORDER BY "offset") AS upto
-    FROM (SELECT *, octet_length(value) + coalesce(octet_length(key), 0)
-            + coalesce(octet_length(headers), 0) AS size
+    FROM (SELECT *, """ + SIZE + """ AS size
         FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s) ranged
 ) summed WHERE upto <= %s OR upto = size ORDER BY "offset"
 """
@@ -191,8 +201,7 @@ WITH i AS (
     INSERT INTO messages (pid, "offset", ts, key, value, headers, origin, producer)
     SELECT %(rpid)s, "offset", ts, key, value, headers, origin, producer FROM messages
     WHERE pid = %(pid)s AND "offset" >= %(start)s AND "offset" < %(end)s ORDER BY "offset"
-    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0) AS size)
+    RETURNING """ + SIZE + """ AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM i
 """
 ADVANCE_PIPED = """
@@ -216,8 +225,7 @@ def piped_bytes(relayed: Relayed) -> int:
 
 EXPIRE_DELETE = """
 WITH d AS (DELETE FROM messages WHERE pid = %s AND "offset" >= %s AND "offset" < %s
-    RETURNING octet_length(value) + coalesce(octet_length(key), 0)
-        + coalesce(octet_length(headers), 0) AS size)
+    RETURNING """ + SIZE + """ AS size)
 SELECT count(*), coalesce(sum(size), 0) FROM d
 """
 def configure_connection(conn: psycopg.Connection) -> None:

@@ -3,7 +3,9 @@ import base64
 import pytest
 from django.test import Client
 
+from replication.engine import Record
 from replication.services import topic_create
+from replication.stores import store_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,6 +41,35 @@ def test_produce_base64_round_trips_any_bytes(api, owner, activity, clicks):
     api(owner).post(messages_url(activity), body, format="json")
     got = api(owner).get(messages_url(activity)).json()["messages"]
     assert base64.b64decode(got[0]["value"]) == raw
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "base64"])
+def test_a_null_value_is_produced_and_read_as_json_null_apart_from_an_empty_one(
+        api, owner, activity, clicks, encoding):
+    key = "k" if encoding == "utf-8" else base64.b64encode(b"k").decode()
+    records = [{"value": None, "partition": 0, "headers": {"gone": None, "empty": ""}},
+               {"value": "", "partition": 0},
+               {"value": None, "key": key, "partition": 0}]
+    response = api(owner).post(messages_url(activity), {"encoding": encoding,
+                                                        "records": records}, format="json")
+    assert response.status_code == 201, response.json()
+    got = api(owner).get(messages_url(activity), {"encoding": encoding}).json()["messages"]
+    assert [m["value"] for m in got] == [None, "", None]
+    assert got[0]["headers"] == {"gone": None, "empty": ""}
+    assert [m["key"] for m in got] == [None, None, key]
+    stored = store_for(activity.cluster).read(activity.uuid, "clicks", 0, 0)
+    assert [m.value for m in stored] == [None, b"", None]
+
+
+def test_a_null_stored_by_a_kafka_client_reads_as_json_null(api, owner, activity, clicks):
+    """What the Kafka listener writes for a tombstone (value length -1): a None value."""
+    store = store_for(activity.cluster)
+    store.ensure_topic(activity.uuid, "clicks", 2)
+    store.append(activity.uuid, "clicks", [Record(None, key=b"user-1", partition=1),
+                                           Record(b"", partition=1)], origin=activity.uuid)
+    for encoding in ("base64", "utf-8"):
+        got = api(owner).get(messages_url(activity), {"partition": 1, "encoding": encoding})
+        assert [m["value"] for m in got.json()["messages"]] == [None, ""]
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,19 @@ def test_values_as_pretty_json_or_hex_with_headers_and_origin(owner, activity, o
     assert "7b 22 6e 22" in page  # {"n"
 
 
+def test_a_null_value_shows_as_null_and_text_filters_pass_it_by(owner, activity, orders):
+    messages_produce(actor=owner, stream=activity, topic="orders", records=[
+        Record(None, key=b"gone", partition=0, headers=(("why", None),)),
+        Record(b"", key=b"blank", partition=0)])
+    client = signed_in(owner)
+    page = browse(client, activity, partition=0, from_offset=10, order="oldest")
+    assert shown(page) == ["0:10", "0:11"]
+    null, empty = page.split('<tr data-offset="0:11"')
+    assert 'class="muted null"' in null and "why=<span" in null
+    assert 'class="muted null"' not in empty and '<pre class="text" title="text"></pre>' in empty
+    assert shown(browse(client, activity, text="paris", partition=0, from_offset=10)) == []
+
+
 def test_replicated_messages_name_their_origin_stream(owner, activity, activity_ny, orders):
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)

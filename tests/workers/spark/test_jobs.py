@@ -125,23 +125,57 @@ def test_diffstreams_finds_the_first_difference_and_repair_fixes_it(spark, store
     assert_equal(opened, src, dst)
 
 
+def test_null_values_copy_as_null_and_diffstreams_tells_them_from_empty_ones(spark, stores):
+    urls, opened = stores
+    src, dst = uuid.uuid4(), uuid.uuid4()
+    fill(opened[0], src, 100)
+    nulls = [None, b"", None, b"x"]
+    first = opened[0].append(src, "orders", [Record(v, headers=(("id", b"null-%d" % i),
+                                                                ("gone", None)))
+                                             for i, v in enumerate(nulls)], origin=src)[0][1]
+    copystream(spark, spec_of(urls, src, dst))
+    assert_equal(opened, src, dst)  # the checker and the partitions' byte counters
+    got = opened[1].read(dst, "orders", 0, first)
+    assert [(m.value, m.headers[1]) for m in got] == [(v, ("gone", None)) for v in nulls]
+    assert diffstreams(spark, spec_of(urls, src, dst))["equal"]
+
+    set_value(urls[1], dst, "orders", 0, first + 2, b"")  # a null become empty: 0 bytes both
+    result = diffstreams(spark, spec_of(urls, src, dst))
+    firsts = {(p["topic"], p["partition"]): p["firstDifference"] for p in result["partitions"]}
+    assert result["differing"] == 1 and firsts[("orders", 0)] == first + 2
+
+
+def set_value(url: str, stream: uuid.UUID, topic: str, partition: int, offset: int,
+              value: bytes | None) -> None:
+    """Overwrite one stored value behind the store's back."""
+    update_value(url, (stream, topic, partition, offset), ("?", "%s"), (value,))
+
+
 def corrupt(url: str, stream: uuid.UUID, topic: str, partition: int, offset: int) -> None:
     """Change one stored value's first byte behind the store's back, as a disk or a bug
     would (its length stays, so the partition's byte counters stay true)."""
-    where = ('"offset" = {o} AND pid = (SELECT id FROM partitions WHERE stream = {s} '
-             "AND topic = {t} AND partition = {p})")
+    update_value(url, (stream, topic, partition, offset),
+                 ("CAST(x'00' || substr(value, 2) AS BLOB)",
+                  "'\\x00'::bytea || substring(value from 2)"))
+
+
+def update_value(url: str, where: tuple[uuid.UUID, str, int, int], assign: tuple[str, str],
+                 args: tuple = ()) -> None:
+    """UPDATE one message's value to `assign` (SQLite's spelling, PostgreSQL's) at `where`
+    (stream, topic, partition, offset)."""
+    stream, topic, partition, offset = where
+    match = ('"offset" = {0} AND pid = (SELECT id FROM partitions WHERE stream = {0} '
+             "AND topic = {0} AND partition = {0})")
     if url.startswith("sqlite"):
         import sqlite3
 
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            conn.execute("UPDATE messages SET value = CAST(x'00' || substr(value, 2) AS BLOB) "
-                         "WHERE " + where.format(o="?", s="?", t="?", p="?"),
-                         (offset, stream.bytes, topic, partition))
+            conn.execute(f"UPDATE messages SET value = {assign[0]} WHERE " + match.format("?"),
+                         (*args, offset, stream.bytes, topic, partition))
         return
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE messages SET value = '\\x00'::bytea || substring(value from 2) "
-                     "WHERE " + where.format(o="%s", s="%s", t="%s", p="%s"),
-                     (offset, stream, topic, partition))
+        conn.execute(f"UPDATE messages SET value = {assign[1]} WHERE " + match.format("%s"),
+                     (*args, offset, stream, topic, partition))
 
 
 def test_copy_killed_mid_job_and_run_again_ends_equal(db, spark):
