@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker import errors
-from broker.apis.metadata import CLUSTER_ID, DESCRIBE, NO_OPERATIONS
+from broker.apis.metadata import CLUSTER_ID, CLUSTER_OPERATIONS, NO_OPERATIONS
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
@@ -26,7 +26,7 @@ async def describe_cluster(session: Session, header: RequestHeader, request: Any
                          "a listener describes brokers only (endpoint type 1): there are no "
                          "controllers to describe")
     nodes = session.listener.live_nodes()
-    operations = (1 << DESCRIBE if request.include_cluster_authorized_operations
+    operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else NO_OPERATIONS)
     return build(response_class(request), throttle_time=0, error_code=errors.NONE,
                  cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id,

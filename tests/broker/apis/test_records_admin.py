@@ -123,7 +123,8 @@ def test_describe_cluster_shows_the_live_listeners(kafka):
     ports = sorted(node.port for node in cluster.nodes)
     assert ports == sorted(int(b.rsplit(":", 1)[1]) for b in (kafka.bootstrap, second))
     assert cluster.controller.id in {node.id for node in cluster.nodes}
-    assert [op.name for op in cluster.authorized_operations] == ["DESCRIBE"]
+    assert sorted(op.name for op in cluster.authorized_operations) == [
+        "DESCRIBE", "DESCRIBE_CONFIGS", "IDEMPOTENT_WRITE"]
     py = KafkaAdminClient(**kafka.kafka_python())
     try:
         described = py.describe_cluster()
