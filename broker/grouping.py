@@ -1,5 +1,11 @@
 """What the group and offset handlers share: the listener's coordinator and board, the
-tenant-scoped group key of a connection's user, and which listener coordinates a group."""
+tenant-scoped group key of a connection's user, which listener coordinates a group, and the
+groups a user sees.
+
+A user sees a group of their tenant (the tenant in its key) when it is live and reads no
+stream or one they may consume from, or when it has committed cursors in a stream of that
+tenant they hold consumeperm on. Another tenant's groups never show, whatever the ACEs say.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from broker.errors import KafkaError
 from broker.session import Listener, Node, Session
 from replication.groups.board import GroupBoard, group_key
 from replication.groups.coordinator import Coordinator, Limits
+from replication.models import Stream
 from replication.services.names import topic_listing
 from replication.stores import store_for
 
@@ -118,28 +125,53 @@ async def coordinated_key(session: Session, group_id: str) -> str:
     return key
 
 
-def _readable(user: AbstractBaseUser, cluster: str | None, default: str | None) -> set[str]:
+def _readable(user: AbstractBaseUser, cluster: str | None, default: str | None,
+              _tenant_id: int) -> set[str]:
     listing = topic_listing(actor=user, cluster=cluster, default_stream=default,
                             perms=("consumeperm",))
     return {str(r.stream.uuid) for r in listing}
 
 
-def _committed(user: AbstractBaseUser, cluster: str | None, default: str | None) -> set[str]:
+def _tenant_streams(user: AbstractBaseUser, cluster: str | None, default: str | None,
+                    tenant_id: int) -> list[Stream]:
+    """The streams whose cursors are the user's groups: the group namespace's tenant's, with
+    consumeperm (a staff user sees every tenant's streams, but groups of its own only)."""
     listing = topic_listing(actor=user, cluster=cluster, default_stream=default,
                             perms=("consumeperm",))
-    streams = {r.stream.pk: r.stream for r in listing}
-    return {group for stream in streams.values()
-            for group, _t, _p, _o in store_for(stream.cluster).cursors(stream.uuid)}
+    return list({r.stream.pk: r.stream for r in listing
+                 if r.stream.tenant_id == tenant_id}.values())
+
+
+def _groups_in(stream: Stream) -> set[str]:
+    return {group for group, _t, _p, _o in store_for(stream.cluster).cursors(stream.uuid)}
+
+
+def _committed(user: AbstractBaseUser, cluster: str | None, default: str | None,
+               tenant_id: int) -> set[str]:
+    return {group for stream in _tenant_streams(user, cluster, default, tenant_id)
+            for group in _groups_in(stream)}
+
+
+def _holding(user: AbstractBaseUser, cluster: str | None, default: str | None,
+             tenant_id: int, group: str) -> list[Stream]:
+    return [stream for stream in _tenant_streams(user, cluster, default, tenant_id)
+            if group in _groups_in(stream)]
+
+
+async def _tenant_call(session: Session, fn: Any, *args: Any) -> Any:
+    mine = _session(session)
+    if mine.tenant_id is None:
+        await group_key_of(session, "")
+    listener = session.listener
+    return await session.run_sync(fn, session.user, listener.cluster, listener.default_stream,
+                                  mine.tenant_id, *args)
 
 
 async def _cached(session: Session, slot: str, fn: Any) -> set[str]:
     mine = _session(session)
     held = getattr(mine, slot)
     if held is None or time.monotonic() - held[0] > VIEW_SECONDS:
-        listener = session.listener
-        value = await session.run_sync(fn, session.user, listener.cluster,
-                                       listener.default_stream)
-        held = (time.monotonic(), value)
+        held = (time.monotonic(), await _tenant_call(session, fn))
         setattr(mine, slot, held)
     return held[1]
 
@@ -150,5 +182,23 @@ async def readable_streams(session: Session) -> set[str]:
 
 
 async def committed_groups(session: Session) -> set[str]:
-    """Groups with committed cursors in streams the user may consume from."""
+    """Groups with committed cursors in the tenant's streams the user may consume from."""
     return await _cached(session, "committed", _committed)
+
+
+async def streams_holding(session: Session, group: str) -> list[Stream]:
+    """The tenant's streams the user may consume from where `group` has committed cursors,
+    read now (not cached): what DeleteGroups and OffsetDelete act on."""
+    return await _tenant_call(session, _holding, group)
+
+
+def forget_committed(session: Session) -> None:
+    """After this session deleted cursors, its next listing reads them again."""
+    _session(session).committed = None
+
+
+async def visible(session: Session, key: str) -> bool:
+    """A live group shows to a tenant's user when it reads none of the stream, or one the
+    user may read (consumeperm)."""
+    streams = state_of(session).board.streams_of(key)
+    return not streams or bool(streams & await readable_streams(session))

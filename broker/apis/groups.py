@@ -1,5 +1,10 @@
 """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups.
 
+DescribeGroups and ListGroups show what the user sees of the tenant's groups (broker/grouping.py):
+a live group as the coordinator holds it, a group that only has committed offsets as Empty.
+Each listener lists the groups it coordinates, as each Kafka broker does; admin clients ask
+every broker and merge.
+
 The membership protocol runs in the listener's `Coordinator` (replication/groups/coordinator.py).
 Group ids are per tenant: the coordinator's key is `<tenant id>:<group id>`, so another tenant's
 group of the same name is another group. With several listeners, a group's coordinator is
@@ -20,11 +25,12 @@ from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.grouping import (
+    committed_groups,
     coordinated_key,
     coordinator_node,
     group_key_of,
-    readable_streams,
     state_of,
+    visible,
 )
 from broker.session import Session
 from replication.groups.board import Placement, split_key
@@ -35,6 +41,11 @@ log = structlog.get_logger(__name__)
 # timeout (COORDINATOR_NOT_AVAILABLE would make librdkafka retry).
 NO_TRANSACTIONS = errors.ErrorCode.transactional_id_authorization_failed
 INVALID_GROUP_ID = errors.ErrorCode.invalid_group_id
+NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN)
+# Kafka's AclOperation codes on a group a user who sees it may perform: READ (commit, join),
+# DELETE (DeleteGroups, OffsetDelete), DESCRIBE. The same rule decides all three: consumeperm.
+GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
+CLASSIC = "classic"  # ListGroups v5's group type: the classic JoinGroup/SyncGroup protocol
 
 
 def millis(value: datetime.timedelta | int | None, default: int) -> int:
@@ -176,56 +187,59 @@ async def leave_group(session: Session, header: RequestHeader, request: Any) -> 
 
 @handles(15, 0, 5)
 async def describe_groups(session: Session, header: RequestHeader, request: Any) -> Any:
-    state = state_of(session)
-    described = []
-    for group_id in request.groups:
-        entry: dict[str, Any] = {"group_id": group_id, "group_state": "Dead",
-                                 "authorized_operations": -(2**31)}
-        try:
-            key = await coordinated_key(session, group_id)
-        except KafkaError as error:
-            described.append(entry | {"error_code": error.code})
-            continue
-        view = state.coordinator.describe(key)
-        if view is not None and await _visible(session, key):
-            entry |= {"group_state": view.state, "protocol_type": view.protocol_type,
-                      "protocol_data": view.protocol_name, "members": [
-                          {"member_id": m.member_id, "group_instance_id": m.instance_id,
-                           "client_id": m.client_id, "client_host": m.client_host,
-                           "member_metadata": m.metadata, "member_assignment": m.assignment}
-                          for m in view.members]}
-        elif group_id in await _committed_groups(session):
-            entry |= {"group_state": "Empty", "protocol_type": "consumer"}
-        described.append(entry)
+    operations = (GROUP_OPERATIONS if getattr(request, "include_authorized_operations", False)
+                  else NO_OPERATIONS)
+    described = [await _describe(session, group_id, operations) for group_id in request.groups]
     return build(response_class(request), groups=described)
 
 
-@handles(16, 0, 4)
+async def _describe(session: Session, group_id: str, operations: int) -> dict[str, Any]:
+    """Kafka answers a group it does not know as Dead with no error (before v6); a group the
+    user may not see is answered the same way, so another tenant's is not even confirmed."""
+    entry: dict[str, Any] = {"group_id": group_id, "group_state": "Dead", "protocol_type": "",
+                             "protocol_data": "", "authorized_operations": NO_OPERATIONS}
+    try:
+        key = await coordinated_key(session, group_id)
+    except KafkaError as error:
+        return entry | {"error_code": error.code}
+    view = state_of(session).coordinator.describe(key)
+    if view is not None and view.members and await visible(session, key):
+        return entry | {
+            "group_state": view.state, "protocol_type": view.protocol_type,
+            "protocol_data": view.protocol_name, "authorized_operations": operations,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata, "member_assignment": m.assignment}
+                        for m in view.members]}
+    if group_id in await committed_groups(session):
+        return entry | {"group_state": "Empty", "protocol_type": "consumer",
+                        "authorized_operations": operations}
+    return entry
+
+
+@handles(16, 0, 5)
 async def list_groups(session: Session, header: RequestHeader, request: Any) -> Any:
-    state, tenant_key = state_of(session), await group_key_of(session, "")
-    wanted = {s.lower() for s in getattr(request, "states_filter", ())}
-    listed: dict[str, dict[str, Any]] = {}
-    for group_id in await _committed_groups(session):
-        listed[group_id] = {"group_id": group_id, "protocol_type": "consumer",
-                            "group_state": "Empty"}
-    for key in state.coordinator.group_keys():
-        view = state.coordinator.describe(key)
-        if key.startswith(tenant_key) and view is not None and await _visible(session, key):
-            group_id = split_key(key)[1]
-            listed[group_id] = {"group_id": group_id, "protocol_type": view.protocol_type,
-                                "group_state": view.state}
-    groups = [g for g in listed.values() if not wanted or g["group_state"].lower() in wanted]
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    listed = {} if types and CLASSIC not in types else await _listed(session)
+    groups = [g for g in listed.values() if not states or g["group_state"].lower() in states]
     return build(response_class(request), groups=sorted(groups, key=lambda g: g["group_id"]))
 
 
-async def _visible(session: Session, key: str) -> bool:
-    """A live group shows to a tenant's user when it reads none of the stream, or one the
-    user may read (consumeperm)."""
-    streams = state_of(session).board.streams_of(key)
-    return not streams or bool(streams & await readable_streams(session))
-
-
-async def _committed_groups(session: Session) -> set[str]:
-    from broker.grouping import committed_groups
-
-    return await committed_groups(session)
+async def _listed(session: Session) -> dict[str, dict[str, Any]]:
+    """The groups this listener coordinates that the user sees, by group id."""
+    state, tenant_key = state_of(session), await group_key_of(session, "")
+    mine = session.listener.node_id
+    listed: dict[str, dict[str, Any]] = {}
+    for group_id in await committed_groups(session):
+        if coordinator_node(session, tenant_key + group_id).node_id == mine:
+            listed[group_id] = {"group_id": group_id, "protocol_type": "consumer",
+                                "group_state": "Empty", "group_type": CLASSIC}
+    for key in state.coordinator.group_keys():
+        view = state.coordinator.describe(key)
+        if (key.startswith(tenant_key) and view is not None and view.members
+                and await visible(session, key)):
+            group_id = split_key(key)[1]
+            listed[group_id] = {"group_id": group_id, "protocol_type": view.protocol_type,
+                                "group_state": view.state, "group_type": CLASSIC}
+    return listed

@@ -25,8 +25,12 @@ CLUSTER_ID = "streamgate"
 NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN), as Kafka answers without the flag
 PERMS = ("produceperm", "consumeperm", "topicperm", "adminperm")  # MapR's topic list rule
 # Kafka's AclOperation codes a holder of each permission may perform on a topic.
-DESCRIBE, DESCRIBE_CONFIGS = 8, 10
+DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE = 8, 10, 12
 OPERATIONS = {"consumeperm": (3,), "produceperm": (4,), "topicperm": (5, 6, 7, 11)}
+# What every signed-in user may do on the cluster (KIP-430's cluster_authorized_operations):
+# describe it and the listeners' configs, and produce idempotently (InitProducerId is anyone's).
+# Creating topics is decided per stream (topicperm); nobody alters anything cluster-wide.
+CLUSTER_OPERATIONS = sum(1 << code for code in (DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE))
 
 
 def operations_of(held: frozenset[str]) -> int:
@@ -139,7 +143,7 @@ async def metadata(session: Session, header: RequestHeader, request: Any) -> Any
     else:
         topics = [await describer.entry(name) for name in names]
     brokers = [{"node_id": n.node_id, "host": n.host, "port": n.port} for n in nodes]
-    cluster_operations = (1 << DESCRIBE if getattr(
+    cluster_operations = (CLUSTER_OPERATIONS if getattr(
         request, "include_cluster_authorized_operations", False) else NO_OPERATIONS)
     return build(response_class(request), throttle_time=0, brokers=brokers,
                  cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id, topics=topics,

@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS producer_sequences (
 ) WITHOUT ROWID;
 """
 SEQ_GET = "SELECT epoch, state FROM producer_sequences WHERE pid = ? AND producer_id = ?"
+SEQ_ALL = "SELECT producer_id, epoch, state FROM producer_sequences WHERE pid = ?"
 SEQ_PUT = """
 INSERT INTO producer_sequences (pid, producer_id, epoch, state) VALUES (?, ?, ?, ?)
 ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, state = excluded.state
@@ -141,6 +142,11 @@ REBUILD = (
     "DROP TABLE messages",
     "ALTER TABLE messages_upgraded RENAME TO messages",
 )
+
+
+def _state_of(epoch: int, kept: str) -> ProducerState:
+    firsts, lasts, offsets = json.loads(kept)
+    return ProducerState(epoch, tuple(firsts), tuple(lasts), tuple(offsets))
 
 
 class SqliteStore(MessageStore):
@@ -272,10 +278,11 @@ class SqliteStore(MessageStore):
 
     def _state(self, conn: sqlite3.Connection, pid: int, producer_id: int) -> ProducerState | None:
         row = conn.execute(SEQ_GET, (pid, producer_id)).fetchone()
-        if row is None:
-            return None
-        firsts, lasts, offsets = json.loads(row[1])
-        return ProducerState(row[0], tuple(firsts), tuple(lasts), tuple(offsets))
+        return None if row is None else _state_of(row[0], row[1])
+
+    def _states(self, conn: sqlite3.Connection, pid: int) -> dict[int, ProducerState]:
+        return {producer_id: _state_of(epoch, state)
+                for producer_id, epoch, state in conn.execute(SEQ_ALL, (pid,))}
 
     def _put_state(self, conn: sqlite3.Connection, pid: int, producer_id: int,
                    state: ProducerState) -> None:

@@ -131,6 +131,10 @@ class MessageStore(ABC):
     def _state(self, conn: Connection, pid: int, producer_id: int) -> ProducerState | None: ...
 
     @abstractmethod
+    def _states(self, conn: Connection, pid: int) -> dict[int, ProducerState]:
+        """Every producer's state on the partition, by producer id."""
+
+    @abstractmethod
     def _put_state(self, conn: Connection, pid: int, producer_id: int,
                    state: ProducerState) -> None: ...
 
@@ -380,6 +384,12 @@ class MessageStore(ABC):
         """An idempotent producer's state on a partition (None before its first batch)."""
         with self._reading() as conn:
             return self._state(conn, self._pid(conn, stream, topic, partition), producer_id)
+
+    def producer_states(self, stream: UUID, topic: str, partition: int
+                        ) -> dict[int, ProducerState]:
+        """Every idempotent producer's state on a partition (Kafka's DescribeProducers)."""
+        with self._reading() as conn:
+            return self._states(conn, self._pid(conn, stream, topic, partition))
 
     def watermarks(self, stream: UUID, topic: str) -> dict[int, tuple[int, int]]:
         """partition -> (low, high): earliest retained offset, next offset."""

@@ -49,6 +49,7 @@ class Coordinator:
         self.limits = limits or Limits()
         self._on_change = on_change
         self._groups: dict[str, Group] = {}
+        self._held: set[str] = set()  # groups being deleted: no join until released
 
     # --- queries ---------------------------------------------------------------------------
 
@@ -58,6 +59,20 @@ class Coordinator:
 
     def group_keys(self) -> list[str]:
         return sorted(self._groups)
+
+    # --- DeleteGroups ----------------------------------------------------------------------
+
+    def hold_empty(self, key: str) -> bool:
+        """Whether the group has no member; if so, joins are refused until `release`, so no
+        member joins while its offsets are deleted (Kafka marks the group Dead meanwhile)."""
+        group = self._groups.get(key)
+        if group is not None and group.members:
+            return False
+        self._held.add(key)
+        return True
+
+    def release(self, key: str) -> None:
+        self._held.discard(key)
 
     def validate_commit(self, key: str, *, generation_id: int, member_id: str,
                         instance_id: str | None = None) -> Err:
@@ -84,6 +99,8 @@ class Coordinator:
     ) -> JoinResult:
         if not key:
             return JoinResult(Err.INVALID_GROUP_ID, member_id=member_id)
+        if key in self._held:  # being deleted: the client asks again, as for a Dead group
+            return JoinResult(Err.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         limits = self.limits
         if not limits.min_session_ms <= session_timeout_ms <= limits.max_session_ms:
             return JoinResult(Err.INVALID_SESSION_TIMEOUT, member_id=member_id)

@@ -12,10 +12,14 @@ stream (paused or not) has not received yet: each partition is cut at the lowest
 its replicas, the rest is kept and reported (invariant 10). Purging is local: a replica's
 purge leaves its source as it is and is never replicated back, and a source's purge leaves
 its replicas' copies; to empty both, purge each.
+
+`records_delete` is Kafka's DeleteRecords: each named partition cut below an offset of the
+caller's, by the same rule (adminperm, replicas' backlog kept, the purge audited).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -24,12 +28,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from replication.engine.replicator import pending
 from replication.engine.store import UnknownTopic
 from replication.engine.storebase import MessageStore
+from replication.errors import InvalidInput, NoSuchPartition, StreamgateError
 from replication.models import ReplicaLink, Stream, carried_topics
-from replication.services.messages import stream_expire
+from replication.services.messages import _on_store, stream_expire
+from replication.services.topics import topic_of
 from replication.signals import stream_purged
 from replication.stores import store_for
 
 Key = tuple[str, int]
+TO_HIGH_WATERMARK = -1  # Kafka's DeleteRecords offset meaning "everything produced so far"
 
 
 def stream_purge(*, actor: AbstractBaseUser, stream: Stream, everything: bool = False
@@ -56,6 +63,52 @@ def stream_purge(*, actor: AbstractBaseUser, stream: Stream, everything: bool = 
                        details={"all": everything, "messagesPurged": purged,
                                 "messagesKeptForReplicas": kept})
     return rows
+
+
+def records_delete(*, actor: AbstractBaseUser, stream: Stream, topic: str,
+                   offsets: Mapping[int, int]) -> dict[int, int | StreamgateError]:
+    """Delete each partition's messages below its offset (-1: below the high watermark), as
+    `stream purge -all` does (adminperm; an agreed replica's backlog is kept, so the cut may
+    stay lower). Per partition: the new low watermark, or why it was refused (an offset past
+    the high watermark, a partition that does not exist), as Kafka answers per partition."""
+    stream.require(actor, "adminperm", action="delete records")
+    target = topic_of(stream, topic)
+    store = store_for(stream.cluster)
+    before = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    results: dict[int, int | StreamgateError] = {}
+    ends: dict[Key, int] = {}
+    for partition, offset in offsets.items():
+        problem = _delete_problem(target.name, before, partition, offset)
+        if problem is not None:
+            results[partition] = problem
+        else:
+            ends[(target.name, partition)] = (
+                before[partition][1] if offset == TO_HIGH_WATERMARK else offset)
+    for (name, partition), end in _replica_safe_ends(stream, ends).items():
+        while store.trim(stream.uuid, name, partition, end):
+            pass
+    after = store.watermarks(stream.uuid, target.name)
+    for _name, partition in ends:
+        results[partition] = after[partition][0]
+    if ends:
+        stream_purged.send(sender=Stream, stream=stream, actor=actor, details={
+            "topic": target.name,
+            "offsets": {str(p): end for (_n, p), end in sorted(ends.items())},
+            "messagesPurged": sum(after[p][0] - before[p][0] for _n, p in ends)})
+    return results
+
+
+def _delete_problem(topic: str, marks: dict[int, tuple[int, int]], partition: int,
+                    offset: int) -> StreamgateError | None:
+    if partition not in marks:
+        return NoSuchPartition(f"partition {partition} does not exist: {topic} has partitions "
+                               f"0 to {len(marks) - 1}", field="partition")
+    high = marks[partition][1]
+    if offset != TO_HIGH_WATERMARK and not 0 <= offset <= high:
+        return InvalidInput(f"offset {offset} is past the end of {topic} partition "
+                            f"{partition}: delete below 0 to {high}, or -1 for everything "
+                            "produced so far", field="offset")
+    return None
 
 
 def _watermarks(stream: Stream) -> dict[Key, tuple[int, int]]:

@@ -73,6 +73,9 @@ SEQ_GET = (
     "SELECT epoch, firsts, lasts, offsets FROM producer_sequences "
     "WHERE pid = %s AND producer_id = %s"
 )
+SEQ_ALL = (
+    "SELECT producer_id, epoch, firsts, lasts, offsets FROM producer_sequences WHERE pid = %s"
+)
 SEQ_PUT = """
 INSERT INTO producer_sequences (pid, producer_id, epoch, firsts, lasts, offsets)
 VALUES (%s, %s, %s, %s, %s, %s)

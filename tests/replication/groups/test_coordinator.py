@@ -258,3 +258,19 @@ def test_a_repeated_join_answers_the_earlier_one_instead_of_leaving_it_hanging()
         assert (await again).generation_id == 3
 
     run(scenario)
+
+
+def test_a_group_held_for_deletion_refuses_joins_until_released_and_a_live_one_is_not_held(
+        ) -> None:
+    async def scenario(co: Coordinator) -> None:
+        joined = await join(co)
+        assert co.hold_empty("g") is False  # a member: DeleteGroups answers NON_EMPTY_GROUP
+        assert co.leave("g", [(joined.member_id, None)]) == [Err.NONE]
+        assert co.hold_empty("g") is True
+        refused = await join(co)
+        assert refused.error is Err.COORDINATOR_NOT_AVAILABLE  # retriable: the client asks again
+        assert co.describe("g") is None  # the refused join left nothing behind
+        co.release("g")
+        assert (await join(co)).error is Err.NONE
+
+    run(scenario)
