@@ -3,8 +3,10 @@ credential passes before it is kept. Every interface goes through here: the list
 Describe/AlterUserScramCredentials, `streamgate user scram ...` and the account page.
 
 A user manages their own credentials; an operator (an active staff account, the test of
-accounts/admin.py and the operator-only services) anyone's. Another user's, asked for by
-anyone else, is refused whether that user exists or not.
+accounts/admin.py and the operator-only services) anyone's, except that only a superuser
+changes a superuser's (as the admin site lets only a superuser set a superuser's password:
+otherwise an operator could sign in as one). Another user's, asked for by anyone else, is
+refused whether that user exists or not.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ def is_operator(user: AbstractBaseUser) -> bool:
     return bool(user.is_active and user.is_staff)
 
 
-def scram_user(*, actor: AbstractBaseUser, username: str | None) -> AbstractBaseUser:
-    """The user whose credentials `actor` asks about: themselves (no name, or their own), or,
-    for an operator only, the user named."""
+def scram_user(*, actor: AbstractBaseUser, username: str | None,
+               change: bool = False) -> AbstractBaseUser:
+    """The user whose credentials `actor` asks about (to `change` them, or to read): themselves
+    (no name, or their own), or, for an operator only, the user named."""
     if not username or username == actor.get_username():
         return actor
     if not is_operator(actor):
@@ -50,6 +53,9 @@ def scram_user(*, actor: AbstractBaseUser, username: str | None) -> AbstractBase
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise NoCredential(f"user {username} does not exist", field="user")
+    if change and user.is_superuser and not actor.is_superuser:
+        raise OthersCredential(f"{username} is a superuser: only a superuser may change a "
+                               "superuser's SCRAM credentials")
     return user
 
 
@@ -81,7 +87,7 @@ def scram_credential_set(*, actor: AbstractBaseUser, mechanism: str, password: s
                          iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
     """Set (or replace) a SCRAM password; a replaced one ends the connections signed in with
     it at the listeners' next revocation check, as a deleted token does."""
-    user = scram_user(actor=actor, username=username)
+    user = scram_user(actor=actor, username=username, change=True)
     kind = scram_mechanism(mechanism)
     _check_iterations(iterations)
     if not password:
@@ -99,7 +105,7 @@ def scram_credential_upsert(*, actor: AbstractBaseUser, username: str, mechanism
                             salt: bytes, salted_password: bytes,
                             iterations: int) -> ScramCredential:
     """Kafka's AlterUserScramCredentials upsertion: the client salted the password itself."""
-    user = scram_user(actor=actor, username=username)
+    user = scram_user(actor=actor, username=username, change=True)
     kind = scram_mechanism(mechanism)
     _check_iterations(iterations)
     if len(salt) < MIN_SALT_BYTES:
@@ -114,7 +120,7 @@ def scram_credential_delete(*, actor: AbstractBaseUser, mechanism: str,
                             username: str | None = None) -> None:
     """Delete a SCRAM credential; the connections signed in with it are closed at the
     listeners' next revocation check."""
-    user = scram_user(actor=actor, username=username)
+    user = scram_user(actor=actor, username=username, change=True)
     kind = scram_mechanism(mechanism)
     deleted, _ = ScramCredential.objects.filter(user=user, mechanism=kind).delete()
     if not deleted:
