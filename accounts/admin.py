@@ -16,7 +16,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from accounts.models import Membership, Tenant
+from accounts.models import Membership, ScramCredential, Tenant
 
 User = get_user_model()
 
@@ -114,6 +114,21 @@ class UserMembershipInline(MembershipInline):
     autocomplete_fields = ("tenant",)
 
 
+class UserScramInline(OperatorAccess, admin.TabularInline):
+    """Which SCRAM mechanisms the user has a password for; an operator may delete one (the
+    password itself is set by its user: `streamgate user scram set`, the account page)."""
+
+    model = ScramCredential
+    fields = readonly_fields = ("mechanism", "iterations", "updated")
+    extra = 0
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Tenant)
 class TenantAdmin(OperatorAccess, CountingAdmin):
     list_display = ("name", "member_count", "stream_count", "created")
@@ -129,7 +144,7 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class StreamgateUserAdmin(OperatorAccess, UserAdmin):
-    inlines = (UserMembershipInline,)
+    inlines = (UserMembershipInline, UserScramInline)
     list_display = ("username", "email", "is_active", "is_staff", "tenants")
     list_filter = ("is_staff", "is_superuser", "is_active", "memberships__tenant", "groups")
 

@@ -54,3 +54,41 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class ScramMechanism(models.TextChoices):
+    # The values are the SASL mechanism names; Kafka's wire number is `kafka_type`.
+    SHA_256 = "SCRAM-SHA-256", "SCRAM-SHA-256"
+    SHA_512 = "SCRAM-SHA-512", "SCRAM-SHA-512"
+
+    @property
+    def kafka_type(self) -> int:
+        """The mechanism's number in Describe/AlterUserScramCredentials (Kafka's ScramMechanism
+        enum: 1 for SHA-256, 2 for SHA-512)."""
+        return 1 if self is ScramMechanism.SHA_256 else 2
+
+
+class ScramCredential(models.Model):
+    """A user's SCRAM credential for one mechanism (RFC 5802, RFC 7677): what the server needs to
+    check a client's proof and prove itself, never the password, from which it cannot be
+    turned back into one."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scram_credentials"
+    )
+    mechanism = models.CharField(max_length=16, choices=ScramMechanism.choices)
+    salt = models.BinaryField()
+    iterations = models.PositiveIntegerField()
+    stored_key = models.BinaryField()
+    server_key = models.BinaryField()
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "mechanism"],
+                                    name="one_scram_credential_per_mechanism")
+        ]
+        ordering = ["user__username", "mechanism"]
+
+    def __str__(self) -> str:
+        return f"{self.mechanism} for {self.user}"

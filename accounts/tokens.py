@@ -6,7 +6,8 @@ query on every produce call) only cost time. A token that does carry an expiry (
 a TTL was set) is still refused once past it.
 
 Long-lived connections (the Kafka listener's) authenticate once: they keep the TokenGrant
-they were given and ask `grants_revoked` now and then whether it still holds.
+they were given (by a token, or by a SCRAM credential: accounts/scram.py) and ask
+`grants_revoked` now and then whether it still holds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.models import AuthToken
 from rest_framework.exceptions import AuthenticationFailed
 
-from accounts.models import Membership
+from accounts.models import Membership, ScramCredential
 
 
 class TokenAuthentication(KnoxTokenAuthentication):
@@ -44,13 +45,16 @@ class TokenScheme(KnoxTokenScheme):
 
 @dataclass(frozen=True)
 class TokenGrant:
-    """What one token granted when it was checked: its user, and the tenants (with roles)
-    the user belonged to then."""
+    """What one sign-in granted when it was checked: its user, and the tenants (with roles)
+    the user belonged to then. `digest` names the secret it was checked against: the token's
+    knox digest (PLAIN), or the SCRAM credential's StoredKey in hex (its mechanism), which a
+    new password for the mechanism replaces."""
 
     digest: str
     user_id: int
     expiry: datetime | None
     memberships: frozenset[tuple[int, str]]
+    mechanism: str = "PLAIN"
 
 
 def token_grant(username: str, token: str) -> tuple[AbstractBaseUser, TokenGrant] | None:
@@ -65,14 +69,30 @@ def token_grant(username: str, token: str) -> tuple[AbstractBaseUser, TokenGrant
     return user, TokenGrant(auth_token.digest, user.pk, auth_token.expiry, held)
 
 
+def _live_secrets(grants: Collection[TokenGrant]) -> set[str]:
+    """The digests among `grants` whose token or SCRAM credential is still there, its user
+    active: one query per kind of grant present."""
+    tokens = {g.digest for g in grants if g.mechanism == "PLAIN"}
+    scram = {(g.mechanism, g.digest) for g in grants if g.mechanism != "PLAIN"}
+    live: set[str] = set()
+    if tokens:
+        live |= set(AuthToken.objects.filter(digest__in=tokens, user__is_active=True)
+                    .filter(Q(expiry__isnull=True) | Q(expiry__gt=timezone.now()))
+                    .values_list("digest", flat=True))
+    if scram:
+        live |= {bytes(key).hex() for mechanism, key in ScramCredential.objects.filter(
+            stored_key__in=[bytes.fromhex(digest) for _, digest in scram],
+            user__is_active=True).values_list("mechanism", "stored_key")
+            if (mechanism, bytes(key).hex()) in scram}
+    return live
+
+
 def grants_revoked(grants: Collection[TokenGrant]) -> set[TokenGrant]:
-    """Those of `grants` that no longer hold: the token deleted (sign-out) or expired, its
-    user deactivated or deleted, or a membership it was given removed or its role changed.
-    Two queries whatever the number of grants."""
-    live = set(AuthToken.objects.filter(digest__in={g.digest for g in grants},
-                                        user__is_active=True)
-               .filter(Q(expiry__isnull=True) | Q(expiry__gt=timezone.now()))
-               .values_list("digest", flat=True))
+    """Those of `grants` that no longer hold: the token deleted (sign-out) or expired, the
+    SCRAM credential deleted or given a new password, the user deactivated or deleted, or a
+    membership it was given removed or its role changed. Two queries, three when tokens and
+    SCRAM credentials are both among the grants, whatever their number."""
+    live = _live_secrets(grants)
     held: dict[int, set[tuple[int, str]]] = defaultdict(set)
     users = {g.user_id for g in grants if g.digest in live}
     for user_id, tenant_id, role in Membership.objects.filter(user_id__in=users).values_list(

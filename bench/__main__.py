@@ -1,5 +1,6 @@
-"""`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets|conformance
-...`: the project's benchmark commands (see docs/benchmarks.md), and librdkafka's suite."""
+"""`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets|sasl|
+conformance ...`: the project's benchmark commands (see docs/benchmarks.md), and librdkafka's
+suite."""
 
 import argparse
 import sys
@@ -11,6 +12,7 @@ from bench import (
     pages,
     produce,
     replication,
+    sasl,
     sockets,
     spark,
     store,
@@ -32,6 +34,7 @@ COMMANDS = {
     "pages": (pages, "server time of the overview and stream pages with 1,000 streams"),
     "sockets": (sockets, "lag updates reaching 200 dashboard websockets while the engine runs; "
                          "the topology page under 200 link events/s"),
+    "sasl": (sasl, "a Kafka connection's sign-in: SASL/PLAIN beside SCRAM-SHA-256 and -512"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

@@ -41,6 +41,7 @@ SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 INVALID_RECORD = ErrorCode.invalid_record
 KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
 REQUEST_TIMED_OUT = ErrorCode.request_timed_out
+DUPLICATE_RESOURCE = ErrorCode.duplicate_resource
 
 # A message store that cannot be reached or failed mid-write (a restart, a dropped connection,
 # a pool with no connection to give, SQLite's lock): Kafka's broker answers a failed log

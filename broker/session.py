@@ -98,8 +98,12 @@ class Session:
         self.client_id = ""
         self.raw_sasl = False  # after SaslHandshake v0 the next frame is a bare SASL token
         self.close_after: str | None = None  # close once this answer is sent, and why
-        self.sasl_mechanism: str | None = None
+        # The SASL exchange between SaslHandshake and its last SaslAuthenticate round
+        # (broker/apis/sasl.py); None outside one.
+        self.sasl_exchange: Any = None
+        self.signed_in_with = ""  # the mechanism of the sign-in; re-authentication keeps it
         self.grant: TokenGrant | None = None
+        self.lifetime = 0.0  # seconds the last sign-in lasts
         self.expires = float("inf")  # time.monotonic() when the SASL session ends
         self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
         # Plain names this user cannot place (no default stream applies), and why.

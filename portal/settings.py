@@ -395,6 +395,14 @@ if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
 # every KAFKA_REVOCATION_CHECK seconds and closes those revoked.
 KAFKA_SESSION_LIFETIME_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_SESSION_LIFETIME", 3600.0)
 KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATION_CHECK", 2.0)
+# The SASL mechanisms the listener offers (SaslHandshake answers with them): PLAIN takes an API
+# token as the password, SCRAM-SHA-256/512 a SCRAM password the user set for the mechanism.
+KAFKA_SASL_MECHANISMS = tuple(env.list("STREAMGATE_KAFKA_SASL_MECHANISMS",
+                                       default=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]))
+if not KAFKA_SASL_MECHANISMS or not set(KAFKA_SASL_MECHANISMS) <= {
+        "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}:
+    raise ImproperlyConfigured("STREAMGATE_KAFKA_SASL_MECHANISMS must list one or more of PLAIN, "
+                               f"SCRAM-SHA-256, SCRAM-SHA-512, not {KAFKA_SASL_MECHANISMS}")
 # `-synchronous true`: a produce waits at most SYNC_TIMEOUT_MS for the synchronous replicas,
 # re-reading their ends every SYNC_RECHECK_MS between "applied" notifications; a replica that
 # misses the timeout, or applies slower than SYNC_LATENCY_MS, drops to asynchronous by itself.

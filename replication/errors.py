@@ -118,6 +118,23 @@ class TooLarge(InvalidInput, kafka_error="message_too_large"):
     """A message over the maximum message size."""
 
 
+class UnacceptableCredential(InvalidInput, kafka_error="unacceptable_credential"):
+    """A SCRAM credential the listener would not keep (iterations out of range, a short salt,
+    an empty password)."""
+
+
+class UnsupportedMechanism(InvalidInput, kafka_error="unsupported_sasl_mechanism"):
+    """A SASL mechanism other than SCRAM-SHA-256 and SCRAM-SHA-512 for a SCRAM credential."""
+
+
+class NoCredential(NotFound, kafka_error="resource_not_found"):
+    """A user, or a user's SCRAM credential for a mechanism, that does not exist."""
+
+
+class OthersCredential(PermissionDenied, kafka_error="cluster_authorization_failed"):
+    """Another user's SCRAM credentials, asked for by a user who is not an operator."""
+
+
 class ServiceUnavailable(StreamgateError, errno=_errno.EAGAIN, http_status=503,
                          kafka_error="request_timed_out"):
     """A service the request needs (the control plane's Redis, a cluster's message store) did

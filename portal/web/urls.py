@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from portal.web import (
+    account,
     approvals,
     audit,
     failover,
@@ -57,6 +58,9 @@ urlpatterns = [
     path("setup/auto/<int:pk>/status/", setup.auto_status, name="setup-auto-status"),
     path("jobs/", jobs.job_list, name="jobs"),
     path("kafka/", kafka.kafka_settings, name="kafka"),
+    path("account/", account.account, name="account"),
+    path("account/scram/", account.scram_set, name="account-scram-set"),
+    path("account/scram/delete/", account.scram_delete, name="account-scram-delete"),
     path("kafka/default-stream/", kafka.default_stream_save, name="kafka-default-stream"),
     path("jobs/table/", jobs.job_table, name="job-table"),
     path("jobs/start/", jobs.job_start, name="job-start"),

@@ -8,6 +8,8 @@ from django.utils import timezone
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
+from accounts.tokens import grants_revoked
+
 
 def _client(token: str) -> APIClient:
     client = APIClient()
@@ -78,3 +80,38 @@ def test_a_grant_ends_with_its_token_its_user_or_a_membership_it_was_given(owner
     assert len(captured.captured_queries) == 2
     type(owner).objects.filter(pk=owner.pk).update(is_active=False)
     assert grants_revoked({deactivated[1], kept[1]}) == {deactivated[1], kept[1]}
+
+
+def test_scram_grants_end_with_their_credential_user_or_membership(owner, member, outsider):
+    """A SCRAM sign-in's grant ends when its credential is deleted or given a new password,
+    its user deactivated or a membership removed; with tokens among them, three queries."""
+    from accounts.models import ScramCredential
+    from accounts.scram import scram_grant
+    from replication.services.credentials import scram_credential_set
+
+    def signed_in(user, mechanism="SCRAM-SHA-256"):  # type: ignore[no-untyped-def]
+        credential = scram_credential_set(actor=user, mechanism=mechanism, password="pw")
+        return scram_grant(user.get_username(), mechanism, bytes(credential.stored_key))[1]
+
+    deleted, replaced, kept = signed_in(owner), signed_in(member), signed_in(outsider)
+    other_mechanism = signed_in(owner, "SCRAM-SHA-512")
+    token = _grant(owner)[1]
+    ScramCredential.objects.filter(user=owner, mechanism="SCRAM-SHA-256").delete()
+    scram_credential_set(actor=member, mechanism="SCRAM-SHA-256", password="new")
+    grants = {deleted, replaced, kept, other_mechanism, token}
+    with CaptureQueriesContext(connection) as captured:
+        assert grants_revoked(grants) == {deleted, replaced}
+    assert len(captured.captured_queries) == 3
+    outsider.memberships.get().delete()
+    assert grants_revoked({kept, other_mechanism}) == {kept}
+
+
+def test_a_scram_grant_needs_the_credential_the_client_proved(owner):
+    from accounts.scram import scram_grant
+    from replication.services.credentials import scram_credential_set
+
+    credential = scram_credential_set(actor=owner, mechanism="SCRAM-SHA-512", password="pw")
+    assert scram_grant("alice", "SCRAM-SHA-512", b"another key") is None
+    assert scram_grant("alice", "SCRAM-SHA-256", bytes(credential.stored_key)) is None
+    user, grant = scram_grant("alice", "SCRAM-SHA-512", bytes(credential.stored_key))
+    assert user == owner and grant.mechanism == "SCRAM-SHA-512" and grant.expiry is None

@@ -94,24 +94,39 @@ class KafkaListeners:
             self.stop(label)
 
 
+def scram_password(user, mechanism: str, password: str = "s3cret-scram") -> str:  # type: ignore[no-untyped-def]
+    """`user`'s SCRAM password for `mechanism`, set through the service every interface uses."""
+    from replication.services.credentials import scram_credential_set
+
+    scram_credential_set(actor=user, mechanism=mechanism, password=password)
+    return password
+
+
 @dataclass(frozen=True)
 class KafkaEndpoint:
-    """A started listener and SASL credentials for alice (the `owner` fixture)."""
+    """A started listener and SASL credentials for alice (the `owner` fixture): an API token
+    for PLAIN, or a SCRAM password for `mechanism`."""
 
     bootstrap: str
     username: str
     password: str
     listeners: KafkaListeners
+    mechanism: str = "PLAIN"
 
     def confluent(self, **extra: object) -> dict[str, object]:
         return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN", "sasl.username": self.username,
+                "sasl.mechanism": self.mechanism, "sasl.username": self.username,
                 "sasl.password": self.password, **extra}
 
     def kafka_python(self, **extra: object) -> dict[str, object]:
         return {"bootstrap_servers": self.bootstrap, "security_protocol": "SASL_PLAINTEXT",
-                "sasl_mechanism": "PLAIN", "sasl_plain_username": self.username,
+                "sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
                 "sasl_plain_password": self.password, **extra}
+
+    def scram(self, user, mechanism: str) -> KafkaEndpoint:  # type: ignore[no-untyped-def]
+        """The same listener, signing in as `user` with a SCRAM password set for `mechanism`."""
+        return KafkaEndpoint(self.bootstrap, user.get_username(), scram_password(user, mechanism),
+                             self.listeners, mechanism)
 
     def kafkajs(self, script: str, *args: str) -> dict:
         """Run one of the kafkajs scripts (js/) as this user: its one-line JSON answer."""

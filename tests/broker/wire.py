@@ -9,6 +9,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from scramp import ScramClient
 
 from broker.codec import build, encode, reader
 
@@ -50,6 +51,21 @@ class Wire:
     def authenticate(self, username: str, password: str) -> Any:
         self.call(17, 1, mechanism="PLAIN")
         return self.call(36, 2, auth_bytes=f"\0{username}\0{password}".encode())
+
+    def scram_authenticate(self, username: str, password: str,
+                           mechanism: str = "SCRAM-SHA-256") -> tuple[Any, Any]:
+        """A SCRAM sign-in (scramp's client): both SaslAuthenticate answers; the second is
+        None when the first failed (the listener then closes the connection)."""
+        client = ScramClient([mechanism], username, password)
+        assert self.call(17, 1, mechanism=mechanism).error_code == 0
+        first = self.call(36, 2, auth_bytes=client.get_client_first().encode())
+        if first.error_code != 0:
+            return first, None
+        client.set_server_first(first.auth_bytes.decode())
+        final = self.call(36, 2, auth_bytes=client.get_client_final().encode())
+        if final.error_code == 0:
+            client.set_server_final(final.auth_bytes.decode())  # the listener proved itself
+        return first, final
 
     def closed(self) -> bool:
         """True when the listener has closed the connection (EOF before any byte)."""

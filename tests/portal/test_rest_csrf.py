@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 from knox.models import AuthToken
 
-from accounts.models import Membership, Tenant
+from accounts.models import Membership, ScramCredential, Tenant
 from operations.models import AuditEvent
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.commands.registry import command
@@ -32,6 +32,7 @@ from replication.models import (
     Topic,
     Upstream,
 )
+from replication.services.credentials import scram_credential_set
 from replication.services.cursors import cursors_fetch
 from replication.services.defaultstreams import default_stream_set
 from replication.services.messages import cursor_commit, messages_consume, messages_produce
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.django_db
 PASSWORD = "correct horse battery staple"  # tests.factories.UserFactory's
 SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
 MODELS = (Stream, Topic, ReplicaLink, Upstream, Cluster, Gateway, DefaultStream, Job,
-          AuditEvent, Tenant, Membership)
+          AuditEvent, Tenant, Membership, ScramCredential)
 CHANGES = sorted(path for path, spec in REGISTRY.items() if spec.changes)
 READS = sorted(path for path, spec in REGISTRY.items() if not spec.changes)
 # What the issue's attacker sent: alice's ttl and both ACEs changed by a navigation.
@@ -62,7 +63,7 @@ def state() -> dict[str, Any]:
 def world(owner, outsider, clicks, agreed, activity_ny):
     """alice's activity (clicks: 3 partitions, a message, a committed cursor) replicating to
     activity_ny, agreed; a copystream job; acme's default stream on sanfrancisco; mallory in
-    globex."""
+    globex; alice's SCRAM-SHA-256 password."""
     messages_produce(actor=owner, stream=clicks.stream, topic="clicks",
                      records=[Record(value=b"v", partition=0)])
     default_stream_set(actor=owner, cluster="sanfrancisco", path="/mapr/sanfrancisco/kafka",
@@ -71,13 +72,15 @@ def world(owner, outsider, clicks, agreed, activity_ny):
                   partition=0, offset=1)
     job = Job.objects.create(kind=Job.Kind.COPYSTREAM, tenant=clicks.stream.tenant,
                              source=clicks.stream, source_path=SF, destination_path=NY)
+    scram_credential_set(actor=owner, mechanism="SCRAM-SHA-256", password="p")  # to delete
     return {"owner": owner, "outsider": outsider, "job": job}
 
 
 # What each option names, so that a command would do its work if it ran.
 VALUES = {"path": SF, "replica": NY, "upstream": SF, "source": SF, "src": SF, "dst": NY,
           "copymetafrom": SF, "topic": "clicks", "name": "tokyo", "dstcluster": "newyork",
-          "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing"}
+          "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing",
+          "mechanism": "scram-sha-256", "password": "p"}
 OWN_VALUES = {
     "stream/create": {"path": "/mapr/sanfrancisco/fresh"},
     "stream/edit": EDIT,

@@ -13,6 +13,7 @@ from portal.rest.commands import (
     replicators,
     streams,
     topics,
+    users,
 )
 from portal.rest.commands.registry import REGISTRY, Command
 
@@ -31,4 +32,5 @@ __all__ = [
     "replicators",
     "streams",
     "topics",
+    "users",
 ]

@@ -1,0 +1,68 @@
+"""Account page, Kafka sign-in section: which SCRAM mechanisms have a password, and forms that
+set or delete one, through the same service as the command line and the listener's
+AlterUserScramCredentials (replication/services/credentials.py). API tokens stay the PLAIN
+passwords."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from accounts.scram import DEFAULT_ITERATIONS
+from portal.web.forms import field_errors
+from portal.web.tenancy import render_page
+from replication.errors import StreamgateError
+from replication.services.credentials import (
+    MECHANISMS,
+    scram_credential_delete,
+    scram_credential_set,
+    scram_credentials,
+)
+
+FIELDS = ("mechanism", "password")
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    return _page(request, {}, {})
+
+
+def _page(request: HttpRequest, form: dict[str, str], errors: dict[str, str]) -> HttpResponse:
+    """The page; after a refusal, with the error beside its field (never the password)."""
+    found = scram_credentials(actor=request.user, usernames=[request.user.get_username()])
+    held = {c.mechanism: c for c in found.get(request.user.get_username(), [])}
+    rows = [(mechanism, held.get(mechanism)) for mechanism in MECHANISMS]
+    return render_page(request, "web/account.html", {
+        "scram": rows, "mechanisms": MECHANISMS, "iterations": DEFAULT_ITERATIONS,
+        "form": form, "errors": errors}, status=400 if errors else 200)
+
+
+@login_required
+@require_POST
+def scram_set(request: HttpRequest) -> HttpResponse:
+    mechanism = request.POST.get("mechanism", "")
+    password = request.POST.get("password", "")
+    try:
+        if password != request.POST.get("confirm", ""):
+            return _page(request, {"mechanism": mechanism},
+                         {"password": "the two passwords differ: type the same one twice"})
+        scram_credential_set(actor=request.user, mechanism=mechanism, password=password)
+    except StreamgateError as err:
+        return _page(request, {"mechanism": mechanism}, field_errors(err, FIELDS))
+    messages.success(request, f"{mechanism} password set")
+    return redirect("account")
+
+
+@login_required
+@require_POST
+def scram_delete(request: HttpRequest) -> HttpResponse:
+    mechanism = request.POST.get("mechanism", "")
+    try:
+        scram_credential_delete(actor=request.user, mechanism=mechanism)
+    except StreamgateError as err:
+        return _page(request, {}, field_errors(err, FIELDS))
+    messages.success(request, f"{mechanism} password deleted")
+    return redirect("account")
