@@ -102,7 +102,7 @@ class Result:
     test: str
     passed: bool
     seconds: float
-    why: str  # the runner's first failure line, or "" when passed
+    why: str  # the runner's reason for its first failure, or "" when passed
 
 
 def _why(output: str) -> str:
@@ -123,9 +123,10 @@ def run_test(tests_dir: Path, test: str, env: dict[str, str], logs: Path,
         done = subprocess.run(["./test-runner", "-Q"], cwd=tests_dir, env={**env, "TESTS": test},
                               capture_output=True, text=True, errors="replace", timeout=timeout)
         output, passed = done.stdout + done.stderr, done.returncode == 0
-    except subprocess.TimeoutExpired as expired:
-        output = f"{expired.stdout or ''}{expired.stderr or ''}\nTIMED OUT after {timeout:.0f} s"
-        output, passed = output, False
+    except subprocess.TimeoutExpired as expired:  # its output comes as bytes, text=True or not
+        caught = b"".join(part or b"" for part in (expired.stdout, expired.stderr))
+        output = f"{caught.decode(errors='replace')}\nTIMED OUT after {timeout:.0f} s"
+        passed = False
     log.write_text(output)
     return Result(test, passed, time.monotonic() - started, "" if passed else _why(output))
 
