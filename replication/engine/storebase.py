@@ -27,21 +27,15 @@ from replication.engine.batches import (
 )
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
-    COMMIT_CURSOR,
-    CURSOR_MARKS,
-    CURSORS,
     CUT_PREFIX,
-    DELETE_CURSORS,
     END_LINK,
     EXPIRE_CUT,
-    FETCH_CURSOR,
     LINK_ENDED,
     MARKS,
     MAX_TS,
     PARTITION_STATS,
     REOPEN_LINK,
     REPLICATION_CURSOR,
-    STREAM_MARKS,
     STREAM_PIDS,
     STREAM_SIZE,
     TOPIC_IDS,
@@ -69,6 +63,7 @@ from replication.engine.store import (
     first_at_or_after,
     partition_stats_from,
 )
+from replication.engine.storecursors import CursorMethods
 
 if TYPE_CHECKING:
     from replication.engine.batches import Ends
@@ -76,7 +71,7 @@ if TYPE_CHECKING:
 
 Connection = Any  # a DB-API connection: psycopg's or sqlite3's (both have .execute)
 
-class MessageStore(ABC):
+class MessageStore(CursorMethods, ABC):
     """The message store of one cluster. Streams are named by UUID, partitions by number."""
 
     DIALECT = "postgresql"
@@ -475,58 +470,3 @@ class MessageStore(ABC):
             for statement in TRUNCATE_CURSORS:
                 conn.execute(self._sql(statement), (offset, pid, offset))
         return count
-
-    # --- consumer cursors --------------------------------------------------------------------
-
-    def commit_cursor(
-        self, stream: UUID, group: str, topic: str, partition: int, offset: int
-    ) -> None:
-        self.commit_cursors(stream, group, [(topic, partition, offset)])
-
-    def commit_cursors(
-        self, stream: UUID, group: str,
-        cursors: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
-    ) -> None:
-        """A group's (topic, partition, offset[, metadata]) commits in one transaction (Kafka's
-        OffsetCommit carries many partitions), each stored exactly as given."""
-        with self._writing() as conn:
-            rows = [(self._pid(conn, stream, c.topic, c.partition), group, c.offset,
-                     c.metadata.encode())
-                    for c in (Committed(group, *cursor) for cursor in cursors)]
-            conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
-
-    def delete_cursors(
-        self, stream: UUID, *, group: str | None = None, topic: str | None = None,
-        partition: int | None = None,
-    ) -> int:
-        """Delete the committed cursors matching every filter given; returns how many."""
-        with self._writing() as conn:
-            return conn.execute(self._sql(DELETE_CURSORS), (
-                group, group, self._key(stream), topic, topic, partition, partition)).rowcount
-
-    def fetch_cursor(self, stream: UUID, group: str, topic: str, partition: int) -> int | None:
-        with self._reading() as conn:
-            row = self._one(conn, FETCH_CURSOR, (self._pid(conn, stream, topic, partition), group))
-        return row[0] if row else None
-
-    def stream_marks(self) -> dict[UUID, tuple]:
-        """Per stream of the store, figures that change whenever its messages, their
-        retention or its consumer cursors do; two queries, whatever the number of streams."""
-        with self._reading() as conn:
-            rows = [*self._all(conn, STREAM_MARKS, ()), *self._all(conn, CURSOR_MARKS, ())]
-        marks: dict[UUID, tuple] = {}
-        for stream, *figures in rows:
-            key = UUID(bytes=stream) if isinstance(stream, bytes) else stream
-            marks[key] = (*marks.get(key, ()), *figures)
-        return marks
-
-    def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
-        """Every consumer cursor of the stream as (group, topic, partition, offset)."""
-        return [(c.group, c.topic, c.partition, c.offset) for c in self.commits(stream)]
-
-    def commits(self, stream: UUID) -> list[Committed]:
-        """Every consumer cursor of the stream with its commit's metadata (stored as bytes:
-        a Kafka string may hold NUL, which PostgreSQL's text refuses)."""
-        with self._reading() as conn:
-            rows = self._all(conn, CURSORS, (self._key(stream),))
-        return [Committed(g, t, p, o, bytes(m or b"").decode()) for g, t, p, o, m in rows]
