@@ -4,7 +4,6 @@ SCRAM sign-in re-authenticates (KIP-368) and is revoked like a token's."""
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 
@@ -164,29 +163,13 @@ def test_reauthenticating_with_scram_extends_the_session(kafka_listeners, owner)
 
 def test_confluent_keeps_consuming_with_scram_across_session_lifetimes(kafka_listeners,
                                                                         owner):
-    from tests.broker.apis.test_sasl import _Collect, _poll_for
+    from tests.broker.apis.test_sasl import consume_across_lifetimes
 
     orders_topic(owner, 1)
     bootstrap = kafka_listeners.start("k1", env={"STREAMGATE_KAFKA_SESSION_LIFETIME": "2"})
     endpoint = KafkaEndpoint(bootstrap, "alice", "", kafka_listeners).scram(
         owner, "SCRAM-SHA-256")
-    lines: list[str] = []
-    logger = logging.getLogger(f"rdkafka-{uuid.uuid4().hex[:6]}")
-    logger.addHandler(_Collect(lines))
-    logger.setLevel(logging.DEBUG)
-    consumer = Consumer({**endpoint.confluent(), "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 200,
-                         "debug": "security", "logger": logger})
-    consumer.assign([TopicPartition(NAME, 0, 0)])
-    producer = Producer(endpoint.confluent())
-    got: list[bytes] = []
-    try:
-        for i in range(8):
-            producer.produce(NAME, f"m{i}".encode(), partition=0)
-            assert producer.flush(10) == 0
-            got += _poll_for(consumer, 0.9)
-    finally:
-        consumer.close()
+    got, lines = consume_across_lifetimes(endpoint)
     assert got == [f"m{i}".encode() for i in range(8)]
     assert sum("Auth in state REAUTH" in line for line in lines) >= 3, lines
     assert "after the SASL session expired" not in kafka_listeners.log()

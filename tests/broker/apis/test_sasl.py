@@ -85,26 +85,33 @@ def test_confluent_keeps_consuming_across_several_session_lifetimes(short_lived,
     """librdkafka re-authenticates before each session ends (its debug log says so) and its
     consumer never misses a message nor gets cut off."""
     orders_topic(owner, 1)
+    got, lines = consume_across_lifetimes(short_lived)
+    assert got == [f"m{i}".encode() for i in range(8)]
+    assert sum("Auth in state REAUTH" in line for line in lines) >= 3, lines
+    assert "after the SASL session expired" not in short_lived.listeners.log()
+
+
+def consume_across_lifetimes(endpoint) -> tuple[list[bytes], list[str]]:  # type: ignore[no-untyped-def]
+    """Produce and consume 8 messages about 0.9 s apart through `endpoint` (more than three
+    2 s session lifetimes); the values consumed and librdkafka's security debug lines."""
     lines: list[str] = []
     logger = logging.getLogger(f"rdkafka-{uuid.uuid4().hex[:6]}")
     logger.addHandler(_Collect(lines))
     logger.setLevel(logging.DEBUG)
-    consumer = Consumer({**short_lived.confluent(), "group.id": f"g-{uuid.uuid4().hex[:6]}",
+    consumer = Consumer({**endpoint.confluent(), "group.id": f"g-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 200,
                          "debug": "security", "logger": logger})
     consumer.assign([TopicPartition(NAME, 0, 0)])
-    producer = Producer(short_lived.confluent())
+    producer = Producer(endpoint.confluent())
     got: list[bytes] = []
     try:
-        for i in range(8):  # 8 x ~0.9 s: more than three lifetimes
+        for i in range(8):
             producer.produce(NAME, f"m{i}".encode(), partition=0)
             assert producer.flush(10) == 0
             got += _poll_for(consumer, 0.9)
     finally:
         consumer.close()
-    assert got == [f"m{i}".encode() for i in range(8)]
-    assert sum("Auth in state REAUTH" in line for line in lines) >= 3, lines
-    assert "after the SASL session expired" not in short_lived.listeners.log()
+    return got, lines
 
 
 def _poll_for(consumer: Consumer, seconds: float) -> list[bytes]:
