@@ -202,6 +202,13 @@ def return_large_buffers() -> None:
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+# A connection's requests are read ahead of the one being served up to twice this (asyncio
+# stops reading the socket past that), so that its client closing it is seen: a produce whose
+# client left is not written (broker/apis/produce.py). librdkafka pipelines up to five requests
+# of up to about a megabyte each; with 1 MiB here the listener stopped reading, never saw the
+# close, and wrote the requests a client had given up on and then sent again renumbered under
+# a new epoch: stored twice (invariant 10, the chaos soak's run 12).
+READ_AHEAD_BYTES = 8 << 20
 
 
 async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> None:
@@ -217,7 +224,7 @@ async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> 
     server = await asyncio.start_server(
         lambda r, w: serve_connection(holder[0], r, w, limits, gate), host, port,
         ssl=tls_context(),
-        limit=1 << 20, start_serving=False)
+        limit=READ_AHEAD_BYTES, start_serving=False)
     bound = server.sockets[0].getsockname()[1]
     listener = make_listener(options, bound)
     holder.append(listener)
