@@ -131,7 +131,8 @@ class UserScramInline(OperatorAccess, admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(OperatorAccess, CountingAdmin):
-    list_display = ("name", "member_count", "stream_count", "created")
+    list_display = ("name", "member_count", "stream_count", "produce_bytes_rate",
+                    "fetch_bytes_rate", "request_rate", "created")
     search_fields = ("name",)
     readonly_fields = ("created",)
     inlines = (TenantMembershipInline,)

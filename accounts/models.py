@@ -27,6 +27,15 @@ class TenantQuerySet(RestrictedQuerySet):
 class Tenant(titled("name")):
     name = models.CharField(max_length=63, unique=True, validators=[validate_tenant_name])
     created = models.DateTimeField(auto_now_add=True)
+    # Quotas an operator sets (replication/quotas.py): bytes a second produced into and
+    # fetched from the tenant's streams, and requests a second its members send, on each
+    # listener and portal process (as Kafka's quotas hold per broker); None: no limit.
+    produce_bytes_rate = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="bytes a second produced; empty: no limit")
+    fetch_bytes_rate = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="bytes a second fetched; empty: no limit")
+    request_rate = models.PositiveIntegerField(
+        null=True, blank=True, help_text="requests a second; empty: no limit")
 
     objects = TenantQuerySet.as_manager()
 

@@ -1,6 +1,6 @@
 """`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets|sasl|
-conformance ...`: the project's benchmark commands (see docs/benchmarks.md), and librdkafka's
-suite."""
+quotas|conformance ...`: the project's benchmark commands (see docs/benchmarks.md), and
+librdkafka's suite."""
 
 import argparse
 import sys
@@ -11,6 +11,7 @@ from bench import (
     kafka,
     pages,
     produce,
+    quotas,
     replication,
     sasl,
     sockets,
@@ -35,6 +36,7 @@ COMMANDS = {
     "sockets": (sockets, "lag updates reaching 200 dashboard websockets while the engine runs; "
                          "the topology page under 200 link events/s"),
     "sasl": (sasl, "a Kafka connection's sign-in: SASL/PLAIN beside SCRAM-SHA-256 and -512"),
+    "quotas": (quotas, "one tenant at its produce quota beside another: the other's latency"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

@@ -9,6 +9,8 @@ so an API nobody registered is never advertised.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ API_VERSIONS = 18
 # What an unauthenticated connection may send (Kafka closes the connection on anything else).
 BEFORE_AUTH = frozenset({API_VERSIONS, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 _PREFIX = struct.Struct(">hhi")
+MAX_THROTTLE_MS = 30_000  # the most one answer asks its client to wait (Kafka caps it too)
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,18 @@ async def dispatch(session: Session, payload: bytes) -> bytes | None:
                               " before session_lifetime_ms passes (KIP-368)")
     header, request = _decode(payload, api_key, version)
     session.client_id = header.client_id or session.client_id
+    session.throttle_seconds = 0.0
+    if api_key not in BEFORE_AUTH:
+        await session.charge_request()
     try:
         response = await registry[api_key].handler(session, header, request)
     except KafkaError as error:
         session.note("request_failed", api_key=api_key, code=error.code.name,
                      message=error.message)
         response = _error_response(request, error)
-    return None if response is None else _encode(correlation_id, response)
+    if response is None:
+        return None
+    if session.throttle_seconds > 0 and has_field(type(response), "throttle_time"):
+        response = dataclasses.replace(response, throttle_time=datetime.timedelta(
+            milliseconds=min(int(session.throttle_seconds * 1000), MAX_THROTTLE_MS)))
+    return _encode(correlation_id, response)

@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import structlog
 from django.conf import settings
 
+from broker.background import Background
 from broker.session import Listener, Node
 from replication.listeners import beat, leave
 
 log = structlog.get_logger(__name__)
 
 
-class Beacon:
+class Beacon(Background):
     """Beats for `listener` while the listener serves, keeping `listener.nodes` current."""
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self.live: list[Node] = [listener.node]
-        self.task: asyncio.Task | None = None
         listener.nodes = lambda: self.live
 
     async def _beat_once(self) -> None:
@@ -35,20 +34,14 @@ class Beacon:
             log.warning("kafka_presence_failed", error=str(error))
             self.live = [self.listener.node]
 
-    async def _loop(self) -> None:
+    async def loop(self) -> None:
         while True:
             await self._beat_once()
             await asyncio.sleep(settings.KAFKA_HEARTBEAT_SECONDS)
 
-    async def __aenter__(self) -> Beacon:
+    async def begin(self) -> None:
         await self._beat_once()
-        self.task = asyncio.create_task(self._loop())
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+    async def end(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(leave, self.listener.node, self.listener.cluster)

@@ -15,12 +15,12 @@ in between. Revocation is thus noticed within one interval plus one check.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 from django.conf import settings
 
+from broker.background import Background
 from broker.session import Listener, forget_connection
 
 if TYPE_CHECKING:
@@ -53,28 +53,16 @@ async def check_once(listener: Listener) -> int:
     return len(closed)
 
 
-class RevocationWatch:
+class RevocationWatch(Background):
     """Checks `listener`'s connections every KAFKA_REVOCATION_CHECK_SECONDS while it serves."""
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
-        self.task: asyncio.Task | None = None
 
-    async def _loop(self) -> None:
+    async def loop(self) -> None:
         while True:
             await asyncio.sleep(settings.KAFKA_REVOCATION_CHECK_SECONDS)
             try:
                 await check_once(self.listener)
             except Exception as error:  # the database restarting: check again next time
                 log.warning("kafka_revocation_check_failed", error=str(error))
-
-    async def __aenter__(self) -> RevocationWatch:
-        self.task = asyncio.create_task(self._loop())
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-

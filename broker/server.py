@@ -27,7 +27,7 @@ import structlog
 from django.conf import settings
 
 import broker.apis  # noqa: F401  (registers the handlers)
-from broker.dispatch import dispatch
+from broker.dispatch import MAX_THROTTLE_MS, dispatch
 from broker.errors import CloseConnection
 from broker.limits import ConnectionGate, Limits, Refused, address_of
 from broker.nodes import Beacon
@@ -139,6 +139,8 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
             if response is not None:
                 writer.write(len(response).to_bytes(4, "big") + response)
                 await writer.drain()
+            if session.throttle_seconds > 0:  # over a tenant's quota: muted meanwhile (KIP-219)
+                await asyncio.sleep(min(session.throttle_seconds, MAX_THROTTLE_MS / 1000))
             if session.close_after:  # answered, then closed (a failed sign-in, as Kafka does)
                 raise CloseConnection(session.close_after)
     except Refused as error:

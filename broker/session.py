@@ -23,6 +23,13 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 
 from replication.grants import cached_perms, perms_held
 from replication.listeners import Node
+from replication.quotas import (
+    cached_request_rates,
+    cached_wait,
+    quotas_wait,
+    request_rates,
+    requests_charge,
+)
 from replication.services.names import ResolvedTopic, topic_resolve, topic_target
 
 if TYPE_CHECKING:
@@ -112,6 +119,29 @@ class Session:
         self.log = log.bind(peer=peer)
         # Whether the client closed the connection; the server sets it (safe from any thread).
         self.peer_left: Callable[[], bool] = lambda: False
+        # Seconds the tenants' quotas hold this connection back after the request being
+        # served (its answer's throttle_time_ms; nothing more is read meanwhile).
+        self.throttle_seconds = 0.0
+
+    def throttle(self, seconds: float) -> None:
+        self.throttle_seconds = max(self.throttle_seconds, seconds)
+
+    async def charge_request(self) -> None:
+        """Count this request against its user's tenants' request quotas (their rates read
+        in the thread pool when this process holds none fresh; the count does no I/O)."""
+        if self.user is None:
+            return
+        rates = cached_request_rates(self.user.pk)
+        if rates is None:
+            rates = await self.run_sync(request_rates, self.user.pk)
+        self.throttle(requests_charge(rates))
+
+    async def throttle_for(self, tenant_ids: set[int], kind: str) -> None:
+        """Hold the connection back while one of these tenants is over its `kind` quota."""
+        wait = cached_wait(tenant_ids, kind)
+        if wait is None:
+            wait = await self.run_sync(quotas_wait, tenant_ids, kind)
+        self.throttle(wait)
 
     async def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()

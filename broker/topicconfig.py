@@ -107,8 +107,8 @@ def timestamptype_from(configs: dict[str, str | None], stream: Stream) -> str | 
     for name in STREAM_WIDE:
         if name in configs and configs[name] != current[name]:
             raise InvalidInput(f"{name}={configs[name]} differs from {stream.path}'s "
-                               f"{current[name]}: it is {DOCS[name]}; change it with "
-                               "'streamgate stream edit' or leave it out", field="configs")
+                               f"{current[name]}: it is {DOCS[name]}; change the stream's "
+                               "setting first, or leave it out", field="configs")
     return settings_for(stream, None, configs).timestamptype
 
 

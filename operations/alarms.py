@@ -102,8 +102,7 @@ def _link_conditions(links: list[ReplicaLink], unknown: set[str]) -> Iterator[Co
         if not link.agreed:
             yield link_condition(link, AlarmKind.WAITING_FOR_UPSTREAM, (
                 f"{link.replica.path} has not accepted {link.source.path} as its upstream, so "
-                "nothing replicates: its owner approves with 'streamgate stream upstream add "
-                f"-path {link.replica.path} -upstream {link.source.path}'"))
+                "nothing replicates: its owner approves it as an upstream"))
             continue
         if link.paused:
             continue
@@ -148,8 +147,7 @@ def _cluster_conditions(links: list[ReplicaLink]) -> Iterator[Condition]:
             continue
         count = configured.get(cluster.pk, 0)
         state = (f"all {count} configured gateways are down" if count else
-                 "no gateway is configured: an operator adds them with 'streamgate cluster "
-                 f"gateway set -dstcluster {cluster.name} -gateways <names>'")
+                 "no gateway is configured: an operator adds them")
         yield Condition(AlarmKind.GATEWAYS_DOWN, f"cluster:{cluster.pk}", cluster.name,
                         f"no live gateway on cluster {cluster.name}, so nothing replicates to "
                         f"its replicas: {state}", cluster_id=cluster.pk,
@@ -278,7 +276,7 @@ def _older(store: MessageStore, stream: UUID, part: PartitionPending, before_ms:
 # --- failovers ----------------------------------------------------------------------------------
 
 
-def connect_signals() -> None:
+def connect_receivers() -> None:
     """The alarm of a failover, raised in the failover's own transaction: the replication
     layer records the Failover, this layer (above it) raises what operators read."""
     post_save.connect(_failed_over, sender=Failover, dispatch_uid="operations.alarms.failover")

@@ -9,6 +9,6 @@ class OperationsConfig(AppConfig):
         from operations import alarms, audit
         from replication.signals import stream_expiring
 
-        audit.connect_signals()
-        alarms.connect_signals()
+        audit.connect_receivers()
+        alarms.connect_receivers()
         stream_expiring.connect(alarms.on_stream_expiring, dispatch_uid="retention_check")

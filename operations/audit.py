@@ -267,7 +267,7 @@ def _replica_repair_started(sender: type[models.Model], link: ReplicaLink, actor
     record(link, AuditAction.REPAIR, None, details)
 
 
-def connect_signals() -> None:
+def connect_receivers() -> None:
     replica_repair_started.connect(_replica_repair_started,
                                    dispatch_uid="operations.audit.replica_repair_started")
     stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")

@@ -261,6 +261,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     # Per user; the produce endpoint takes up to 10,000 records a request.
     "DEFAULT_THROTTLE_RATES": {"produce": env.str("STREAMGATE_PRODUCE_RATE", default="200/second")},
+    # Every request counts against its user's tenants' request quotas (replication/quotas.py).
+    "DEFAULT_THROTTLE_CLASSES": ["portal.quotas.TenantRequestThrottle"],
 }
 REST_KNOX = {"TOKEN_TTL": None, "AUTO_REFRESH": False}
 

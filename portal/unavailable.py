@@ -51,9 +51,10 @@ def as_unavailable(exc: Exception) -> ServiceUnavailable | None:
 
 
 def retry_headers(exc: Exception) -> dict[str, str] | None:
-    if isinstance(exc, ServiceUnavailable):
-        return {"Retry-After": str(exc.retry_after)}
-    return None
+    """Retry-After for an error that says when to send the request again (an outage, a
+    tenant over its quota)."""
+    after = getattr(exc, "retry_after", None)
+    return None if after is None else {"Retry-After": str(after)}
 
 
 def redis_address() -> str:

@@ -426,3 +426,40 @@ def default_for(username: str) -> str:
         raise AceError(end, f"unexpected character {text[end]!r} in the user name: {NAME_HINT}")
     _check_length(text)
     return text
+
+
+# --- alternatives: an ACE as a list of grants (Kafka's ACLs over ACEs, broker/apis/acls.py) ---
+
+
+def _alternatives(node: Node) -> tuple[Node, ...]:
+    return node.operands if isinstance(node, Or) else () if isinstance(node, Nobody) else (node,)
+
+
+def granting_terms(text: str) -> list[str]:
+    """The ACE's top-level alternatives that are one term or `p`, canonical: each grants on its
+    own (`u:alice` of `u:alice | (g:ops & !u:bob)`; the rest grants only in combination)."""
+    return [_render(n) for n in _alternatives(parse(text).node) if isinstance(n, Term | Public)]
+
+
+def with_term(text: str, term: str) -> str:
+    """The ACE with the single term `term` (`u:alice`, `g:ops`, `r:admin` or `p`) as one more
+    alternative, canonical; unchanged when it grants already. `p` grants everyone alone."""
+    current, added = parse(text).node, parse(term).node
+    if not isinstance(added, Term | Public):
+        raise AceError(0, f"{term!r} is not one term: give u:<user>, g:<group>, r:<role> or p")
+    alternatives = _alternatives(current)
+    if isinstance(current, Public) or added in alternatives:
+        return _render(current)
+    if isinstance(added, Public) or not alternatives:
+        return _render(added)
+    return _render(Or((*alternatives, added)))
+
+
+def without_term(text: str, term: str) -> str:
+    """The ACE with the top-level alternative `term` removed, canonical (`""` when none is
+    left); unchanged when `term` is not one of its alternatives."""
+    removed = parse(term).node
+    kept = [n for n in _alternatives(parse(text).node) if n != removed]
+    if not kept:
+        return NOBODY_TEXT
+    return _render(kept[0] if len(kept) == 1 else Or(tuple(kept)))

@@ -79,6 +79,8 @@ def traffic_totals(direction: str, streams: Iterable[UUID]) -> dict[UUID, tuple[
     return {s: (t["messages"], t["bytes"]) for s, t in totals.items()}
 
 
-def count_consumed(*, stream: UUID, messages: Sequence[Message]) -> None:
+def count_consumed(*, stream: UUID, messages: Sequence[Message]) -> int:
+    """Count the messages read; their bytes (keys and values)."""
     nbytes = sum(len(m.value or b"") + len(m.key or b"") for m in messages)
     count_traffic(direction=CONSUMED, stream=stream, messages=len(messages), nbytes=nbytes)
+    return nbytes

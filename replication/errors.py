@@ -144,6 +144,16 @@ class ServiceUnavailable(StreamgateError, errno=_errno.EAGAIN, http_status=503,
     retry_after = 5
 
 
+class QuotaExceeded(StreamgateError, errno=_errno.EAGAIN, http_status=429,
+                    kafka_error="throttling_quota_exceeded"):
+    """The tenant is over a quota an operator set (replication/quotas.py): nothing was done;
+    send it again after `retry_after` seconds (HTTP's Retry-After)."""
+
+    def __init__(self, problem: str, *, retry_after: int) -> None:
+        super().__init__(problem)
+        self.retry_after = retry_after
+
+
 def replicas_of(path: str) -> Hint:
     """See the replicas the stream at `path` sends to."""
     return Hint("replica.list", "see the stream's replicas", {"path": path},

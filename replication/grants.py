@@ -73,3 +73,19 @@ def forget(**_signal: Any) -> None:
     with _lock:
         _generation += 1
         _held.clear()
+
+
+def connect_receivers() -> None:
+    """ReplicationConfig.ready: ACE and identity changes (a stream's ACEs, a membership, a
+    user or its groups saved or deleted) clear the cache."""
+    from django.contrib.auth import get_user_model
+    from django.db.models.signals import m2m_changed, post_delete, post_save
+
+    from accounts.models import Membership
+    from replication.models import Stream
+
+    user = get_user_model()
+    for model in (Stream, Membership, user):
+        post_save.connect(forget, sender=model, dispatch_uid=f"grants-save-{model.__name__}")
+        post_delete.connect(forget, sender=model, dispatch_uid=f"grants-delete-{model.__name__}")
+    m2m_changed.connect(forget, sender=user.groups.through, dispatch_uid="grants-groups")

@@ -24,6 +24,7 @@ from broker.notify import wait_for_data
 from broker.records import encode_rows
 from broker.session import Session
 from replication.engine.store import OffsetOutOfRange
+from replication.quotas import FETCH
 from replication.services.messages import PartitionRead, messages_fetch_partitions
 from replication.services.names import ResolvedTopic
 
@@ -105,6 +106,7 @@ async def fetch(session: Session, header: RequestHeader, request: Any) -> Any:
         if total >= request.min_bytes or failed or left <= 0 or not keys:
             break
         await wait_for_data(keys, min(left, POLL_SECONDS))
+    await session.throttle_for({f.resolved.stream.tenant_id for f in fetches if f.resolved}, FETCH)
     for f in fetches:
         for partition, (code, message) in f.codes.items():
             if code not in (errors.NONE, errors.OFFSET_OUT_OF_RANGE):

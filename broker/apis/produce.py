@@ -28,6 +28,7 @@ from broker.session import Session, forget_connection
 from replication.counters import count_refusal
 from replication.engine.sequences import ProducerBatch
 from replication.engine.store import now_ms
+from replication.quotas import PRODUCE
 from replication.services.messages import PartitionWrite, messages_append
 from replication.services.names import ResolvedTopic
 
@@ -96,7 +97,7 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
         topic = messages_append(actor=actor, stream=resolved.stream, topic=resolved.topic,
-                                writes=writes, abandoned=abandoned)
+                                writes=writes, abandoned=abandoned, throttled=True)
     except Exception as error:  # the whole topic refused: every partition says why
         forget_connection(error)
         code, message = error_of(error)
@@ -167,6 +168,7 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None
+    await session.throttle_for({r.stream.tenant_id for r, _ in topics if r is not None}, PRODUCE)
     for (resolved, data), parts in zip(topics, answers, strict=True):
         if resolved is not None and any(a.code == errors.NONE for a in parts):
             data_arrived(resolved.stream.uuid, resolved.topic)

@@ -26,6 +26,7 @@ from rest_framework.response import Response
 
 from portal.api.throttling import FailOpenScopedRateThrottle
 from portal.api.viewsets import StreamChildViewSet
+from portal.quotas import TenantRequestThrottle
 from replication.engine.store import Message, Record
 from replication.models import Topic
 from replication.services import messages as service
@@ -186,8 +187,10 @@ class MessageViewSet(StreamChildViewSet):
     renderer_classes = [ORJSONRenderer, BrowsableAPIRenderer]
 
     def get_throttles(self) -> list:
-        # Only producing is rate-limited; consumers long-poll and would trip it for nothing.
-        return [FailOpenScopedRateThrottle()] if self.action == "create" else []
+        # Only producing is rate-limited per user; consumers long-poll and would trip it for
+        # nothing. Both count against the tenants' request quotas.
+        produce = [FailOpenScopedRateThrottle()] if self.action == "create" else []
+        return [TenantRequestThrottle(), *produce]
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def create(self, request: Request, **kwargs: Any) -> Response:

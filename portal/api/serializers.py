@@ -92,7 +92,23 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["id", "name", "role"]
+        fields = ["id", "name", "role", "produce_bytes_rate", "fetch_bytes_rate", "request_rate"]
+        read_only_fields = fields
+        extra_kwargs = {
+            "produce_bytes_rate": {"help_text": "quota: bytes a second produced into the "
+                                                "tenant's streams per process; null: no limit"},
+            "fetch_bytes_rate": {"help_text": "quota: bytes a second fetched; null: no limit"},
+            "request_rate": {"help_text": "quota: requests a second its members send; null: "
+                                          "no limit"},
+        }
+
+
+class TenantQuotaSerializer(serializers.Serializer):
+    """What an operator sets: a rate a second, 0 to remove a limit, left out to keep it."""
+
+    produce_bytes_rate = serializers.IntegerField(min_value=0, required=False)
+    fetch_bytes_rate = serializers.IntegerField(min_value=0, required=False)
+    request_rate = serializers.IntegerField(min_value=0, required=False)
 
 
 class GatewayBriefSerializer(serializers.ModelSerializer):

@@ -43,6 +43,17 @@ class TenantViewSet(ReadOnlyViewSet):
         role = Membership.objects.filter(tenant=OuterRef("pk"), user=self.request.user.pk)
         return super().get_queryset().annotate(role=Subquery(role.values("role")[:1]))
 
+    @extend_schema(request=s.TenantQuotaSerializer, responses=s.TenantSerializer)
+    @action(detail=True, methods=["put"], serializer_class=s.TenantSerializer)
+    def quota(self, request: Request, pk: str) -> Response:
+        """Set the tenant's quotas (operators only): rates a second, 0 for no limit."""
+        data = self.validated(s.TenantQuotaSerializer)
+        tenant = services.tenant_quota_set(
+            actor=request.user, tenant=self.get_object().name,
+            produce=data.get("produce_bytes_rate"), fetch=data.get("fetch_bytes_rate"),
+            requests=data.get("request_rate"))
+        return self.respond(tenant)
+
 
 @extend_schema_view(create=extend_schema(request=s.ClusterCreateSerializer,
                                          responses={201: s.ClusterSerializer}))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 from typing import Any
 
 from django.http import Http404
@@ -69,10 +70,14 @@ def envelope_exception_handler(exc: Exception, context: dict[str, Any]) -> Respo
         return failure(errno.ENOENT, "not found", 404)
     if isinstance(exc, exceptions.APIException):
         # DRF sets auth_header on 401s; clients need it to know which scheme to use.
-        auth_header = getattr(exc, "auth_header", None)
-        headers = {"WWW-Authenticate": auth_header} if auth_header else None
-        error_id = errno.EACCES if exc.status_code in (401, 403) else errno.EINVAL
-        return failure(error_id, str(exc.detail), exc.status_code, headers)
+        # A throttled request (a tenant's request quota) says when to send it again.
+        auth_header, wait = getattr(exc, "auth_header", None), getattr(exc, "wait", None)
+        headers = {"WWW-Authenticate": auth_header} if auth_header else {}
+        if wait is not None:
+            headers["Retry-After"] = str(math.ceil(wait))
+        error_id = (errno.EACCES if exc.status_code in (401, 403) else
+                    errno.EAGAIN if wait is not None else errno.EINVAL)
+        return failure(error_id, str(exc.detail), exc.status_code, headers or None)
     logger.exception("unexpected error in /rest", exc_info=exc)
     return failure(errno.EIO, "internal error: the server logged the details", 500)
 

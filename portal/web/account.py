@@ -21,6 +21,7 @@ from replication.services.credentials import (
     scram_credential_set,
     scram_credentials,
 )
+from replication.services.quotas import tenant_quotas
 
 FIELDS = ("mechanism", "password")
 
@@ -37,7 +38,8 @@ def _page(request: HttpRequest, form: dict[str, str], errors: dict[str, str]) ->
     rows = [(mechanism, held.get(mechanism)) for mechanism in MECHANISMS]
     return render_page(request, "web/account.html", {
         "scram": rows, "mechanisms": MECHANISMS, "iterations": DEFAULT_ITERATIONS,
-        "form": form, "errors": errors}, status=400 if errors else 200)
+        "quotas": tenant_quotas(actor=request.user), "form": form, "errors": errors},
+        status=400 if errors else 200)
 
 
 @login_required

@@ -12,6 +12,7 @@ from replication.services.clusters import (
 from replication.services.failback import replica_failback
 from replication.services.failover import replica_failover
 from replication.services.jobs import replica_repair
+from replication.services.quotas import tenant_quota_set
 from replication.services.replicas import (
     replica_add,
     replica_autosetup,
@@ -44,6 +45,7 @@ __all__ = [
     "stream_create",
     "stream_delete",
     "stream_edit",
+    "tenant_quota_set",
     "topic_create",
     "topic_delete",
     "topic_edit",

@@ -100,11 +100,11 @@ def default_stream_for(*, actor: AbstractBaseUser, cluster: str | None) -> Defau
         return DefaultChoice(chosen[0].path)
     if not chosen:
         return DefaultChoice(None, f"no default stream is set for {actor.get_username()} "
-                                   f"{where}: set one with 'streamgate tenant defaultstream set "
-                                   "-cluster C -path P' (or the listener's -defaultstream)")
+                                   f"{where}: set a default stream for plain topic names, or "
+                                   "start the listener with one")
     return DefaultChoice(None, f"several default streams apply to {actor.get_username()} "
-                               f"{where}: run the listener with -cluster, or set your own "
-                               "with -scope user")
+                               f"{where}: start the listener for one cluster, or set your "
+                               "own default stream")
 
 
 def default_stream_open(*, actor: AbstractBaseUser, path: str) -> Stream | None:

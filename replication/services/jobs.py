@@ -202,8 +202,8 @@ def job_finished(*, job: Job) -> None:
         link.state = ReplicaState.REPLICATING
         link.copy_percentage = 100 if job.state == Job.State.SUCCEEDED else link.copy_percentage
         if job.state == Job.State.FAILED:
-            link.last_error = (f"{job.kind} job {job.pk} failed: {job.error}; 'stream replica "
-                               "resume' replicates on from where it stopped")[:2000]
+            link.last_error = (f"{job.kind} job {job.pk} failed: {job.error}; resuming the "
+                               "link replicates on from where it stopped")[:2000]
             link.paused = job.kind == Job.Kind.COPYSTREAM or link.paused
         link.save(update_fields=["state", "copy_percentage", "last_error", "paused"])
         stream_wake(stream=link.source.uuid)

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models.signals import post_delete, post_save
 
 from replication.compiled import PLACEHOLDER, Compiled
 from replication.counters import (
@@ -42,6 +43,7 @@ from replication.errors import (
 from replication.grants import grants_require
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
+from replication.quotas import FETCH, PRODUCE, quota_charge, quota_require
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
 from replication.services.wakeups import cursors_wake, stream_wake
@@ -154,6 +156,7 @@ def messages_consume(
     if not 1 <= limit <= MAX_BATCH or max_bytes < 1 or not 0 <= wait_ms <= MAX_WAIT_MS:
         raise InvalidInput(f"limit must be 1 to {MAX_BATCH}, max_bytes positive, wait_ms 0 to "
                            f"{MAX_WAIT_MS}")
+    quota_require(stream.tenant_id, FETCH)
     store = store_for(stream.cluster)
     deadline = time.monotonic() + wait_ms / 1000
 
@@ -168,7 +171,8 @@ def messages_consume(
             raise InvalidInput(f"offset {offset} is out of range for {target} partition "
                                f"{partition}: {err}", field="offset") from err
         if messages or time.monotonic() >= deadline:
-            count_consumed(stream=stream.uuid, messages=messages)
+            nbytes = count_consumed(stream=stream.uuid, messages=messages)
+            quota_charge(stream.tenant_id, FETCH, nbytes)
             return messages
         time.sleep(0.02)
 
@@ -294,6 +298,13 @@ def forget_topics(**_signal: object) -> None:
     _topics.clear()
 
 
+def connect_receivers() -> None:
+    """ReplicationConfig.ready: a topic saved or deleted in this process (an origin moved by a
+    failover, a topic deleted and made anew) clears the topic lookups at once."""
+    post_save.connect(forget_topics, sender=Topic, dispatch_uid="topics-save")
+    post_delete.connect(forget_topics, sender=Topic, dispatch_uid="topics-delete")
+
+
 def _check_write(write: PartitionWrite, topic: Topic) -> None:
     """The one record check of every produce: records there, their partitions existing, none
     over the maximum message size (key, value and headers: `record_size`). A write whose
@@ -342,15 +353,20 @@ def messages_produce(
 def messages_append(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, writes: Sequence[PartitionWrite],
     producer: str | None = None, abandoned: Callable[[], bool] | None = None,
+    throttled: bool = False,
 ) -> Topic:
     """The one append of every interface (a Kafka Produce's partitions of one topic, a REST
     batch), with every check (produceperm, origin, `_check_write`) and what follows an append
     (stream_wake, replicas_await, counters). Writes without a producer sequence go in one
     append (one transaction); each idempotent batch in its own, where its producer state is
     kept. A whole-topic refusal raises; a write's (its append's failure included) is set on
-    it, beside its `base_offset`."""
+    it, beside its `base_offset`. A tenant over its produce quota is refused before anything
+    is written (QuotaExceeded), unless the caller is `throttled`: it slows its client itself
+    (the Kafka listener's throttle_time_ms)."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
+    if not throttled:
+        quota_require(stream.tenant_id, PRODUCE)
     good = []
     for write in writes:
         try:
@@ -404,9 +420,10 @@ def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> No
         w.placed if w.partition is None else [(w.partition, w.base_offset + len(w.records) - 1)]
         for w in writes)))
     # The counters from the sizes already measured: no second pass over the records.
+    nbytes = sum(w.nbytes for w in writes)
     count_traffic(direction=PRODUCED, stream=stream.uuid,
-                  messages=sum(len(w.records) for w in writes),
-                  nbytes=sum(w.nbytes for w in writes))
+                  messages=sum(len(w.records) for w in writes), nbytes=nbytes)
+    quota_charge(stream.tenant_id, PRODUCE, nbytes)
 
 
 def messages_fetch_partitions(
@@ -440,6 +457,7 @@ def messages_fetch_partitions(
     if count:
         count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count,
                       nbytes=max_bytes - left)
+        quota_charge(stream.tenant_id, FETCH, max_bytes - left)
     return target
 
 

@@ -160,6 +160,30 @@ def stream_edit(*, actor: AbstractBaseUser, stream: Stream, **changes: Any) -> S
 
 
 @transaction.atomic
+def stream_ace_change(*, actor: AbstractBaseUser, stream: Stream, perm: str, term: str,
+                      grant: bool) -> bool:
+    """Grant `term` (u:<user>, g:<group>, r:<role> or p) `perm` on the stream, as one more
+    alternative of its ACE, or revoke it (that alternative removed): Kafka's CreateAcls and
+    DeleteAcls. Under the stream row's lock, so concurrent changes all count; adminperm, as
+    every edit. Whether the ACE changed."""
+    if perm not in PERMISSIONS:
+        raise InvalidInput(f"{perm!r} is no permission: use one of {', '.join(PERMISSIONS)}",
+                           field="perm")
+    locked = Stream.objects.select_related("cluster", "tenant").select_for_update().get(
+        pk=stream.pk)
+    locked.require(actor, "adminperm", action="edit the stream")
+    current = getattr(locked, perm)
+    try:
+        changed = (ace.with_term if grant else ace.without_term)(current, term)
+    except ace.AceError as error:
+        raise InvalidInput(f"{term!r}: {error.reason}", field="principal") from error
+    if changed == str(ace.parse(current)):
+        return False
+    stream_edit(actor=actor, stream=locked, **{perm: changed})
+    return True
+
+
+@transaction.atomic
 def stream_delete(*, actor: AbstractBaseUser, stream: Stream) -> None:
     stream.require(actor, "adminperm", action="delete the stream")
     cluster, uuid = stream.cluster, stream.uuid

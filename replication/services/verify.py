@@ -93,9 +93,7 @@ def _record(link: ReplicaLink, upto: dict[str, int], difference: dict | None, ch
     if difference is not None:
         error = (f"{link.replica.path} differs from {link.source.path} at {difference['topic']} "
                  f"partition {difference['partition']} offset {difference['offset']}: repair "
-                 "it with Repair on the source's stream page or 'streamgate stream replica "
-                 f"repair -path {link.source.path} -replica {link.replica.path}' (the "
-                 "link's diffstreams -repair true)")
+                 "the replica from its source")
     values = {"last_verified": timezone.now(), "verified_upto": upto, "verify_error": error,
               "verify_duration_ms": int((time.monotonic() - began) * 1000)}
     # update(), not save(): runtime state, like the link's progress (not audited).

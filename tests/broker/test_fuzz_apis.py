@@ -23,7 +23,7 @@ from broker.apis import MODULES  # noqa: F401  (registers every handler)
 from broker.codec import encode
 from broker.dispatch import BEFORE_AUTH, registry
 from replication.engine.store import Record
-from replication.models import Topic
+from replication.models import PERMISSIONS, Stream, Topic
 from replication.stores import store_for
 from tests.broker.wire import Wire
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
@@ -70,7 +70,8 @@ def owned(kafka, owner):  # type: ignore[no-untyped-def]
 def _state(stream) -> tuple:  # type: ignore[no-untyped-def]
     store = store_for(stream.cluster)
     return (sorted(Topic.objects.filter(stream=stream).values_list("name", "partitions")),
-            store.watermarks(stream.uuid, "orders"))
+            store.watermarks(stream.uuid, "orders"),  # no message written or deleted
+            Stream.objects.filter(pk=stream.pk).values_list(*PERMISSIONS).get())  # no ACL made
 
 
 def _answer(wire: Wire) -> bytes:

@@ -145,3 +145,20 @@ def test_the_live_alarm_fragment_is_scoped_like_the_overview(owner, outsider, ac
     page.force_login(outsider)
     assert activity.path not in page.get(reverse("overview-alarms")).content.decode()
     assert Client().get(reverse("overview-alarms")).status_code == 302  # sign in first
+
+
+def test_an_alarm_says_what_to_do_in_words_and_the_command_line_names_the_command(
+        api, owner, activity, raised, cluster_alarm):
+    """The domain's description is plain words (it reaches the API and the pages as is); /rest
+    and the CLI add the command that clears it, as the pages link the page that does."""
+    client = api(owner)
+    waiting = client.get(f"/api/v1/alarms/{raised[AlarmKind.WAITING_FOR_UPSTREAM].pk}/").json()
+    assert waiting["description"].endswith(": its owner approves it as an upstream")
+    rows = {r["alarm name"]: r["description"]
+            for r in client.get("/rest/alarm/list").json()["data"]}
+    assert rows[AlarmKind.WAITING_FOR_UPSTREAM] == (
+        f"{waiting['description']} with 'streamgate stream upstream add -path "
+        f"/mapr/newyork/activity -upstream {activity.path}'")
+    # No gateway configured on newyork: the command that adds them.
+    assert rows[AlarmKind.GATEWAYS_DOWN] == (
+        "all down with 'streamgate cluster gateway set -dstcluster newyork -gateways <names>'")

@@ -47,7 +47,7 @@ def test_replica_waiting_for_upstream_is_raised_once_and_cleared_on_approval(
     assert (first["raised"], again["raised"]) == (1, 0)
     assert alarm.kind == AlarmKind.WAITING_FOR_UPSTREAM and alarm.link_id == link.pk
     assert alarm.entity == f"{activity.path} -> {activity_ny.path}"
-    assert "stream upstream add" in alarm.description
+    assert alarm.description.endswith("so nothing replicates: its owner approves it as an upstream")
 
     services.upstream_add(actor=owner, replica=activity_ny, source=activity)
     assert alarms_evaluate()["cleared"] == 1

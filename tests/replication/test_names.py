@@ -95,7 +95,8 @@ def test_plain_name_without_a_default_stream_says_which_setting_is_missing(owner
                                                                           sanfrancisco):
     heard: list[str] = []
     assert topic_resolve(actor=owner, name="orders", on_missing=heard.append) is None
-    assert "streamgate tenant defaultstream set" in heard[0]
+    assert heard[0] == ("no default stream is set for alice on any cluster: set a default "
+                        "stream for plain topic names, or start the listener with one")
 
 
 def test_listener_default_stream_serves_plain_names(owner, activity):

@@ -379,3 +379,18 @@ def test_cli_sets_and_lists_the_default_stream_for_plain_kafka_names(cli, cluste
     assert [(r["scope"], r["path"]) for r in rows(listed)] == [
         ("tenant", "/mapr/sanfrancisco/kafka")]
     assert rows(cli(token_for(outsider), "tenant defaultstream list -json")) == []
+
+
+def test_cli_sets_and_lists_tenant_quotas_for_operators_only(cli, live_server, owner,
+                                                             operator):
+    set_by_ops = cli(token_for(operator),
+                     "tenant quota set -tenant acme -producebytes 1048576 -requests 100 -json")
+    quota = {"tenant": "acme", "producebytes": 1048576, "fetchbytes": 0, "requests": 100}
+    assert rows(set_by_ops) == [quota]
+    assert rows(cli(token_for(owner), "tenant quota list -json")) == [quota]
+    told = streamgate(live_server.url, token_for(owner), "tenant quota set -tenant acme "
+                      "-producebytes 0")
+    assert told.returncode == 1 and "only operators set quotas" in told.stderr
+    bad = streamgate(live_server.url, token_for(operator), "tenant quota set -tenant acme "
+                     "-requests 99999999999")
+    assert bad.returncode == 1 and "-requests 99999999999 is out of range" in bad.stderr

@@ -4,7 +4,6 @@ a Job record into a spec and the progress calls into updates of that record."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pyspark import SparkContext
 
 from replication.engine.store import UnknownTopic
 from replication.engine.storebase import MessageStore
+from workers.spark.background import Background
 from workers.spark.ranges import BUCKET, Range, Side, Work, copy_ranges, diff_ranges, stores
 
 # (messages done, messages total, bytes done, bytes total)
@@ -245,27 +245,22 @@ def _tasks_done(spark: SparkContext, group: str, total: int, tasks: int) -> Call
     return done
 
 
-class _Reporter:
+class _Reporter(Background):
     """Calls `progress` every TICK seconds from a thread while the Spark action runs."""
+
+    name = "job-progress"
 
     def __init__(self, progress: Progress | None, done: Callable[[], int], total: int,
                  average: float) -> None:
         self.progress, self.done, self.total, self.average = progress, done, total, average
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True, name="job-progress")
+        super().__init__()
 
-    def __enter__(self) -> _Reporter:
+    def begin(self) -> bool:
         if self.progress:
             self.progress(0, self.total, 0, int(self.total * self.average))
-            self.thread.start()
-        return self
+        return self.progress is not None
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
-
-    def _loop(self) -> None:
+    def loop(self) -> None:
         while not self.stop.wait(TICK):
             try:
                 done = min(self.total, self.done())

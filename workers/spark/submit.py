@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pyspark
 from pyspark import SparkContext
 
+from workers.spark.background import Background
 from workers.spark.jobs import Spec
 from workers.spark.ranges import Side
 from workers.spark.session import java_options, spark_context, stop
@@ -88,7 +88,7 @@ def main(run: Callable, argv: list[str]) -> int:
     return 0
 
 
-class ExecutorWatch:
+class ExecutorWatch(Background):
     """Ends a job whose driver has had no executor for `wait` seconds. A standalone master
     keeps an application waiting for resources ("Initial job has not accepted any resources")
     as long as no worker offers cores, say after its only worker was lost: the driver would
@@ -96,26 +96,20 @@ class ExecutorWatch:
     job failed this way is run again later; a catch-up's link replicates on meanwhile.
     Local mode runs its tasks in the driver and is not watched."""
 
+    name = "executor-watch"
+
     def __init__(self, spark: SparkContext, wait: float) -> None:
         self.spark, self.wait, self.reason = spark, wait, ""
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True, name="executor-watch")
+        super().__init__()
 
-    def __enter__(self) -> ExecutorWatch:
-        if not self.spark.master.startswith("local"):
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
+    def begin(self) -> bool:
+        return not self.spark.master.startswith("local")
 
     def executors(self) -> int:
         """Executors registered now (the driver's own block manager counts in the status)."""
         return self.spark._jsc.sc().getExecutorMemoryStatus().size() - 1
 
-    def _loop(self) -> None:
+    def loop(self) -> None:
         since = time.monotonic()
         while not self.stop.wait(1.0):
             if self.executors() > 0:

@@ -16,6 +16,7 @@ from portal.rest.commands.registry import Row, command, stream_at
 from portal.rest.options import Bool, Choice, Int, Str, StreamPath
 from replication.errors import InvalidInput
 from replication.figures import epoch_ms
+from replication.models import Gateway
 
 TYPES = ("cluster", "stream")
 
@@ -41,7 +42,9 @@ def alarm_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
         counts = alarms.order_by().values("kind").annotate(n=Count("pk", distinct=True))
         return [{"alarm name": row["kind"], "count": row["n"]}
                 for row in sorted(counts, key=lambda row: row["kind"])]
-    window = alarms.order_by("-raised", "-pk")[opts["start"]:opts["start"] + opts["limit"]]
+    window = (alarms.order_by("-raised", "-pk")
+              .select_related("link__source", "link__replica", "cluster")
+              [opts["start"]:opts["start"] + opts["limit"]])
     return [alarm_row(alarm) for alarm in window]
 
 
@@ -70,6 +73,28 @@ def _alarm_name(raw: str) -> str:
     return name
 
 
+def _fix(alarm: Alarm) -> str | None:
+    """The command that clears a raised alarm, as the browser links the page that does
+    (alarm_fix): the domain's description says what to do in plain words, the command line
+    names the command."""
+    link, cluster = alarm.link, alarm.cluster
+    if alarm.kind == AlarmKind.WAITING_FOR_UPSTREAM and link is not None:
+        return (f"streamgate stream upstream add -path {link.replica.path} "
+                f"-upstream {link.source.path}")
+    if alarm.kind == AlarmKind.DIVERGED and link is not None:
+        return (f"streamgate stream replica repair -path {link.source.path} "
+                f"-replica {link.replica.path}")
+    if (alarm.kind == AlarmKind.GATEWAYS_DOWN and cluster is not None
+            and not Gateway.objects.filter(cluster=cluster).exists()):
+        return f"streamgate cluster gateway set -dstcluster {cluster.name} -gateways <names>"
+    return None
+
+
+def _described(alarm: Alarm) -> str:
+    fix = None if alarm.cleared else _fix(alarm)
+    return alarm.description if fix is None else f"{alarm.description} with '{fix}'"
+
+
 def alarm_row(alarm: Alarm) -> Row:
     changed = alarm.cleared or alarm.raised
     return {
@@ -77,7 +102,7 @@ def alarm_row(alarm: Alarm) -> Row:
         "alarm name": alarm.kind,
         "alarm state": 0 if alarm.cleared else 1,
         "alarm statechange time": epoch_ms(changed),
-        "description": alarm.description,
+        "description": _described(alarm),
         "alarm type": alarm.alarm_type,
         # streamgate's own, after MapR's.
         "alarm raised": epoch_ms(alarm.raised),

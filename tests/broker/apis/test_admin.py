@@ -56,7 +56,7 @@ def test_create_topics_refusals_name_the_problem_and_change_nothing(kafka, apps)
     assert codes == {"taken": KafkaError.TOPIC_ALREADY_EXISTS,
                      "triple": KafkaError.INVALID_REPLICATION_FACTOR,
                      "compacted": KafkaError.INVALID_CONFIG, "ttl": KafkaError.INVALID_CONFIG}
-    assert "streamgate stream edit" in str(errors["/mapr/c1/apps:ttl"])
+    assert "change the stream's setting first" in str(errors["/mapr/c1/apps:ttl"])
     assert set(apps.topics.values_list("name", flat=True)) == {"taken"}
     shrink = done(admin.create_partitions([NewPartitions("/mapr/c1/apps:taken", 1)]))
     assert shrink["/mapr/c1/apps:taken"].args[0].code() == KafkaError.INVALID_PARTITIONS

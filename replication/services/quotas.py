@@ -1,0 +1,47 @@
+"""Tenant quotas, set by operators and read by the tenants' members (the command line, the API,
+the admin site, the account page); replication/quotas.py meters and enforces them."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from accounts.models import Tenant
+from replication.errors import InvalidInput, NotFound, PermissionDenied
+from replication.quotas import FETCH, FIELDS, PRODUCE, REQUESTS, UNITS
+
+MAX_RATE = 1 << 40  # a TiB a second: beyond it a quota limits nothing
+MAX_RATES = {PRODUCE: MAX_RATE, FETCH: MAX_RATE, REQUESTS: (1 << 31) - 1}
+
+
+def tenant_quotas(*, actor: AbstractBaseUser) -> QuerySet[Tenant]:
+    """The tenants whose quotas `actor` may read: their own; an operator's, every tenant."""
+    return Tenant.objects.restrict(actor).order_by("name")
+
+
+def tenant_quota_set(*, actor: AbstractBaseUser, tenant: str,
+                     **rates: int | None) -> Tenant:
+    """Set some of a tenant's quotas (`produce`, `fetch`, `requests`; a rate a second, 0 for
+    no limit, None to leave it). Operators only: a tenant may not raise its own."""
+    if not actor.is_staff:
+        raise PermissionDenied("only operators set quotas: ask an operator (a staff account) "
+                               "for a larger one")
+    unknown = set(rates) - set(FIELDS)
+    if unknown:
+        raise InvalidInput(f"no quota named {sorted(unknown)[0]!r}: give "
+                           f"{', '.join(FIELDS)}", field=sorted(unknown)[0])
+    given = {kind: rate for kind, rate in rates.items() if rate is not None}
+    if not given:
+        raise InvalidInput("nothing to set: give at least one of -producebytes, -fetchbytes "
+                           "or -requests (0 removes a limit)", field="tenant")
+    for kind, rate in given.items():
+        if not 0 <= rate <= MAX_RATES[kind]:
+            raise InvalidInput(f"{kind} quota {rate}: give 0 (no limit) to {MAX_RATES[kind]} "
+                               f"{UNITS[kind]}", field=kind)
+    found = Tenant.objects.filter(name=tenant).first()
+    if found is None:
+        raise NotFound(f"tenant {tenant!r} does not exist", field="tenant")
+    for kind, rate in given.items():
+        setattr(found, FIELDS[kind], rate or None)
+    found.save(update_fields=[FIELDS[kind] for kind in given])  # forget_limits: a receiver
+    return found

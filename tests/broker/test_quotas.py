@@ -1,0 +1,66 @@
+"""Tenant quotas on the Kafka listener, as Kafka enforces them (KIP-219): a request over the
+tenant's quota is served, answered with throttle_time_ms, and the connection reads nothing more
+for that long; another tenant's connection is not held back."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from broker.records import encode_batch
+from replication.engine.store import Record
+from replication.services.quotas import tenant_quota_set
+from tests.broker.conftest import orders_topic
+from tests.broker.test_idempotence import _call, _frame, _produce_v3, _sasl, stored_values
+
+pytestmark = pytest.mark.slow
+METADATA_V4_ALL = struct.pack(">i?", -1, False)  # every topic, no auto-creation
+
+
+@pytest.fixture
+def topic(owner):
+    return orders_topic(owner, 1)
+
+
+def _connected(endpoint) -> socket.socket:  # type: ignore[no-untyped-def]
+    sock = socket.create_connection(endpoint.bootstrap.split(":"))  # type: ignore[arg-type]
+    _sasl(sock, endpoint.username, endpoint.password)
+    return sock
+
+
+def _produce_throttle(reply: bytes) -> int:
+    return struct.unpack(">i", reply[-4:])[0]  # Produce v3 ends with throttle_time_ms
+
+
+def test_a_tenant_over_its_produce_quota_is_throttled_and_its_next_request_waits(
+        kafka, topic, owner, operator):
+    tenant_quota_set(actor=operator, tenant=owner.memberships.get().tenant.name,
+                     produce=50_000)
+    records = [Record(b"p" * 1000, timestamp_ms=1000) for _ in range(150)]  # 150 KB: 3 s' worth
+    with _connected(kafka) as sock:
+        first = _call(sock, _frame(0, 3, 10, _produce_v3(encode_batch(records))))
+        throttle = _produce_throttle(first)
+        assert struct.unpack_from(">h", first, 8 + 2 + len(b"/mapr/c1/apps:orders") + 8)[0] == 0
+        assert 1500 <= throttle <= 2100, throttle  # about 2 s beyond the one-second burst
+        began = time.monotonic()
+        _call(sock, _frame(3, 4, 11, METADATA_V4_ALL))  # read only once the throttle passed
+        assert time.monotonic() - began >= throttle / 1000 - 0.2
+    assert sum(stored_values(topic).values()) == 150  # throttled, not refused
+
+
+def test_a_tenants_request_quota_throttles_its_connections_and_not_another_tenants(
+        kafka, topic, owner, outsider, operator):
+    tenant_quota_set(actor=operator, tenant=owner.memberships.get().tenant.name, requests=5)
+    with _connected(kafka) as sock:
+        throttles = [struct.unpack_from(">i", _call(sock, _frame(3, 4, 20 + i,
+                                                                 METADATA_V4_ALL)), 4)[0]
+                     for i in range(12)]
+    assert throttles[:4] == [0, 0, 0, 0] and max(throttles) >= 150, throttles
+    with _connected(kafka.as_user(outsider)) as sock:
+        theirs = [struct.unpack_from(">i", _call(sock, _frame(3, 4, 40 + i,
+                                                              METADATA_V4_ALL)), 4)[0]
+                  for i in range(12)]
+    assert theirs == [0] * 12
