@@ -60,8 +60,11 @@ def test_rest_repair_runs_the_links_diffstreams_repair_and_clears_the_alarm(
     source, replica = diverged
     alarms_evaluate()
     alarm = Alarm.objects.open().get(kind=AlarmKind.DIVERGED)
-    assert f"stream replica repair -path {source.path} -replica {replica.path}" in \
-        alarm.description
+    assert alarm.description.endswith(": repair the replica from its source")
+    listed = rest(api(owner), "alarm/list", alarm=AlarmKind.DIVERGED.value).json()["data"]
+    assert [row["description"] for row in listed] == [  # the command line names the command
+        f"{alarm.description} with 'streamgate stream replica repair -path {source.path} "
+        f"-replica {replica.path}'"]
     body = rest(api(owner), "stream/replica/repair", path=source.path,
                 replica=replica.path).json()
     assert body["status"] == "OK", body

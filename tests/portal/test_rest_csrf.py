@@ -80,7 +80,7 @@ def world(owner, outsider, clicks, agreed, activity_ny):
 VALUES = {"path": SF, "replica": NY, "upstream": SF, "source": SF, "src": SF, "dst": NY,
           "copymetafrom": SF, "topic": "clicks", "name": "tokyo", "dstcluster": "newyork",
           "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing",
-          "mechanism": "scram-sha-256", "password": "p"}
+          "mechanism": "scram-sha-256", "password": "p", "tenant": "acme"}
 OWN_VALUES = {
     "stream/create": {"path": "/mapr/sanfrancisco/fresh"},
     "stream/edit": EDIT,
@@ -93,6 +93,7 @@ OWN_VALUES = {
     "copystream": {"dst": "/mapr/newyork/copy"},
     "cluster/gateway/local": {"cluster": "newyork"},
     "stream/purge": {"all": "true"},
+    "tenant/quota/set": {"producebytes": "100"},
 }
 
 

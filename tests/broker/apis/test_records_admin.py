@@ -139,4 +139,5 @@ def test_api_versions_advertise_the_admin_apis_served_and_no_others(kafka, owner
     keys = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
     assert {key: keys[key] for key in (15, 16, 21, 42, 47, 60, 61)} == {
         15: (0, 5), 16: (0, 5), 21: (0, 2), 42: (0, 2), 47: (0, 0), 60: (0, 1), 61: (0, 0)}
-    assert not keys.keys() & {29, 30, 31, 65, 66, 69}  # ACLs, transactions, KIP-848 groups
+    assert {key: keys[key] for key in (29, 30, 31)} == {29: (1, 3), 30: (1, 3), 31: (1, 3)}
+    assert not keys.keys() & {48, 49, 65, 66, 69}  # client quotas, transactions, KIP-848
