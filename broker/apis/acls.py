@@ -30,6 +30,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from broker import errors
+from broker.apis.produce import error_of
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.session import Session
@@ -115,11 +116,6 @@ def _streams(actor: AbstractBaseUser, cluster: str | None) -> list[Stream]:
     return list(streams.filter(cluster__name=cluster) if cluster else streams)
 
 
-def _error(error: Exception) -> tuple[errors.ErrorCode, str]:
-    code = errors.code_of(error) if isinstance(error, StreamgateError) else None
-    return code or errors.UNKNOWN_SERVER_ERROR, str(error)
-
-
 # --- DescribeAcls --------------------------------------------------------------------------------
 
 
@@ -193,7 +189,7 @@ def acls_create(actor: AbstractBaseUser, creations: Any) -> list[dict[str, Any]]
         try:
             acl_create(actor, creation)
         except Exception as error:  # this creation's answer; the others go on
-            code, message = _error(error)
+            code, message = error_of(error)
             results.append({"error_code": code, "error_message": message})
         else:
             results.append({"error_code": errors.NONE, "error_message": None})
@@ -217,7 +213,7 @@ def _deleted(actor: AbstractBaseUser, cluster: str | None, f: Any) -> dict[str, 
         for stream in {acl.stream.pk: acl.stream for acl in matched}.values():
             stream.require(actor, "adminperm", action="delete its ACLs")
     except StreamgateError as error:
-        code, message = _error(error)
+        code, message = error_of(error)
         return {"error_code": code, "error_message": message, "matching_acls": []}
     grants = {(acl.stream.pk, acl.perm, acl.term): acl for acl in matched}
     out = []
@@ -227,7 +223,7 @@ def _deleted(actor: AbstractBaseUser, cluster: str | None, f: Any) -> dict[str, 
                               grant=False)
             code, message = errors.NONE, None
         except Exception as error:  # this grant's answer; the others go on
-            code, message = _error(error)
+            code, message = error_of(error)
         out += [{"error_code": code, "error_message": message, "resource_type": TOPIC,
                  "resource_name": acl.resource_name, "pattern_type": PREFIXED,
                  **Acl(acl.stream, acl.perm, acl.term, op).entry()}
