@@ -66,7 +66,7 @@ class Dispatcher:
             chosen = self.choice.choose(link.replica_cluster.name, now)
             if chosen is None:
                 return None
-        granted = self.throttles.grant(link.id, spec, now) if link.throttle else spec
+        granted = self.throttles.grant(link.id, spec) if link.throttle else spec
         if chosen is None or granted is None:
             return False  # the flights settle first, or a timer brings the link back
         self._dispatch(link, key, granted, chosen, now)

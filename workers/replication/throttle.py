@@ -10,6 +10,8 @@ never delays another link's batches.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from django.conf import settings
@@ -91,8 +93,12 @@ class Throttles:
 
     buckets: dict[int, Throttle] = field(default_factory=dict)
     waiting: dict[int, float] = field(default_factory=dict)  # link -> when tokens allow more
+    # Read at each grant, not the replicator step's time: that was taken before the step
+    # planned, so a bucket made with it would count as full from before the backlog it cuts.
+    clock: Callable[[], float] = time.monotonic
 
-    def grant(self, link_id: int, spec: BatchSpec, now: float) -> BatchSpec | None:
+    def grant(self, link_id: int, spec: BatchSpec) -> BatchSpec | None:
+        now = self.clock()
         throttle = self.buckets.get(link_id)
         if throttle is None:
             throttle = self.buckets[link_id] = Throttle.full(
