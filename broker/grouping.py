@@ -25,8 +25,11 @@ from accounts.models import Membership
 from broker import errors
 from broker.errors import KafkaError
 from broker.session import Listener, Node, Session
+from replication.groups import consumer
 from replication.groups.board import GroupBoard, group_key
+from replication.groups.consumer import ConsumerGroups
 from replication.groups.coordinator import Coordinator, Limits
+from replication.groups.model import GroupView
 from replication.models import Stream
 from replication.services.names import topic_listing
 from replication.stores import store_for
@@ -38,9 +41,30 @@ VIEW_SECONDS = 5.0  # how long a connection's readable streams and committed gro
 
 @dataclass
 class ListenerGroups:
-    coordinator: Coordinator
+    coordinator: Coordinator  # the classic protocol's groups
+    consumer: ConsumerGroups  # KIP-848's
     board: GroupBoard
     task: asyncio.Task[None] | None = None
+
+    def live(self, key: str) -> GroupView | None:
+        """The group with members under either protocol (one key is one or the other)."""
+        view = self.coordinator.describe(key)
+        if view is not None and view.members:
+            return view
+        group = self.consumer.get(key)
+        return consumer.view(group) if group is not None else None
+
+    def validate_commit(self, key: str, *, generation_id: int, member_id: str,
+                        instance_id: str | None) -> int:
+        """OffsetCommit's member check, by the protocol the group runs: a KIP-848 member's
+        generation is its member epoch."""
+        if self.consumer.get(key) is not None:
+            return int(self.consumer.validate(key, member_id, generation_id))
+        return int(self.coordinator.validate_commit(
+            key, generation_id=generation_id, member_id=member_id, instance_id=instance_id))
+
+    def group_keys(self) -> list[str]:
+        return sorted({*self.coordinator.group_keys(), *self.consumer.group_keys()})
 
 
 @dataclass
@@ -61,6 +85,11 @@ def _limits() -> Limits:
         initial_delay_ms=getattr(settings, "KAFKA_GROUP_INITIAL_DELAY_MS", 0))
 
 
+def _consumer_settings() -> consumer.Settings:
+    return consumer.Settings(session_ms=settings.KAFKA_CONSUMER_SESSION_MS,
+                             heartbeat_ms=settings.KAFKA_CONSUMER_HEARTBEAT_MS)
+
+
 def state_of(session: Session) -> ListenerGroups:
     """The listener's groups, created with the first group request (on the listener's loop)."""
     listener = session.listener
@@ -68,7 +97,10 @@ def state_of(session: Session) -> ListenerGroups:
     if state is None:
         board = GroupBoard(functools.partial(_in_pool, listener))
         state = _listeners[id(listener)] = ListenerGroups(
-            Coordinator(_limits(), on_change=board.on_change), board)
+            Coordinator(_limits(), on_change=board.on_change),
+            ConsumerGroups(_consumer_settings(),
+                           on_change=lambda group: board.on_change(consumer.view(group))),
+            board)
         state.task = asyncio.get_running_loop().create_task(board.run())
     return state
 

@@ -397,6 +397,10 @@ if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
 # every KAFKA_REVOCATION_CHECK seconds and closes those revoked.
 KAFKA_SESSION_LIFETIME_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_SESSION_LIFETIME", 3600.0)
 KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATION_CHECK", 2.0)
+# KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.session.timeout.ms
+# and group.consumer.heartbeat.interval.ms.
+KAFKA_CONSUMER_SESSION_MS = _positive(env.int, "STREAMGATE_KAFKA_CONSUMER_SESSION_MS", 45_000)
+KAFKA_CONSUMER_HEARTBEAT_MS = _positive(env.int, "STREAMGATE_KAFKA_CONSUMER_HEARTBEAT_MS", 5_000)
 # The SASL mechanisms the listener offers (SaslHandshake answers with them): PLAIN takes an API
 # token as the password, SCRAM-SHA-256/512 a SCRAM password the user set for the mechanism.
 KAFKA_SASL_MECHANISMS = tuple(env.list("STREAMGATE_KAFKA_SASL_MECHANISMS",

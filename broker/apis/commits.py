@@ -46,16 +46,16 @@ async def _resolve_all(session: Session, names: list[str]) -> dict[str, Resolved
     return {name: await session.resolve(name) for name in dict.fromkeys(names)}
 
 
-@handles(8, 2, 8)
+@handles(8, 2, 9)
 async def offset_commit(session: Session, header: RequestHeader, request: Any) -> Any:
     generation = getattr(request, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = request.generation_id
     try:  # OffsetCommit has no request-level error: NOT_COORDINATOR goes to every partition
         key = await coordinated_key(session, request.group_id)
-        refused = int(state_of(session).coordinator.validate_commit(
+        refused = state_of(session).validate_commit(
             key, generation_id=generation, member_id=request.member_id,
-            instance_id=getattr(request, "group_instance_id", None)))
+            instance_id=getattr(request, "group_instance_id", None))
     except KafkaError as error:
         refused = int(error.code)
     wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
@@ -94,12 +94,13 @@ async def _commit(session: Session, group: str, wanted: list[Commit]) -> Codes:
     return codes
 
 
-@handles(9, 1, 8)
+@handles(9, 1, 9)
 async def offset_fetch(session: Session, header: RequestHeader, request: Any) -> Any:
     if request.__version__ >= 8:
         groups = []
         for group in request.groups:
             try:
+                await _check_member(session, group)
                 topics = await _fetch_group(session, group.group_id, group.topics)
                 groups.append({"group_id": group.group_id, "topics": topics})
             except KafkaError as error:
@@ -114,6 +115,19 @@ async def offset_fetch(session: Session, header: RequestHeader, request: Any) ->
                                                   for p in t.partition_indexes]}
                   for t in request.topics or ()]  # v1 has per-partition errors only
     return build(response_class(request), topics=topics)
+
+
+async def _check_member(session: Session, group: Any) -> None:
+    """OffsetFetch v9 names the KIP-848 member asking (require_stable reads): it must be
+    current, as for a commit."""
+    member_id = getattr(group, "member_id", None)
+    if not member_id:
+        return
+    key = await coordinated_key(session, group.group_id)
+    consumer = state_of(session).consumer
+    if consumer.get(key) is not None and (
+            refused := consumer.validate(key, member_id, group.member_epoch)):
+        raise KafkaError(int(refused), "the member is not current: heartbeat again")
 
 
 async def _fetch_group(session: Session, group: str, topics: Any) -> list[dict[str, Any]]:

@@ -54,8 +54,8 @@ def decode_subscription(data: bytes) -> list[str]:
 
 async def _live(session: Session, key: str) -> GroupView | None:
     """The group as its coordinator holds it, when it has members the user may see."""
-    view = state_of(session).coordinator.describe(key)
-    if view is None or not view.members or not await visible(session, key):
+    view = state_of(session).live(key)
+    if view is None or not await visible(session, key):
         return None
     return view
 
@@ -66,8 +66,9 @@ def _delete_cursors(actor: Any, streams: list[Stream], group: str) -> int:
 
 async def _delete_group(session: Session, group_id: str) -> errors.ErrorCode:
     key = await coordinated_key(session, group_id)
-    coordinator = state_of(session).coordinator
-    if not coordinator.hold_empty(key):
+    state = state_of(session)
+    coordinator = state.coordinator
+    if not state.consumer.remove_group(key) or not coordinator.hold_empty(key):
         live = await _live(session, key)
         return NON_EMPTY_GROUP if live is not None else GROUP_ID_NOT_FOUND
     try:
@@ -123,6 +124,9 @@ async def _group_scope(session: Session, group_id: str) -> set[tuple[str, str]]:
         if not await streams_holding(session, group_id):
             raise KafkaError(GROUP_ID_NOT_FOUND, f"no group {group_id} of yours has offsets")
         return set()
+    kip848 = state_of(session).consumer.get(key)
+    if kip848 is not None:  # its members' subscriptions, as their connections resolved them
+        return {(t.stream, t.topic) for m in kip848.members.values() for t in m.topics.values()}
     if live.protocol_type != CONSUMER:
         raise KafkaError(NON_EMPTY_GROUP, f"group {group_id} is active and is not a consumer "
                                           "group: stop its members first")

@@ -34,6 +34,7 @@ from broker.grouping import (
 )
 from broker.session import Session
 from replication.groups.board import Placement, split_key
+from replication.groups.model import Err
 
 log = structlog.get_logger(__name__)
 # Kafka's answer to a transaction coordinator lookup it may not serve. Not retriable, so a
@@ -45,7 +46,8 @@ NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN)
 # Kafka's AclOperation codes on a group a user who sees it may perform: READ (commit, join),
 # DELETE (DeleteGroups, OffsetDelete), DESCRIBE. The same rule decides all three: consumeperm.
 GROUP_OPERATIONS = sum(1 << code for code in (3, 6, 8))
-CLASSIC = "classic"  # ListGroups v5's group type: the classic JoinGroup/SyncGroup protocol
+CLASSIC = "classic"  # ListGroups v5's group types: the classic JoinGroup/SyncGroup protocol,
+CONSUMER = "consumer"  # and KIP-848's (ConsumerGroupHeartbeat, consumergroups.py)
 
 
 def millis(value: datetime.timedelta | int | None, default: int) -> int:
@@ -108,6 +110,9 @@ async def find_coordinator(session: Session, header: RequestHeader, request: Any
 @handles(11, 0, 9)
 async def join_group(session: Session, header: RequestHeader, request: Any) -> Any:
     key = await coordinated_key(session, request.group_id)
+    if state_of(session).consumer.get(key) is not None:  # Kafka's answer for the other kind
+        return build(response_class(request), error_code=int(Err.INCONSISTENT_GROUP_PROTOCOL),
+                     member_id=request.member_id)
     session_ms = millis(request.session_timeout, 10_000)
     result = await state_of(session).coordinator.join(
         key, member_id=request.member_id, protocol_type=request.protocol_type,
@@ -202,8 +207,8 @@ async def _describe(session: Session, group_id: str, operations: int) -> dict[st
         key = await coordinated_key(session, group_id)
     except KafkaError as error:
         return entry | {"error_code": error.code}
-    view = state_of(session).coordinator.describe(key)
-    if view is not None and view.members and await visible(session, key):
+    view = state_of(session).live(key)
+    if view is not None and await visible(session, key):
         return entry | {
             "group_state": view.state, "protocol_type": view.protocol_type,
             "protocol_data": view.protocol_name, "authorized_operations": operations,
@@ -221,8 +226,9 @@ async def _describe(session: Session, group_id: str, operations: int) -> dict[st
 async def list_groups(session: Session, header: RequestHeader, request: Any) -> Any:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
-    listed = {} if types and CLASSIC not in types else await _listed(session)
-    groups = [g for g in listed.values() if not states or g["group_state"].lower() in states]
+    listed = await _listed(session)
+    groups = [g for g in listed.values() if (not states or g["group_state"].lower() in states)
+              and (not types or g["group_type"] in types)]
     return build(response_class(request), groups=sorted(groups, key=lambda g: g["group_id"]))
 
 
@@ -235,11 +241,11 @@ async def _listed(session: Session) -> dict[str, dict[str, Any]]:
         if coordinator_node(session, tenant_key + group_id).node_id == mine:
             listed[group_id] = {"group_id": group_id, "protocol_type": "consumer",
                                 "group_state": "Empty", "group_type": CLASSIC}
-    for key in state.coordinator.group_keys():
-        view = state.coordinator.describe(key)
-        if (key.startswith(tenant_key) and view is not None and view.members
-                and await visible(session, key)):
+    for key in state.group_keys():
+        view = state.live(key)
+        if key.startswith(tenant_key) and view is not None and await visible(session, key):
             group_id = split_key(key)[1]
+            kind = CLASSIC if state.consumer.get(key) is None else CONSUMER
             listed[group_id] = {"group_id": group_id, "protocol_type": view.protocol_type,
-                                "group_state": view.state, "group_type": CLASSIC}
+                                "group_state": view.state, "group_type": kind}
     return listed

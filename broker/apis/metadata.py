@@ -63,7 +63,7 @@ def partitions_of(resolved: ResolvedTopic, nodes: list[Node]) -> list[dict[str, 
     return out
 
 
-def topic_entry(name: str, code: errors.ErrorCode = errors.NONE, *,
+def topic_entry(name: str | None, code: errors.ErrorCode = errors.NONE, *,
                 resolved: ResolvedTopic | None = None, nodes: list[Node] | None = None) -> dict:
     entry: dict[str, Any] = {"error_code": code, "name": name, "is_internal": False,
                              "topic_id": uuid.UUID(int=0),
@@ -109,20 +109,36 @@ class Describer:
         return entry
 
 
-def _requested_names(request: Any) -> list[str] | None:
-    """The topic names asked for; None for every topic (v0: an empty list; v1+: null)."""
-    if request.topics is None or (request.__version__ == 0 and not request.topics):
-        return None
-    return [t.name for t in request.topics if t.name is not None]
+def _every_topic(request: Any) -> bool:
+    """Whether every topic is asked for (v0: an empty list; v1+: null)."""
+    return request.topics is None or (request.__version__ == 0 and not request.topics)
+
+
+async def _listing(describer: Describer) -> list[ResolvedTopic]:
+    session = describer.session
+    return await session.run_sync(
+        topic_listing, actor=session.user, cluster=session.listener.cluster,
+        default_stream=session.listener.default_stream, perms=PERMS)
+
+
+async def _asked(describer: Describer, request: Any) -> list[dict[str, Any]]:
+    """The topics asked for by name, or by id (v10+ with a null name: a KIP-848 consumer
+    learning the names of the topic ids it was assigned)."""
+    entries, by_id = [], None
+    for asked in request.topics:
+        if asked.name is not None:
+            entries.append(await describer.entry(asked.name))
+            continue
+        if by_id is None:
+            by_id = {e["topic_id"]: e for e in await _all_topics(describer)}
+        entries.append(by_id.get(asked.topic_id) or {
+            **topic_entry(None, errors.ErrorCode.unknown_topic_id), "topic_id": asked.topic_id})
+    return entries
 
 
 async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
-    session = describer.session
-    listing = await session.run_sync(
-        topic_listing, actor=session.user, cluster=session.listener.cluster,
-        default_stream=session.listener.default_stream, perms=PERMS)
     entries = []
-    for resolved in listing:
+    for resolved in await _listing(describer):
         entry = topic_entry(resolved.client_name, resolved=resolved, nodes=describer.nodes)
         if describer.operations:
             entry["topic_authorized_operations"] = operations_of(
@@ -134,14 +150,13 @@ async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
 @handles(3, 0, 12)
 async def metadata(session: Session, header: RequestHeader, request: Any) -> Any:
     nodes = session.listener.live_nodes()
-    names = _requested_names(request)
     create = bool(getattr(request, "allow_auto_topic_creation", request.__version__ < 4))
     operations = bool(getattr(request, "include_topic_authorized_operations", False))
     describer = Describer(session, create, nodes, operations)
-    if names is None:
+    if _every_topic(request):
         topics = await _all_topics(describer)
     else:
-        topics = [await describer.entry(name) for name in names]
+        topics = await _asked(describer, request)
     brokers = [{"node_id": n.node_id, "host": n.host, "port": n.port} for n in nodes]
     cluster_operations = (CLUSTER_OPERATIONS if getattr(
         request, "include_cluster_authorized_operations", False) else NO_OPERATIONS)

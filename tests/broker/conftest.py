@@ -28,7 +28,10 @@ from tests.workers.conftest import (
 
 # Fast presence, so tests of listeners dying see leadership move in seconds.
 JS = Path(__file__).parent / "js"  # the kafkajs scripts
-LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5"}
+LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5",
+                     # KIP-848 members: a test's session and heartbeat, not Kafka's 45 s and 5 s
+                     "STREAMGATE_KAFKA_CONSUMER_SESSION_MS": "6000",
+                     "STREAMGATE_KAFKA_CONSUMER_HEARTBEAT_MS": "300"}
 
 
 def orders_topic(owner, partitions: int):  # type: ignore[no-untyped-def]

@@ -88,10 +88,14 @@ class Member:
 
 
 def confluent_member(kafka, name: str, group: str, strategy: str = "range") -> Member:
+    """librdkafka; `strategy` "kip848" is `group.protocol=consumer` (ConsumerGroupHeartbeat:
+    the listener assigns, and the session and heartbeat interval are the listener's)."""
+    own = ({"group.protocol": "consumer"} if strategy == "kip848" else {
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+        "partition.assignment.strategy": strategy})
     config = kafka.confluent(**{
         "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "client.id": name,
-        "partition.assignment.strategy": strategy})
+        "client.id": name, **own})
 
     def body(member: Member) -> None:
         consumer = Consumer(config)
@@ -106,7 +110,7 @@ def confluent_member(kafka, name: str, group: str, strategy: str = "range") -> M
                 consumer.commit(message=message, asynchronous=False)
             except KafkaException:
                 member.uncommitted.append(member.seen[-1])
-        consumer.close()  # LeaveGroup: the others rebalance at once
+        consumer.close()  # LeaveGroup (or epoch -1): the others rebalance at once
 
     return Member(name, body)
 
@@ -172,6 +176,10 @@ def cooperative_member(kafka, name: str, group: str) -> Member:
     return confluent_member(kafka, name, group, "cooperative-sticky")
 
 
+def kip848_member(kafka, name: str, group: str) -> Member:
+    return confluent_member(kafka, name, group, "kip848")
+
+
 def members_on_the_groups_tab(owner, stream, group: str) -> tuple[str, dict[str, set[int]]]:
     """The group's state and client id -> assigned partitions, as the portal's tab shows them
     (read from the rows the listener, another process, publishes)."""
@@ -189,7 +197,8 @@ def members_on_the_groups_tab(owner, stream, group: str) -> tuple[str, dict[str,
 
 
 CLIENTS = {"confluent": confluent_member, "confluent-cooperative-sticky": cooperative_member,
-           "kafka-python": kafka_python_member, "aiokafka": aiokafka_member}
+           "confluent-kip848": kip848_member, "kafka-python": kafka_python_member,
+           "aiokafka": aiokafka_member}
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
@@ -257,12 +266,16 @@ while True:
 """
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_member_killed_without_leaving_expires_after_its_session_timeout(kafka, owner,
-                                                                          orders):
-    a = confluent_member(kafka, "m-a", "billing").start()
+                                                                          orders, protocol):
+    """Classic: the member's 6 s session; KIP-848: the listener's (6 s in these tests)."""
+    kip848 = protocol == "consumer"
+    a = (kip848_member if kip848 else confluent_member)(kafka, "m-a", "billing").start()
     wait_for(lambda: a.errors or a.partitions == set(range(PARTITIONS)), "a alone", kafka)
-    config = kafka.confluent(**{"group.id": "billing", "session.timeout.ms": 6000,
-                                "heartbeat.interval.ms": 300, "client.id": "m-b"})
+    own = ({"group.protocol": "consumer"} if kip848
+           else {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    config = kafka.confluent(**{"group.id": "billing", "client.id": "m-b", **own})
     b = subprocess.Popen([sys.executable, "-c", KILLABLE, json.dumps(config), TOPIC])
     try:
         wait_for(lambda: a.errors or 0 < len(a.partitions) < PARTITIONS, "b sharing", kafka)
