@@ -123,18 +123,21 @@ def stream_throughput(stream_ids: Iterable[int]) -> dict[int, list[list[float]]]
     return {pk: _rates(rings.get(_stream_key(pk)) or [], _stream_series) for pk in ids}
 
 
-def cluster_throughput(cluster_id: int, stream_ids: Iterable[int]) -> list[list[float]]:
-    """The cluster's [t_ms, in msg/s, in bytes/s, replicated msg/s, replicated bytes/s]:
-    in over `stream_ids` (the tenant's streams there), replicated by its gateways."""
-    per_stream = stream_throughput(stream_ids)
-    inflow: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for rows in per_stream.values():
-        for t, in_m, in_b, *_rest in rows:
-            inflow[t][0] += in_m
-            inflow[t][1] += in_b
-    applied = _rates(cache.get(_cluster_key(cluster_id)) or [],
-                     lambda b, a, s: [(a[1] - b[1]) / s, (a[2] - b[2]) / s])
-    out = {t: [t, m, b, 0.0, 0.0] for t, (m, b) in inflow.items()}
-    for t, m, b in applied:
-        out.setdefault(t, [t, 0.0, 0.0, 0.0, 0.0])[3:] = [m, b]
+def cluster_throughput(cluster_id: int, stream_ids: Iterable[int], *,
+                       gateways: bool) -> list[list[float]]:
+    """The cluster's [t_ms, in msg/s, in bytes/s, replicated msg/s, replicated bytes/s]: in
+    over `stream_ids` (the tenant's streams there); replicated, with `gateways`, what the
+    cluster's gateways applied (every tenant's: an operator's view), else what those streams
+    sent on to their replicas."""
+    out: dict[int, list[float]] = defaultdict(lambda: [0.0] * 5)
+    for rows in stream_throughput(stream_ids).values():
+        for t, *rates in rows:
+            point = out[t]
+            point[0] = t
+            for i, rate in enumerate(rates if not gateways else rates[:2], start=1):
+                point[i] += rate
+    if gateways:
+        for t, m, b in _rates(cache.get(_cluster_key(cluster_id)) or [],
+                              lambda b, a, s: [(a[1] - b[1]) / s, (a[2] - b[2]) / s]):
+            out[t][0], out[t][3:] = t, [m, b]
     return [out[t] for t in sorted(out)]

@@ -35,7 +35,8 @@ def stream_rates(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def cluster_rates(request: HttpRequest) -> HttpResponse:
     """Per cluster with streams of the current tenant: produced into those streams, and
-    applied by the cluster's gateways."""
+    replicated: out of those streams for a tenant's user, applied by the cluster's gateways
+    (every tenant's traffic) for an operator."""
     streams = Stream.objects.restrict(request.user)
     tenant = current_tenant(request)
     if tenant is not None:
@@ -44,5 +45,7 @@ def cluster_rates(request: HttpRequest) -> HttpResponse:
     for pk, cluster in streams.values_list("pk", "cluster_id"):
         by_cluster[cluster].append(pk)
     names = dict(Cluster.objects.filter(pk__in=by_cluster).values_list("pk", "name"))
-    return _json([{"title": names[c], "cluster": c, "points": cluster_throughput(c, ids)}
+    gateways = request.user.is_staff
+    return _json([{"title": names[c], "cluster": c,
+                   "points": cluster_throughput(c, ids, gateways=gateways)}
                   for c, ids in sorted(by_cluster.items(), key=lambda kv: names[kv[0]])])

@@ -45,16 +45,17 @@ def _instances(rows: list[dict[str, Any]]) -> dict[int, ReplicaLink]:
     return links
 
 
-def _gateways() -> list[Gateway]:
+def _gateways(request: HttpRequest) -> list[Gateway]:
+    """Every gateway with its health; its rate (every tenant's traffic) for operators only."""
     gateways = list(Gateway.objects.select_related("cluster"))
-    rates = gateway_rates(gw.pk for gw in gateways)
+    rates = gateway_rates(gw.pk for gw in gateways) if request.user.is_staff else {}
     for gw in gateways:
         gw.rate = rates.get(gw.pk)  # type: ignore[attr-defined]
     return gateways
 
 
 def _live_context(request: HttpRequest) -> dict[str, Any]:
-    rows, gateways = _link_rows(request), _gateways()
+    rows, gateways = _link_rows(request), _gateways(request)
     # The worst first, and only so many: a stream's own page lists all its replicas.
     shown, needy = rows[:LINKS_SHOWN], needing_attention(rows)
     full = _instances([*shown, *needy])

@@ -38,9 +38,9 @@ def replicators(settings) -> Iterator[None]:
         client.delete(*keys)
 
 
-def test_replicator_list_shows_alive_links_held_and_last_heartbeat(replicators, owner):
+def test_replicator_list_shows_alive_links_held_and_last_heartbeat(replicators, operator):
     client = APIClient()
-    client.force_authenticate(owner)
+    client.force_authenticate(operator)
     body = client.get("/rest/replicator/list").json()
     assert body["status"] == "OK" and body["total"] == 2, body
     live, dead = body["data"]
@@ -57,18 +57,21 @@ def test_replicator_list_needs_a_signed_in_user(replicators):
     assert response.json()["status"] == "ERROR"
 
 
-def test_an_outsider_sees_the_deployments_replicators_and_no_tenants_data(replicators, outsider):
-    """Replicators belong to no tenant: another tenant's user sees the same rows, which name
-    no stream, link or tenant."""
+@pytest.mark.parametrize("user", ["owner", "outsider"])
+def test_a_tenant_user_sees_the_replicators_health_and_no_tenants_volumes(replicators, user,
+                                                                         request):
+    """Replicators belong to no tenant: any tenant's user sees the same rows, which name no
+    stream, link or tenant, and not how many links each holds (every tenant's)."""
     client = APIClient()
-    client.force_authenticate(outsider)
+    client.force_authenticate(request.getfixturevalue(user))
     rows = client.get("/rest/replicator/list").json()["data"]
-    assert [r["replicator"] for r in rows] == ["r-live", "r-dead"]
-    assert all(set(r) == set(COLUMNS) for r in rows)
+    assert [(r["replicator"], r["alive"]) for r in rows] == [("r-live", True), ("r-dead", False)]
+    assert all(set(r) == set(COLUMNS) - {"linksHeld"} for r in rows)
 
 
-def test_the_cli_prints_the_replicators_as_a_table_and_as_json(replicators, live_server, owner):
-    token = token_for(owner)
+def test_the_cli_prints_the_replicators_as_a_table_and_as_json(replicators, live_server,
+                                                               operator):
+    token = token_for(operator)
     table = streamgate(live_server.url, token, "replicator list")
     assert table.returncode == 0, table.stderr
     header, first, second = table.stdout.splitlines()
@@ -80,13 +83,15 @@ def test_the_cli_prints_the_replicators_as_a_table_and_as_json(replicators, live
     assert envelope["status"] == "OK" and envelope["data"][0]["linksHeld"] == 5
 
 
-def test_the_overview_page_has_a_replicators_card(replicators, client, owner):
-    client.force_login(owner)
+@pytest.mark.parametrize("user", ["owner", "operator"])
+def test_the_overview_page_has_a_replicators_card(replicators, client, user, request):
+    client.force_login(request.getfixturevalue(user))
     page = client.get("/").content.decode()
     card = page[page.index('id="replicators"'):]
     card = card[:card.index("</section>")]
     assert "1 live" in card and card.count("<tr") == 3  # header, live, dead
     assert "UP" in card and "DOWN" in card
+    assert ("Links held" in card) == (user == "operator")  # every tenant's links: ops only
 
 
 def test_the_overview_says_when_no_replicator_runs(settings, client, owner):
