@@ -153,7 +153,13 @@ TEMPLATES = [
 if EMBEDDED:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {"default": env.db_url_config(f"sqlite:///{DATA_DIR / 'control.sqlite3'}")}
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # Transactions take the write lock when they begin (SQLite refuses a reader's upgrade to
+    # writer beside another writer at once, whatever the timeout: "database is locked"), and
+    # WAL lets reads go on beside the one writer: requests and the embedded engine's threads
+    # wait their turn, up to `timeout` seconds.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20, "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"}
 else:
     DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False

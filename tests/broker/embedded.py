@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import requests
+
 from tests.broker.conftest import free_port
 from tests.workers.conftest import ROOT
 
@@ -30,6 +32,19 @@ def wait_log(path: Path, text: str, server: subprocess.Popen) -> None:
     deadline = time.monotonic() + 90
     while text not in path.read_text():
         assert server.poll() is None and time.monotonic() < deadline, path.read_text()
+        time.sleep(0.2)
+
+
+def wait_portal(port: int, server: subprocess.Popen) -> None:
+    """Until the portal answers (it may listen a moment after the Kafka listener is ready)."""
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert server.poll() is None and time.monotonic() < deadline, "the portal never answered"
         time.sleep(0.2)
 
 
@@ -59,6 +74,7 @@ def embedded_site(tmp_path: Path) -> Iterator[Embedded]:
             stderr=subprocess.STDOUT)
         try:
             wait_log(log_path, "kafka listener ready", server)
+            wait_portal(web, server)
             yield Embedded(web, token, {
                 "bootstrap.servers": f"127.0.0.1:{kafka_port}",
                 "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
