@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
@@ -23,6 +24,7 @@ from django.utils import timezone
 from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
 from knox.models import AuthToken
+from rest_framework.authentication import BasicAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from accounts.models import Membership, ScramCredential
@@ -35,6 +37,18 @@ class TokenAuthentication(KnoxTokenAuthentication):
         if auth_token.expiry < timezone.now():
             return super()._cleanup_token(auth_token)  # refuses it, and tidies up
         return False
+
+
+class BasicTokenAuthentication(BasicAuthentication):
+    """HTTP Basic with the user's password or one of their API tokens as the password, as the
+    Kafka listener's SASL/PLAIN takes it (maprcli's /rest clients send Basic credentials)."""
+
+    def authenticate_credentials(self, userid: str, password: str,
+                                 request: Any = None) -> tuple[AbstractBaseUser, Any]:
+        granted = token_grant(userid, password)
+        if granted is not None:
+            return granted[0], None
+        return super().authenticate_credentials(userid, password, request)
 
 
 class TokenScheme(KnoxTokenScheme):

@@ -20,7 +20,7 @@ from typing import Any
 from django.http import Http404
 from django.utils import timezone
 from rest_framework import exceptions
-from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.tokens import TokenAuthentication
+from accounts.tokens import BasicTokenAuthentication, TokenAuthentication
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.hints import command_desc
 from portal.unavailable import as_unavailable, retry_headers
@@ -141,7 +141,7 @@ class MaprRestView(APIView):
     # A request with an Authorization header is authenticated by it and needs no CSRF token:
     # a page on another site cannot set that header, and browsers hold no Basic credentials
     # for /rest (its 401 asks for a Token). Only the session cookie needs one.
-    authentication_classes = [TokenAuthentication, BasicAuthentication, SessionWithCsrf]
+    authentication_classes = [TokenAuthentication, BasicTokenAuthentication, SessionWithCsrf]
     permission_classes = [IsAuthenticated]
     renderer_classes = [JSONRenderer]
     parser_classes = [FormParser, MultiPartParser]

@@ -119,6 +119,23 @@ def test_basic_auth_works_like_curl_u(world):
     assert ok(call(client, "stream/info", path=world.activity.path))[0]["path"]
 
 
+def test_basic_auth_takes_an_api_token_as_the_password_as_kafka_does(world):
+    """`curl -u alice:$TOKEN`, as the Kafka listener's SASL/PLAIN takes the same pair; a token
+    of another user is no password of alice's."""
+    token = AuthToken.objects.create(world.users["alice"])[1]
+    other = AuthToken.objects.create(world.users["bob"])[1]
+
+    def basic(user: str, password: str) -> APIClient:
+        client = APIClient()
+        secret = base64.b64encode(f"{user}:{password}".encode()).decode()
+        client.credentials(HTTP_AUTHORIZATION=f"Basic {secret}")
+        return client
+
+    assert ok(call(basic("alice", token), "stream/info", path=world.activity.path))[0]["path"]
+    refused = call(basic("alice", other), "stream/info", path=world.activity.path)
+    assert refused.status_code == 401 and refused.json()["errors"][0]["id"] == 13
+
+
 def test_knox_token_auth_works(world):
     client = APIClient()
     token = AuthToken.objects.create(world.users["alice"])[1]
