@@ -102,7 +102,9 @@ def help_text(words: list[str]) -> str:
         return helpdoc.detail(row)
     text = helpdoc.listing(words)
     if text is None:
-        raise CommandError(errno.ENOENT, f"no command starts with '{' '.join(words)}': "
+        name = " ".join(words)
+        hint = helpdoc.did_you_mean(name, [row["command"] for row in helpdoc.all_commands()])
+        raise CommandError(errno.ENOENT, f"no command starts with '{name}':{hint} "
                            "'streamgate help' lists them all")
     return text
 

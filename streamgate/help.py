@@ -10,6 +10,7 @@ server: the usage text comes from files shipped with the command line.
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -100,6 +101,12 @@ def all_commands() -> list[Row]:
 def find(words: list[str]) -> Row | None:
     name = " ".join(words)
     return next((row for row in all_commands() if row["command"] == name), None)
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """" Did you mean 'stream list'?" for a mistyped command among `names`, else ""."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return f" did you mean '{close[0]}'?" if close else ""
 
 
 def is_group(words: list[str]) -> bool:

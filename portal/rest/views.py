@@ -12,6 +12,7 @@ token (DRF's SessionAuthentication checks it), while token and Basic calls need 
 
 from __future__ import annotations
 
+import difflib
 import errno
 import logging
 import math
@@ -194,8 +195,12 @@ class MaprRestView(APIView):
             return None
         spec = REGISTRY.get(path)
         if spec is None:
-            raise NotFound(f"unknown command '{path.replace('/', ' ')}': list the commands "
-                           "with 'streamgate help' or GET /rest/")
+            name = path.replace("/", " ")
+            close = difflib.get_close_matches(name, [k.replace("/", " ") for k in REGISTRY],
+                                              n=1, cutoff=0.75)
+            hint = f" did you mean '{close[0]}'?" if close else ""
+            raise NotFound(f"unknown command '{name}':{hint} list the commands with "
+                           "'streamgate help' or GET /rest/")
         return spec
 
     def _command_path(self) -> str:

@@ -161,6 +161,13 @@ def test_unknown_command_is_404_in_the_envelope(api, owner):
     response = call(api(owner), "stream/frobnicate", path="/mapr/sanfrancisco/x")
     assert response.status_code == 404
     assert "unknown command 'stream frobnicate'" in error_of(response)
+    assert "did you mean" not in error_of(response)  # nothing close
+
+
+def test_a_mistyped_command_is_answered_with_the_one_meant(api, owner):
+    response = call(api(owner), "stream/lsit")
+    assert response.status_code == 404
+    assert "unknown command 'stream lsit': did you mean 'stream list'?" in error_of(response)
 
 
 def test_command_index_lists_every_command_with_its_options(db):

@@ -83,6 +83,9 @@ def test_help_for_an_unknown_word_is_a_mapr_error(nowhere):
     done = streamgate(nowhere, None, "help frobnicate")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("ERROR (2) - no command starts with 'frobnicate'")
+    typo = streamgate(nowhere, None, "help stream replica lsit")
+    assert "no command starts with 'stream replica lsit': did you mean 'stream replica list'?" \
+        in typo.stderr
 
 
 @pytest.mark.parametrize(("words", "error_id", "text"), [
