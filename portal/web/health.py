@@ -78,19 +78,10 @@ def rows_health(rows: list[dict]) -> None:
         row["health"] = link_health(LinkValues(row), row["point"])  # type: ignore[arg-type]
 
 
-def state_css(state: str) -> str:
-    if state == ReplicaState.WAITING_FOR_UPSTREAM:
-        return "waiting"
-    return "up" if state == ReplicaState.REPLICATING else "unknown"
-
-
 def links_health(links: Iterable[ReplicaLink]) -> dict[int, tuple[Health, Point | None]]:
-    """Per link: its health and last sample. Also sets `state_css` on each link, so table
-    rows render without a template include per row."""
+    """Per link: its health and last sample."""
     links = list(links)
     latest = lag_latest(link.pk for link in links)
-    for link in links:
-        link.state_css = state_css(link.replica_state())  # type: ignore[attr-defined]
     return {link.pk: (link_health(link, latest.get(link.pk)), latest.get(link.pk))
             for link in links}
 

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.throttle import login_blocked
 from portal.web.attention import attention, needing_attention
-from portal.web.health import LINK_VALUES, Health, rows_health, state_css, streams_health
+from portal.web.health import LINK_VALUES, Health, rows_health, streams_health
 from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
 from replication.lag_history import gateway_rates
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
@@ -39,10 +39,7 @@ def _instances(rows: list[dict[str, Any]]) -> dict[int, ReplicaLink]:
     """The few links a page shows in full (its table, its to-do list), in one query."""
     found = (ReplicaLink.objects.filter(pk__in={r["pk"] for r in rows})
              .select_related("source", "replica").with_agreement())
-    links = {link.pk: link for link in found}
-    for link in links.values():
-        link.state_css = state_css(link.replica_state())  # type: ignore[attr-defined]
-    return links
+    return {link.pk: link for link in found}
 
 
 def _gateways(request: HttpRequest) -> list[Gateway]:

@@ -560,6 +560,10 @@ def test_manual_wizard_walks_the_seed_steps_to_a_replicating_pair(owner, activit
     page = client.get(step_url(activity, replica, 5)).content.decode()
     assert "is an upstream of" in page
 
+    # Paused: MapR's replicaState says REPLICATING, but its pill is not the green of a moving
+    # replica.
+    assert ('<span class="pill replica-state paused">REPLICA_STATE_REPLICATING</span> (paused)'
+            in page)
     page = client.get(step_url(activity, replica, 6)).content.decode()
     assert "copystream" in page and 'name="skip"' in page
     assert client.post(step_url(activity, replica, 6), {"skip": "1"}).url == step_url(
@@ -568,7 +572,8 @@ def test_manual_wizard_walks_the_seed_steps_to_a_replicating_pair(owner, activit
     link.refresh_from_db()
     assert not link.paused
     page = client.get(step_url(activity, replica, 8)).content.decode()
-    assert "REPLICA_STATE_REPLICATING" in page and "Done" in page
+    assert '<span class="pill replica-state up">REPLICA_STATE_REPLICATING</span>' in page
+    assert "Done" in page
 
 
 def test_manual_wizard_copy_step_starts_a_copystream_job(owner, activity, activity_ny):
