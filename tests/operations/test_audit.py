@@ -254,6 +254,18 @@ def test_audit_page_lists_changes_and_filters(owner, trail, activity):
     assert "gw1@newyork" not in page
 
 
+def test_audit_pages_keep_the_filter(owner, activity):
+    for ttl in range(1, 56):  # 55 edits: two pages of 50
+        services.stream_edit(actor=owner, stream=activity, ttl=ttl)
+    services.stream_edit(actor=owner, stream=activity, compression="off")
+    client = Client()
+    client.force_login(owner)
+    first = client.get(reverse("audit"), {"action": "edit"}).content.decode()
+    assert '<a href="?action=edit&amp;page=2">older</a>' in first
+    second = client.get(reverse("audit"), {"action": "edit", "page": 2}).content.decode()
+    assert '<a href="?action=edit&amp;page=1">newer</a>' in second and "page 2 of 2" in second
+
+
 def test_admin_shows_the_trail_read_only(operator, owner, trail):
     client = Client()
     client.force_login(operator)
