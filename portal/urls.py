@@ -13,3 +13,4 @@ urlpatterns = [
     path("rest/", include("portal.rest.urls")),
     path("", include("portal.web.urls")),
 ]
+handler404 = "portal.web.views.not_found"

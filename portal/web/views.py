@@ -139,6 +139,14 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     return redirect("overview")
 
 
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """The portal's 404: where to go instead, in the portal's frame."""
+    context = {"request_path": request.path}
+    if not request.user.is_authenticated:
+        return render(request, "404.html", context, status=404)
+    return render_page(request, "404.html", context, status=404)
+
+
 class SignInView(auth_views.LoginView):
     """Django's sign-in page, saying so when the sign-in rate limit refuses the user."""
 

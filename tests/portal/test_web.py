@@ -739,3 +739,14 @@ def test_job_detail_shows_a_copy_result_of_counts(owner, activity):
     job = make_job(activity, state="SUCCEEDED", result={"messages": 500, "partitions": 2})
     page = signed_in(owner).get(f"/jobs/{job.pk}/status/").content.decode()
     assert "<th>messages</th><td>500</td>" in page and "job-partitions" not in page
+
+
+def test_a_page_not_found_says_where_to_go_in_the_portals_frame(owner, client):
+    page = signed_in(owner).get("/streams/999999/")
+    assert page.status_code == 404
+    body = page.content.decode()
+    assert "<h1>Not found</h1>" in body and "<code>/streams/999999/</code>" in body
+    assert 'href="/streams/"' in body and 'id="who"' in body  # the nav, signed in
+    signed_out = client.get("/no/such/page/")
+    assert signed_out.status_code == 404
+    assert 'href="/login/?next=/no/such/page/"' in signed_out.content.decode()
