@@ -15,7 +15,7 @@ import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -38,6 +38,7 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
+from replication.services.replicas import LINK_OPTIONS
 from replication.stores import store_for
 
 
@@ -233,16 +234,45 @@ def replica_create(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 REPLICA_ACTIONS = {"pause": replica_pause, "resume": replica_resume, "remove": replica_remove}
+UNDO_KEY = "replica_undo"  # the session's note of the last replica removed, to add it back
+
+
+@login_required
+def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> HttpResponse:
+    """Pause and resume at once; remove asks first (GET: what removing does), and the page
+    it returns to offers to add the replica back with the settings it had."""
+    if action not in REPLICA_ACTIONS:
+        raise Http404("no such action")
+    if request.method != "POST" and action != "remove":
+        return HttpResponseNotAllowed(["POST"])
+    source = visible_stream(request, pk)
+    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
+                             pk=link_pk, source=source)
+    if request.method != "POST":
+        return render_page(request, "web/replica_remove.html", {"stream": source, "link": link})
+    service = REPLICA_ACTIONS[action]
+    done = _act(request, source, link, lambda: service(actor=request.user, source=source,
+                                                       replica=link.replica), f"replica {action}d")
+    if action == "remove" and done.status_code == 302:
+        request.session[UNDO_KEY] = {
+            "source": source.pk, "replica": link.replica.pk, "path": link.replica.path,
+            "paused": link.paused, **{name: getattr(link, name) for name in LINK_OPTIONS}}
+    return done
 
 
 @login_required
 @require_POST
-def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> HttpResponse:
-    if action not in REPLICA_ACTIONS:
-        raise Http404("no such action")
+def replica_undo(request: HttpRequest, pk: int) -> HttpResponse:
+    """Add back the replica this session removed last, with the settings it had."""
     source = visible_stream(request, pk)
-    link = get_object_or_404(ReplicaLink.objects.restrict(request.user).select_related("replica"),
-                             pk=link_pk, source=source)
-    service = REPLICA_ACTIONS[action]
-    return _act(request, source, link, lambda: service(actor=request.user, source=source,
-                                                       replica=link.replica), f"replica {action}d")
+    removed = request.session.get(UNDO_KEY) or {}
+    if removed.get("source") != source.pk:
+        raise Http404("no replica of this stream was removed in this session")
+    replica = get_object_or_404(Stream.objects.restrict(request.user), pk=removed["replica"])
+
+    def add_back() -> None:
+        replica_add(actor=request.user, source=source, replica=replica,
+                    paused=removed["paused"], **{name: removed[name] for name in LINK_OPTIONS})
+        request.session.pop(UNDO_KEY, None)
+
+    return _form(request, source, add_back, f"{replica.path} is a replica again", ("replica",))

@@ -33,6 +33,7 @@ urlpatterns = [
     path("streams/<int:pk>/replicas/", streams.stream_replicas, name="stream-replicas"),
     path("streams/<int:pk>/lag/", streams.stream_lag, name="stream-lag"),
     path("streams/<int:pk>/replicas/add/", streams.replica_create, name="replica-add"),
+    path("streams/<int:pk>/replicas/undo/", streams.replica_undo, name="replica-undo"),
     path("streams/<int:pk>/replicas/<int:link_pk>/<str:action>/", streams.replica_action, name="replica-action"),
     path("streams/<int:pk>/aces/", streams.stream_edit_aces, name="stream-aces"),
     path("streams/<int:pk>/failover/", failover.stream_failover, name="stream-failover"),

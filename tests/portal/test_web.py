@@ -223,6 +223,29 @@ def test_owner_registers_pauses_resumes_and_removes_a_replica(owner, activity, m
     assert not ReplicaLink.objects.filter(pk=link.pk).exists()
 
 
+def test_removing_a_replica_asks_first_and_can_be_undone(owner, activity, mirror):
+    client = signed_in(owner)
+    link = replica_add(actor=owner, source=activity, replica=mirror, paused=True, throttle=True)
+    page = client.get(f"/streams/{activity.pk}/").content.decode()
+    base = f"/streams/{activity.pk}/replicas/{link.pk}"
+    assert f'href="{base}/remove/"' in page and f'formaction="{base}/remove/"' not in page
+    assert client.post(f"{base}/pause/").status_code == 302  # one click for what is reversible
+    asked = client.get(f"{base}/remove/").content.decode()
+    assert ReplicaLink.objects.filter(pk=link.pk).exists()  # asking removed nothing
+    assert "Remove replica <code>/mapr/newyork/mirror</code>?" in asked
+    assert "The replica stream stays" in asked and "Cancel" in asked
+    assert client.get(f"{base}/pause/").status_code == 405
+    done = client.post(f"{base}/remove/")
+    assert done.status_code == 302 and not ReplicaLink.objects.filter(pk=link.pk).exists()
+    page = client.get(done.url).content.decode()
+    assert 'id="replica-undo"' in page and "<code>/mapr/newyork/mirror</code> is no longer" in page
+    client.post(f"/streams/{activity.pk}/replicas/undo/")
+    back = ReplicaLink.objects.get(source=activity, replica=mirror)
+    assert (back.paused, back.throttle) == (True, True)  # the settings it had
+    assert 'id="replica-undo"' not in client.get(done.url).content.decode()
+    assert client.post(f"/streams/{activity.pk}/replicas/undo/").status_code == 404
+
+
 def test_member_without_adminperm_cannot_pause(member, pending, activity):
     response = signed_in(member).post(f"/streams/{activity.pk}/replicas/{pending.pk}/pause/")
     pending.refresh_from_db()
