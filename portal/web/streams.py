@@ -18,6 +18,7 @@ from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from portal.web.forms import field_errors
@@ -194,6 +195,9 @@ def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable
     except StreamgateError as err:
         return row_refusal(request, stream, "replica", link, err)
     messages.success(request, done)
+    back = request.GET.get("next", "")  # the page the action was taken on (the overview's)
+    if back and url_has_allowed_host_and_scheme(back, {request.get_host()}):
+        return redirect(back)
     return redirect("stream-detail", stream.pk)
 
 
@@ -252,7 +256,8 @@ def replica_action(request: HttpRequest, pk: int, link_pk: int, action: str) -> 
         return render_page(request, "web/replica_remove.html", {"stream": source, "link": link})
     service = REPLICA_ACTIONS[action]
     done = _act(request, source, link, lambda: service(actor=request.user, source=source,
-                                                       replica=link.replica), f"replica {action}d")
+                                                       replica=link.replica),
+                f"{link.replica.path}: replica {action}d")
     if action == "remove" and done.status_code == 302:
         request.session[UNDO_KEY] = {
             "source": source.pk, "replica": link.replica.pk, "path": link.replica.path,

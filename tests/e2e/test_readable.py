@@ -119,8 +119,10 @@ def test_todo_resume_button_resumes_the_paused_replica(portal_url, page: Page, o
     item = page.locator('#todo li[data-kind="paused"]')
     expect(item).to_contain_text("/mapr/newyork/archive")
     item.get_by_role("button", name="Resume").click()
-    expect(page.locator("ul.messages")).to_contain_text("replica resumed")
-    page.goto(f"{portal_url}/")
+    # Back on the overview (not the stream's page), the message styled as the portal's.
+    expect(page).to_have_url(f"{portal_url}/")
+    message = page.locator("ul.messages li.success")
+    expect(message).to_contain_text("/mapr/newyork/archive: replica resumed")
     expect(page.locator('#todo li[data-kind="paused"]')).to_have_count(0)
 
 

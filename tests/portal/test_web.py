@@ -773,3 +773,15 @@ def test_a_page_not_found_says_where_to_go_in_the_portals_frame(owner, client):
     signed_out = client.get("/no/such/page/")
     assert signed_out.status_code == 404
     assert 'href="/login/?next=/no/such/page/"' in signed_out.content.decode()
+
+
+def test_a_replica_action_returns_to_the_page_it_was_taken_on_and_nowhere_else(owner, activity,
+                                                                            mirror):
+    client = signed_in(owner)
+    link = replica_add(actor=owner, source=activity, replica=mirror)
+    base = f"/streams/{activity.pk}/replicas/{link.pk}"
+    assert client.post(f"{base}/pause/?next=/").url == "/"  # the overview's to-do list
+    assert client.post(f"{base}/resume/?next=https://evil.example/").url == \
+        f"/streams/{activity.pk}/"
+    messages = messages_of(client.get("/"))
+    assert "/mapr/newyork/mirror: replica paused" in messages
