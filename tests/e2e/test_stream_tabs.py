@@ -93,10 +93,17 @@ def test_groups_tab_shows_a_kafka_groups_live_members_readably(portal_url, page:
         "billing-2")
     assert_accessible(page)
 
+@pytest.mark.parametrize("how", ["url", "checkbox"])
 def test_live_tail_shows_new_messages_without_a_reload(portal_url, page: Page, owner,
-                                                       activity, orders):
+                                                       activity, orders, how):
+    """Opened with tail=on, or by ticking Live tail: no Show needed."""
     sign_in(page, portal_url, "alice")
-    page.goto(f"{portal_url}/streams/{activity.pk}/messages/?topic=orders&tail=on")
+    if how == "url":
+        page.goto(f"{portal_url}/streams/{activity.pk}/messages/?topic=orders&tail=on")
+    else:
+        page.goto(f"{portal_url}/streams/{activity.pk}/messages/?topic=orders")
+        page.get_by_label("Live tail").check()
+        expect(page.locator('#message-results[data-tail="on"]')).to_have_count(1)
     loads = page.evaluate("performance.getEntriesByType('navigation').length")
     off_loop(messages_produce, actor=owner, stream=activity, topic="orders",
              records=[Record(b"tail-me", partition=0)])
