@@ -251,6 +251,10 @@ def test_docs_page_serves_swagger_from_local_static_files_not_a_cdn(api):
     html = response.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in html
     assert re.findall(r"https?://", html) == []
+    # The portal's way back, and the reader's colour scheme.
+    assert '<a class="back" href="/" id="back-to-portal">' in html
+    assert '<meta name="color-scheme" content="light dark">' in html
+    assert "@media (prefers-color-scheme: dark)" in html
 
 
 # --- tenants ------------------------------------------------------------------------------
