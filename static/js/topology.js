@@ -15,6 +15,14 @@
                  broken: "#7f1d1d" };
   var LINE = { unknown: "dotted", fellback: "dashed", paused: "dashed", waiting: "dotted", broken: "dashed" };
   var SETTLED = { insync: true, pending: true, stalled: true, unknown: true };
+  // The canvas's own colours follow the reader's scheme, as the page's do (portal.css): labels
+  // light on dark in dark mode, not light nodes under white label boxes.
+  var DARK = !!(window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);
+  var INK = DARK ? { text: "#e6e9ef", box: "#171a21", node: "#6b9bff", hollow: "#171a21",
+                     rim: "#a3abbc", region: "#232a38", border: "#4a5468" }
+                 : { text: "#1d2330", box: "#ffffff", node: "#2459c4", hollow: "#ffffff",
+                     rim: "#596173", region: "#e9eef8", border: "#9aa3b5" };
+  var MIN_HEIGHT = 240;  // px: a small graph's canvas shrinks to it, not a sea of white
   var GROUP_AT = 200;   // more streams than this: open on the clusters view
   var TABLE_ROWS = 300; // the table under the graph lists at most this many links
   // Past this many arrows the graph drops the arrows' text: a colour changes only when a
@@ -130,14 +138,14 @@
 
   function style() {
     var rules = [
-      { selector: "node", style: { label: "data(label)", "font-size": 10, color: "#1d2330",
-        "text-valign": "bottom", "text-margin-y": 3, width: 14, height: 14, "background-color": "#2459c4",
-        "text-background-color": "#ffffff", "text-background-opacity": 0.8, "text-wrap": "wrap",
+      { selector: "node", style: { label: "data(label)", "font-size": 10, color: INK.text,
+        "text-valign": "bottom", "text-margin-y": 3, width: 14, height: 14, "background-color": INK.node,
+        "text-background-color": INK.box, "text-background-opacity": 0.8, "text-wrap": "wrap",
         "min-zoomed-font-size": 7 } },
-      { selector: "node[own = 0]", style: { "background-color": "#ffffff", "border-width": 2,
-        "border-color": "#596173", "border-style": "dashed" } },
-      { selector: "node[cluster]", style: { "background-color": "#e9eef8", "background-opacity": 0.6,
-        "border-width": 1, "border-color": "#9aa3b5", shape: "round-rectangle", "text-valign": "top",
+      { selector: "node[own = 0]", style: { "background-color": INK.hollow, "border-width": 2,
+        "border-color": INK.rim, "border-style": "dashed" } },
+      { selector: "node[cluster]", style: { "background-color": INK.region, "background-opacity": 0.6,
+        "border-width": 1, "border-color": INK.border, shape: "round-rectangle", "text-valign": "top",
         "font-weight": "bold", "font-size": 12, padding: 12 } },
       { selector: "node[region]", style: { width: "data(w)", height: "data(h)", "z-index-compare": "manual",
         "z-index": 0, "text-valign": "top", "text-margin-y": 0, events: "yes" } },
@@ -146,7 +154,7 @@
       { selector: "node[big]", style: { width: 90, height: 50, "text-valign": "center", "text-margin-y": 0 } },
       { selector: "edge", style: { width: 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
         "arrow-scale": 0.9, label: "data(label)", "font-size": 9, "text-rotation": "autorotate",
-        "text-background-color": "#ffffff", "text-background-opacity": 0.85, color: "#1d2330",
+        "text-background-color": INK.box, "text-background-opacity": 0.85, color: INK.text,
         "min-zoomed-font-size": 7 } },
       { selector: "edge[agg]", style: { width: "mapData(count, 1, 200, 2, 10)" } },
       { selector: ":selected", style: { "overlay-color": "#f59e0b", "overlay-opacity": 0.25 } }
@@ -164,11 +172,23 @@
     // A few nodes fitted to the box would be drawn huge: no closer than 1.2x.
     S.cy.one("layoutstop", function () {
       if (S.big) { flatten(); }
-      if (S.cy.zoom() > 1.2) { S.cy.zoom(1.2); S.cy.center(); }
+      if (S.cy.zoom() > 1.2) { fitHeight(); }
     });
     S.cy.layout({ name: name, animate: false, randomize: true, fit: true, padding: 24,
                   nodeDimensionsIncludeLabels: true, packComponents: true, idealEdgeLength: 80,
                   nodeRepulsion: 6000, quality: S.cy.nodes().length > 400 ? "draft" : "default" }).run();
+  }
+
+  // A small graph at its largest zoom (1.2x) sits in a band of the canvas: the canvas shrinks
+  // to the graph's height (down to MIN_HEIGHT), and the graph is centred in it, once, before
+  // anyone clicks, so nothing moves under the pointer afterwards.
+  function fitHeight() {
+    var box = S.cy.elements().boundingBox(), wanted = Math.ceil(box.h * 1.2 + 48);
+    root.style.minHeight = "0";
+    root.style.height = Math.max(MIN_HEIGHT, Math.min(wanted, S.height)) + "px";
+    S.cy.resize();
+    S.cy.zoom(1.2);
+    S.cy.center();
   }
 
   // With compound nodes cytoscape cannot reuse its cached layer of the graph: at 2,000 arrows
@@ -197,6 +217,12 @@
     S.dirty = {}; S.paintTimer = 0;
     var els = f.group === "clusters" ? clusterElements(f, visible) : streamElements(f, visible);
     S.cy.batch(function () { S.cy.elements().remove(); S.cy.add(els); });
+    // Back to the stylesheet's height before laying out anew; nothing to draw, a short canvas
+    // under the sentence that says so.
+    root.style.minHeight = els.length ? "" : "0";
+    root.style.height = els.length ? "" : MIN_HEIGHT + "px";
+    S.cy.resize();
+    el("topology-empty").hidden = els.length > 0;
     layout();
     S.visible = visible;
     renderTable(visible);
@@ -422,6 +448,7 @@
                               hideEdgesOnViewport: data.links.length > LABELS_MAX,
                               textureOnViewport: data.links.length > LABELS_MAX,
                               pixelRatio: data.links.length > LABELS_MAX ? 1 : "auto" });
+    S.height = root.clientHeight;
     S.cy.on("tap", "node, edge", onTap);
     el("topology-filters").addEventListener("change", draw);
     el("topology-filters").addEventListener("submit", function (e) { e.preventDefault(); draw(); });

@@ -135,6 +135,30 @@ def test_another_tenant_sees_none_of_the_topology(portal_url, page: Page, outsid
     expect(page.locator("#topology")).to_have_attribute("data-edges", "0")
     assert page.evaluate("streamgateTopology.state.cy.nodes().length") == 0
     assert activity.path not in page.content()
+    # Not a blank canvas: a sentence that says why, and where to start.
+    empty = page.locator("#topology-empty")
+    expect(empty).to_be_visible()
+    expect(empty.get_by_role("link", name="create a stream")).to_have_attribute("href", "/streams/")
+    assert page.locator("#topology").bounding_box()["height"] <= 242
+
+
+def test_a_small_graph_gets_a_canvas_its_size_and_dark_mode_its_colours(
+        portal_url, page: Page, owner, activity, activity_ny, pair):
+    page.emulate_media(color_scheme="dark")
+    sign_in(page, portal_url, "alice")
+    open_topology(page, portal_url)
+    expect(page.locator("#topology-empty")).to_be_hidden()
+    # Two streams fitted at 1.2x: the canvas shrinks to them, so the graph fills it.
+    height = page.locator("#topology").bounding_box()["height"]
+    assert 240 <= height < 500, height
+    node = page.evaluate("""id => { const n = streamgateTopology.state.cy.getElementById('s-' + id);
+        return [n.style('color'), n.style('text-background-color')]; }""", activity.pk)
+    assert node == ["rgb(230,233,239)", "rgb(23,26,33)"]  # light text on a dark label box
+    position = page.evaluate(f"streamgateTopology.state.cy.getElementById('s-{activity.pk}')"
+                             ".renderedPosition()")
+    page.wait_for_timeout(500)  # nothing moves once drawn: the first click lands
+    assert page.evaluate(f"streamgateTopology.state.cy.getElementById('s-{activity.pk}')"
+                         ".renderedPosition()") == position
 
 
 @pytest.fixture
