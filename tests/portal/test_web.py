@@ -430,9 +430,10 @@ def test_stream_page_shows_the_last_sampled_lag_and_the_chart(owner, agreed, act
     assert "/static/js/lagchart.js" in page
     from django.urls import reverse  # the row's buttons post to the action views
 
-    for action in ("pause", "remove"):
-        url = reverse("replica-action", args=[activity.pk, agreed.pk, action])
-        assert f'formaction="{url}"' in row
+    pause, remove = (reverse("replica-action", args=[activity.pk, agreed.pk, action])
+                     for action in ("pause", "remove"))
+    assert f'formaction="{pause}"' in row
+    assert f'href="{remove}"' in row  # removing asks first
     fragment = signed_in(owner).get(f"/streams/{activity.pk}/replicas/").content.decode()
     assert fragment.count('name="csrfmiddlewaretoken"') == 1  # one form for all the buttons
 
