@@ -7,6 +7,12 @@ the other on the same database:
 - raw binary COPY: the rows the store writes for this run's messages, made inline from
   constants, COPY ... FROM STDIN (FORMAT BINARY) into a same-shaped table, a commit per 1,000
   rows: the physical limit of a durable ingest of the same rows;
+- raw binary COPY of the same batches: the run's messages as 1,000-message record batches
+  (blobs of random bytes the size of their records, as a broker keeping client batches
+  stores them; STORAGE EXTERNAL, so PostgreSQL does not compress them), a commit per 4
+  batches: the store's limit for a batch layout (issue 30);
+- librdkafka's mock broker (`test.mock.num.brokers`, in the producer's own process): the same
+  producer against an in-memory broker, the protocol's ceiling on this machine;
 - Kafka produce: a confluent-kafka (librdkafka) producer process, acks=all, linger.ms=5,
   values of VALUE_BYTES, keyless (librdkafka spreads them over the partitions), from the first
   produce() to the end of flush();
@@ -44,6 +50,11 @@ RAW_BATCH = 1000
 TOPIC = "/mapr/bench/produce:t"
 RAW_COPY = ('COPY raw_messages (pid, "offset", ts, key, value, headers, origin, producer) '
             "FROM STDIN (FORMAT BINARY)")
+BATCH_COMMIT = 4  # batches per commit in the batch COPY
+RECORD_OVERHEAD = 8  # a v2 record's framing around a 200 B value with no key or headers
+RAW_BATCHES = ("CREATE TABLE IF NOT EXISTS raw_batches (pid integer, base_offset bigint, "
+               "last_offset bigint, records integer, data bytea, "
+               "PRIMARY KEY (pid, base_offset))")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +107,8 @@ def _kafka_config(bootstrap: str, token: str) -> dict:
             "sasl.mechanism": "PLAIN", "sasl.username": "bench", "sasl.password": token}
 
 
-def _produce(config: dict, messages: int, out: multiprocessing.Queue) -> None:
+def _produce(config: dict, messages: int, out: multiprocessing.Queue,
+             topic: str = TOPIC) -> None:
     from confluent_kafka import Producer
 
     failed = [0]
@@ -107,13 +119,13 @@ def _produce(config: dict, messages: int, out: multiprocessing.Queue) -> None:
 
     producer = Producer({**config, "acks": "all", "linger.ms": 5,
                          "queue.buffering.max.messages": 1_000_000, "on_delivery": report})
-    producer.list_topics(TOPIC, timeout=20)  # connected and the metadata known before timing
+    producer.list_topics(topic, timeout=20)  # connected and the metadata known before timing
     value = os.urandom(VALUE_BYTES)
     start = time.perf_counter()
     for n in range(messages):
         while True:
             try:
-                producer.produce(TOPIC, value)
+                producer.produce(topic, value)
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -123,9 +135,9 @@ def _produce(config: dict, messages: int, out: multiprocessing.Queue) -> None:
     out.put((messages / (time.perf_counter() - start), failed[0] + left))
 
 
-def kafka_produce(config: dict, messages: int) -> float:
+def kafka_produce(config: dict, messages: int, topic: str = TOPIC) -> float:
     out: multiprocessing.Queue = multiprocessing.Queue()
-    worker = multiprocessing.Process(target=_produce, args=(config, messages, out))
+    worker = multiprocessing.Process(target=_produce, args=(config, messages, out, topic))
     worker.start()
     rate, failed = out.get()
     worker.join()
@@ -184,6 +196,39 @@ def raw_copy(url: str, messages: int) -> float:
     return rate
 
 
+def raw_batch_copy(url: str, messages: int) -> float:
+    """The run's messages as RAW_BATCH-message blobs, one row each, a commit per BATCH_COMMIT."""
+    blob = os.urandom(RAW_BATCH * (VALUE_BYTES + RECORD_OVERHEAD))
+    with psycopg.connect(url) as conn:
+        conn.execute(RAW_BATCHES)
+        conn.execute("ALTER TABLE raw_batches ALTER COLUMN data SET STORAGE EXTERNAL")
+        conn.execute("TRUNCATE raw_batches")
+        conn.commit()
+        start, copied = time.perf_counter(), 0
+        with conn.cursor() as cur:
+            while copied < messages:
+                with cur.copy("COPY raw_batches FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int4", "int8", "int8", "int4", "bytea"])
+                    for _ in range(BATCH_COMMIT):
+                        count = min(RAW_BATCH, messages - copied)
+                        if count <= 0:
+                            break
+                        copy.write_row((1, copied, copied + count - 1, count,
+                                        blob[:count * (VALUE_BYTES + RECORD_OVERHEAD)]))
+                        copied += count
+                conn.commit()
+        rate = messages / (time.perf_counter() - start)
+        conn.execute("TRUNCATE raw_batches")
+        conn.commit()
+    return rate
+
+
+def mock_produce(messages: int) -> float:
+    """The same producer against librdkafka's in-memory mock broker."""
+    return kafka_produce({"test.mock.num.brokers": 1, "bootstrap.servers": ""}, messages,
+                         topic="t")
+
+
 def ends(store_url: str) -> dict[int, int]:
     with psycopg.connect(store_url) as conn:
         rows = conn.execute("SELECT partition, next_offset FROM partitions WHERE topic = 't'")
@@ -192,7 +237,8 @@ def ends(store_url: str) -> dict[int, int]:
 
 # --- the run -------------------------------------------------------------------------------------
 
-MEASURES = ("raw", "produce", "consume", "rest", "cpu_produce", "cpu_consume")
+MEASURES = ("raw", "raw_batches", "mock", "produce", "consume", "rest", "cpu_produce",
+            "cpu_consume")
 
 
 def one_run(portal: Portal, listener: Listener, token: str, stream: str,
@@ -200,7 +246,9 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
     store_url = portal.env["DATABASE_URL"].replace("postgres://", "postgresql://", 1) \
         + "_store_bench"
     config = _kafka_config(f"127.0.0.1:{listener.port}", token)
-    result = {"raw": raw_copy(store_url, args.messages)}
+    result = {"raw": raw_copy(store_url, args.messages),
+              "raw_batches": raw_batch_copy(store_url, args.messages),
+              "mock": mock_produce(args.messages)}
     starts = ends(store_url) or dict.fromkeys(range(PARTITIONS), 0)
     cpu = listener.cpu_seconds()
     result["produce"] = kafka_produce(config, args.messages)
@@ -226,8 +274,10 @@ def main(args: argparse.Namespace) -> int:
                 got = one_run(portal, listener, token, stream, args)
                 for key, value in got.items():
                     results[key].append(value)
-                print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  kafka produce "
-                      f"{got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  consume "
+                print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  of batches "
+                      f"{got['raw_batches']:,.0f}/s  mock broker {got['mock']:,.0f}/s  kafka "
+                      f"produce {got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  "
+                      "consume "
                       f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
                       f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k",
                       flush=True)
@@ -249,8 +299,14 @@ def _each(values: list[float], unit: float = 1000, suffix: str = "k") -> str:
 
 def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
     med = {k: statistics.median(v) for k, v in results.items()}
-    vs_raw = [p / r for p, r in zip(results["produce"], results["raw"], strict=True)]
-    vs_rest = [p / r for p, r in zip(results["produce"], results["rest"], strict=True)]
+    def ratios(of: str, to: str) -> list[float]:
+        return [a / b for a, b in zip(results[of], results[to], strict=True)]
+
+    def listed(values: list[float]) -> str:
+        return ", ".join(f"{r:.2f}" for r in values)
+
+    vs_raw, vs_rest = ratios("produce", "raw"), ratios("produce", "rest")
+    vs_batches, vs_mock = ratios("produce", "raw_batches"), ratios("produce", "mock")
     return "\n".join([
         f"{args.messages:,} messages of {VALUE_BYTES} B per run, {PARTITIONS} partitions, "
         f"medians of {args.runs} runs",
@@ -259,10 +315,16 @@ def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
         "| --- | ---: | --- | --- |",
         f"| raw binary COPY of the same rows, commit per {RAW_BATCH:,} | {med['raw']:,.0f} | "
         f"{_each(results['raw'])} | 1.00x |",
+        f"| raw binary COPY of the same batches ({RAW_BATCH:,} messages a blob), commit per "
+        f"{BATCH_COMMIT} | {med['raw_batches']:,.0f} | {_each(results['raw_batches'])} | "
+        f"{statistics.median(ratios('raw_batches', 'raw')):.2f}x raw COPY of rows |",
+        f"| librdkafka's mock broker (in memory; the protocol's ceiling) | {med['mock']:,.0f} | "
+        f"{_each(results['mock'])} | |",
         f"| Kafka produce, librdkafka, acks=all, linger.ms=5 | {med['produce']:,.0f} | "
         f"{_each(results['produce'])} | {statistics.median(vs_raw):.2f}x raw COPY "
-        f"({', '.join(f'{r:.2f}' for r in vs_raw)}); "
-        f"{statistics.median(vs_rest):.1f}x REST |",
+        f"({listed(vs_raw)}); {statistics.median(vs_batches):.2f}x batch COPY "
+        f"({listed(vs_batches)}); {statistics.median(vs_mock):.3f}x the mock broker "
+        f"({listed(vs_mock)}); {statistics.median(vs_rest):.1f}x REST |",
         f"| Kafka consume, librdkafka | {med['consume']:,.0f} | {_each(results['consume'])} | |",
         f"| REST produce, {REST_BATCH}-message calls, 4 clients | {med['rest']:,.0f} | "
         f"{_each(results['rest'])} | |",
