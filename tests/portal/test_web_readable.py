@@ -140,7 +140,8 @@ def test_overview_todo_gives_each_problem_its_fix(owner, carol, agreed, activity
     assert "streamgate gateway run -cluster newyork -name gw1" in page
     assert f'href="/approvals/{waiting.pk}/">Review the approval<' in page
     resume = f"/streams/{activity.pk}/replicas/{agreed.pk}/resume/"
-    assert re.search(rf'<button form="todo-actions" formaction="{resume}">Resume</button>', page)
+    # Back to the overview afterwards (a local next=), not the stream's page.
+    assert f'<button form="todo-actions" formaction="{resume}?next=/">Resume</button>' in page
     assert page.count('name="csrfmiddlewaretoken"') >= 1
     assert "gateways down" not in page and "<strong>1</strong> gateway down" in page
 
