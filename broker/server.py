@@ -18,6 +18,7 @@ import ctypes
 import functools
 import signal
 import ssl
+import sys
 import threading
 import zlib
 from collections.abc import Awaitable
@@ -248,7 +249,17 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+def share_the_interpreter() -> None:
+    """The event loop and the thread pool's appends share one GIL: a tenant's megabyte produce
+    being decoded in one thread held another tenant's small request for the interpreter's
+    5 ms switch interval at each of the hand-overs its path takes (the quiet tenant's p99
+    beside a noisy one at its quota: 64.8 ms, 26.5 ms at 1 ms). A shorter interval gives the
+    small requests their turn sooner, for a little of the big ones' throughput."""
+    sys.setswitchinterval(settings.KAFKA_SWITCH_INTERVAL_MS / 1000)
+
+
 def run_listener(options: ListenerOptions) -> None:
+    share_the_interpreter()
     asyncio.run(serve(options))
 
 

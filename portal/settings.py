@@ -403,6 +403,9 @@ if bool(KAFKA_TLS_CERT) != bool(KAFKA_TLS_KEY):
 # every KAFKA_REVOCATION_CHECK seconds and closes those revoked.
 KAFKA_SESSION_LIFETIME_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_SESSION_LIFETIME", 3600.0)
 KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATION_CHECK", 2.0)
+# The listener process's interpreter switch interval (sys.setswitchinterval; Python's default
+# is 5 ms): how long a thread decoding a large produce holds the GIL from a small request.
+KAFKA_SWITCH_INTERVAL_MS = _positive(env.float, "STREAMGATE_KAFKA_SWITCH_INTERVAL_MS", 1.0)
 # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.session.timeout.ms
 # and group.consumer.heartbeat.interval.ms.
 KAFKA_CONSUMER_SESSION_MS = _positive(env.int, "STREAMGATE_KAFKA_CONSUMER_SESSION_MS", 45_000)
