@@ -24,16 +24,24 @@ UNKNOWN_MEMBER_ID and join again with epoch 0. Committed offsets are the stream'
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from uuid import UUID
 
+from replication.groups.assignors import (
+    ASSIGNORS,
+    Assignment,
+    encode_assignment,
+    intersect,
+    minus,
+    overlaps,
+    ranges,
+    uniform,
+    union,
+    within,
+)
 from replication.groups.model import GroupView, MemberView
-
-ASSIGNORS = ("uniform", "range")  # Kafka's server-side assignors; the first is the default
-Assignment = dict[UUID, frozenset[int]]  # topic id -> partitions
 
 
 class Err(IntEnum):
@@ -249,7 +257,7 @@ class ConsumerGroups:
             return member, Err.NONE
         # The answer that raised the epoch was lost: the member may go on from the one before.
         owned = beat.owned if beat.owned is not None else member.owned
-        if beat.epoch == member.previous_epoch and _within(owned, member.assigned):
+        if beat.epoch == member.previous_epoch and within(owned, member.assigned):
             return member, Err.NONE
         return None, Err.FENCED_MEMBER_EPOCH
 
@@ -311,10 +319,10 @@ class ConsumerGroups:
             if not takers:
                 continue
             if group.assignor == "range":
-                placed = _range(topic.partitions, takers)
+                placed = ranges(topic.partitions, takers)
             else:
                 previous = {p: m for m in takers for p in group.target.get(m, {}).get(tid, ())}
-                placed = _uniform(topic.partitions, takers, previous)
+                placed = uniform(topic.partitions, takers, previous)
             for m, partitions in placed.items():
                 if partitions:
                     target[m][tid] = frozenset(partitions)
@@ -325,12 +333,12 @@ class ConsumerGroups:
         """One step of the member towards its target (Kafka's CurrentAssignmentBuilder)."""
         target = group.target.get(member.member_id, {})
         if member.revoking:
-            if _overlaps(member.owned, member.revoking):
+            if overlaps(member.owned, member.revoking):
                 return  # still giving them up
             member.revoking = {}
             self._cancel(member, "revoke_deadline")
-        keep = _intersect(member.assigned, target)
-        leaving = _minus(member.assigned, target)
+        keep = intersect(member.assigned, target)
+        leaving = minus(member.assigned, target)
         if leaving:
             member.assigned, member.revoking = keep, leaving
             member.revoke_deadline = _loop().call_later(
@@ -340,7 +348,7 @@ class ConsumerGroups:
         held = self._held_by_others(group, member)
         free = {tid: frozenset(p for p in ps if (tid, p) not in held)
                 for tid, ps in target.items()}
-        assigned = _union(keep, {tid: ps for tid, ps in free.items() if ps})
+        assigned = union(keep, {tid: ps for tid, ps in free.items() if ps})
         if member.epoch != group.target_epoch or assigned != member.assigned:
             if member.epoch != group.target_epoch:
                 member.previous_epoch, member.epoch = member.epoch, group.target_epoch
@@ -433,20 +441,10 @@ def view(group: Group) -> GroupView:
     """The group as DescribeGroups, ListGroups and the board show a classic one; each
     member's assignment as a ConsumerProtocolAssignment of the names it knows topics by."""
     members = [MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, b"",
-                          encode_assignment(m.assigned, m.topics))
+                          encode_assignment(m.assigned, {t: s.name for t, s in m.topics.items()}))
                for m in group.members.values() if not m.left]
     return GroupView(group.key, group.state, group.epoch, "consumer", group.assignor, "",
                      members)
-
-
-def encode_assignment(assigned: Assignment, topics: dict[UUID, Subscribed]) -> bytes:
-    out = [struct.pack(">hi", 0, len(assigned))]
-    for tid, partitions in sorted(assigned.items(), key=lambda t: str(t[0])):
-        name = topics[tid].name.encode() if tid in topics else b""
-        out.append(struct.pack(f">h{len(name)}si{len(partitions)}i", len(name), name,
-                               len(partitions), *sorted(partitions)))
-    out.append(struct.pack(">i", -1))  # no user data
-    return b"".join(out)
 
 
 def _invalid(beat: Beat) -> str | None:
@@ -463,58 +461,8 @@ def _invalid(beat: Beat) -> str | None:
     return None
 
 
-def _uniform(count: int, takers: list[str], previous: dict[int, str]) -> dict[str, list[int]]:
-    """Each taker gets count // n partitions, the first count % n one more; a partition stays
-    where it was while its member is under its share."""
-    n = len(takers)
-    share = {m: count // n + (1 if i < count % n else 0) for i, m in enumerate(takers)}
-    placed: dict[str, list[int]] = {m: [] for m in takers}
-    loose = []
-    for p in range(count):
-        owner = previous.get(p)
-        if owner in placed and len(placed[owner]) < share[owner]:
-            placed[owner].append(p)
-        else:
-            loose.append(p)
-    for p in loose:
-        owner = min(takers, key=lambda m: (len(placed[m]) - share[m], takers.index(m)))
-        placed[owner].append(p)
-    return placed
-
-
-def _range(count: int, takers: list[str]) -> dict[str, list[int]]:
-    n, placed, start = len(takers), {}, 0
-    for i, m in enumerate(takers):
-        size = count // n + (1 if i < count % n else 0)
-        placed[m] = list(range(start, start + size))
-        start += size
-    return placed
-
-
 def _shape(topics: dict[UUID, Subscribed]) -> frozenset[tuple[UUID, int]]:
     return frozenset((tid, t.partitions) for tid, t in topics.items())
-
-
-def _within(owned: Assignment, allowed: Assignment) -> bool:
-    return all(ps <= allowed.get(tid, frozenset()) for tid, ps in owned.items())
-
-
-def _overlaps(a: Assignment, b: Assignment) -> bool:
-    return any(ps & b.get(tid, frozenset()) for tid, ps in a.items())
-
-
-def _intersect(a: Assignment, b: Assignment) -> Assignment:
-    out = {tid: ps & b.get(tid, frozenset()) for tid, ps in a.items()}
-    return {tid: ps for tid, ps in out.items() if ps}
-
-
-def _minus(a: Assignment, b: Assignment) -> Assignment:
-    out = {tid: ps - b.get(tid, frozenset()) for tid, ps in a.items()}
-    return {tid: ps for tid, ps in out.items() if ps}
-
-
-def _union(a: Assignment, b: Assignment) -> Assignment:
-    return {tid: a.get(tid, frozenset()) | b.get(tid, frozenset()) for tid in {*a, *b}}
 
 
 def _loop() -> asyncio.AbstractEventLoop:
