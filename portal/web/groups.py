@@ -18,7 +18,7 @@ from django.shortcuts import redirect
 from portal.web.forms import FORM, field_errors
 from portal.web.hints import refusal
 from portal.web.streams import visible_stream
-from portal.web.tenancy import render_page
+from portal.web.tenancy import current_tenant, render_page
 from replication.errors import InvalidInput, StreamgateError
 from replication.groups.members import LiveGroup, LiveMember, live_groups
 from replication.models import Stream
@@ -28,6 +28,7 @@ from replication.services.groups import (
     PartitionOffsets,
     group_offsets,
     group_offsets_reset,
+    tenant_groups,
 )
 
 RESET_FIELDS = ("group", "topic", "to", "timestamp", "offset")
@@ -113,3 +114,13 @@ def stream_groups(request: HttpRequest, pk: int) -> HttpResponse:
                "can_reset": stream.allows(request.user, "consumeperm")}
     return render_page(request, "web/stream_groups.html", context,
                        status=400 if errors else 200)
+
+
+@login_required
+def groups_page(request: HttpRequest) -> HttpResponse:
+    """Every consumer group of the current tenant: state, members, where it has committed and
+    how far behind it is, the most behind first; each stream links to its groups tab, where
+    offsets are reset."""
+    tenant = current_tenant(request)
+    found = tenant_groups(actor=request.user, tenant=tenant) if tenant is not None else []
+    return render_page(request, "web/groups.html", {"groups": found})

@@ -43,6 +43,7 @@ urlpatterns = [
     path("streams/<int:pk>/messages/", messages.stream_messages, name="stream-messages"),
     path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
     path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
+    path("groups/", groups.groups_page, name="groups"),
     path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
     path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit.audit_log, name="audit"),

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 
+from accounts.models import Tenant
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
-from replication.models import ReplicaLink, Stream, Topic
+from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
 from replication.services.browse import offset_for_time
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
@@ -73,20 +75,72 @@ def group_offsets(*, actor: AbstractBaseUser, stream: Stream) -> tuple[list[Grou
     """Every group with a committed cursor on the stream, with lag per partition, and the
     paths of the replicas (those the actor may read) whose cursors are shown beside."""
     stream.require(actor, *LIST_PERMS, action="list consumer groups")
-    store = store_for(stream.cluster)
-    topics = {t.name: t for t in stream.topics.all()}
-    marks = {name: _on_store(t, lambda t=t: store.watermarks(stream.uuid, t.name))
-             for name, t in topics.items()}
     replicas = _readable_replicas(actor, stream)
     copies = {r.path: {(g, t, p): o for g, t, p, o in store_for(r.cluster).cursors(r.uuid)}
               for r in replicas}
     groups: dict[str, list[PartitionOffsets]] = {}
-    for g, t, p, committed in sorted(store.cursors(stream.uuid)):
-        low, high = marks.get(t, {}).get(p, (0, 0))
-        row = PartitionOffsets(t, p, committed, low, high,
-                               {path: found.get((g, t, p)) for path, found in copies.items()})
+    for g, row in _cursors(stream):
+        row.replicas = {path: found.get((g, row.topic, row.partition))
+                        for path, found in copies.items()}
         groups.setdefault(g, []).append(row)
     return [GroupOffsets(g, rows) for g, rows in groups.items()], [r.path for r in replicas]
+
+
+def _cursors(stream: Stream) -> list[tuple[str, PartitionOffsets]]:
+    """Every committed cursor of the stream with its partition's watermarks, by group."""
+    store = store_for(stream.cluster)
+    marks = {t.name: _on_store(t, lambda t=t: store.watermarks(stream.uuid, t.name))
+             for t in stream.topics.all()}
+    return [(g, PartitionOffsets(t, p, committed, *marks.get(t, {}).get(p, (0, 0))))
+            for g, t, p, committed in sorted(store.cursors(stream.uuid))]
+
+
+@dataclass(frozen=True)
+class GroupInStream:
+    stream: Stream
+    partitions: int  # with a committed cursor
+    lag: int
+
+
+@dataclass
+class TenantGroup:
+    """A consumer group across the tenant's streams: where it has committed, how far behind
+    it is there, and its live state when it is a Kafka group with members now."""
+
+    group: str
+    streams: list[GroupInStream] = field(default_factory=list)
+    state: str = "Empty"  # Kafka's state of a group with no member
+    members: int = 0
+
+    @property
+    def total_lag(self) -> int:
+        return sum(s.lag for s in self.streams)
+
+
+def tenant_groups(*, actor: AbstractBaseUser, tenant: Tenant) -> list[TenantGroup]:
+    """Every group of the tenant the actor sees: those with committed cursors in the tenant's
+    streams the actor may list cursors of, and its live Kafka groups; the most behind first.
+    One store read per stream and topic: a tenant-wide view, not a per-request one."""
+    groups: dict[str, TenantGroup] = {}
+    visible = [s for s in Stream.objects.restrict(actor).filter(tenant=tenant)
+               .select_related("cluster").order_by("path")
+               if any(s.allows(actor, perm) for perm in LIST_PERMS)]
+    for stream in visible:
+        per_group: dict[str, list[PartitionOffsets]] = {}
+        for g, row in _cursors(stream):
+            per_group.setdefault(g, []).append(row)
+        for g, rows in per_group.items():
+            groups.setdefault(g, TenantGroup(g)).streams.append(
+                GroupInStream(stream, len(rows), sum(r.lag for r in rows)))
+    readable = {str(s.uuid) for s in visible}
+    for row in KafkaGroup.objects.filter(tenant=tenant, expires__gt=timezone.now()):
+        members = row.state.get("members", [])
+        reads = {p["stream"] for m in members for p in m.get("partitions", [])}
+        if reads and not reads & readable:
+            continue  # a live group of streams this actor may not list
+        group = groups.setdefault(row.group_id, TenantGroup(row.group_id))
+        group.state, group.members = row.state.get("state", "Empty"), len(members)
+    return sorted(groups.values(), key=lambda g: (-g.total_lag, g.group))
 
 
 def _targets(store: MessageStore, stream: Stream, topic: Topic, to: str,

@@ -41,7 +41,7 @@ def _job(activity) -> int:
 
 
 PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
-         "/streams/{a}/groups/",
+         "/streams/{a}/groups/", "/groups/",
          "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/",
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",

@@ -204,3 +204,36 @@ def test_another_tenant_sees_no_members_and_its_groups_never_show_here(
     publish_group(activity, outsider.memberships.get().tenant_id, group="globex-spy")
     page = signed_in(owner).get(f"/streams/{activity.pk}/groups/").content.decode()
     assert 'data-group="billing"' in page and 'data-group="globex-spy"' not in page
+
+
+# -- the tenant's groups, across its streams ----------------------------------------------------
+
+def tenant_row(page: str, group: str) -> str:
+    return re.search(rf'<tr data-group="{group}">.*?</tr>', page, re.S).group(0)
+
+
+def test_the_groups_page_lists_every_group_of_the_tenant_the_most_behind_first(
+        owner, outsider, activity, activity_ny, clicks):
+    topic_create(actor=owner, stream=activity_ny, name="views", partitions=1)
+    messages_produce(actor=owner, stream=activity_ny, topic="views",
+                     records=[Record(b"v") for _ in range(7)])
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=8)  # 2 behind on clicks:0, 10 on clicks:1 (nothing committed there)
+    cursor_commit(actor=owner, stream=activity_ny, group="billing", topic="views", partition=0,
+                  offset=2)  # 5 behind
+    cursor_commit(actor=owner, stream=activity, group="audit", topic="clicks", partition=1,
+                  offset=9)  # 1 behind
+    publish_group(activity, activity.tenant_id, group="fresh")  # live, nothing committed
+    page = signed_in(owner).get("/groups/").content.decode()
+    assert 'href="/groups/"' in page  # in the navigation
+    order = re.findall(r'<tr data-group="([^"]+)">', page)
+    assert order == ["billing", "audit", "fresh"]
+    billing = tenant_row(page, "billing")
+    assert 'data-field="lag">7<' in billing  # 2 on activity (one partition committed) + 5
+    assert f'href="/streams/{activity.pk}/groups/"' in billing and "(2)" in billing
+    assert f'href="/streams/{activity_ny.pk}/groups/"' in billing and "(5)" in billing
+    fresh = tenant_row(page, "fresh")
+    assert 'data-label="State">Stable<' in fresh and 'data-label="Members">3<' in fresh
+    assert "nothing committed yet" in fresh
+    theirs = signed_in(outsider).get("/groups/").content.decode()
+    assert 'data-group="' not in theirs and "No consumer groups yet" in theirs
