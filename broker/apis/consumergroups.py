@@ -11,10 +11,10 @@ does. Topics are named by the ids Metadata answers with.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from uuid import UUID
 
+import regex
 from django.conf import settings
 
 from broker import errors
@@ -25,10 +25,12 @@ from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.grouping import coordinated_key, state_of, visible
 from broker.session import Session
+from replication.errors import StreamgateError
 from replication.groups.board import Placement
 from replication.groups.consumer import Beat, Err, Group, Subscribed
 from replication.services.names import ResolvedTopic, topic_listing
 
+MATCH_SECONDS = 0.05  # one subscribed regex against one topic name
 CLASSIC_GROUP = "this group id is a classic group's (JoinGroup): a member of the consumer " \
                 "protocol needs another group id, or the classic group to empty first"
 
@@ -47,8 +49,6 @@ async def consumer_group_heartbeat(session: Session, header: RequestHeader,
         names, regex = request.subscribed_topic_names, request.subscribed_topic_regex
         if names is None and regex is None:
             names, regex = groups.subscription(key, request.member_id)
-        if regex and (problem := _bad_regex(regex)):
-            raise KafkaError(errors.ErrorCode.invalid_regular_expression, problem)
         topics = await _subscribed(session, names or (), regex or None)
     owned = None
     if request.topic_partitions is not None:
@@ -77,29 +77,40 @@ async def consumer_group_heartbeat(session: Session, header: RequestHeader,
                  assignment=assignment)
 
 
-def _bad_regex(regex: str) -> str:
+def _matching(actor: Any, cluster: str | None, default_stream: str | None,
+              expression: str) -> list[ResolvedTopic]:
+    """The topics the actor may consume from whose names `expression` matches whole (in the
+    thread pool). Kafka matches with RE2, in linear time; Python's engine can backtrack for
+    ever, so each match has MATCH_SECONDS, and a subscription that needs more is refused."""
     try:
-        re.compile(regex)
-    except re.error as error:
-        return f"the subscribed regex {regex!r} does not compile: {error}"
-    return ""
+        pattern = regex.compile(expression)
+    except (regex.error, OverflowError, RecursionError) as error:
+        raise KafkaError(errors.ErrorCode.invalid_regular_expression, f"the subscribed regex "
+                         f"{expression!r} does not compile: {error}") from error
+    listing = topic_listing(actor=actor, cluster=cluster, default_stream=default_stream,
+                            perms=("consumeperm",))
+    try:
+        return [r for r in listing if pattern.fullmatch(r.client_name, timeout=MATCH_SECONDS)]
+    except TimeoutError as error:
+        raise KafkaError(errors.ErrorCode.invalid_regular_expression,
+                         f"the subscribed regex {expression!r} takes too long to match a topic "
+                         "name: simplify it") from error
 
 
 async def _subscribed(session: Session, names: tuple[str, ...] | list[str],
-                      regex: str | None) -> dict[UUID, Subscribed]:
+                      expression: str | None) -> dict[UUID, Subscribed]:
     found: list[ResolvedTopic] = []
     for name in dict.fromkeys(names):
-        resolved = await session.resolve(name)
+        try:
+            resolved = await session.resolve(name)
+        except StreamgateError:  # not a topic name: it subscribes to nothing, as in Kafka
+            continue
         if resolved is not None and resolved.record is not None:
             found.append(resolved)
-    if regex:
+    if expression:
         listener = session.listener
-        listing = await session.run_sync(topic_listing, actor=session.user,
-                                         cluster=listener.cluster,
-                                         default_stream=listener.default_stream,
-                                         perms=("consumeperm",))
-        pattern = re.compile(regex)
-        found += [r for r in listing if pattern.fullmatch(r.client_name)]
+        found += await session.run_sync(_matching, session.user, listener.cluster,
+                                         listener.default_stream, expression)
     return {topic_id(r.record): Subscribed(topic_id(r.record), r.client_name, r.partitions,
                                            str(r.stream.uuid), r.stream.path, r.topic)
             for r in found}

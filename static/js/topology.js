@@ -152,7 +152,10 @@
       { selector: "node[stream], edge", style: { "z-index-compare": "manual", "z-index": 1 } },
       { selector: "node[stream]", style: { "z-index": 2 } },
       { selector: "node[big]", style: { width: 90, height: 50, "text-valign": "center", "text-margin-y": 0 } },
-      { selector: "edge", style: { width: 2, "curve-style": "bezier", "target-arrow-shape": "triangle",
+      // Two streams replicating both ways: their arrows bow apart far enough that the two
+      // labels, each on its own arrow's middle, do not cover each other.
+      { selector: "edge", style: { width: 2, "curve-style": "bezier", "control-point-step-size": 64,
+        "target-arrow-shape": "triangle",
         "arrow-scale": 0.9, label: "data(label)", "font-size": 9, "text-rotation": "autorotate",
         "text-background-color": INK.box, "text-background-opacity": 0.85, color: INK.text,
         "min-zoomed-font-size": 7 } },

@@ -199,3 +199,22 @@ def test_a_large_graph_takes_every_event_and_recolours_in_batches(portal_url, pa
     repaints = int(page.eval_on_selector("#topology", "el => el.dataset.painted")) - painted
     assert 1 <= repaints <= 4, repaints
     assert edge(page, ids[0], "label") == ""  # a large graph's arrows carry no text
+
+
+def test_two_streams_replicating_both_ways_keep_their_labels_apart(portal_url, page: Page,
+                                                                  owner, activity, activity_ny,
+                                                                  pair):
+    back = off_loop(replica_add, actor=owner, source=activity_ny, replica=activity)
+    off_loop(upstream_add, actor=owner, replica=activity, source=activity_ny)
+    sign_in(page, portal_url, "alice")
+    open_topology(page, portal_url)
+    expect(page.locator("#topology")).to_have_attribute("data-edges", "2")
+    boxes = page.evaluate("""ids => { const cy = streamgateTopology.state.cy;
+        return ids.map(id => { const e = cy.getElementById('link-' + id);
+            e.data('label', 'Pending 12,345 msgs / 1 min 5 s');  // a long lag text
+            return e.boundingBox({includeNodes: false, includeEdges: false,
+                                  includeLabels: true}); }); }""", [pair.pk, back.pk])
+    first, second = boxes
+    apart = (first["x2"] <= second["x1"] or second["x2"] <= first["x1"]
+             or first["y2"] <= second["y1"] or second["y2"] <= first["y1"])
+    assert apart, boxes

@@ -254,7 +254,7 @@ def test_docs_page_serves_swagger_from_local_static_files_not_a_cdn(api):
     # The portal's way back, and the reader's colour scheme.
     assert '<a class="back" href="/" id="back-to-portal">' in html
     assert '<meta name="color-scheme" content="light dark">' in html
-    assert "@media (prefers-color-scheme: dark)" in html
+    assert "/static/css/apidocs.css" in html  # the dark mode's rules, no inline style
 
 
 # --- tenants ------------------------------------------------------------------------------

@@ -94,7 +94,23 @@ def test_one_group_id_is_one_protocol_and_refusals_say_why(kafka, owner, orders)
     assert "uniform" in unsupported.error_message
     bad = heartbeat(wire, "m4", 0, group="other", regex="orders[")
     assert bad.error_code == INVALID_REGEX and "does not compile" in bad.error_message
+    huge = heartbeat(wire, "m4", 0, group="other", regex="a{99999999999}")
+    assert huge.error_code == INVALID_REGEX and "does not compile" in huge.error_message
     assert heartbeat(wire, "m5", 3, group="nobody").error_code == UNKNOWN_MEMBER
+    # A name that is no topic name subscribes to nothing; the others still count.
+    odd = heartbeat(wire, "m6", 0, group="odd", names=["/mapr/", "//::", TOPIC])
+    assert odd.error_code == NONE and list(assigned(odd).values()) == [[0, 1]]
+
+
+def test_a_regex_that_backtracks_for_ever_is_refused_and_the_listener_goes_on(kafka, owner,
+                                                                              orders):
+    """Kafka matches subscriptions with RE2, which never backtracks; Python's engine would,
+    for ever, on (a|aa)+ against a long name of a's that does not end in one."""
+    TopicFactory(stream=orders, name="a" * 40 + "b", partitions=1)
+    wire = connect(kafka, owner)
+    slow = heartbeat(wire, "m1", 0, regex="/mapr/c1/apps:(a|aa)+")
+    assert slow.error_code == INVALID_REGEX and "takes too long" in slow.error_message
+    assert heartbeat(wire, "m2", 0, names=[TOPIC]).error_code == NONE  # still serving
 
 
 def test_a_regex_subscription_takes_topics_created_later(kafka, owner, orders):
