@@ -71,8 +71,11 @@ def stream_list(request: HttpRequest) -> HttpResponse:
     streams = Stream.objects.restrict(request.user).select_related("cluster")
     if tenant is not None:
         streams = streams.filter(tenant=tenant)
-    context = {"streams": streams.annotate(num_topics=Count("topics")), "form": form,
-               "errors": errors,
+    query = request.GET.get("q", "").strip()
+    if query:  # a part of the path, as the topology's filter takes it
+        streams = streams.filter(path__icontains=query)
+    context = {"streams": streams.annotate(num_topics=Count("topics")).order_by("path"),
+               "query": query, "form": form, "errors": errors,
                "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}
     return render_page(request, "web/streams.html", context, status=400 if form else 200)
 

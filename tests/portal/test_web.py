@@ -114,6 +114,18 @@ def test_switcher_changes_which_tenants_streams_are_listed(owner, activity, newy
     assert "/mapr/newyork/ledger" in page and "/mapr/sanfrancisco/activity" not in page
 
 
+def test_the_streams_list_searches_by_a_part_of_the_path(owner, outsider, activity,
+                                                         activity_ny):
+    client = signed_in(owner)
+    found = client.get("/streams/", {"q": "NewYork"}).content.decode()
+    assert "/mapr/newyork/activity" in found and "/mapr/sanfrancisco/activity" not in found
+    assert 'value="NewYork"' in found and 'href="/streams/">Show all<' in found
+    none = client.get("/streams/", {"q": "nothing-like-it"}).content.decode()
+    assert "No stream's path contains that." in none
+    theirs = signed_in(outsider).get("/streams/", {"q": "activity"}).content.decode()
+    assert "/mapr/sanfrancisco/activity" not in theirs  # another tenant's: never found
+
+
 def test_switching_to_a_tenant_that_is_not_yours_is_404(owner, outsider):
     globex = outsider.memberships.get().tenant
     assert signed_in(owner).post("/tenant/", {"tenant": globex.pk}).status_code == 404
