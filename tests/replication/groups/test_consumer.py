@@ -76,6 +76,8 @@ def test_a_second_member_gets_partitions_only_after_the_first_gives_them_up() ->
         assert len(keep) == 2
         # b still waits: a's heartbeat has not shown the partitions released.
         assert beat(groups, "b", b.epoch).assignment is None
+        still = beat(groups, "a", a.epoch, owned={T1: frozenset(range(4))})  # not yet given up
+        assert still.epoch == a.epoch and beat(groups, "b", b.epoch).assignment is None
         done = beat(groups, "a", a.epoch, owned={T1: keep})
         assert done.epoch > a.epoch
         given = beat(groups, "b", b.epoch)
