@@ -48,7 +48,8 @@ def store_for(cluster: Cluster) -> MessageStore:
         store = _stores.get(url)
         if store is None:
             create_database(url)
-            store = _stores[url] = open_store(url, wait=settings.STORE_WAIT_SECONDS)
+            store = _stores[url] = open_store(
+                url, wait=settings.STORE_WAIT_SECONDS, layout=settings.STORE_LAYOUT)
         _by_cluster[(cluster.name, cluster.store_url)] = store
     return store
 

@@ -1,6 +1,7 @@
 """Fetch (key 1): many partitions per request, read through messages_fetch_partitions
-(consumeperm, the same check as REST consume) and sent as record batches v2 with the stored
-offsets, timestamps, keys and headers (invariant 1: a replica's offsets are its origin's).
+(consumeperm, the same check as REST consume) and sent as the store's record batches v2 with
+the stored offsets, timestamps, keys and headers (invariant 1: a replica's offsets are its
+origin's): the batch store's bytes as kept, the row store's encoded from its rows.
 
 Long poll: while fewer than min_bytes are ready and max_wait has not passed, the request waits
 on the event loop (never blocking it) for a produce through this listener to one of its topics
@@ -21,7 +22,6 @@ from broker.apis.produce import error_of
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import wait_for_data
-from broker.records import encode_rows
 from broker.session import Session
 from replication.engine.store import OffsetOutOfRange
 from replication.quotas import FETCH
@@ -49,7 +49,7 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
             fetch.codes[read.partition] = (errors.UNKNOWN_TOPIC_OR_PARTITION, None)
         return 0
     for read in fetch.reads:
-        read.rows, read.error = [], None
+        read.data, read.error = b"", None
     try:
         messages_fetch_partitions(actor=actor, stream=fetch.resolved.stream,
                                   topic=fetch.resolved.topic, reads=fetch.reads,
@@ -65,9 +65,9 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
             fetch.codes[read.partition] = (errors.OFFSET_OUT_OF_RANGE, str(read.error))
         elif read.error is not None:
             fetch.codes[read.partition] = error_of(read.error)
-        elif read.rows:
-            data = fetch.records[read.partition] = encode_rows(read.rows)
-            total += len(data)
+        elif read.data:
+            fetch.records[read.partition] = read.data
+            total += len(read.data)
     return total
 
 

@@ -23,13 +23,14 @@ from broker import errors
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import data_arrived
-from broker.records import BatchTooLarge, Budget, CorruptRecord, decode_batches
 from broker.session import Session, forget_connection
 from replication.counters import count_refusal
+from replication.engine.recordbatch import BatchTooLarge, Budget, CorruptRecord, decode_batches
 from replication.engine.sequences import ProducerBatch
 from replication.engine.store import now_ms
+from replication.engine.stored import RawBatch, check_batches
 from replication.quotas import PRODUCE
-from replication.services.messages import PartitionWrite, messages_append
+from replication.services.messages import PartitionWrite, keeps_batches, messages_append
 from replication.services.names import ResolvedTopic
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
@@ -61,13 +62,17 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
     return errors.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}"
 
 
-def _writes(partitions: Any, budget: Budget,
+def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
             ) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
     """The partitions' batches decoded into writes (an idempotent producer's batch each its
-    own write), and answers for those that failed to decode or are over the `budget`."""
+    own write), and answers for those that failed to decode or are over the `budget`. For a
+    store that keeps batches as sent, they are checked, not decoded."""
     writes, failed = [], []
     for data in partitions:
         try:
+            if keeps_batches:
+                writes += _batch_writes(data.index, check_batches(data.records, budget))
+                continue
             batches = decode_batches(data.records, data.index, budget)
         except (CorruptRecord, BatchTooLarge) as error:
             if isinstance(error, BatchTooLarge):
@@ -88,12 +93,26 @@ def _writes(partitions: Any, budget: Budget,
     return writes, failed
 
 
+def _batch_writes(partition: int, batches: list[RawBatch]) -> list[PartitionWrite]:
+    writes, plain = [], []
+    for batch in batches:
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            writes.append(PartitionWrite(partition, [], ProducerBatch(
+                batch.producer_id, batch.epoch, batch.base_sequence, batch.records),
+                batches=[batch]))
+        else:
+            plain.append(batch)
+    if plain:
+        writes.append(PartitionWrite(partition, [], batches=plain))
+    return writes
+
+
 def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
                   budget: Budget, abandoned: Callable[[], bool] | None = None,
                   ) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
-    writes, answers = _writes(partitions, budget)
-    writes = [w for w in writes if w.records]
+    writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream))
+    writes = [w for w in writes if w.records or w.batches]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
         topic = messages_append(actor=actor, stream=resolved.stream, topic=resolved.topic,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
+
 from replication.engine.pg import PostgresStore, create_pg_database
+from replication.engine.pgbatch import PgBatchStore
 from replication.engine.sqlitestore import SqliteStore
 from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
@@ -15,13 +18,34 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-def open_store(url: str, *, wait: float = 5.0) -> MessageStore:
-    """`wait`: seconds a call waits for a PostgreSQL store that does not answer."""
+# The layout of a new PostgreSQL store when the caller names none (the Django processes
+# pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 covers every path.
+default_layout = "rows"
+
+
+def open_store(url: str, *, wait: float = 5.0, layout: str | None = None) -> MessageStore:
+    """`wait`: seconds a call waits for a PostgreSQL store that does not answer. `layout`: for
+    a PostgreSQL database with no store yet, "rows" or "batches" (default_layout if None)."""
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(url, wait=wait)
+        batches = _pg_layout(url, wait)
+        if batches is None:
+            batches = (layout or default_layout) == "batches"
+        return (PgBatchStore if batches else PostgresStore)(url, wait=wait)
     if url.startswith("sqlite:///"):
         return SqliteStore(_sqlite_path(url))
     raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")
+
+
+def _pg_layout(url: str, wait: float) -> bool | None:
+    """Whether the database holds a batch store (None: no store yet, or not reachable now)."""
+    try:
+        with psycopg.connect(url, connect_timeout=max(2, round(wait))) as conn:
+            batches, messages = conn.execute(
+                "SELECT to_regclass('batches') IS NOT NULL, to_regclass('messages') IS NOT NULL"
+            ).fetchone()
+    except psycopg.OperationalError:
+        return None
+    return True if batches else (False if messages else None)
 
 
 def create_database(url: str) -> None:

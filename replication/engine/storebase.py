@@ -25,6 +25,7 @@ from replication.engine.batches import (
     group_runs,
     messages_from_rows,
 )
+from replication.engine.recordbatch import encode_rows
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
     CUT_PREFIX,
@@ -64,6 +65,7 @@ from replication.engine.store import (
     partition_stats_from,
 )
 from replication.engine.storecursors import CursorMethods
+from replication.engine.stored import Fetched, RawBatch, records_of
 
 if TYPE_CHECKING:
     from replication.engine.batches import Ends
@@ -75,6 +77,7 @@ class MessageStore(CursorMethods, ABC):
     """The message store of one cluster. Streams are named by UUID, partitions by number."""
 
     DIALECT = "postgresql"
+    KEEPS_BATCHES = False  # the batch store (issue 30) takes Kafka's batches as they come
     ROW_OVERHEAD = 0  # rough bytes a row costs on disk beyond its payload (see `sizes`)
     _STATEMENTS: dict[tuple[str, str], str] = {}  # sql() of each statement used, per dialect
 
@@ -267,6 +270,30 @@ class MessageStore(CursorMethods, ABC):
         return self._append(stream, topic, records,
                             Produce(origin.bytes, producer, log_append_time, sequence, admit))
 
+    def append_batches(
+        self,
+        stream: UUID,
+        topic: str,
+        batches: dict[int, list[RawBatch]],
+        *,
+        origin: UUID,
+        producer: str | None = None,
+        log_append_time: bool = False,
+        sequence: ProducerBatch | None = None,
+        admit: Callable[[], None] | None = None,
+    ) -> dict[int, int]:
+        """A Kafka Produce's checked batches (stored.check_batches) per partition, in one
+        transaction, as `append`; the first offset each partition gave them. The row layout
+        stores their records (decoded here); the batch store keeps the batches as sent."""
+        records = [record for partition, raws in batches.items() for raw in raws
+                   for record in records_of(raw.data, partition)[1]]
+        placed = self.append(stream, topic, records, origin=origin, producer=producer,
+                             log_append_time=log_append_time, sequence=sequence, admit=admit)
+        firsts: dict[int, int] = {}
+        for partition, offset in placed:
+            firsts.setdefault(partition, offset)
+        return firsts
+
     def apply(
         self,
         stream: UUID,
@@ -349,6 +376,15 @@ class MessageStore(CursorMethods, ABC):
                 if not low <= offset <= high:
                     raise OffsetOutOfRange(offset, low, high)
         return rows[: cut_to_bytes(map(itemgetter(7), rows), max_bytes)]
+
+    def fetch(self, stream: UUID, topic: str, partition: int, offset: int,
+              max_bytes: int) -> Fetched:
+        """Kafka's Fetch of one partition from `offset` (below the high watermark, checked by
+        the caller): record batches, at least one record even past `max_bytes`."""
+        rows = self.read_rows(stream, topic, partition, offset,
+                              limit=min(10_000, max(max_bytes // 64, 1)), max_bytes=max_bytes)
+        return Fetched(encode_rows(rows) if rows else b"", len(rows),
+                       sum(map(itemgetter(7), rows)))
 
     def offset_for_time(
         self, stream: UUID, topic: str, partition: int, timestamp_ms: int

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import TypeVar
 
 from django.conf import settings
@@ -31,6 +31,7 @@ from replication.engine.store import (
     record_size,
     value_sizes,
 )
+from replication.engine.stored import RawBatch
 from replication.errors import (
     Hint,
     InvalidInput,
@@ -246,8 +247,9 @@ _topics: dict[tuple, tuple[float, Topic]] = {}
 @dataclass(slots=True)
 class PartitionWrite:
     """Records of a produce, of one partition (None: each record names its own, or the store
-    picks one by key); `base_offset` (and `placed` without a partition) or `error` is filled
-    in."""
+    picks one by key), or a Kafka producer's checked batches of one partition, for a store
+    that keeps them as sent; `base_offset` (and `placed` without a partition) or `error` is
+    filled in."""
 
     partition: int | None
     records: list[Record]
@@ -256,6 +258,11 @@ class PartitionWrite:
     placed: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset) each
     error: Exception | None = None
     nbytes: int = 0  # the records' logical bytes, measured by the size check
+    batches: list[RawBatch] | None = None  # instead of records (KEEPS_BATCHES stores)
+
+    @property
+    def count(self) -> int:
+        return len(self.records) if self.batches is None else sum(b.records for b in self.batches)
 
 
 @dataclass(slots=True)
@@ -265,7 +272,7 @@ class PartitionRead:
     partition: int
     offset: int
     max_bytes: int
-    rows: list[tuple] = field(default_factory=list)  # the store's read_rows
+    data: bytes = b""  # record batches, as Fetch sends them
     low: int = -1
     high: int = -1
     error: Exception | None = None
@@ -309,7 +316,11 @@ def _check_write(write: PartitionWrite, topic: Topic) -> None:
     """The one record check of every produce: records there, their partitions existing, none
     over the maximum message size (key, value and headers: `record_size`). A write whose
     records name their partitions themselves (the HTTP interfaces' form) holds at most
-    MAX_BATCH records; the Kafka listener bounds its batches in bytes (broker/records.py)."""
+    MAX_BATCH records; the Kafka listener bounds its batches in bytes
+    (replication/engine/recordbatch.py)."""
+    if write.batches is not None:
+        _check_batches(write, topic)
+        return
     records = write.records
     if not records:
         raise InvalidInput("no records to produce: send at least one", field="records")
@@ -334,6 +345,27 @@ def _check_write(write: PartitionWrite, topic: Topic) -> None:
         raise TooLarge(f"record {sizes.index(largest)} is {largest} bytes, over the maximum "
                        f"message size of {limit} bytes", field="records")
     write.nbytes = sum(sizes)
+
+
+def _check_batches(write: PartitionWrite, topic: Topic) -> None:
+    """A Kafka producer's batches of one partition: the partition exists, and no batch is
+    over the maximum message size, which Kafka applies to a batch as sent (max.message.bytes,
+    compressed size)."""
+    if not 0 <= (write.partition or 0) < topic.partitions:
+        raise NoSuchPartition(f"partition {write.partition} does not exist: {topic} has "
+                              f"partitions 0 to {topic.partitions - 1}", field="partition")
+    limit = settings.MAX_MESSAGE_BYTES
+    largest = max(len(b.data) for b in write.batches or ())
+    if largest > limit:
+        raise TooLarge(f"a record batch of {largest} bytes is over the maximum message size "
+                       f"of {limit} bytes (max.message.bytes): send smaller batches",
+                       field="records")
+    write.nbytes = sum(b.size for b in write.batches or ())
+
+
+def keeps_batches(stream: Stream) -> bool:
+    """Whether the stream's store keeps Kafka's record batches as sent (issue 30)."""
+    return store_for(stream.cluster).KEEPS_BATCHES
 
 
 def messages_produce(
@@ -375,11 +407,15 @@ def messages_append(
         except InvalidInput as error:
             write.error = error
     store = store_for(stream.cluster)
-    append = functools.partial(
-        store.append, stream.uuid, target.name, origin=stream.uuid, producer=producer,
-        log_append_time=target.timestamptype == TimestampType.LOGAPPENDTIME,
-        admit=producers_admitted(stream, abandoned))
-    _append_writes(target, append, good)
+    how = {"origin": stream.uuid, "producer": producer,
+           "log_append_time": target.timestamptype == TimestampType.LOGAPPENDTIME,
+           "admit": producers_admitted(stream, abandoned)}
+    if any(w.batches is not None for w in good):
+        _append_batches(target, functools.partial(store.append_batches, stream.uuid,
+                                                  target.name, **how), good)
+    else:
+        _append_writes(target, functools.partial(store.append, stream.uuid, target.name,
+                                                 **how), good)
     _produced(stream, target, [w for w in good if w.error is None])
     return target
 
@@ -412,17 +448,42 @@ def _append_writes(target: Topic, append: Callable, good: list[PartitionWrite]) 
                 write.error = error
 
 
+def _append_batches(target: Topic, append: Callable, good: list[PartitionWrite]) -> None:
+    """`_append_writes` for Kafka batches kept as sent: the plain ones of every partition in
+    one append (one transaction), each idempotent producer's batch in its own."""
+    plain = [w for w in good if w.sequence is None]
+    if plain:
+        batches: dict[int, list[RawBatch]] = {}
+        for write in plain:
+            batches.setdefault(write.partition, []).extend(write.batches)
+        try:
+            firsts = _on_store(target, lambda: append(batches))
+        except Exception as error:  # the caller answers it, per partition
+            for write in plain:
+                write.error = error
+        else:
+            for write in plain:
+                write.base_offset = firsts[write.partition]
+    for write in good:
+        if write.sequence is not None:
+            try:
+                write.base_offset = _on_store(target, lambda w=write: append(
+                    {w.partition: w.batches}, sequence=w.sequence))[write.partition]
+            except Exception as error:  # SequenceError, or the store failed midway
+                write.error = error
+
+
 def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> None:
     if not writes:
         return
     stream_wake(stream=stream.uuid)
     replicas_await(stream=stream, topic=target.name, offsets=list(chain.from_iterable(
-        w.placed if w.partition is None else [(w.partition, w.base_offset + len(w.records) - 1)]
+        w.placed if w.partition is None else [(w.partition, w.base_offset + w.count - 1)]
         for w in writes)))
     # The counters from the sizes already measured: no second pass over the records.
     nbytes = sum(w.nbytes for w in writes)
     count_traffic(direction=PRODUCED, stream=stream.uuid,
-                  messages=sum(len(w.records) for w in writes), nbytes=nbytes)
+                  messages=sum(w.count for w in writes), nbytes=nbytes)
     quota_charge(stream.tenant_id, PRODUCE, nbytes)
 
 
@@ -431,13 +492,14 @@ def messages_fetch_partitions(
     max_bytes: int = 50 << 20,
 ) -> Topic:
     """messages_consume for several partitions of one topic (consumeperm checked), with each
-    partition's watermarks; reads stop adding messages once `max_bytes` is reached. As Kafka,
-    only the first partition with data may go past it, by its first message, so a consumer
-    never stalls on a message larger than its fetch size."""
+    partition's watermarks; reads stop adding batches once `max_bytes` (of record batches as
+    they go on the wire) is reached. As Kafka, only the first partition with data may go past
+    it, by its first batch, so a consumer never stalls on a batch larger than its fetch
+    size."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
     marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
-    left, count = max_bytes, 0
+    left, count, nbytes = max_bytes, 0, 0
     for read in reads:
         if read.partition not in marks:
             read.error = NotFound(f"partition {read.partition} does not exist: {target} has "
@@ -447,17 +509,15 @@ def messages_fetch_partitions(
         if not read.low <= read.offset <= read.high:
             read.error = OffsetOutOfRange(read.offset, read.low, read.high)
         elif read.offset < read.high and left > 0:
-            budget = min(read.max_bytes, left)
-            rows = store.read_rows(stream.uuid, target.name, read.partition, read.offset,
-                                   limit=min(MAX_BATCH, max(budget // 64, 1)), max_bytes=budget)
-            size = sum(map(itemgetter(7), rows))  # their logical bytes
-            if count and size > left:
-                continue  # a lone oversized message: only the first partition may send one
-            read.rows, left, count = rows, left - size, count + len(rows)
+            fetched = store.fetch(stream.uuid, target.name, read.partition, read.offset,
+                                  min(read.max_bytes, left))
+            if count and len(fetched.data) > left:
+                continue  # a lone oversized batch: only the first partition may send one
+            read.data, left = fetched.data, left - len(fetched.data)
+            count, nbytes = count + fetched.records, nbytes + fetched.nbytes
     if count:
-        count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count,
-                      nbytes=max_bytes - left)
-        quota_charge(stream.tenant_id, FETCH, max_bytes - left)
+        count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count, nbytes=nbytes)
+        quota_charge(stream.tenant_id, FETCH, nbytes)
     return target
 
 

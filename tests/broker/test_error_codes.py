@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis.admin import code_for
 from broker.apis.produce import error_of
-from broker.records import BatchTooLarge, CorruptRecord
+from replication.engine.recordbatch import BatchTooLarge, CorruptRecord
 from replication.engine.sequences import SequenceError
 from replication.errors import (
     ChangeAtOrigin,

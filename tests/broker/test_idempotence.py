@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from broker.records import encode_batch
+from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 from replication.stores import close_stores, store_for, store_url
 from tests.broker.conftest import orders_topic

@@ -30,7 +30,7 @@ from broker.errors import (
     RECORD_LIST_TOO_LARGE,
     SASL_AUTHENTICATION_FAILED,
 )
-from broker.records import CODECS, RECORD_COST
+from replication.engine.recordbatch import CODECS, RECORD_COST
 from tests.broker.conftest import KafkaEndpoint, orders_topic, sasl_token
 from tests.broker.wire import Wire
 

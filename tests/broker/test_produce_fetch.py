@@ -189,7 +189,7 @@ def test_a_waiting_fetch_returns_as_soon_as_a_produce_arrives(kafka, topic):
 def test_one_fetch_serves_many_partitions_and_keeps_to_max_bytes(kafka, topic):
     import datetime
 
-    from broker.records import decode_batches
+    from replication.engine.recordbatch import decode_batches
     from tests.broker.wire import Wire
 
     produce(kafka.confluent(), [(b"v" * 1000, None, None, p) for p in (0, 1, 2) for _ in range(30)])

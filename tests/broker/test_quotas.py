@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from broker.records import encode_batch
+from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 from replication.services.quotas import tenant_quota_set
 from tests.broker.conftest import orders_topic

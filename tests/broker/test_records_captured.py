@@ -1,6 +1,7 @@
 """Record batches as real clients send them: a relay between the client and the listener (which
-advertises the relay's address) keeps every Produce request; each captured batch decodes with
-broker/records.py to exactly the messages sent, in every codec, and its CRC checks."""
+advertises the relay's address) keeps every Produce request; each captured batch decodes
+with replication/engine/recordbatch.py to exactly the messages sent, in every codec, and its
+CRC checks."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 from broker.codec import reader
-from broker.records import CODECS, decode_batches
+from replication.engine.recordbatch import CODECS, decode_batches
 from tests.broker.conftest import orders_topic
 
 pytestmark = pytest.mark.slow

@@ -67,8 +67,8 @@ class Applying(Catalog):
     ) -> Applied | None:
         """`apply` of the source partition's [start, end), piped as binary COPY from the source
         database into this one: the same partition lock, trim and refusal as `apply`, without
-        a Python object per row. None when the source is not a PostgresStore."""
-        if not isinstance(source, Catalog):
+        a Python object per row. None when the source is not a PostgresStore of this layout."""
+        if not isinstance(source, Catalog) or source.DATA_TABLE != self.DATA_TABLE:
             return None
         key, known = (topic, partition), (source_stream, stream, topic, partition)
         # Within one store the rows are copied by the server, on the replica's connection

@@ -29,6 +29,7 @@ class Catalog(MessageStore):
     from the pool."""
 
     ROW_OVERHEAD = 88  # tuple header, fixed columns, line pointer, index entry
+    DATA_TABLE = "messages"  # where the messages are: a row each, or a batch a row (pgbatch)
 
     def __init__(self, url: str, *, max_connections: int = 8, wait: float = 5.0) -> None:
         """`wait`: how long a call waits for a connection (and a connection for the server)
@@ -52,11 +53,15 @@ class Catalog(MessageStore):
         self._spids: dict[tuple[UUID, UUID, str, int], int] = {}
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            conn.execute(SCHEMA)
-            if conn.execute(CURSOR_METADATA_MISSING).fetchone()[0]:
-                conn.execute(CURSOR_METADATA_ADD)
-            if conn.execute(VALUE_NOT_NULL).fetchone()[0]:  # a store made before null values
-                conn.execute(VALUE_DROP_NOT_NULL)
+            self._create_schema(conn)
+
+    def _create_schema(self, conn: psycopg.Connection) -> None:
+        """The tables, made or brought up to date (under the schema lock)."""
+        conn.execute(SCHEMA)
+        if conn.execute(CURSOR_METADATA_MISSING).fetchone()[0]:
+            conn.execute(CURSOR_METADATA_ADD)
+        if conn.execute(VALUE_NOT_NULL).fetchone()[0]:  # a store made before null values
+            conn.execute(VALUE_DROP_NOT_NULL)
 
     def _reading(self) -> AbstractContextManager[psycopg.Connection]:
         return self._pool.connection()

@@ -33,7 +33,7 @@ class Retention(Catalog):
                     "topic = %s) ORDER BY id FOR UPDATE", (stream, topic, topic)
                 ).fetchall()
             ]
-            for table in ("messages", "replication_cursors", "consumer_cursors",
+            for table in (self.DATA_TABLE, "replication_cursors", "consumer_cursors",
                           "producer_sequences", "partitions"):
                 column = "id" if table == "partitions" else "pid"
                 conn.execute(

@@ -16,7 +16,7 @@ from psycopg.types.string import BytesBinaryDumper
 
 from replication.engine.pg.relay import HEADER, TRAILER, Relayed
 
-SCHEMA = """
+COMMON_SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
     id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
     stream uuid NOT NULL,
@@ -27,19 +27,6 @@ CREATE TABLE IF NOT EXISTS partitions (
     rows bigint NOT NULL DEFAULT 0,
     bytes bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (stream, topic, partition)
-);
--- No foreign key to partitions: a per-row check would cost COPY throughput, and rows of a
--- partition are only deleted with it (drop_stream).
-CREATE TABLE IF NOT EXISTS messages (
-    pid integer NOT NULL,
-    "offset" bigint NOT NULL,
-    ts bigint NOT NULL,
-    key bytea,
-    value bytea,  -- NULL: Kafka's null value (a tombstone), kept apart from an empty one
-    headers bytea,
-    origin uuid NOT NULL,
-    producer text,
-    PRIMARY KEY (pid, "offset")
 );
 CREATE TABLE IF NOT EXISTS replication_cursors (
     pid integer NOT NULL,
@@ -67,6 +54,21 @@ CREATE TABLE IF NOT EXISTS producer_sequences (
     lasts integer[] NOT NULL,
     offsets bigint[] NOT NULL,
     PRIMARY KEY (pid, producer_id)
+);
+"""
+# No foreign key to partitions: a per-row check would cost COPY throughput, and rows of a
+# partition are only deleted with it (drop_stream).
+SCHEMA = COMMON_SCHEMA + """
+CREATE TABLE IF NOT EXISTS messages (
+    pid integer NOT NULL,
+    "offset" bigint NOT NULL,
+    ts bigint NOT NULL,
+    key bytea,
+    value bytea,  -- NULL: Kafka's null value (a tombstone), kept apart from an empty one
+    headers bytea,
+    origin uuid NOT NULL,
+    producer text,
+    PRIMARY KEY (pid, "offset")
 );
 """
 SEQ_GET = (

@@ -86,10 +86,20 @@ def fresh_pg_url() -> Iterator[str]:
     yield from _scratch_database()
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(scope="module")
+def pg_batch_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for the module holding a batch store (issue 30)."""
+    for url in _scratch_database():
+        open_store(url, layout="batches").close()
+        yield url
+
+
+@pytest.fixture(params=["postgres", "postgres-batches", "sqlite"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "postgres":
         return request.getfixturevalue("pg_url")
+    if request.param == "postgres-batches":
+        return request.getfixturevalue("pg_batch_url")
     return f"sqlite:///{tmp_path / 'cluster.sqlite3'}"
 
 

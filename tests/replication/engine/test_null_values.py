@@ -14,6 +14,7 @@ from replication.engine.pg.schema import SCHEMA as PG_SCHEMA
 from replication.engine.sqlitestore import SCHEMA as SQLITE_SCHEMA
 from replication.engine.store import decode_headers, encode_headers, headers_size, record_size
 from tests.replication.engine.conftest import _open_net
+from tests.replication.engine.test_store import rows_only
 
 ORIGIN = uuid.UUID("6a4e1c1e-2b7f-4c55-9a8e-1d2c3b4a5f60")
 NULLS = [None, b"", b"v", None]  # values as produced, in order
@@ -53,6 +54,7 @@ def test_nulls_with_keys_and_headers_read_back_as_produced(store, stream):
         (r.key, r.value, r.headers) for r in records]
 
 
+@rows_only
 def test_a_null_value_counts_zero_bytes_everywhere(store, stream):
     store.ensure_topic(stream, "t", 1)
     store.append(stream, "t", [Record(None), Record(None, key=b"kk"), Record(b"abc")],
@@ -68,6 +70,7 @@ def test_a_null_value_counts_zero_bytes_everywhere(store, stream):
     assert store.partition_stats(stream, "t")[0].bytes == 0
 
 
+@rows_only
 def test_expiry_counts_a_null_value_as_zero_bytes(store, stream):
     store.ensure_topic(stream, "t", 1)
     store.append(stream, "t", [Record(None, timestamp_ms=1), Record(b"young")], origin=ORIGIN)
@@ -75,6 +78,7 @@ def test_expiry_counts_a_null_value_as_zero_bytes(store, stream):
     assert store.partition_stats(stream, "t")[0].bytes == 5
 
 
+@rows_only
 def test_apply_keeps_a_null_value_and_counts_it_as_zero_bytes(store, stream):
     replica = uuid.uuid4()
     messages = [Message("t", 0, off, 1000 + off, None, value, (("h", None),), ORIGIN, None)

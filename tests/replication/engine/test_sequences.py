@@ -12,6 +12,7 @@ from replication.engine import open_store
 from replication.engine.sequences import ProducerBatch, SequenceError
 from replication.engine.store import Record
 from replication.engine.storebase import MessageStore
+from tests.replication.engine.test_store import rows_only
 
 
 def _batch(n: int, partition: int = 1, tag: str = "") -> list[Record]:
@@ -98,6 +99,7 @@ def test_offset_for_time_finds_the_first_message_at_or_after(
     assert store.offset_for_time(stream, "t", 0, 591) is None
 
 
+@rows_only
 def test_records_naming_partitions_in_runs_keep_their_timestamps_and_offsets(
     store: MessageStore, stream: uuid.UUID
 ) -> None:

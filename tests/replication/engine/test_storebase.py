@@ -10,7 +10,7 @@ import pytest
 
 from replication.engine import PartitionOutOfRange
 from replication.engine.store import OffsetOutOfRange, Record
-from tests.replication.engine.test_store import ORIGIN, _values
+from tests.replication.engine.test_store import ORIGIN, _values, rows_only
 
 
 def test_commit_cursors_writes_a_groups_partitions_at_once_and_may_move_back(store):
@@ -38,6 +38,7 @@ def test_delete_cursors_matches_every_filter_given(store):
     assert len(store.cursors(other)) == 4
 
 
+@rows_only
 def test_trim_removes_the_prefix_below_end_in_bounded_batches(store, stream):
     store.ensure_topic(stream, "t", 2)
     for p in (0, 1):

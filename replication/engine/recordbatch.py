@@ -386,15 +386,27 @@ def encode_batch(
     """One batch holding `messages` (stored Messages, whose offsets must be contiguous, or
     Records, numbered from base_offset). Fetch sends these; tests build Produce batches."""
     first = messages[0]
-    base_ts = _ts(first)
     if isinstance(first, Message):
         base_offset = first.offset
-    body = b"".join(_encode_records(messages, base_ts))
-    if codec:
-        body = compress(codec, body)
-    max_ts = max(map(_ts, messages))
-    tail = struct.pack(">hiqqqhii", attributes | codec, len(messages) - 1, base_ts, max_ts,
-                       producer_id, producer_epoch, base_sequence, len(messages)) + body
+    body = encode_body(messages)
+    return frame_batch(compress(codec, body) if codec else body, messages,
+                       base_offset=base_offset, producer=(producer_id, producer_epoch,
+                                                          base_sequence),
+                       attributes=attributes | codec)
+
+
+def encode_body(messages: Sequence[Message] | Sequence[Record]) -> bytes:
+    """The records section of a batch of `messages`, uncompressed."""
+    return b"".join(_encode_records(messages, _ts(messages[0])))
+
+
+def frame_batch(body: bytes, messages: Sequence[Message] | Sequence[Record], *,
+                base_offset: int, producer: tuple[int, int, int] = (-1, -1, -1),
+                attributes: int = 0) -> bytes:
+    """A batch around a records section (compressed as `attributes` says) of `messages`."""
+    base_ts, max_ts = _ts(messages[0]), max(map(_ts, messages))
+    tail = struct.pack(">hiqqqhii", attributes, len(messages) - 1, base_ts, max_ts,
+                       *producer, len(messages)) + body
     return struct.pack(">qiibI", base_offset, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail
 
 

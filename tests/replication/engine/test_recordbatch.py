@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.records import (
+from replication.engine.recordbatch import (
     CHUNK,
     CODECS,
     RECORD_COST,

@@ -1,0 +1,198 @@
+"""The batch store (issue 30): a producer's record batch stored as it came, numbered by its
+base offset; fetch returns the stored bytes; replication copies batches byte for byte;
+retention removes whole batches. The rules every store shares run in test_store.py on it too."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from crc32c import crc32c
+
+from replication.engine import open_store
+from replication.engine.recordbatch import (
+    LZ4,
+    TIMESTAMP_LOG_APPEND,
+    BatchTooLarge,
+    Budget,
+    CorruptRecord,
+    decode_batches,
+    encode_batch,
+)
+from replication.engine.store import Misordered, OffsetOutOfRange, Record, now_ms
+from replication.engine.stored import check_batches
+
+ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
+
+
+@pytest.fixture
+def store(pg_batch_url):
+    opened = open_store(pg_batch_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def stream() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+def _batch(n: int, *, start: int = 0, codec: int = 0, ts: int = 1_000, pid: int = -1,
+           seq: int = -1, value: bytes = b"v") -> bytes:
+    records = [Record(value + b"%d" % i, timestamp_ms=ts + i) for i in range(start, start + n)]
+    return encode_batch(records, codec=codec, producer_id=pid, producer_epoch=0 if pid >= 0
+                        else -1, base_sequence=seq)
+
+
+def _crc_ok(data: bytes) -> bool:
+    return all(crc32c(b[21:]) == int.from_bytes(b[17:21], "big") for b in _split(data))
+
+
+def _split(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        end = pos + 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def test_a_store_keeps_the_layout_it_was_made_with(pg_batch_url, pg_url):
+    for url, asked, kept in ((pg_batch_url, "rows", "batches"), (pg_url, "rows", "messages"),
+                             (pg_url, "batches", "messages")):
+        opened = open_store(url, layout=asked)
+        table = opened.DATA_TABLE
+        opened.close()
+        assert table == kept
+
+
+def test_a_produced_batch_is_stored_as_sent_with_only_its_base_offset_written(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    first, second = _batch(3), _batch(2, start=3, codec=LZ4)
+    assert store.append_raw(stream, "t", 0, first + second, origin=ORIGIN) == [(0, 3), (3, 2)]
+    data, records = store.fetch(stream, "t", 0, 0, 1 << 20)
+    assert records == 5 and store.watermarks(stream, "t") == {0: (0, 5)}
+    stored = _split(data)
+    assert stored[0][8:] == first[8:] and stored[1][8:] == second[8:]  # the CRC too
+    assert [int.from_bytes(b[:8], "big") for b in stored] == [0, 3]
+    assert [m.value for m in store.read(stream, "t", 0, 1)] == [b"v1", b"v2", b"v3", b"v4"]
+
+
+def test_fetch_returns_whole_batches_the_first_always_then_while_they_fit(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    for start in (0, 10, 20):
+        store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
+    one = len(store.fetch(stream, "t", 0, 0, 1)[0])
+    assert len(_split(store.fetch(stream, "t", 0, 15, 1)[0])) == 1  # the batch holding 15
+    assert len(_split(store.fetch(stream, "t", 0, 5, 2 * one)[0])) == 2
+    assert store.fetch(stream, "t", 0, 30, 1 << 20) == (b"", 0, 0)
+    assert store.fetch(stream, "t", 0, 15, 1).records == 5
+    records = [r for b in decode_batches(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
+               for r in b.records]
+    assert [r.value for r in records] == [b"v%d" % i for i in range(30)]
+
+
+def test_corrupt_or_oversized_batches_are_refused_and_nothing_is_written(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    bad = bytearray(_batch(3))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecord, match="CRC32C"):
+        store.append_raw(stream, "t", 0, _batch(2) + bytes(bad), origin=ORIGIN)
+    bomb = _batch(1, codec=LZ4, value=b"\x00" * 1_000_000)
+    with pytest.raises(BatchTooLarge):
+        check_batches(bomb, Budget(batch_bytes=100_000))
+    assert store.watermarks(stream, "t") == {0: (0, 0)}
+
+
+def test_log_append_time_rewrites_the_timestamps_and_the_crc_as_kafka_does(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    before = now_ms()
+    store.append_raw(stream, "t", 0, _batch(3, ts=5), origin=ORIGIN, log_append_time=True)
+    data = store.fetch(stream, "t", 0, 0, 1 << 20)[0]
+    assert _crc_ok(data)
+    assert int.from_bytes(data[21:23], "big") & TIMESTAMP_LOG_APPEND
+    stamps = {m.timestamp_ms for m in store.read(stream, "t", 0, 0)}
+    assert len(stamps) == 1 and stamps.pop() >= before
+
+
+def test_an_idempotent_producers_retried_batch_is_written_once(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    batch = _batch(4, pid=7, seq=0)
+    assert store.append_raw(stream, "t", 0, batch, origin=ORIGIN) == [(0, 4)]
+    assert store.append_raw(stream, "t", 0, batch, origin=ORIGIN) == [(0, 4)]
+    assert store.append_raw(stream, "t", 0, _batch(2, pid=7, seq=4), origin=ORIGIN) == [(4, 2)]
+    assert store.watermarks(stream, "t") == {0: (0, 6)}
+
+
+def test_records_appended_by_rest_become_one_batch_a_partition(store, stream):
+    store.ensure_topic(stream, "t", 2)
+    records = [Record(b"a%d" % i, partition=i % 2, key=b"k", headers=(("h", None),))
+               for i in range(6)]
+    assert store.append(stream, "t", records, origin=ORIGIN) == [
+        (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    data = store.fetch(stream, "t", 0, 0, 1 << 20)[0]
+    assert len(_split(data)) == 1 and _crc_ok(data)
+    (message,) = store.read(stream, "t", 1, 2)
+    assert (message.value, message.key, message.headers) == (b"a5", b"k", (("h", None),))
+
+
+def test_logical_bytes_count_the_records_sections_uncompressed(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    plain = _batch(100, value=b"x" * 200)
+    store.append_raw(stream, "t", 0, plain, origin=ORIGIN)
+    store.append_raw(stream, "t", 0, _batch(100, codec=LZ4, value=b"x" * 200), origin=ORIGIN)
+    (stats,) = store.partition_stats(stream, "t")
+    assert stats.bytes == 2 * (len(plain) - 61) and stats.messages == 200
+    assert store.sizes(stream)["logicalsize"] == stats.bytes
+
+
+def test_retention_removes_whole_batches_a_young_record_keeps_its_batch(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    old, young = now_ms() - 3_600_000, now_ms()
+    store.append(stream, "t", [Record(b"o", timestamp_ms=old)] * 4, origin=ORIGIN)
+    store.append(stream, "t", [Record(b"o", timestamp_ms=old), Record(b"y", timestamp_ms=young)],
+                 origin=ORIGIN)
+    assert store.expire(stream, before_ms=young - 1000) == 4
+    assert store.watermarks(stream, "t") == {0: (4, 6)}
+    assert [m.value for m in store.read(stream, "t", 0, 4)] == [b"o", b"y"]
+
+
+def test_a_purge_inside_a_batch_hides_what_is_below_it(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    store.append_raw(stream, "t", 0, _batch(10), origin=ORIGIN)
+    store.trim(stream, "t", 0, 4)
+    assert store.watermarks(stream, "t") == {0: (4, 10)}
+    with pytest.raises(OffsetOutOfRange):
+        store.read(stream, "t", 0, 2)
+    assert [m.offset for m in store.read(stream, "t", 0, 4)] == list(range(4, 10))
+
+
+def test_truncate_inside_a_batch_keeps_the_records_below_it(store, stream):
+    store.ensure_topic(stream, "t", 1)
+    store.append_raw(stream, "t", 0, _batch(10), origin=ORIGIN)
+    store.append_raw(stream, "t", 0, _batch(5, start=10), origin=ORIGIN)
+    assert store.truncate(stream, "t", 0, 7) == 8
+    assert store.watermarks(stream, "t") == {0: (0, 7)}
+    assert [m.value for m in store.read(stream, "t", 0, 0)] == [b"v%d" % i for i in range(7)]
+    assert _crc_ok(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
+    assert store.append(stream, "t", [Record(b"n")], origin=ORIGIN) == [(0, 7)]
+
+
+def test_replication_copies_batches_byte_for_byte(pg_batch_url, stream, request):
+    source, replica = open_store(pg_batch_url), open_store(pg_batch_url)
+    request.addfinalizer(source.close)
+    request.addfinalizer(replica.close)
+    target = uuid.uuid4()
+    source.ensure_topic(stream, "t", 1)
+    for start in (0, 5, 10):
+        source.append_raw(stream, "t", 0, _batch(5, start=start, codec=LZ4), origin=ORIGIN)
+    applied = replica.apply_from(source, stream, target, "t", 0, 0, 10, link="l")
+    assert (applied.ends, applied.count) == ({("t", 0): 10}, 10)
+    again = replica.apply_from(source, stream, target, "t", 0, 0, 15, link="l")
+    assert again.count == 5  # a redelivered range: only what the replica lacks
+    assert replica.fetch(target, "t", 0, 0, 1 << 20) == source.fetch(stream, "t", 0, 0, 1 << 20)
+    with pytest.raises(Misordered):
+        other = uuid.uuid4()
+        replica.ensure_topic(other, "t", 1)
+        replica.append(other, "t", [Record(b"x")], origin=other)
+        replica.apply_from(source, stream, other, "t", 0, 5, 15, link="m")
