@@ -70,7 +70,7 @@ def test_a_produced_batch_is_stored_as_sent_with_only_its_base_offset_written(st
     store.ensure_topic(stream, "t", 1)
     first, second = _batch(3), _batch(2, start=3, codec=LZ4)
     assert store.append_raw(stream, "t", 0, first + second, origin=ORIGIN) == [(0, 3), (3, 2)]
-    data, records = store.fetch(stream, "t", 0, 0, 1 << 20)
+    data, records, _ = store.fetch(stream, "t", 0, 0, 1 << 20)
     assert records == 5 and store.watermarks(stream, "t") == {0: (0, 5)}
     stored = _split(data)
     assert stored[0][8:] == first[8:] and stored[1][8:] == second[8:]  # the CRC too
