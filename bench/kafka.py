@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=1_000_000, help="per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rest-seconds", type=float, default=5.0)
+    parser.add_argument("--layout", choices=("rows", "batches"), default="rows",
+                        help="the message store's layout (STREAMGATE_STORE_LAYOUT, issue 30)")
     parser.add_argument("--profile", default="",
                         help="write py-spy's collapsed stacks of the listener here (FILE.txt)")
 
@@ -264,6 +266,7 @@ def main(args: argparse.Namespace) -> int:
     results: dict[str, list[float]] = {k: [] for k in MEASURES}
     with PrivatePostgres(prefix="sgbench-kafka-") as server:
         portal = Portal(server.url("postgres"), "uvicorn")
+        portal.env["STREAMGATE_STORE_LAYOUT"] = args.layout
         listener = None
         try:
             token = start_portal(portal)
@@ -309,7 +312,7 @@ def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
     vs_batches, vs_mock = ratios("produce", "raw_batches"), ratios("produce", "mock")
     return "\n".join([
         f"{args.messages:,} messages of {VALUE_BYTES} B per run, {PARTITIONS} partitions, "
-        f"medians of {args.runs} runs",
+        f"medians of {args.runs} runs, the {args.layout} store layout",
         "",
         "| measure | messages/s (median) | each run | ratio (median of runs) |",
         "| --- | ---: | --- | --- |",

@@ -382,6 +382,7 @@ class Produce(NamedTuple):
     # Called inside the append's transaction once its partitions are locked, before anything
     # is written: it raises to refuse the batch (the failover fence, see `fence_appends`).
     admit: Callable[[], None] | None = None
+    codec: int = 0  # the batch store compresses the batch it makes with this Kafka codec
 
 
 def partition_stats_from(rows: Iterable[Sequence], topic: str) -> list[PartitionStats]:

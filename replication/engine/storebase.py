@@ -259,6 +259,7 @@ class MessageStore(CursorMethods, ABC):
         log_append_time: bool = False,
         sequence: ProducerBatch | None = None,
         admit: Callable[[], None] | None = None,
+        codec: int = 0,
     ) -> list[tuple[int, int]]:
         """Store a batch in one transaction; (partition, offset) per record, in input order.
         Offsets are gap-free per partition whatever the number of concurrent appenders.
@@ -267,8 +268,8 @@ class MessageStore(CursorMethods, ABC):
         a retried batch returns its original offsets and writes nothing."""
         if not records:
             return []
-        return self._append(stream, topic, records,
-                            Produce(origin.bytes, producer, log_append_time, sequence, admit))
+        return self._append(stream, topic, records, Produce(
+            origin.bytes, producer, log_append_time, sequence, admit, codec))
 
     def append_batches(
         self,

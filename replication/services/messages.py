@@ -21,6 +21,7 @@ from replication.counters import (
     count_consumed,
     count_traffic,
 )
+from replication.engine.recordbatch import GZIP, LZ4, NONE, SNAPPY
 from replication.engine.sequences import ProducerBatch
 from replication.engine.store import (
     Message,
@@ -52,6 +53,9 @@ from replication.signals import stream_expiring
 from replication.stores import store_for
 
 MAX_BATCH = 10_000
+# The Kafka codec a stream's `-compression` stores batches with (a batch store's own batches:
+# REST, the CLI and the pages). MapR's lzf has no Kafka codec: snappy is its kind (fast, light).
+CODECS = {"off": NONE, "lz4": LZ4, "zlib": GZIP, "lzf": SNAPPY}
 MAX_WAIT_MS = 30_000
 MAX_COMMIT_METADATA = 4096  # Kafka's offset.metadata.max.bytes default
 T = TypeVar("T")
@@ -415,7 +419,7 @@ def messages_append(
                                                   target.name, **how), good)
     else:
         _append_writes(target, functools.partial(store.append, stream.uuid, target.name,
-                                                 **how), good)
+                                                 codec=CODECS[stream.compression], **how), good)
     _produced(stream, target, [w for w in good if w.error is None])
     return target
 

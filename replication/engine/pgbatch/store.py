@@ -67,6 +67,9 @@ class PgBatchStore(PostgresStore):
     DATA_TABLE = "batches"
 
     def _create_schema(self, conn: psycopg.Connection) -> None:
+        if conn.execute("SELECT to_regclass('messages') IS NOT NULL").fetchone()[0]:
+            raise StoreError("this store's conversion to the batch layout did not finish: "
+                             "run `manage.py convertstores` again (docs/operations.md)")
         conn.execute(s.SCHEMA)
         if conn.execute(s.STORAGE_UNSET).fetchone()[0]:
             conn.execute(s.STORAGE_SET)
@@ -116,7 +119,8 @@ class PgBatchStore(PostgresStore):
                 part = [r for r, q in zip(records, plan.parts, strict=True) if q == p]
                 batches[p] = [batch_of(part, 0, now, origin=produce.origin,
                                        producer=produce.producer, sequence=sequence,
-                                       log_append_time=produce.log_append_time)]
+                                       log_append_time=produce.log_append_time,
+                                       codec=produce.codec)]
             try:
                 firsts = self._write_once(stream, topic, ids, batches, seq, produce.admit,
                                           _renumbered)
