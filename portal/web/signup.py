@@ -4,6 +4,7 @@ address (accounts/throttle.py), besides CSRF on every form."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +32,7 @@ def passwords_differ(request: HttpRequest) -> dict[str, str]:
     return {}
 
 
-def act_as(request: HttpRequest) -> Any:
+def act_as(request: HttpRequest) -> Callable[[AbstractBaseUser], None]:
     """The hook a service calls with a newly created user: from then on the request acts as
     that user, so the audit trail names the newcomer, not an anonymous visitor."""
 
