@@ -23,8 +23,8 @@ class PendingTenantMiddleware:
     def process_view(self, request: HttpRequest, view: Callable[..., HttpResponse],
                      args: Any, kwargs: Any) -> HttpResponse | None:
         # Only the portal's own pages: the admin, the API and /rest answer as they always do.
-        if not view.__module__.startswith("portal.web.") or getattr(view, "open_to_pending",
-                                                                   False):
+        module = getattr(view, "__module__", "") or ""
+        if not module.startswith("portal.web.") or getattr(view, "open_to_pending", False):
             return None
         user = request.user
         if not user.is_authenticated or user.is_staff:
