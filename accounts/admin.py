@@ -16,7 +16,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from accounts.models import Membership, ScramCredential, Tenant
+from accounts.models import Invitation, Membership, ScramCredential, Tenant
 
 User = get_user_model()
 
@@ -131,13 +131,33 @@ class UserScramInline(OperatorAccess, admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(OperatorAccess, CountingAdmin):
-    list_display = ("name", "member_count", "stream_count", "produce_bytes_rate",
+    list_display = ("name", "approved", "member_count", "stream_count", "produce_bytes_rate",
                     "fetch_bytes_rate", "request_rate", "created")
+    list_filter = ("approved",)
     search_fields = ("name",)
     readonly_fields = ("created",)
     inlines = (TenantMembershipInline,)
+    actions = ("approve",)
     member_count = count_column("memberships", "members")
     stream_count = count_column("streams", "streams")
+
+    @admin.action(description="Approve the selected tenants (signed up, waiting)")
+    def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
+        changed = save_each(queryset, approved=True)  # one audited save per tenant
+        self.message_user(request, f"{changed} tenant(s) approved: their members may now "
+                                   "create streams")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """Invitations as tenant administrators made them; only the tenant's members page revokes
+    one, and no token is kept to show."""
+
+    list_display = ("tenant", "role", "email", "created_by", "created", "expires", "used",
+                    "used_by", "revoked")
+    list_filter = ("role",)
+    search_fields = ("tenant__name", "email")
+    exclude = ("token_hash",)
 
 
 admin.site.unregister(User)

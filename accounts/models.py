@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import hashlib
 import re
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -36,8 +39,20 @@ class Tenant(titled("name")):
         null=True, blank=True, help_text="bytes a second fetched; empty: no limit")
     request_rate = models.PositiveIntegerField(
         null=True, blank=True, help_text="requests a second; empty: no limit")
+    # A tenant signed up with STREAMGATE_SIGNUP=approval waits for an operator: its members
+    # sign in, but no stream is created in it until this is set (the admin's Approve action).
+    approved = models.BooleanField(
+        default=True, help_text="unset: signed up, waiting for an operator's approval; "
+                                "no stream can be created in it")
 
     objects = TenantQuerySet.as_manager()
+
+    def administered_by(self, user: Any) -> bool:
+        """Whether `user` may manage the tenant's members: its administrators, and operators."""
+        if not (user.is_authenticated and user.is_active):
+            return False
+        return bool(user.is_staff) or self.memberships.filter(user=user,
+                                                               role=Role.ADMIN).exists()
 
 
 class Role(models.TextChoices):
@@ -45,6 +60,10 @@ class Role(models.TextChoices):
     ADMIN = "admin", "Tenant administrator"
     MEMBER = "member", "Member"
     VIEWER = "viewer", "Viewer (read only)"
+
+
+class MembershipQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant",)
 
 
 class Membership(models.Model):
@@ -55,6 +74,8 @@ class Membership(models.Model):
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     created = models.DateTimeField(auto_now_add=True)
 
+    objects = MembershipQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")
@@ -63,6 +84,49 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class InvitationQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant",)
+
+
+class Invitation(models.Model):
+    """A one-time link into a tenant with a role. Only the token's SHA-256 is kept: the token
+    is 256 random bits, so a plain hash is as good as a slow one and the link is shown once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    email = models.EmailField(blank=True, help_text="whom it is for (a note; optional)")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField()
+    used = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                on_delete=models.SET_NULL, related_name="+")
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self) -> str:
+        whom = f" for {self.email}" if self.email else ""
+        return f"invitation to {self.tenant} as {self.role}{whom}"
+
+    @staticmethod
+    def hash_of(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def state(self, now: datetime) -> str:
+        """open, used, revoked or expired: what the link does when opened at `now`."""
+        if self.used:
+            return "used"
+        if self.revoked:
+            return "revoked"
+        return "expired" if self.expires <= now else "open"
 
 
 class ScramMechanism(models.TextChoices):

@@ -1,8 +1,9 @@
-"""Sign-in rate limit: after LOGIN_FAILURE_LIMIT failed sign-ins for one username from one
-client address within LOGIN_FAILURE_WINDOW seconds, further attempts from that address are
-refused until the window passes, whatever the password. The source, not the account, is
-locked: counting per account alone let anyone lock a known user out with a few wrong
-passwords. The address is the connection's (REMOTE_ADDR; behind a proxy, the ASGI server
+"""Sign-in rate limit (and, at the end, the sign-up and password-reset one): after
+LOGIN_FAILURE_LIMIT failed sign-ins for one username from one client address within
+LOGIN_FAILURE_WINDOW seconds, further attempts from that address are refused until the
+window passes, whatever the password. The source, not the account, is locked:
+counting per account alone let anyone lock a known user out with a few wrong passwords.
+The address is the connection's (REMOTE_ADDR; behind a proxy, the ASGI server
 rewrites it from X-Forwarded-For for the proxies it trusts: uvicorn's --forwarded-allow-ips).
 One mechanism for every way in (the sign-in page, HTTP Basic on /rest and /api/v1, the token
 login), because all of them go through `authenticate()`: its failure signal
@@ -56,3 +57,13 @@ def _count_failure(sender: Any, credentials: dict[str, Any], request: Any = None
 @receiver(user_logged_in)
 def _forget_failures(sender: Any, user: Any, request: Any = None, **kwargs: Any) -> None:
     cache.delete(_key(user.get_username(), request))
+
+
+def attempt_allowed(kind: str, request: Any) -> bool:
+    """Count one `kind` attempt (sign-up, password reset) from the request's client address;
+    False past SIGNUP_LIMIT within SIGNUP_WINDOW seconds. Every attempt counts, refused ones
+    too: they create accounts and send mail, so a script must not repeat them at will."""
+    address = getattr(request, "META", {}).get("REMOTE_ADDR") or "unknown"
+    key = f"attempts:{kind}:{address}"
+    cache.add(key, 0, timeout=settings.SIGNUP_WINDOW)
+    return cache.incr(key) <= settings.SIGNUP_LIMIT

@@ -23,7 +23,7 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
 
-from accounts.models import Membership, Tenant
+from accounts.models import Invitation, Membership, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
 from replication import ace
 from replication.models import (
@@ -61,9 +61,11 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
                             "verify_duration_ms", "verify_error"}),
     Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
                         "messages_applied", "bytes_applied", "errors"}),
+    # An invitation's token hash is the link's credential in another form: never copied out.
+    Invitation: frozenset({"created", "token_hash"}),
 }
-AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Cluster, Gateway, Stream, Topic,
-                                           ReplicaLink, Upstream, Failover)
+AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Invitation, Cluster, Gateway,
+                                           Stream, Topic, ReplicaLink, Upstream, Failover)
 
 
 def interface_of(path: str) -> str:
@@ -114,7 +116,7 @@ def values_of(instance: models.Model) -> dict[str, Any]:
 def _tenants(instance: models.Model) -> tuple[int | None, int | None]:
     if isinstance(instance, Tenant):
         return instance.pk, None
-    if isinstance(instance, Stream | Membership):
+    if isinstance(instance, Stream | Membership | Invitation):
         return instance.tenant_id, None
     if isinstance(instance, Topic):
         return _stream_tenant(instance.stream_id), None
@@ -147,6 +149,10 @@ def _describe(instance: models.Model) -> str:
     if isinstance(instance, Gateway):
         cluster = Cluster.objects.filter(pk=instance.cluster_id).values_list("name", flat=True)
         return f"{instance.name}@{cluster.first() or instance.cluster_id}"
+    if isinstance(instance, Invitation):
+        tenant = Tenant.objects.filter(pk=instance.tenant_id).first()
+        whom = f" for {instance.email}" if instance.email else ""
+        return f"invitation to {tenant or instance.tenant_id} as {instance.role}{whom}"
     if isinstance(instance, Membership):
         user = get_user_model().objects.filter(pk=instance.user_id).first()
         tenant = Tenant.objects.filter(pk=instance.tenant_id).first()
@@ -157,6 +163,8 @@ def _describe(instance: models.Model) -> str:
 def _action(instance: models.Model, created: bool, changed: dict[str, Any]) -> str:
     if created and isinstance(instance, Failover):
         return AuditAction.FAILOVER
+    if isinstance(instance, Tenant) and set(changed) == {"approved"} and instance.approved:
+        return AuditAction.APPROVE  # an operator letting a signed-up tenant create streams
     if isinstance(instance, ReplicaLink) and set(changed) == {"paused"}:
         return AuditAction.PAUSE if instance.paused else AuditAction.RESUME
     if created and isinstance(instance, Upstream) and ReplicaLink.objects.filter(

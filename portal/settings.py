@@ -126,6 +126,8 @@ MIDDLEWARE = [
     # Who changes what, and through which interface (operations/audit.py).
     "operations.audit.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A signed-up tenant waiting for approval sees only that (portal/web/pending.py).
+    "portal.web.pending.PendingTenantMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -230,6 +232,28 @@ else:
 AUTHENTICATION_BACKENDS = ["accounts.throttle.ThrottledModelBackend"]
 LOGIN_FAILURE_LIMIT = env.int("STREAMGATE_LOGIN_FAILURE_LIMIT", default=10)
 LOGIN_FAILURE_WINDOW = env.int("STREAMGATE_LOGIN_FAILURE_WINDOW", default=300)
+
+# Who may create a tenant from the sign-up page: anyone (open), anyone but an operator approves
+# the tenant before streams are created in it (approval), or nobody (off: operators create
+# tenants, teams grow by invitation). Open on the embedded default, a developer's own portal;
+# off in production unless the operator chooses.
+SIGNUP = env.str("STREAMGATE_SIGNUP", default="open" if EMBEDDED else "off").strip().lower()
+if SIGNUP not in {"open", "approval", "off"}:
+    raise ImproperlyConfigured(f"STREAMGATE_SIGNUP={SIGNUP!r} is not a sign-up mode: use open, "
+                               "approval or off")
+# Sign-ups, invitation sign-ups and password-reset requests from one client address: at most
+# SIGNUP_LIMIT within SIGNUP_WINDOW seconds (accounts/throttle.py).
+SIGNUP_LIMIT = _positive(env.int, "STREAMGATE_SIGNUP_LIMIT", 20)
+SIGNUP_WINDOW = _positive(env.int, "STREAMGATE_SIGNUP_WINDOW", 3600)
+# Password-reset mail (and any other): django-environ's EMAIL_URL (smtp+tls://user:pass@host:587,
+# consolemail://, filemail:///path, dummymail://). The console default writes each mail, its
+# reset link too, to the web process's output; the tests swap in the in-memory outbox.
+try:
+    vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+except ImproperlyConfigured as error:
+    raise ImproperlyConfigured(f"EMAIL_URL: {error}: use smtp://, smtps://, smtp+tls://, "
+                               "consolemail://, filemail:// or dummymail://") from error
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="streamgate@localhost")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.scram import DEFAULT_ITERATIONS
 from portal.web.forms import field_errors
-from portal.web.tenancy import render_page
+from portal.web.tenancy import open_to_pending, render_page
 from replication.errors import StreamgateError
 from replication.services.credentials import (
     MECHANISMS,
@@ -26,6 +26,7 @@ from replication.services.quotas import tenant_quotas
 FIELDS = ("mechanism", "password")
 
 
+@open_to_pending
 @login_required
 def account(request: HttpRequest) -> HttpResponse:
     return _page(request, {}, {})
@@ -38,10 +39,13 @@ def _page(request: HttpRequest, form: dict[str, str], errors: dict[str, str]) ->
     rows = [(mechanism, held.get(mechanism)) for mechanism in MECHANISMS]
     return render_page(request, "web/account.html", {
         "scram": rows, "mechanisms": MECHANISMS, "iterations": DEFAULT_ITERATIONS,
-        "quotas": tenant_quotas(actor=request.user), "form": form, "errors": errors},
+        "quotas": tenant_quotas(actor=request.user), "form": form, "errors": errors,
+        "memberships": request.user.memberships.select_related("tenant").order_by(
+            "tenant__name")},
         status=400 if errors else 200)
 
 
+@open_to_pending
 @login_required
 @require_POST
 def scram_set(request: HttpRequest) -> HttpResponse:
@@ -58,6 +62,7 @@ def scram_set(request: HttpRequest) -> HttpResponse:
     return redirect("account")
 
 
+@open_to_pending
 @login_required
 @require_POST
 def scram_delete(request: HttpRequest) -> HttpResponse:

@@ -48,6 +48,17 @@ def render_page(
     return render(request, template, page, status=status)
 
 
+View = Callable[..., HttpResponse]
+
+
+def open_to_pending(view: View) -> View:
+    """Mark a page that a member of a tenant waiting for approval may still use (their account,
+    the tenant switcher, another tenant's invitation); every other page shows them the
+    waiting page (portal/web/pending.py)."""
+    view.open_to_pending = True  # type: ignore[attr-defined]
+    return view
+
+
 DetailView = Callable[[HttpRequest, int], HttpResponse]
 
 

@@ -1,6 +1,7 @@
 from collections import Counter
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -13,7 +14,13 @@ from django.views.decorators.http import require_POST
 from accounts.throttle import login_blocked
 from portal.web.attention import attention, needing_attention
 from portal.web.health import LINK_VALUES, Health, rows_health, streams_health
-from portal.web.tenancy import SESSION_KEY, current_tenant, render_page, user_tenants
+from portal.web.tenancy import (
+    SESSION_KEY,
+    current_tenant,
+    open_to_pending,
+    render_page,
+    user_tenants,
+)
 from replication.lag_history import gateway_rates
 from replication.models import Cluster, Gateway, ReplicaLink, Stream
 
@@ -128,6 +135,7 @@ def overview_live(request: HttpRequest) -> HttpResponse:
     return render(request, "web/_overview_live.html", _overview_context(request))
 
 
+@open_to_pending
 @login_required
 @require_POST
 def switch_tenant(request: HttpRequest) -> HttpResponse:
@@ -148,7 +156,11 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 class SignInView(auth_views.LoginView):
-    """Django's sign-in page, saying so when the sign-in rate limit refuses the user."""
+    """Django's sign-in page, saying so when the sign-in rate limit refuses the user, with
+    links to the password reset and, unless STREAMGATE_SIGNUP is off, to sign-up."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "signup": settings.SIGNUP != "off"}
 
     def form_invalid(self, form: Any) -> HttpResponse:
         blocked = login_blocked(form.data.get("username"), self.request)

@@ -130,7 +130,7 @@ def _only_tenant(actor: AbstractBaseUser) -> Tenant | None:
 def _create(actor: AbstractBaseUser, tenant: Tenant, path: str) -> Stream | None:
     where = parse_stream_path(path)
     cluster = Cluster.objects.filter(name=where.cluster).first()
-    if cluster is None:
+    if cluster is None or not tenant.approved:  # a signed-up tenant waiting: no streams yet
         return None
     try:
         check_path_free(str(where), tenant)

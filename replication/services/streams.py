@@ -69,6 +69,12 @@ def _choice(values: dict[str, Any], key: str, allowed: list[str]) -> None:
         )
 
 
+def waiting_for_approval(tenant: Tenant) -> PermissionDenied:
+    return PermissionDenied(f"tenant {tenant.name} is waiting for an operator's approval: "
+                            "streams can be created in it once an operator approves it",
+                            field="tenant")
+
+
 def creating_tenant(actor: AbstractBaseUser, tenant: str | None) -> Tenant:
     memberships = Membership.objects.filter(user=actor, role__in=CREATING_ROLES)
     if tenant:
@@ -76,10 +82,15 @@ def creating_tenant(actor: AbstractBaseUser, tenant: str | None) -> Tenant:
         if found is None:
             raise NotFound(f"tenant {tenant!r} is not one where you may create streams",
                            field="tenant")
+        if not found.tenant.approved:
+            raise waiting_for_approval(found.tenant)
         return found.tenant
-    tenants = [m.tenant for m in memberships.select_related("tenant")]
+    every = [m.tenant for m in memberships.select_related("tenant")]
+    tenants = [t for t in every if t.approved]
     if len(tenants) == 1:
         return tenants[0]
+    if not tenants and every:
+        raise waiting_for_approval(every[0])
     if not tenants:
         raise PermissionDenied(
             f"{actor.get_username()} may not create streams: ask a tenant administrator "

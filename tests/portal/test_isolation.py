@@ -12,19 +12,20 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
 
-from accounts.models import Membership, Tenant
+from accounts.models import Invitation, Membership, Role, Tenant
 from operations.models import AuditEvent
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamPath
 from portal.web import urls as web_urls
 from replication import services
 from replication.models import Cluster, Gateway, Job, ReplicaLink, Stream, Topic, Upstream
-from tests.factories import StreamFactory
+from replication.services.members import invitation_create
+from tests.factories import StreamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 MISSING = "/mapr/newyork/no-such-stream"
-MODELS = (Stream, Topic, ReplicaLink, Upstream, Cluster, Gateway, Tenant, Membership, Job,
-          AuditEvent)
+MODELS = (Stream, Topic, ReplicaLink, Upstream, Cluster, Gateway, Tenant, Membership, Invitation,
+          Job, AuditEvent)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -44,8 +45,13 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
                              source=activity, source_path=activity.path,
                              destination_path=activity_ny.path)
     mine = StreamFactory(cluster=newyork, name="ledger", created_by=outsider)
+    # alice administers acme, so the members pages answer her; bob is a member to manage.
+    Membership.objects.filter(user=owner).update(role=Role.ADMIN)
+    bob = Membership.objects.create(user=UserFactory(username="bob"), tenant=activity.tenant)
+    invitation, _ = invitation_create(actor=owner, tenant=activity.tenant, role=Role.MEMBER)
     return {"owner": owner, "outsider": outsider, "activity": activity, "ny": activity_ny,
-            "pair": pair, "waiting": waiting, "job": job, "mine": mine}
+            "pair": pair, "waiting": waiting, "job": job, "mine": mine, "membership": bob,
+            "invitation": invitation}
 
 
 # --- /rest: every command that takes a stream path --------------------------------------------
@@ -164,6 +170,10 @@ def _pk_for(name: str, world: dict[str, Any]) -> int:
         return world["pair"].pk
     if name.startswith("job-"):
         return world["job"].pk
+    if name.startswith("member-"):
+        return world["membership"].pk
+    if name.startswith("invitation-"):
+        return world["invitation"].pk
     return world["activity"].pk  # the stream pages
 
 
@@ -177,8 +187,15 @@ def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     return {n: values[n] for n in names}
 
 
+# Links whose token is the credential, whoever opens them (an invitation, a password reset):
+# nothing in them is looked up by the visitor's tenants. Their own tests cover them
+# (tests/portal/web/test_invitations.py, test_password_reset.py).
+BEARER_LINKS = {"invitation-accept", "password_reset_confirm"}
+
+
 def page_routes() -> list[URLPattern]:
-    return [p for p in web_urls.urlpatterns if p.pattern.converters]
+    return [p for p in web_urls.urlpatterns
+            if p.pattern.converters and p.name not in BEARER_LINKS]
 
 
 def test_every_object_page_answers_an_outsider_404_and_changes_nothing(world):

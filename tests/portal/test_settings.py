@@ -25,3 +25,27 @@ def test_a_limit_that_cannot_work_stops_the_start_with_its_name(name, value, say
                           timeout=60)
     assert done.returncode != 0
     assert name in done.stderr and says in done.stderr
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("STREAMGATE_SIGNUP", "maybe", "use open, approval or off"),
+    ("STREAMGATE_SIGNUP_LIMIT", "0", "must be positive"),
+    ("EMAIL_URL", "pigeon://loft", "use smtp://"),
+])
+def test_a_bad_sign_up_mode_or_mail_address_stops_the_start_with_its_name(name, value, says):
+    done = subprocess.run([sys.executable, "-c", "import portal.settings"], cwd=ROOT,
+                          env={**os.environ, name: value}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    assert name in done.stderr and says in done.stderr
+
+
+def test_sign_up_is_open_on_the_embedded_default_and_off_in_production():
+    script = "import portal.settings as s; print(s.SIGNUP, s.EMAIL_BACKEND)"
+    embedded = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "EMAIL_URL",
+                                                                  "STREAMGATE_SIGNUP")}
+    production = {**embedded, "DATABASE_URL": "postgres://u@127.0.0.1/x"}
+    for env, mode in ((embedded, "open"), (production, "off")):
+        done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.stdout.split() == [mode, "django.core.mail.backends.console.EmailBackend"]
