@@ -11,12 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
 from accounts.models import Membership, ScramCredential, Tenant
+from accounts.secondfactor import has_second_factor
 
 User = get_user_model()
 
@@ -174,3 +177,19 @@ class StreamgateUserAdmin(OperatorAccess, UserAdmin):
         if request.user.is_superuser:
             return fields
         return (*fields, "is_superuser", "user_permissions")
+
+
+class SecondFactorAdminAuthForm(AdminAuthenticationForm):
+    """The admin's own sign-in form takes a password only: a user with a second factor signs
+    in on the portal's sign-in page (which asks for the code), then opens the admin."""
+
+    def confirm_login_allowed(self, user: Any) -> None:
+        super().confirm_login_allowed(user)
+        if has_second_factor(user):
+            raise ValidationError(
+                "you sign in with a second factor: sign in on the portal's sign-in page "
+                "(/login/), which asks for your code, then open the admin",
+                code="second_factor")
+
+
+admin.site.login_form = SecondFactorAdminAuthForm
