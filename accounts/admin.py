@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from accounts.models import Membership, ScramCredential, Tenant
+from accounts.models import Membership, ScramCredential, Tenant, TotpDevice
 from accounts.secondfactor import has_second_factor
 
 User = get_user_model()
@@ -143,12 +143,20 @@ class TenantAdmin(OperatorAccess, CountingAdmin):
     stream_count = count_column("streams", "streams")
 
 
+class UserTotpInline(UserScramInline):
+    """Whether the user has a TOTP second factor; an operator may delete it for a user who
+    lost both the app and the recovery codes (never sees its secret)."""
+
+    model = TotpDevice
+    fields = readonly_fields = ("confirmed", "created")
+
+
 admin.site.unregister(User)
 
 
 @admin.register(User)
 class StreamgateUserAdmin(OperatorAccess, UserAdmin):
-    inlines = (UserMembershipInline, UserScramInline)
+    inlines = (UserMembershipInline, UserScramInline, UserTotpInline)
     list_display = ("username", "email", "is_active", "is_staff", "tenants")
     list_filter = ("is_staff", "is_superuser", "is_active", "memberships__tenant", "groups")
 

@@ -13,7 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.models import TokenScope
 from portal.web.forms import field_errors
@@ -82,6 +82,7 @@ def _row(request: HttpRequest, token_id: str):  # type: ignore[no-untyped-def]
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def token_revoke_confirm(request: HttpRequest, token_id: str) -> HttpResponse:
     """GET: what revoking does, and the button; POST: revoke it."""
     row = _row(request, token_id)

@@ -19,7 +19,7 @@ MAX_GATEWAYS = 64
 
 
 def _operator_only(actor: AbstractBaseUser, action: str) -> None:
-    scope_require(actor, TokenScope.ADMIN, action=f"to {action}")
+    scope_require(actor, TokenScope.ADMIN, action=f"the operator action '{action}'")
     if not actor.is_staff:
         raise PermissionDenied(f"only cluster operators may {action}: ask an operator "
                                "(a staff account) to do it")

@@ -12,7 +12,7 @@ from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from accounts.tokens import issue_token
-from replication.models import Stream
+from replication.models import Cluster, Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,3 +122,13 @@ def test_rest_refuses_an_outsiders_token_as_absent(owner, activity, clicks, outs
     refused = with_token(outsider, "admin").get("/rest/stream/topic/list",
                                                 {"path": activity.path})
     assert refused.status_code == 404 and refused.json()["status"] == "ERROR"
+
+
+def test_an_operators_produce_token_may_not_do_operator_actions(operator):
+    refused = with_token(operator, "produce").post("/api/v1/clusters/", {"name": "tokyo"},
+                                                   format="json")
+    assert refused.status_code == 403
+    assert refused.json()["detail"].startswith(
+        "this API token's scope is produce: the operator action 'create clusters' needs the "
+        "admin scope")
+    assert not Cluster.objects.filter(name="tokyo").exists()
