@@ -1,7 +1,9 @@
 """Sign-in's second step for a user with a TOTP second factor: the password step
 (views.SignInView) leaves who passed it in the (still anonymous) session, and this page signs
 them in once a code from their app, or a recovery code, is right. Five wrong codes, or five
-minutes, and the password is asked for again."""
+minutes, and the password is asked for again. A wrong code counts as a failed sign-in in the
+sign-in rate limit (accounts/throttle.py), so starting again with the password does not buy
+an endless run of guesses: past the limit the address is refused for the user."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import time
 from typing import Any
 
 from django.contrib.auth import get_user_model, login
+from django.contrib.auth.signals import user_login_failed
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
 from accounts.secondfactor import code_accepted
+from accounts.throttle import login_blocked
 
 PENDING = "signin_second_factor"
 MAX_TRIES = 5
@@ -43,10 +47,15 @@ def sign_in_code(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return render(request, "registration/login_code.html", {})
     user = get_user_model().objects.filter(pk=pending["user"], is_active=True).first()
-    if user is not None and code_accepted(user, request.POST.get("code", "")):
+    if user is None or login_blocked(user.get_username(), request):
+        del request.session[PENDING]
+        return redirect("login")
+    if code_accepted(user, request.POST.get("code", "")):
         del request.session[PENDING]
         login(request, user, backend=pending["backend"])
         return redirect(pending["next"])
+    user_login_failed.send(sender=__name__, credentials={"username": user.get_username()},
+                           request=request)
     pending["tries"] += 1
     if pending["tries"] >= MAX_TRIES:
         del request.session[PENDING]

@@ -10,6 +10,7 @@ import html
 import re
 import time
 
+import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -18,6 +19,12 @@ from accounts.models import RecoveryCode, TotpDevice
 from accounts.tokens import issue_token
 
 PASSWORD = "correct horse battery staple"  # tests/factories.py
+
+
+@pytest.fixture(autouse=True)
+def _own_failure_counts(private_cache):
+    """Wrong codes count as failed sign-ins (accounts/throttle.py), kept in the cache: a cache
+    of each test's own, so runs sharing Redis do not add up each other's."""
 
 
 def signed_in(user) -> Client:  # type: ignore[no-untyped-def]
@@ -101,6 +108,19 @@ def test_five_wrong_codes_ask_for_the_password_again(owner):
     assert client.post("/login/code/", {"code": "000000"})["Location"] == "/login/"
     assert client.post("/login/code/", {"code": code(secret, 1)})["Location"] == "/login/"
     assert client.get("/account/").status_code == 302
+
+
+def test_wrong_codes_count_in_the_sign_in_rate_limit(owner, settings):
+    settings.LOGIN_FAILURE_LIMIT = 3
+    secret, _ = turn_on(owner)
+    first = password_step(owner)
+    for _ in range(2):
+        assert first.post("/login/code/", {"code": "000000"}).status_code == 400
+    second = password_step(owner)  # starting again does not start the count again
+    assert second.post("/login/code/", {"code": "000000"}).status_code == 400
+    assert second.post("/login/code/", {"code": code(secret, 1)})["Location"] == "/login/"
+    refused = Client().post("/login/", {"username": "alice", "password": PASSWORD})
+    assert refused.status_code == 429
 
 
 def test_the_code_step_without_a_password_step_goes_back_to_sign_in(db):
