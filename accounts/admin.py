@@ -11,12 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from accounts.models import Invitation, Membership, ScramCredential, Tenant
+from accounts.models import Invitation, Membership, ScramCredential, Tenant, TotpDevice
+from accounts.secondfactor import has_second_factor
 
 User = get_user_model()
 
@@ -160,12 +163,20 @@ class InvitationAdmin(ReadOnlyAccess, admin.ModelAdmin):
     exclude = ("token_hash",)
 
 
+class UserTotpInline(UserScramInline):
+    """Whether the user has a TOTP second factor; an operator may delete it for a user who
+    lost both the app and the recovery codes (never sees its secret)."""
+
+    model = TotpDevice
+    fields = readonly_fields = ("confirmed", "created")
+
+
 admin.site.unregister(User)
 
 
 @admin.register(User)
 class StreamgateUserAdmin(OperatorAccess, UserAdmin):
-    inlines = (UserMembershipInline, UserScramInline)
+    inlines = (UserMembershipInline, UserScramInline, UserTotpInline)
     list_display = ("username", "email", "is_active", "is_staff", "tenants")
     list_filter = ("is_staff", "is_superuser", "is_active", "memberships__tenant", "groups")
 
@@ -194,3 +205,19 @@ class StreamgateUserAdmin(OperatorAccess, UserAdmin):
         if request.user.is_superuser:
             return fields
         return (*fields, "is_superuser", "user_permissions")
+
+
+class SecondFactorAdminAuthForm(AdminAuthenticationForm):
+    """The admin's own sign-in form takes a password only: a user with a second factor signs
+    in on the portal's sign-in page (which asks for the code), then opens the admin."""
+
+    def confirm_login_allowed(self, user: Any) -> None:
+        super().confirm_login_allowed(user)
+        if has_second_factor(user):
+            raise ValidationError(
+                "you sign in with a second factor: sign in on the portal's sign-in page "
+                "(/login/), which asks for your code, then open the admin",
+                code="second_factor")
+
+
+admin.site.login_form = SecondFactorAdminAuthForm

@@ -7,6 +7,7 @@ class AccountsConfig(AppConfig):
     verbose_name = "Tenants and accounts"
 
     def ready(self) -> None:
-        from accounts.sockets import connect_receivers
+        from accounts import sessions, sockets
 
-        connect_receivers()
+        sockets.connect_receivers()
+        sessions.connect_receivers()

@@ -165,3 +165,84 @@ class ScramCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.mechanism} for {self.user}"
+
+
+class TokenScope(models.TextChoices):
+    """What an API token may do, on every interface it reaches (replication/scopes.py), within
+    what its user may do: a narrower scope only ever takes permissions away."""
+
+    READ = "read", "Read only (consume, describe)"
+    PRODUCE = "produce", "Produce (read, produce, commit offsets)"
+    ADMIN = "admin", "Admin (everything the user may do)"
+
+
+# The stream permissions each scope keeps; the rest of the user's are masked out.
+SCOPE_PERMS: dict[str, frozenset[str]] = {
+    TokenScope.READ: frozenset({"consumeperm"}),
+    TokenScope.PRODUCE: frozenset({"consumeperm", "produceperm"}),
+    TokenScope.ADMIN: frozenset({"produceperm", "consumeperm", "topicperm", "copyperm",
+                                 "adminperm"}),
+}
+SCOPE_ORDER = (TokenScope.READ, TokenScope.PRODUCE, TokenScope.ADMIN)
+
+
+class TokenInfo(models.Model):
+    """What knox's AuthToken lacks: a name, a scope and when it was last used. A token without
+    one (made before scopes, or by knox's login view directly) has the admin scope."""
+
+    token = models.OneToOneField("knox.AuthToken", on_delete=models.CASCADE, primary_key=True,
+                                 related_name="info")
+    name = models.CharField(max_length=100, blank=True)
+    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.ADMIN)
+    # Written at most once a minute per token (accounts/tokens.py `note_use`).
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name or 'token'} ({self.scope})"
+
+
+class SignInSession(models.Model):
+    """A browser sign-in, kept at login (accounts/sessions.py) so the account page lists and
+    ends them without scanning the session table."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="sign_ins")
+    session_key = models.CharField(max_length=40, unique=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    # Written at most once a minute per session (accounts/sessions.py).
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return f"{self.user} from {self.ip or 'unknown'}"
+
+
+class TotpDevice(models.Model):
+    """A user's TOTP second factor (RFC 6238, accounts/totp.py). Unconfirmed until a code from
+    the authenticator app proves it was set up; only a confirmed one is asked for at sign-in.
+    `last_step` is the last time step accepted: a code of that step or before is a replay."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="totp")
+    secret = models.CharField(max_length=64)  # base32, as authenticator apps take it
+    confirmed = models.BooleanField(default=False)
+    last_step = models.BigIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"TOTP of {self.user}"
+
+
+class RecoveryCode(models.Model):
+    """A one-use code that stands in for a TOTP code; kept hashed as a password is."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="recovery_codes")
+    code_hash = models.CharField(max_length=128)
+
+    def __str__(self) -> str:
+        return f"recovery code of {self.user}"

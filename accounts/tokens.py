@@ -5,6 +5,11 @@ do not expire (REST_KNOX TOKEN_TTL None) and sign-out deletes its token, so that
 query on every produce call) only cost time. A token that does carry an expiry (from a time
 a TTL was set) is still refused once past it.
 
+Every token has a scope (accounts.models.TokenScope, kept in its TokenInfo; none: admin),
+carried on the user object a sign-in returns (`token_scope`) so the one permission choke
+point (replication/scopes.py) masks what the token may not do, and its last use, written at
+most once a minute per token.
+
 Long-lived connections (the Kafka listener's) authenticate once: they keep the TokenGrant
 they were given (by a token, or by a SCRAM credential: accounts/scram.py) and ask
 `grants_revoked` now and then whether it still holds.
@@ -12,25 +17,108 @@ they were given (by a token, or by a SCRAM credential: accounts/scram.py) and as
 
 from __future__ import annotations
 
+import binascii
+import hmac
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from drf_spectacular.authentication import BasicScheme
 from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication as KnoxTokenAuthentication
+from knox.crypto import hash_token
 from knox.models import AuthToken
+from knox.settings import CONSTANTS
 from rest_framework.authentication import BasicAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from accounts.models import Membership, ScramCredential
+from accounts.models import Membership, ScramCredential, TokenInfo, TokenScope
+from accounts.secondfactor import has_second_factor
+
+USE_NOTED_SECONDS = 60
+_noted: dict[str, float] = {}
+_noted_lock = threading.Lock()
+
+
+def token_scope(user: Any) -> str:
+    """The scope of the token `user` signed in with; a session or SCRAM sign-in: admin."""
+    return getattr(user, "token_scope", TokenScope.ADMIN)
+
+
+def info_of(auth_token: AuthToken) -> TokenInfo | None:
+    try:
+        return auth_token.info
+    except TokenInfo.DoesNotExist:
+        return None
+
+
+def note_use(auth_token: AuthToken) -> None:
+    """Record that the token was used now: at most one write per token a minute (this
+    process remembers its last write; the UPDATE's condition covers the other processes)."""
+    now = time.monotonic()
+    if now - _noted.get(auth_token.digest, -USE_NOTED_SECONDS) < USE_NOTED_SECONDS:
+        return
+    with _noted_lock:
+        if len(_noted) > 10_000:
+            _noted.clear()
+        _noted[auth_token.digest] = now
+    stamp = timezone.now()
+    info = info_of(auth_token)
+    if info is not None and info.last_used and stamp - info.last_used < timedelta(
+            seconds=USE_NOTED_SECONDS):
+        return
+    stale = Q(last_used__isnull=True) | Q(last_used__lt=stamp - timedelta(
+        seconds=USE_NOTED_SECONDS))
+    if not TokenInfo.objects.filter(stale, token_id=auth_token.digest).update(last_used=stamp) \
+            and info is None:
+        TokenInfo.objects.get_or_create(token_id=auth_token.digest,
+                                        defaults={"last_used": stamp})
+
+
+def issue_token(user: AbstractBaseUser, *, name: str, scope: str = TokenScope.ADMIN,
+                expiry: datetime | None = None) -> tuple[AuthToken, str]:
+    """A new token of `user` with its TokenInfo, and its secret (shown once: knox keeps only
+    the digest). Every way of making one comes here (the Tokens page through
+    replication/services/tokens.py, the API's token login, `createtenantuser`)."""
+    with transaction.atomic():
+        auth_token, secret = AuthToken.objects.create(user, expiry=None)
+        if expiry is not None:
+            # knox takes a lifetime from its own now; people choose a moment: kept exactly.
+            auth_token.expiry = expiry
+            auth_token.save(update_fields=["expiry"])
+        TokenInfo.objects.create(token=auth_token, name=name, scope=scope)
+    return auth_token, secret
 
 
 class TokenAuthentication(KnoxTokenAuthentication):
+    def authenticate_credentials(self, token: bytes) -> tuple[AbstractBaseUser, AuthToken]:
+        """knox's check, reading the token's TokenInfo in the same query; the user comes back
+        carrying the token's scope (`token_scope`)."""
+        text = token.decode("utf-8")
+        for auth_token in AuthToken.objects.filter(
+                token_key=text[:CONSTANTS.TOKEN_KEY_LENGTH]).select_related("user", "info"):
+            if self._cleanup_token(auth_token):
+                continue
+            try:
+                digest = hash_token(text)
+            except (TypeError, binascii.Error) as error:
+                raise AuthenticationFailed("Invalid token.") from error
+            if hmac.compare_digest(digest, auth_token.digest):
+                user, _ = self.validate_user(auth_token)
+                info = info_of(auth_token)
+                user.token_scope = info.scope if info is not None else TokenScope.ADMIN
+                note_use(auth_token)
+                return user, auth_token
+        raise AuthenticationFailed("Invalid token.")
+
     def _cleanup_token(self, auth_token: AuthToken) -> bool:
         if auth_token.expiry is None:
             return False
@@ -39,7 +127,22 @@ class TokenAuthentication(KnoxTokenAuthentication):
         return False
 
 
-class BasicTokenAuthentication(BasicAuthentication):
+class PasswordBasicAuthentication(BasicAuthentication):
+    """HTTP Basic with the password, refused for a user with a second factor: the password
+    alone would sign them in around it. They use an API token made on the Tokens page."""
+
+    def authenticate_credentials(self, userid: str, password: str,
+                                 request: Any = None) -> tuple[AbstractBaseUser, Any]:
+        user, auth = super().authenticate_credentials(userid, password, request)
+        if has_second_factor(user):
+            raise AuthenticationFailed(
+                f"{userid} signs in with a second factor, so a password alone is refused "
+                "here: use an API token (Authorization: Token ...) made on the account "
+                "page's Tokens page")
+        return user, auth
+
+
+class BasicTokenAuthentication(PasswordBasicAuthentication):
     """HTTP Basic with the user's password or one of their API tokens as the password, as the
     Kafka listener's SASL/PLAIN takes it (maprcli's /rest clients send Basic credentials)."""
 
@@ -57,6 +160,12 @@ class TokenScheme(KnoxTokenScheme):
     target_class = "accounts.tokens.TokenAuthentication"
 
 
+class PasswordBasicScheme(BasicScheme):
+    """The token login's HTTP Basic, as the API documentation describes Basic."""
+
+    target_class = "accounts.tokens.PasswordBasicAuthentication"
+
+
 @dataclass(frozen=True)
 class TokenGrant:
     """What one sign-in granted when it was checked: its user, and the tenants (with roles)
@@ -69,6 +178,7 @@ class TokenGrant:
     expiry: datetime | None
     memberships: frozenset[tuple[int, str]]
     mechanism: str = "PLAIN"
+    scope: str = TokenScope.ADMIN
 
 
 def token_grant(username: str, token: str) -> tuple[AbstractBaseUser, TokenGrant] | None:
@@ -80,7 +190,8 @@ def token_grant(username: str, token: str) -> tuple[AbstractBaseUser, TokenGrant
     if not user.is_active or user.get_username() != username:
         return None
     held = frozenset(Membership.objects.filter(user=user).values_list("tenant_id", "role"))
-    return user, TokenGrant(auth_token.digest, user.pk, auth_token.expiry, held)
+    return user, TokenGrant(auth_token.digest, user.pk, auth_token.expiry, held,
+                            scope=token_scope(user))
 
 
 def _live_secrets(grants: Collection[TokenGrant]) -> set[str]:

@@ -123,6 +123,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Each browser session's last-seen time for the account page (accounts/sessions.py).
+    "accounts.sessions.SignInSeenMiddleware",
     # Who changes what, and through which interface (operations/audit.py).
     "operations.audit.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -295,6 +297,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["portal.quotas.TenantRequestThrottle"],
 }
 REST_KNOX = {"TOKEN_TTL": None, "AUTO_REFRESH": False}
+# knox's token model is swappable; accounts.TokenInfo points at it (its migration reads this).
+KNOX_TOKEN_MODEL = "knox.AuthToken"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "streamgate API",

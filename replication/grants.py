@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from accounts.tokens import token_scope
 from replication.models.streams import PERMISSIONS
 
 if TYPE_CHECKING:
@@ -32,7 +33,10 @@ _lock = threading.Lock()
 
 
 def _key(actor: AbstractBaseUser, stream: Stream) -> tuple:
-    return (actor.pk, stream.pk, *(getattr(stream, perm) for perm in PERMISSIONS))
+    # The token's scope masks what the user holds (replication/scopes.py): two tokens of one
+    # user with different scopes hold different permissions.
+    return (actor.pk, token_scope(actor), stream.pk,
+            *(getattr(stream, perm) for perm in PERMISSIONS))
 
 
 def cached_perms(actor: AbstractBaseUser, stream: Stream) -> frozenset[str] | None:

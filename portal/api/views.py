@@ -11,14 +11,13 @@ from django.db.models.functions import Coalesce
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from knox import views as knox_views
 from rest_framework import status
-from rest_framework.authentication import BasicAuthentication
 from rest_framework.decorators import action
 from rest_framework.mixins import ListModelMixin, RetrieveModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.models import Membership, Tenant
-from accounts.tokens import TokenAuthentication
+from accounts.tokens import PasswordBasicAuthentication, TokenAuthentication, issue_token
 from portal.api import filters
 from portal.api import serializers as s
 from portal.api.errors import field_alias
@@ -310,7 +309,11 @@ class ReplicaLinkViewSet(ListModelMixin, TenantScopedViewSet):
 class TokenLoginView(knox_views.LoginView):
     """Exchange a username and password (HTTP Basic) for an API token."""
 
-    authentication_classes = [BasicAuthentication]
+    authentication_classes = [PasswordBasicAuthentication]
+
+    def create_token(self) -> tuple[Any, str]:
+        # The same path as the Tokens page's: the token gets its TokenInfo (admin scope).
+        return issue_token(self.request.user, name="api login")
 
     @extend_schema(request=None, responses=s.TokenSerializer, tags=["auth"])
     def post(self, request: Request, format: str | None = None) -> Response:

@@ -11,9 +11,11 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
+from accounts.secondfactor import has_second_factor
 from accounts.throttle import login_blocked
 from portal.web.attention import attention, needing_attention
 from portal.web.health import LINK_VALUES, Health, rows_health, streams_health
+from portal.web.signin import second_factor_pending
 from portal.web.tenancy import (
     SESSION_KEY,
     current_tenant,
@@ -157,10 +159,17 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 class SignInView(auth_views.LoginView):
     """Django's sign-in page, saying so when the sign-in rate limit refuses the user, with
-    links to the password reset and, unless STREAMGATE_SIGNUP is off, to sign-up."""
+    links to the password reset and, unless STREAMGATE_SIGNUP is off, to sign-up; a user with
+    a second factor goes on to the code step (portal/web/signin.py)."""
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         return {**super().get_context_data(**kwargs), "signup": settings.SIGNUP != "off"}
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        user = form.get_user()
+        if has_second_factor(user):
+            return second_factor_pending(self.request, user, self.get_success_url())
+        return super().form_valid(form)
 
     def form_invalid(self, form: Any) -> HttpResponse:
         blocked = login_blocked(form.data.get("username"), self.request)

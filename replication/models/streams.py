@@ -16,6 +16,7 @@ from accounts.scoping import RestrictedQuerySet
 from replication import ace
 from replication.errors import Hint, NotFound, PermissionDenied
 from replication.paths import parse_stream_path
+from replication.scopes import scope_mask, scope_require_perms
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -134,15 +135,20 @@ class Stream(titled("path")):
         return ace.Identity(user.get_username(), frozenset(groups), frozenset(roles))
 
     def allows(self, user: AbstractBaseUser, perm: str) -> bool:
-        return ace.allows(getattr(self, perm), self.identity_of(user))
+        return bool(scope_mask(user, frozenset({perm}))) and ace.allows(
+            getattr(self, perm), self.identity_of(user))
 
     def perms_of(self, user: AbstractBaseUser) -> frozenset[str]:
-        """The permissions `user` holds on this stream (one identity lookup for all five)."""
+        """The permissions `user` holds on this stream (one identity lookup for all five),
+        less those the scope of the API token they signed in with does not cover."""
         who = self.identity_of(user)
-        return frozenset(perm for perm in PERMISSIONS if ace.allows(getattr(self, perm), who))
+        return scope_mask(user, frozenset(
+            perm for perm in PERMISSIONS if ace.allows(getattr(self, perm), who)))
 
     def require(self, user: AbstractBaseUser, *perms: str, action: str) -> None:
-        """Pass when the user holds any one of `perms` on this stream."""
+        """Pass when the user holds any one of `perms` on this stream, and the scope of the API
+        token they signed in with (if any) covers it: every interface's check comes here."""
+        scope_require_perms(user, perms, action=f"{action} on {self.path}")
         who = self.identity_of(user)
         if not any(ace.allows(getattr(self, perm), who) for perm in perms):
             needed = " or ".join(perms)

@@ -6,10 +6,12 @@ import psycopg
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from accounts.models import TokenScope
 from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
 from replication.paths import validate_cluster_name
+from replication.scopes import scope_require
 from replication.stores import store_for
 
 GATEWAY_ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?::(?P<port>\d{1,5}))?")
@@ -17,6 +19,7 @@ MAX_GATEWAYS = 64
 
 
 def _operator_only(actor: AbstractBaseUser, action: str) -> None:
+    scope_require(actor, TokenScope.ADMIN, action=f"the operator action '{action}'")
     if not actor.is_staff:
         raise PermissionDenied(f"only cluster operators may {action}: ask an operator "
                                "(a staff account) to do it")

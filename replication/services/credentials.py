@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from accounts.models import ScramCredential, ScramMechanism
+from accounts.models import ScramCredential, ScramMechanism, TokenScope
 from accounts.scram import (
     DEFAULT_ITERATIONS,
     MAX_ITERATIONS,
@@ -33,6 +33,7 @@ from replication.errors import (
     UnacceptableCredential,
     UnsupportedMechanism,
 )
+from replication.scopes import scope_require
 
 MECHANISMS = tuple(ScramMechanism.values)
 
@@ -45,6 +46,8 @@ def scram_user(*, actor: AbstractBaseUser, username: str | None,
                change: bool = False) -> AbstractBaseUser:
     """The user whose credentials `actor` asks about (to `change` them, or to read): themselves
     (no name, or their own), or, for an operator only, the user named."""
+    if change:
+        scope_require(actor, TokenScope.ADMIN, action="changing SCRAM credentials")
     if not username or username == actor.get_username():
         return actor
     if not is_operator(actor):

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from accounts.models import TokenScope
 from replication.engine.store import Committed, OffsetOutOfRange
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
+from replication.scopes import scope_require
 from replication.services.messages import _check_group, _on_store_all, check_commit
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
@@ -37,6 +39,9 @@ def cursors_commit(
     offset exactly as given (Kafka keeps any: back, or past the end). Returns each partition's
     refusal (None when committed): one bad partition does not fail the rest, as Kafka answers
     per partition."""
+    # Committing writes: a read-only token consumes but does not move the group's cursors.
+    scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
+                  stream=True)
     stream.require(actor, "consumeperm", action="commit consumer cursors")
     _check_group(group)
     topics = {t.name: t for t in stream.topics.filter(name__in={c[0] for c in commits})}
@@ -107,6 +112,8 @@ def cursor_delete(
     """Delete the committed cursors matching the filters (MapR: consumeperm or adminperm).
     Replicas keep their copies: a replica's cursor never moves back (merge_cursors), so a
     group failing over after a delete resumes where it had committed. Returns how many."""
+    scope_require(actor, TokenScope.PRODUCE, action=f"delete consumer cursors on {stream.path}",
+                  stream=True)
     stream.require(actor, *DELETE_PERMS, action="delete consumer cursors")
     if group is not None:
         _check_group(group)

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
-from accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant, TokenScope
 from replication.errors import Hint, InvalidInput, NotFound, PermissionDenied, StreamgateError
 from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
 from replication.paths import parse_stream_path
+from replication.scopes import scope_require
 from replication.services.streams import CREATING_ROLES, check_path_free
 
 # A default stream is the tenant's, not its creator's: every member who may create streams
@@ -60,6 +61,7 @@ def default_stream_set(*, actor: AbstractBaseUser, cluster: str, path: str,
                        tenant: str | None = None, personal: bool = False) -> DefaultStream:
     """Set the default stream of the actor's tenant on `cluster` (the actor's own override
     with `personal`)."""
+    scope_require(actor, TokenScope.ADMIN, action="setting a default stream")
     owner, where = _tenant_of(actor, tenant, personal=personal), _cluster(cluster)
     setting, _ = DefaultStream.objects.update_or_create(
         tenant=owner, cluster=where, user=actor if personal else None,

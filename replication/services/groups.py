@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from accounts.models import Tenant
+from accounts.models import Tenant, TokenScope
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput
 from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
+from replication.scopes import scope_require
 from replication.services.browse import offset_for_time
 from replication.services.messages import _check_group, _on_store
 from replication.services.topics import topic_of
@@ -172,6 +173,8 @@ def group_offsets_reset(
     """Move the group's cursors on every partition of `topic` (consumeperm); returns
     partition -> new offset. Replicas keep theirs until the group commits past them there:
     a replica's cursor never moves back (merge_cursors)."""
+    scope_require(actor, TokenScope.PRODUCE, stream=True,
+                  action=f"reset consumer group offsets on {stream.path}")
     stream.require(actor, "consumeperm", action="reset consumer group offsets")
     _check_group(group)
     if to not in RESET_TO:

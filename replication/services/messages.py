@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models.signals import post_delete, post_save
 
+from accounts.models import TokenScope
 from replication.compiled import PLACEHOLDER, Compiled
 from replication.counters import (
     CONSUMED,
@@ -46,6 +47,7 @@ from replication.grants import grants_require
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.quotas import FETCH, PRODUCE, quota_charge, quota_require
+from replication.scopes import scope_require
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
 from replication.services.wakeups import cursors_wake, stream_wake
@@ -188,6 +190,9 @@ def cursor_commit(
 ) -> None:
     """Set the group's cursor to exactly `offset`, as Kafka keeps any committed offset (back,
     or past the partition's end: where to read is the consumer's business)."""
+    # Committing writes: a read-only token consumes but does not move the group's cursors.
+    scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
+                  stream=True)
     target = _readable_topic(actor, stream, topic, partition)
     _check_group(group)
     check_commit(offset, metadata)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
-from accounts.models import Tenant
+from accounts.models import Tenant, TokenScope
 from replication.errors import InvalidInput, NotFound, PermissionDenied
 from replication.quotas import FETCH, FIELDS, PRODUCE, REQUESTS, UNITS
+from replication.scopes import scope_require
 
 MAX_RATE = 1 << 40  # a TiB a second: beyond it a quota limits nothing
 MAX_RATES = {PRODUCE: MAX_RATE, FETCH: MAX_RATE, REQUESTS: (1 << 31) - 1}
@@ -23,6 +24,7 @@ def tenant_quota_set(*, actor: AbstractBaseUser, tenant: str,
                      **rates: int | None) -> Tenant:
     """Set some of a tenant's quotas (`produce`, `fetch`, `requests`; a rate a second, 0 for
     no limit, None to leave it). Operators only: a tenant may not raise its own."""
+    scope_require(actor, TokenScope.ADMIN, action="setting quotas")
     if not actor.is_staff:
         raise PermissionDenied("only operators set quotas: ask an operator (a staff account) "
                                "for a larger one")

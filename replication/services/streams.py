@@ -6,7 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 
-from accounts.models import Membership, Role, Tenant
+from accounts.models import Membership, Role, Tenant, TokenScope
 from replication import ace
 from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import (
@@ -18,6 +18,7 @@ from replication.models import (
     TimestampType,
 )
 from replication.paths import parse_stream_path
+from replication.scopes import scope_require
 from replication.stores import store_for
 
 MAX_PARTITIONS = 4096
@@ -134,6 +135,7 @@ def stream_create(
     copymetafrom: str | None = None,
     **metadata: Any,
 ) -> Stream:
+    scope_require(actor, TokenScope.ADMIN, action="creating a stream")
     where = parse_stream_path(path)
     cluster = Cluster.objects.filter(name=where.cluster).first()
     if cluster is None:

@@ -192,7 +192,9 @@ def test_one_fetch_serves_many_partitions_and_keeps_to_max_bytes(kafka, topic):
     from replication.engine.recordbatch import decode_batches
     from tests.broker.wire import Wire
 
-    produce(kafka.confluent(), [(b"v" * 1000, None, None, p) for p in (0, 1, 2) for _ in range(30)])
+    config = kafka.confluent()
+    for _ in range(30):  # a batch a message: the limits bite between batches in both layouts
+        produce(config, [(b"v" * 1000, None, None, p) for p in (0, 1, 2)])
     wire = Wire(kafka.bootstrap)
     wire.authenticate(kafka.username, kafka.password)
 

@@ -11,8 +11,11 @@ from urllib.parse import urlencode
 import pytest
 from django.test import Client
 from django.urls import URLPattern, reverse
+from django.utils import timezone
+from knox.models import AuthToken
 
-from accounts.models import Invitation, Membership, Role, Tenant
+from accounts.models import Invitation, Membership, Role, SignInSession, Tenant, TokenInfo
+from accounts.tokens import issue_token
 from operations.models import AuditEvent
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamPath
@@ -25,7 +28,7 @@ from tests.factories import StreamFactory, UserFactory
 pytestmark = pytest.mark.django_db
 MISSING = "/mapr/newyork/no-such-stream"
 MODELS = (Stream, Topic, ReplicaLink, Upstream, Cluster, Gateway, Tenant, Membership, Invitation,
-          Job, AuditEvent)
+          Job, AuditEvent, AuthToken, TokenInfo, SignInSession)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -49,9 +52,12 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
     Membership.objects.filter(user=owner).update(role=Role.ADMIN)
     bob = Membership.objects.create(user=UserFactory(username="bob"), tenant=activity.tenant)
     invitation, _ = invitation_create(actor=owner, tenant=activity.tenant, role=Role.MEMBER)
+    token = issue_token(owner, name="alice's", scope="read")[0]  # the account's own rows
+    sign_in = SignInSession.objects.create(user=owner, session_key="k" * 32,
+                                           last_seen=timezone.now())
     return {"owner": owner, "outsider": outsider, "activity": activity, "ny": activity_ny,
             "pair": pair, "waiting": waiting, "job": job, "mine": mine, "membership": bob,
-            "invitation": invitation}
+            "invitation": invitation, "token_id": token.digest[:16], "sign_in": sign_in}
 
 
 # --- /rest: every command that takes a stream path --------------------------------------------
@@ -174,13 +180,15 @@ def _pk_for(name: str, world: dict[str, Any]) -> int:
         return world["membership"].pk
     if name.startswith("invitation-"):
         return world["invitation"].pk
+    if name == "session-end":
+        return world["sign_in"].pk
     return world["activity"].pk  # the stream pages
 
 
 def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     values = {"pk": _pk_for(pattern.name, world), "link_pk": world["pair"].pk,
               "action": "pause", "decision": "approve", "source_pk": world["activity"].pk,
-              "replica_pk": world["ny"].pk, "number": 2}
+              "replica_pk": world["ny"].pk, "number": 2, "token_id": world["token_id"]}
     names = list(pattern.pattern.converters)
     missing = [n for n in names if n not in values]
     assert not missing, f"{pattern.name}: add a value for {missing} to _page_kwargs"

@@ -16,10 +16,10 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
-from knox.models import AuthToken
 
 from accounts.models import Membership, Role, Tenant, validate_tenant_name
 from accounts.names import NAME_CHARS, NAME_HINT
+from accounts.tokens import issue_token
 
 
 def ace_name(kind: str, name: str) -> str:
@@ -62,7 +62,7 @@ class Command(BaseCommand):
             user = self.ensure_user(username, password, operator=options["operator"])
             self.ensure_membership(user, tenant_name, options["role"])
             self.ensure_groups(user, groups)
-            _, token = AuthToken.objects.create(user)
+            _, token = issue_token(user, name="createtenantuser")
         self.stdout.write(token)
 
     def ensure_user(self, username: str, password: str | None, *, operator: bool) -> Any:
