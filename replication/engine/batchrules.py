@@ -50,7 +50,13 @@ def take_batches(key: Key, batches: list[StoredBatch], low: int, nxt: int,
     """Invariant 2 for batches copied from a batch store, given the replica partition's (low,
     next offset) read under its lock: the batches it lacks (one it ends inside keeps its
     tail, re-encoded), and the offset a fresh partition starts at (None: where it is). A
-    first batch past its end leaves a gap: Misordered, nothing is taken."""
+    first batch past its end leaves a gap: Misordered, nothing is taken.
+
+    As `trim_runs` for messages, only a partition that never held a message may start past
+    0, and only with the batch holding the origin's low watermark `origin_low` (what came
+    before it expired at the origin and can never be sent): a batch beginning past that
+    would leave a gap at the replica, as would any start of a partition that held messages
+    once (its own retention emptied it: what follows its end may still come)."""
     todo = [b for b in batches if b.last_offset >= nxt]
     if not todo or todo[0].base_offset == nxt:
         return todo, None
@@ -58,7 +64,7 @@ def take_batches(key: Key, batches: list[StoredBatch], low: int, nxt: int,
     if first < nxt:
         todo[0] = kept_suffix(todo[0], nxt)
         return todo, None
-    if low == nxt == 0 or (low == nxt and first <= origin_low):
+    if low == nxt == 0 and first <= origin_low:
         return todo, first  # a fresh partition begins where the origin does
     raise Misordered(key, nxt, first)
 

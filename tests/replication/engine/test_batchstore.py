@@ -26,6 +26,7 @@ from replication.engine.store import (
     OffsetOutOfRange,
     Record,
     ReturnToOrigin,
+    UnknownTopic,
     now_ms,
 )
 from replication.engine.stored import check_batches
@@ -300,3 +301,38 @@ def test_replication_between_a_sqlite_batch_store_and_a_row_store_goes_as_messag
     net.assert_replica("rows", "batches")
     assert (net.store("batches").DATA_TABLE, net.store("rows").DATA_TABLE) == (
         "batches", "messages")
+
+
+def _three_batches(store, stream) -> None:
+    store.ensure_topic(stream, "t", 1)
+    for start in (0, 5, 10):
+        store.append_raw(stream, "t", 0, _batch(5, start=start), origin=ORIGIN)
+
+
+def test_a_fresh_replica_starts_with_the_batch_holding_the_origins_low_watermark(store, stream):
+    _three_batches(store, stream)
+    store.trim(stream, "t", 0, 7)  # the low watermark stops inside the second batch
+    replica = uuid.uuid4()
+    applied = store.apply_from(store, stream, replica, "t", 0, 0, 15, link="l")
+    assert (applied.ends, applied.count) == ({("t", 0): 15}, 10)
+    assert store.watermarks(replica, "t") == {0: (5, 15)}
+    assert store.fetch(replica, "t", 0, 5, 1 << 20) == store.fetch(stream, "t", 0, 5, 1 << 20)
+
+
+def test_a_batch_store_replica_refuses_batches_that_would_leave_a_gap(store, stream):
+    _three_batches(store, stream)
+    fresh = uuid.uuid4()
+    with pytest.raises(Misordered) as caught:  # the origin still holds 0..4
+        store.apply_from(store, stream, fresh, "t", 0, 5, 15, link="l")
+    assert (caught.value.expected, caught.value.got) == (0, 5)
+    with pytest.raises(UnknownTopic):  # the refused batch created nothing
+        store.watermarks(fresh, "t")
+    store.trim(stream, "t", 0, 7)
+    lagging = uuid.uuid4()  # held 0..1, emptied by its own retention: 2..4 may still come
+    store.ensure_topic(lagging, "t", 1)
+    store.append(lagging, "t", [Record(b"x")] * 2, origin=ORIGIN)
+    store.trim(lagging, "t", 0, 2)
+    with pytest.raises(Misordered) as caught:
+        store.apply_from(store, stream, lagging, "t", 0, 2, 15, link="l")
+    assert (caught.value.expected, caught.value.got) == (2, 5)
+    assert store.watermarks(lagging, "t") == {0: (2, 2)}
