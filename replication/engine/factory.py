@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
 
 from replication.engine.pg import PostgresStore, create_pg_database
 from replication.engine.pgbatch import PgBatchStore
+from replication.engine.sqlitebatch import SqliteBatchStore
 from replication.engine.sqlitestore import SqliteStore
 from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
@@ -18,22 +21,39 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-# The layout of a new PostgreSQL store when the caller names none (the Django processes
+# The layout of a new store (PostgreSQL or SQLite) when the caller names none (the Django processes
 # pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 covers every path.
 default_layout = "rows"
 
 
 def open_store(url: str, *, wait: float = 5.0, layout: str | None = None) -> MessageStore:
     """`wait`: seconds a call waits for a PostgreSQL store that does not answer. `layout`: for
-    a PostgreSQL database with no store yet, "rows" or "batches" (default_layout if None)."""
+    a database or file with no store yet, "rows" or "batches" (default_layout if None); an
+    existing store keeps the layout its tables show."""
     if url.startswith(("postgresql://", "postgres://")):
         batches = _pg_layout(url, wait)
         if batches is None:
             batches = (layout or default_layout) == "batches"
         return (PgBatchStore if batches else PostgresStore)(url, wait=wait)
     if url.startswith("sqlite:///"):
-        return SqliteStore(_sqlite_path(url))
+        path = _sqlite_path(url)
+        batches = _sqlite_layout(path)
+        if batches is None:
+            batches = (layout or default_layout) == "batches"
+        return (SqliteBatchStore if batches else SqliteStore)(path)
     raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")
+
+
+def _sqlite_layout(path: Path) -> bool | None:
+    """Whether the file holds a batch store (None: no file, or no store in it yet). Looked at
+    before the store opens it, since opening makes the tables."""
+    if not path.exists():
+        return None
+    with closing(sqlite3.connect(path, timeout=60)) as conn:
+        tables = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('batches', 'messages')")}
+    return True if "batches" in tables else (False if "messages" in tables else None)
 
 
 def _pg_layout(url: str, wait: float) -> bool | None:

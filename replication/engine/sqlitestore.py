@@ -2,7 +2,9 @@
 
 Same schema and rules as the PostgreSQL store. SQLite has one writer at a time: every write
 takes the file's write lock up front (`BEGIN IMMEDIATE`), which is what serialises offset
-assignment between threads and processes here.
+assignment between threads and processes here. A file holds one layout: a message a row
+(this store) or a record batch a row (sqlitebatch.py, which derives from it); `open_store`
+looks at which table it has.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ CREATE TABLE IF NOT EXISTS {name} (
 ) WITHOUT ROWID;
 """
 # AUTOINCREMENT: a partition id is never reused after drop_stream, as other processes cache ids.
-SCHEMA = """
+# The tables of both layouts; each adds the one its messages live in.
+COMMON_SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     stream BLOB NOT NULL,
@@ -59,7 +62,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     rows INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE (stream, topic, partition)
-);""" + MESSAGES.format(name="messages") + """
+);
 CREATE TABLE IF NOT EXISTS replication_cursors (
     pid INTEGER NOT NULL,
     link TEXT NOT NULL,
@@ -84,6 +87,7 @@ CREATE TABLE IF NOT EXISTS producer_sequences (
     PRIMARY KEY (pid, producer_id)
 ) WITHOUT ROWID;
 """
+SCHEMA = COMMON_SCHEMA + MESSAGES.format(name="messages")
 SEQ_GET = "SELECT epoch, state FROM producer_sequences WHERE pid = ? AND producer_id = ?"
 SEQ_ALL = "SELECT producer_id, epoch, state FROM producer_sequences WHERE pid = ?"
 SEQ_PUT = """
@@ -154,6 +158,8 @@ class SqliteStore(MessageStore):
 
     DIALECT = "sqlite"
     ROW_OVERHEAD = 24  # record header, key columns
+    DATA_TABLE = "messages"  # where the messages are: a row each, or a batch a row (sqlitebatch)
+    TABLES = SCHEMA  # made (if missing) when the store opens
 
     def __init__(self, path: Path | str) -> None:
         super().__init__()
@@ -161,7 +167,7 @@ class SqliteStore(MessageStore):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
-        self._conn().executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+        self._conn().executescript(f"BEGIN IMMEDIATE; {self.TABLES} COMMIT;")
         self._upgrade()
 
     def _upgrade(self) -> None:
@@ -355,7 +361,7 @@ class SqliteStore(MessageStore):
         args = (stream.bytes, topic, topic)
         with self._writing() as conn:
             where = f"pid IN (SELECT id FROM partitions WHERE {match})"
-            for table in ("messages", "replication_cursors", "consumer_cursors",
+            for table in (self.DATA_TABLE, "replication_cursors", "consumer_cursors",
                           "producer_sequences"):
                 conn.execute(f"DELETE FROM {table} WHERE {where}", args)
             conn.execute(f"DELETE FROM partitions WHERE {match}", args)

@@ -1,4 +1,4 @@
-"""Fixtures for the engine core: every store test runs on both implementations.
+"""Fixtures for the engine core: every store test runs on both databases, in both layouts.
 
 These tests need no Django database: PostgreSQL gets scratch databases per test module
 (`sgstore_test_<pid>_<n>`, dropped at teardown) on the server DATABASE_URL names (or the local
@@ -94,12 +94,22 @@ def pg_batch_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["postgres", "postgres-batches", "sqlite"])
+@pytest.fixture
+def sqlite_batch_url(tmp_path) -> str:
+    """A SQLite file holding a batch store (issue 30), in the test's tmp_path."""
+    url = f"sqlite:///{tmp_path / 'batches.sqlite3'}"
+    open_store(url, layout="batches").close()
+    return url
+
+
+@pytest.fixture(params=["postgres", "postgres-batches", "sqlite", "sqlite-batches"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "postgres":
         return request.getfixturevalue("pg_url")
     if request.param == "postgres-batches":
         return request.getfixturevalue("pg_batch_url")
+    if request.param == "sqlite-batches":
+        return request.getfixturevalue("sqlite_batch_url")
     return f"sqlite:///{tmp_path / 'cluster.sqlite3'}"
 
 

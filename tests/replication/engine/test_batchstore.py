@@ -1,9 +1,11 @@
-"""The batch store (issue 30): a producer's record batch stored as it came, numbered by its
-base offset; fetch returns the stored bytes; replication copies batches byte for byte;
-retention removes whole batches. The rules every store shares run in test_store.py on it too."""
+"""The batch store (issue 30), on PostgreSQL and SQLite alike: a producer's record batch
+stored as it came, numbered by its base offset; fetch returns the stored bytes; replication
+copies batches byte for byte, between the two databases too; retention removes whole
+batches. The rules every store shares run in test_store.py on both batch stores too."""
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 
 import pytest
@@ -19,15 +21,29 @@ from replication.engine.recordbatch import (
     decode_batches,
     encode_batch,
 )
-from replication.engine.store import Misordered, OffsetOutOfRange, Record, now_ms
+from replication.engine.store import (
+    Misordered,
+    OffsetOutOfRange,
+    Record,
+    ReturnToOrigin,
+    UnknownTopic,
+    now_ms,
+)
 from replication.engine.stored import check_batches
+from tests.replication.engine.conftest import _open_net
 
 ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
 
 
+@pytest.fixture(params=["postgres", "sqlite"])
+def batch_url(request: pytest.FixtureRequest) -> str:
+    """A batch store's URL: a PostgreSQL database, a SQLite file."""
+    return request.getfixturevalue(f"{_prefix(request.param)}_batch_url")
+
+
 @pytest.fixture
-def store(pg_batch_url):
-    opened = open_store(pg_batch_url)
+def store(batch_url):
+    opened = open_store(batch_url)
     yield opened
     opened.close()
 
@@ -64,6 +80,23 @@ def test_a_store_keeps_the_layout_it_was_made_with(pg_batch_url, pg_url):
         table = opened.DATA_TABLE
         opened.close()
         assert table == kept
+
+
+def test_a_sqlite_file_keeps_its_layout_and_a_new_one_gets_the_one_asked(tmp_path):
+    rows, batches = (f"sqlite:///{tmp_path / name}.sqlite3" for name in ("rows", "batches"))
+    for url, asked, kept in ((rows, None, "messages"), (batches, "batches", "batches"),
+                             (rows, "batches", "messages"), (batches, "rows", "batches"),
+                             (batches, None, "batches")):
+        opened = open_store(url, layout=asked)
+        opened.ensure_topic(ORIGIN, "t", 1)
+        opened.append(ORIGIN, "t", [Record(b"v")], origin=ORIGIN)
+        table, keeps = opened.DATA_TABLE, opened.KEEPS_BATCHES
+        opened.close()
+        assert (table, keeps) == (kept, kept == "batches")
+    with sqlite3.connect(tmp_path / "batches.sqlite3") as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert "batches" in tables and "messages" not in tables
 
 
 def test_a_produced_batch_is_stored_as_sent_with_only_its_base_offset_written(store, stream):
@@ -178,8 +211,12 @@ def test_truncate_inside_a_batch_keeps_the_records_below_it(store, stream):
     assert store.append(stream, "t", [Record(b"n")], origin=ORIGIN) == [(0, 7)]
 
 
-def test_replication_copies_batches_byte_for_byte(pg_batch_url, stream, request):
-    source, replica = open_store(pg_batch_url), open_store(pg_batch_url)
+@pytest.mark.parametrize("kinds", [("postgres", "postgres"), ("sqlite", "sqlite"),
+                                   ("postgres", "sqlite"), ("sqlite", "postgres")],
+                         ids="->".join)
+def test_replication_copies_batches_byte_for_byte(kinds, stream, request):
+    source, replica = (open_store(request.getfixturevalue(f"{_prefix(kind)}_batch_url"))
+                       for kind in kinds)
     request.addfinalizer(source.close)
     request.addfinalizer(replica.close)
     target = uuid.uuid4()
@@ -191,8 +228,111 @@ def test_replication_copies_batches_byte_for_byte(pg_batch_url, stream, request)
     again = replica.apply_from(source, stream, target, "t", 0, 0, 15, link="l")
     assert again.count == 5  # a redelivered range: only what the replica lacks
     assert replica.fetch(target, "t", 0, 0, 1 << 20) == source.fetch(stream, "t", 0, 0, 1 << 20)
+    assert replica.partition_stats(target, "t") == source.partition_stats(stream, "t")
     with pytest.raises(Misordered):
         other = uuid.uuid4()
         replica.ensure_topic(other, "t", 1)
         replica.append(other, "t", [Record(b"x")], origin=other)
         replica.apply_from(source, stream, other, "t", 0, 5, 15, link="m")
+
+
+@pytest.mark.parametrize("kinds", [("postgres", "sqlite"), ("sqlite", "postgres")],
+                         ids="->".join)
+def test_replication_between_databases_takes_the_tail_of_a_batch_the_replica_ends_inside(
+        kinds, stream, request):
+    source, replica = (open_store(request.getfixturevalue(f"{_prefix(kind)}_batch_url"))
+                       for kind in kinds)
+    request.addfinalizer(source.close)
+    request.addfinalizer(replica.close)
+    target = uuid.uuid4()
+    source.ensure_topic(stream, "t", 1)
+    source.append_raw(stream, "t", 0, _batch(10), origin=ORIGIN)
+    replica.apply(target, source.read(stream, "t", 0, 0, limit=4), link="l")
+    applied = replica.apply_from(source, stream, target, "t", 0, 4, 10, link="l")
+    assert (applied.ends, applied.count) == ({("t", 0): 10}, 6)
+    assert replica.read(target, "t", 0, 0) == source.read(stream, "t", 0, 0)
+    assert _crc_ok(replica.fetch(target, "t", 0, 0, 1 << 20)[0])
+    with pytest.raises(ReturnToOrigin):
+        source.apply_from(replica, target, ORIGIN, "t", 0, 0, 10, link="back")
+
+
+def _prefix(kind: str) -> str:
+    return "pg" if kind == "postgres" else "sqlite"
+
+
+@pytest.fixture
+def batch_net(pg_batch_url, sqlite_batch_url):
+    """Streams on a PostgreSQL batch store and a SQLite one, in turn."""
+    yield from _open_net([pg_batch_url, sqlite_batch_url])
+
+
+def test_the_replicator_copies_batches_between_postgresql_and_sqlite_both_ways(batch_net):
+    net = batch_net
+    net.add("pg", "lite")
+    for _ in range(3):  # a batch per partition each
+        net.produce("pg", "a", 100)
+        net.produce("lite", "b", 100)
+    assert net.pump("pg", "lite") == 300 and net.pump("lite", "pg") == 300
+    net.assert_replica("pg", "lite")
+    net.assert_replica("lite", "pg")
+    for topic, src, dst in (("a", "pg", "lite"), ("b", "lite", "pg")):
+        for p in range(3):
+            assert net.store(dst).fetch(net.id(dst), topic, p, 0, 1 << 30) == net.store(
+                src).fetch(net.id(src), topic, p, 0, 1 << 30)
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def mixed_layout_net(request, sqlite_batch_url, tmp_path):
+    """A SQLite batch store and a row store (PostgreSQL's or SQLite's), in turn."""
+    rows = (request.getfixturevalue("pg_url") if request.param == "postgres"
+            else f"sqlite:///{tmp_path / 'rows.sqlite3'}")
+    yield from _open_net([sqlite_batch_url, rows])
+
+
+def test_replication_between_a_sqlite_batch_store_and_a_row_store_goes_as_messages(
+        mixed_layout_net):
+    net = mixed_layout_net
+    net.add("batches", "rows")
+    for _ in range(2):
+        net.produce("batches", "a", 50)
+        net.produce("rows", "b", 50)
+    assert net.pump("batches", "rows") == 100 and net.pump("rows", "batches") == 100
+    net.assert_replica("batches", "rows")
+    net.assert_replica("rows", "batches")
+    assert (net.store("batches").DATA_TABLE, net.store("rows").DATA_TABLE) == (
+        "batches", "messages")
+
+
+def _three_batches(store, stream) -> None:
+    store.ensure_topic(stream, "t", 1)
+    for start in (0, 5, 10):
+        store.append_raw(stream, "t", 0, _batch(5, start=start), origin=ORIGIN)
+
+
+def test_a_fresh_replica_starts_with_the_batch_holding_the_origins_low_watermark(store, stream):
+    _three_batches(store, stream)
+    store.trim(stream, "t", 0, 7)  # the low watermark stops inside the second batch
+    replica = uuid.uuid4()
+    applied = store.apply_from(store, stream, replica, "t", 0, 0, 15, link="l")
+    assert (applied.ends, applied.count) == ({("t", 0): 15}, 10)
+    assert store.watermarks(replica, "t") == {0: (5, 15)}
+    assert store.fetch(replica, "t", 0, 5, 1 << 20) == store.fetch(stream, "t", 0, 5, 1 << 20)
+
+
+def test_a_batch_store_replica_refuses_batches_that_would_leave_a_gap(store, stream):
+    _three_batches(store, stream)
+    fresh = uuid.uuid4()
+    with pytest.raises(Misordered) as caught:  # the origin still holds 0..4
+        store.apply_from(store, stream, fresh, "t", 0, 5, 15, link="l")
+    assert (caught.value.expected, caught.value.got) == (0, 5)
+    with pytest.raises(UnknownTopic):  # the refused batch created nothing
+        store.watermarks(fresh, "t")
+    store.trim(stream, "t", 0, 7)
+    lagging = uuid.uuid4()  # held 0..1, emptied by its own retention: 2..4 may still come
+    store.ensure_topic(lagging, "t", 1)
+    store.append(lagging, "t", [Record(b"x")] * 2, origin=ORIGIN)
+    store.trim(lagging, "t", 0, 2)
+    with pytest.raises(Misordered) as caught:
+        store.apply_from(store, stream, lagging, "t", 0, 2, 15, link="l")
+    assert (caught.value.expected, caught.value.got) == (2, 5)
+    assert store.watermarks(lagging, "t") == {0: (2, 2)}

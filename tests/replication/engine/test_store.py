@@ -49,6 +49,7 @@ def test_engine_imports_without_django():
     code = (
         "import sys; sys.modules['django'] = None\n"
         "import replication.engine, replication.engine.pg, replication.engine.sqlitestore\n"
+        "import replication.engine.pgbatch, replication.engine.sqlitebatch\n"
         "import replication.engine.replicator, replication.engine.checker\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

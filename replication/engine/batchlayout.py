@@ -1,0 +1,290 @@
+"""The batch layout's methods (issue 30), written once for PostgreSQL and SQLite: a record
+batch a row, read, fetched, expired, trimmed, truncated and replicated whole. Each batch store
+(pgbatch/, sqlitebatch.py) derives from `BatchLayout` and its row store, and fills the few
+hooks that differ: how rows come back as bytes, how batches go in, how partitions lock.
+
+The statements are statements.py's, in PostgreSQL's dialect (`_sql` turns them into
+SQLite's); the rules no dialect touches are batchrules.py's."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any, Unpack
+from uuid import UUID
+
+from replication.engine.batches import Ends, Trimmed, trim_runs
+from replication.engine.batchrules import (
+    expired_end,
+    fetched,
+    first_at_time,
+    kept_prefix,
+    latest_in,
+    take_batches,
+)
+from replication.engine.recordbatch import Budget
+from replication.engine.sequences import ProducerBatch
+from replication.engine.statements import (
+    ADVANCE_ONE,
+    BATCH_PARTITION_STATS,
+    DELETE_BATCHES_BELOW,
+    DELETE_BATCHES_FROM,
+    FETCH_BATCHES,
+    LINK_CURSOR,
+    MAX_TS_BATCH,
+    OLDEST_BATCHES,
+    READ_BATCHES,
+    SOURCE_BATCHES,
+    START_AT,
+    TIME_BATCH,
+    TRUNCATE,
+    TRUNCATE_CURSORS,
+)
+from replication.engine.store import (
+    Applied,
+    Key,
+    Message,
+    OffsetOutOfRange,
+    PartitionStats,
+    ReadBounds,
+    ReturnToOrigin,
+    encode_headers,
+    partition_stats_from,
+    record_size,
+)
+from replication.engine.storebase import Connection, MessageStore
+from replication.engine.stored import (
+    Fetched,
+    StoredBatch,
+    check_batches,
+    message_batch,
+    messages_of,
+)
+
+
+class BatchLayout(MessageStore):
+    """What a batch store does the same on either database. Put before the row store in the
+    bases, so these methods take the row store's place."""
+
+    ROW_OVERHEAD = 0  # a row carries ~1,000 messages: its own cost is noise
+    KEEPS_BATCHES = True
+    DATA_TABLE = "batches"
+
+    # --- what each batch store provides ---------------------------------------------------
+
+    def _binary(self, conn: Connection) -> Any:
+        """Something with `execute` that returns bytea columns as bytes (PostgreSQL: a
+        binary cursor, so batches are not sent as hex)."""
+        return conn
+
+    @abstractmethod
+    def _copy(self, conn: Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
+        """Insert the batches into partition `pid` (in the caller's transaction)."""
+
+    def _lock_many(self, conn: Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
+        """(low, next offset) of each partition, locked until the commit, in id order so two
+        appliers cannot deadlock."""
+        return {pid: self._lock(conn, pid) for pid in sorted(pids)}
+
+    # --- appends ---------------------------------------------------------------------------
+
+    def append_raw(self, stream: UUID, topic: str, partition: int, data: bytes, *,
+                   origin: UUID, log_append_time: bool = False,
+                   budget: Budget | None = None) -> list[tuple[int, int]]:
+        """A Kafka Produce partition's bytes checked and appended a batch at a time, as the
+        listener does: (first offset, records) per batch."""
+        out = []
+        for raw in check_batches(data, budget):
+            sequence = None
+            if raw.producer_id >= 0 and raw.base_sequence >= 0:
+                sequence = ProducerBatch(raw.producer_id, raw.epoch, raw.base_sequence,
+                                         raw.records)
+            firsts = self.append_batches(stream, topic, {partition: [raw]}, origin=origin,
+                                         log_append_time=log_append_time, sequence=sequence)
+            out.append((firsts[partition], raw.records))
+        return out
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def read(self, stream: UUID, topic: str, partition: int, offset: int,
+             **bounds: Unpack[ReadBounds]) -> list[Message]:
+        limit, max_bytes = bounds.get("limit", 1000), bounds.get("max_bytes", 1 << 20)
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, high = self._range(conn, stream, topic, pid)
+            if not low <= offset <= high:
+                raise OffsetOutOfRange(offset, low, high)
+            rows = self._binary(conn).execute(self._sql(READ_BATCHES), (
+                pid, offset, offset + limit, max_bytes, offset)).fetchall()
+        out, total = [], 0
+        for m in messages_of(rows, topic, partition, offset, limit, self._origins):
+            total += record_size(m)
+            if out and total > max_bytes:
+                break
+            out.append(m)
+        return out
+
+    def read_rows(self, stream: UUID, topic: str, partition: int, offset: int, *,
+                  limit: int = 1000, max_bytes: int = 1 << 20) -> list[tuple]:
+        return [(m.offset, m.timestamp_ms, m.key, m.value, _headers(m), m.origin.bytes,
+                 m.producer, record_size(m))
+                for m in self.read(stream, topic, partition, offset, limit=limit,
+                                   max_bytes=max_bytes)]
+
+    def fetch(self, stream: UUID, topic: str, partition: int, offset: int,
+              max_bytes: int) -> Fetched:
+        """The stored batches from the one holding `offset`, whole: the first always, the
+        next while they fit `max_bytes` (a consumer skips what precedes its offset)."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            rows = self._binary(conn).execute(self._sql(FETCH_BATCHES),
+                                              (pid, offset, max_bytes, offset)).fetchall()
+        return fetched(rows, offset)
+
+    def offset_for_time(self, stream: UUID, topic: str, partition: int,
+                        timestamp_ms: int) -> tuple[int, int] | None:
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, _ = self._range(conn, stream, topic, pid)
+            row = self._binary(conn).execute(self._sql(TIME_BATCH),
+                                             (pid, low, timestamp_ms)).fetchone()
+        return None if row is None else first_at_time(row[0], low, timestamp_ms)
+
+    def max_timestamp(self, stream: UUID, topic: str, partition: int) -> tuple[int, int] | None:
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, _ = self._range(conn, stream, topic, pid)
+            row = self._binary(conn).execute(self._sql(MAX_TS_BATCH),
+                                             (pid, pid, low)).fetchone()
+        return None if row is None else latest_in(row[0], low)
+
+    def partition_stats(self, stream: UUID, topic: str) -> list[PartitionStats]:
+        with self._reading() as conn:
+            rows = self._all(conn, BATCH_PARTITION_STATS, (self._key(stream), topic))
+        return partition_stats_from(rows, topic)
+
+    # --- retention and truncation: whole batches ---------------------------------------------
+
+    def _expire_partition(self, pid: int, before_ms: int, limit: int) -> int:
+        with self._writing() as conn:
+            low = self._marks(conn, pid)[0]
+            end = expired_end(self._all(conn, OLDEST_BATCHES, (pid, low, 1000)), before_ms,
+                              limit)
+            return 0 if end is None else self._cut_prefix(conn, pid, low, end)
+
+    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
+             batch: int = 10_000) -> int:
+        """`stream purge` as the row store's, up to `batch` offsets a call: the low watermark
+        may stop inside a batch (Kafka's DeleteRecords), which stays until all of it is
+        below; returns the offsets newly below the low watermark."""
+        with self._writing() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, nxt = self._marks(conn, pid)
+            cut = min(end, nxt, low + batch)
+            if cut <= low:
+                return 0
+            self._cut_prefix(conn, pid, low, cut)
+            return cut - low
+
+    def _delete_range(self, conn: Connection, pid: int, low: int, end: int) -> tuple[int, int]:
+        """Whole batches ending below `end` (a prefix: retention and purge)."""
+        rows = self._all(conn, DELETE_BATCHES_BELOW, (pid, end))
+        return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
+        """As the row store's; a batch that straddles `offset` keeps its records below it,
+        written again as a batch of its own (with the same origin)."""
+        with self._writing() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            nxt = self._lock(conn, pid)[1]
+            if offset >= nxt:
+                return 0
+            rows = sorted(self._binary(conn).execute(
+                self._sql(DELETE_BATCHES_FROM), (pid, offset, offset)).fetchall(),
+                key=itemgetter(2))
+            count, size = sum(r[0] for r in rows), sum(r[1] for r in rows)
+            kept = kept_prefix(*rows[0][2:], offset) if rows and rows[0][2] < offset else None
+            if kept is not None:
+                self._copy(conn, pid, [kept])
+                count, size = count - kept.records, size - kept.size
+            conn.execute(self._sql(TRUNCATE), (offset, offset, count, size, pid))
+            for statement in TRUNCATE_CURSORS:
+                conn.execute(self._sql(statement), (offset, pid, offset))
+        return nxt - offset
+
+    # --- replication -------------------------------------------------------------------------
+
+    def _apply(self, stream: UUID, runs: dict[Key, list[Message]], link: str,
+               origin_low: dict[Key, int] | None) -> tuple[Trimmed, Ends]:
+        """Replicated messages (from a row store): each partition's run one batch."""
+        with self._writing() as conn:
+            pids = self._apply_pids(conn, stream, runs)
+            marks = self._lock_many(conn, list(set(pids.values())))
+            self._refuse_ended(conn, link)
+            trimmed = trim_runs(runs, {key: marks[pid] for key, pid in pids.items()}, origin_low)
+            for key, start in trimmed.starts.items():
+                conn.execute(self._sql(START_AT), (start, start, pids[key]))
+            ends: Ends = {}
+            for key, run in trimmed.todo.items():
+                if run:
+                    batch = message_batch(run)
+                    self._copy(conn, pids[key], [batch])
+                    ends[pids[key]] = (run[-1].offset + 1, len(run), batch.size)
+            conn.cursor().executemany(self._sql(ADVANCE_ONE),
+                                      [(*end, pid) for pid, end in ends.items()])
+            conn.cursor().executemany(self._sql(LINK_CURSOR), [
+                (pids[key], link, run[-1].offset + 1) for key, run in runs.items()])
+        return trimmed, ends
+
+    def apply_from(self, source: MessageStore, source_stream: UUID, stream: UUID, topic: str,
+                   partition: int, start: int, end: int, *, link: str) -> Applied | None:
+        """Replication between batch stores (PostgreSQL or SQLite, either way): the source's
+        batch rows of [start, end), copied as they are (a replica's batches are
+        byte-identical to its origin's, CRCs equal), under the replica partition's lock,
+        whole batches or nothing. None for another kind of source (the caller then applies
+        messages)."""
+        if not isinstance(source, BatchLayout):
+            return None
+        batches, low = source._source_batches(source_stream, topic, partition, start, end)
+        if not batches:
+            return Applied({})
+        if any(UUID(bytes=b.origin) == stream for b in batches):
+            raise ReturnToOrigin(f"{topic}:{partition}: its messages originate in stream "
+                                 f"{stream}, and a message is never replicated back to its "
+                                 "origin")
+        return self._apply_batches(stream, (topic, partition), batches, link, low)
+
+    def _source_batches(self, stream: UUID, topic: str, partition: int, start: int,
+                        end: int) -> tuple[list[StoredBatch], int]:
+        """This store's batches of [start, end) as a source, and its low watermark."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, high = self._range(conn, stream, topic, pid)
+            rows = self._binary(conn).execute(self._sql(SOURCE_BATCHES), (
+                pid, max(start, low), min(end, high))).fetchall()
+        return [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+                for row in rows], low
+
+    def _apply_batches(self, stream: UUID, key: Key, batches: list[StoredBatch], link: str,
+                       origin_low: int) -> Applied:
+        with self._writing() as conn:
+            pid = self._apply_pids(conn, stream, {key: []})[key]
+            low, nxt = self._lock(conn, pid)
+            self._refuse_ended(conn, link)
+            todo, start = take_batches(key, batches, low, nxt, origin_low)
+            if start is not None:
+                nxt = start
+                conn.execute(self._sql(START_AT), (start, start, pid))
+            written = sum(b.records for b in todo)
+            size = sum(b.size for b in todo)
+            end = todo[-1].last_offset + 1 if todo else nxt
+            if todo:
+                self._copy(conn, pid, todo)
+                conn.execute(self._sql(ADVANCE_ONE), (end, written, size, pid))
+            conn.execute(self._sql(LINK_CURSOR), (pid, link, batches[-1].last_offset + 1))
+        return Applied({key: max(end, nxt)}, {key: written}, size)
+
+
+def _headers(m: Message) -> bytes | None:
+    return encode_headers(m.headers) if m.headers else None
