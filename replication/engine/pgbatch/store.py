@@ -23,6 +23,7 @@ from replication.engine.pg.append import _committing, _Retried, _TopicChanged
 from replication.engine.pg.schema import ADVANCE, LINK_CURSORS, LOCK, START
 from replication.engine.pg.store import PostgresStore
 from replication.engine.pgbatch import schema as s
+from replication.engine.pgbatch.apply import Listed, apply_locked, copy_batches, stored_batch
 from replication.engine.recordbatch import Budget
 from replication.engine.sequences import ProducerBatch, sequenced_partition
 from replication.engine.statements import TRUNCATE, TRUNCATE_CURSORS
@@ -30,7 +31,6 @@ from replication.engine.store import (
     Applied,
     Key,
     Message,
-    Misordered,
     OffsetOutOfRange,
     PartitionOutOfRange,
     PartitionStats,
@@ -321,10 +321,7 @@ class PgBatchStore(PostgresStore):
 
     @staticmethod
     def _copy(conn: psycopg.Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
-        with conn.cursor().copy(s.COPY_IN) as copy:
-            copy.set_types(s.COPY_TYPES)
-            for b in batches:
-                copy.write_row((pid, *b))
+        copy_batches(conn, pid, batches)
 
     # --- replication -------------------------------------------------------------------------
 
@@ -366,8 +363,7 @@ class PgBatchStore(PostgresStore):
             low, high = source._range(src, source_stream, topic, spid)
             rows = src.cursor(binary=True).execute(
                 s.SOURCE_BATCHES, (spid, max(start, low), min(end, high))).fetchall()
-        batches = [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                   for row in rows]
+        batches = [stored_batch(row) for row in rows]
         if not batches:
             return Applied({})
         if any(UUID(bytes=b.origin) == stream for b in batches):
@@ -378,28 +374,11 @@ class PgBatchStore(PostgresStore):
 
     def _apply_batches(self, stream: UUID, key: Key, batches: list[StoredBatch], link: str,
                        origin_low: int) -> Applied:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._pool.connection() as conn, conn.transaction():
             pid = self._apply_pids(conn, stream, {key: []})[key]
-            low, nxt = cur.execute(LOCK, ([pid],)).fetchone()[1:]
-            self._refuse_ended(conn, link)
-            todo = [b for b in batches if b.last_offset >= nxt]
-            if todo and todo[0].base_offset != nxt:
-                if todo[0].base_offset < nxt:  # the replica ends inside it: keep its tail
-                    todo[0] = _kept_suffix(todo[0], nxt)
-                elif low == nxt == 0 or (low == nxt and todo[0].base_offset <= origin_low):
-                    nxt = todo[0].base_offset  # a fresh partition begins where the origin does
-                    cur.execute(START, ([pid], [nxt]))
-                else:
-                    raise Misordered(key, nxt, todo[0].base_offset)
-            written = sum(b.records for b in todo)
-            size = sum(b.size for b in todo)
-            end = todo[-1].last_offset + 1 if todo else nxt
-            if todo:
-                self._copy(conn, pid, todo)
-                cur.execute(ADVANCE, ([pid], [end], [written], [size]))
-            delivered = batches[-1].last_offset + 1
-            cur.execute(LINK_CURSORS, (link, [pid], [delivered]))
-        return Applied({key: max(end, nxt)}, {key: written}, size)
+            done = apply_locked(conn, pid, key, Listed(batches), origin_low=origin_low,
+                                link=link, delivered=batches[-1].last_offset + 1)
+        return Applied({key: done.end}, {key: done.records}, done.size)
 
 
 def _renumbered(batch: StoredBatch, base: int) -> tuple:
@@ -425,10 +404,3 @@ def _kept_prefix(row: tuple, offset: int) -> StoredBatch | None:
         return None
     return batch_of(kept, base, kept[0].timestamp_ms or 0, origin=bytes(origin),
                     producer=producer)
-
-
-def _kept_suffix(batch: StoredBatch, offset: int) -> StoredBatch:
-    base, records = records_of(batch.data)
-    kept = records[offset - base:]
-    return batch_of(kept, offset, kept[0].timestamp_ms or 0, origin=batch.origin,
-                    producer=batch.producer)
