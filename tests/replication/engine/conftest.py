@@ -94,6 +94,16 @@ def pg_batch_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def batch_net() -> Iterator["Net"]:
+    """Streams spread over two clusters' batch stores, databases of the test's own."""
+    for first in _scratch_database():
+        for second in _scratch_database():
+            for url in (first, second):
+                open_store(url, layout="batches").close()
+            yield from _open_net([first, second])
+
+
 @pytest.fixture(params=["postgres", "postgres-batches", "sqlite"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "postgres":

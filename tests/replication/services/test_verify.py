@@ -3,7 +3,6 @@ alarm at the first differing offset, cleared once repaired; on the real stores."
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -12,7 +11,6 @@ from django.utils import timezone
 
 from operations.alarms import alarms_evaluate
 from operations.models import Alarm, AlarmKind
-from replication.engine.factory import create_database, open_store
 from replication.engine.pgbatch import PgBatchStore
 from replication.engine.store import Record
 from replication.models import ReplicaLink
@@ -20,24 +18,9 @@ from replication.services import replica_add, topic_create, upstream_add
 from replication.services.compare import marks_of
 from replication.services.messages import messages_produce
 from replication.services.verify import link_verify, links_verify_due
-from replication.stores import default_store_url, store_for
+from replication.stores import store_for
 from tests.factories import spread
 from workers.replication.applier import batch_serve
-
-
-@pytest.fixture
-def layout(request, sanfrancisco, newyork) -> str:
-    """The clusters' store layout: rows unless a test asks for batches (issue 30), which
-    puts both clusters on fresh batch stores."""
-    chosen = getattr(request, "param", "rows")
-    if chosen == "batches":
-        tag = uuid.uuid4().hex[:8]
-        for cluster in (sanfrancisco, newyork):
-            cluster.store_url = default_store_url(f"{cluster.name}_batches_{tag}")
-            create_database(cluster.store_url)
-            open_store(cluster.store_url, layout="batches").close()
-            cluster.save(update_fields=["store_url"])
-    return chosen
 
 
 @pytest.fixture

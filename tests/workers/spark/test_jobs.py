@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -25,8 +24,8 @@ from replication.engine.factory import create_database, open_store
 from replication.engine.pg.schema import PIPE_ROWS
 from replication.engine.pgbatch import PgBatchStore
 from replication.engine.store import Record, UnknownTopic
-from replication.engine.stored import batch_of, records_of
 from replication.stores import default_store_url
+from tests.batches import holds_batches, rewrite_record, stored_batches
 from workers.spark import Side, Spec, copystream, diffstreams
 from workers.spark.submit import spec_environment
 
@@ -231,40 +230,6 @@ def update_value(url: str, where: tuple[uuid.UUID, str, int, int], assign: tuple
                      (*args, offset, stream, topic, partition))
 
 
-def holds_batches(url: str) -> bool:
-    if not url.startswith("postgres"):
-        return False
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT to_regclass('batches') IS NOT NULL").fetchone()[0]
-
-
-def rewrite_record(url: str, where: tuple[uuid.UUID, str, int, int],
-                   change: Callable[[bytes | None], bytes | None]) -> None:
-    """A batch store's `update_value`: the batch holding the offset decoded, its record's
-    value changed, and the batch encoded again (a new CRC) in place of the old."""
-    stream, topic, partition, offset = where
-    with psycopg.connect(url, autocommit=True) as conn:
-        pid = conn.execute("SELECT id FROM partitions WHERE stream = %s AND topic = %s AND "
-                           "partition = %s", (stream, topic, partition)).fetchone()[0]
-        last, data, origin, producer = conn.cursor(binary=True).execute(
-            "SELECT last_offset, data, uuid_send(origin), producer FROM batches WHERE pid = %s "
-            "AND last_offset >= %s ORDER BY last_offset LIMIT 1", (pid, offset)).fetchone()
-        base, records = records_of(bytes(data))
-        records[offset - base].value = change(records[offset - base].value)
-        batch = batch_of(records, base, 0, origin=bytes(origin), producer=producer)
-        conn.execute("UPDATE batches SET data = %s, crc = %s, size = %s WHERE pid = %s AND "
-                     "last_offset = %s", (batch.data, batch.crc, batch.size, pid, last))
-
-
-def stored_batches(url: str, stream: uuid.UUID, topic: str, partition: int) -> list[tuple]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(
-            "SELECT base_offset, last_offset, records, crc, origin, producer, size, data "
-            "FROM batches b JOIN partitions p ON p.id = b.pid WHERE p.stream = %s AND "
-            "p.topic = %s AND p.partition = %s ORDER BY last_offset",
-            (stream, topic, partition)).fetchall()
-
-
 def test_copy_killed_mid_job_and_run_again_ends_equal(db, spark):
     """spark-submit's driver killed with SIGKILL half way (some chunks committed, one maybe
     mid-COPY): a second run finishes the copy, nothing doubled or missing."""
@@ -366,6 +331,39 @@ def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db)
             plans += [buckets, plan_nodes(conn, rows_out.as_string(conn), None),
                       plan_nodes(conn, pg.ROW_HASHES, (pid, 0, high))]
         assert sum(n for n, _ in pg.buckets(conn, spans).values()) == high > 0
+    for nodes in plans:
+        assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
+
+
+def test_batch_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db):
+    """The batch store's (issue 30) as the row store's: each bucket a plain aggregate over
+    its own range of the (pid, last_offset) key, the copy's and the comparison's reads in
+    key order, with statistics or without."""
+    from replication.engine.pgbatch.apply import RELAY_OUT
+    from workers.spark import pg
+
+    (url,) = pg_urls("plan")
+    create_database(url)
+    store, stream = open_store(url, layout="batches"), uuid.uuid4()
+    fill(store, stream, 3000, batch=100)
+    store.close()
+    with pg.connect(url) as conn:
+        pid = pg.partition_id(conn, str(stream), "clicks", 2)
+        high = next_offset(conn, pid)
+        spans = [(pid, lo, lo + 100, high) for lo in range(0, high, 100)]
+        relayed = RELAY_OUT.removeprefix("COPY (").split(") TO STDOUT")[0]
+        plans = []
+        for analyse in (False, True):
+            if analyse:
+                conn.execute("ANALYZE batches")
+            buckets = plan_nodes(conn, pg.BATCH_BUCKETS, tuple(
+                [s[i] for s in spans] for i in range(4)))
+            assert [n.get("Strategy") for n in buckets if n["Node Type"] == "Aggregate"] == [
+                "Plain"]
+            copy_out = sql.SQL(relayed).format(rpid=pid, pid=pid, start=0, end=high)
+            plans += [buckets, plan_nodes(conn, copy_out.as_string(conn), None),
+                      plan_nodes(conn, pg.BATCH_ROWS, (pid, 0, high))]
+        assert sum(found[0] for found in pg.batch_buckets(conn, spans).values()) == high > 0
     for nodes in plans:
         assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
 
