@@ -65,8 +65,15 @@ def take_batches(key: Key, batches: list[StoredBatch], low: int, nxt: int,
     if first < nxt:
         todo[0] = kept_suffix(todo[0], nxt)
         return todo, None
+    return todo, fresh_start(key, first, low, nxt, origin_low)
+
+
+def fresh_start(key: Key, first: int, low: int, nxt: int, origin_low: int) -> int:
+    """Where a replica partition whose next offset is `nxt` begins when the first batch it
+    is sent begins past it (`take_batches`' rule): only a partition that never held a
+    message, and only with the batch holding the origin's low watermark; Misordered else."""
     if low == nxt == 0 and first <= origin_low:
-        return todo, first  # a fresh partition begins where the origin does
+        return first
     raise Misordered(key, nxt, first)
 
 

@@ -3,7 +3,8 @@
 backlog in bulk (failback's catch-up).
 
 The comparison is diffstreams' own (checksums per bucket of offsets on both stores, then row
-by row inside the first differing bucket: workers/spark/ranges.py `diff_ranges`). The domain
+by row inside the first differing bucket; on batch stores, checksums of batches, then message
+by message where they differ: workers/spark/ranges.py `diff_ranges`). The domain
 may not import the workers layer, so the workers app registers it here (WorkersConfig.ready):
 a few ranges run that pure function in this process, many run it as Spark tasks. The bulk
 copy is copystream's, over the link (its chunks advance the link's cursor as they commit).

@@ -1,14 +1,17 @@
 """What a job's Spark tasks carry and do. Plain Python (no Django, no Spark): the driver plans
 ranges, each executor runs `copy_ranges` or `diff_ranges` over its share.
 
-Both stores PostgreSQL: binary COPY and server-side checksums (workers/spark/pg.py).
-Otherwise (the embedded default's SQLite stores) the same work goes through the
-MessageStore interface, with checksums computed here.
+Both stores PostgreSQL of one layout: binary COPY and server-side checksums
+(workers/spark/pg.py), of rows, or of record batches (issue 30: batch rows relayed as they
+are, checksums of batches' CRCs, messages decoded only where those differ). Otherwise (the
+embedded default's SQLite stores, or a row store and a batch store) the same work goes
+through the MessageStore interface, with checksums computed here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +30,12 @@ from replication.engine.store import (
     record_size,
 )
 from replication.engine.storebase import MessageStore
+from replication.engine.stored import messages_of
 from workers.spark import pg
 
 CHUNK = 100_000  # offsets per destination transaction
 BUCKET = 1_000  # offsets per checksum bucket
+LAST = 1 << 62  # the end of a range's last batch bucket: past any offset
 READ_BATCH = 5_000  # messages per read on the generic path
 
 
@@ -72,17 +77,21 @@ class Work:
 @contextmanager
 def stores(*urls: str) -> Iterator[list[MessageStore]]:
     """The stores, opened for one task or one job and closed after it: executors and drivers
-    live long, and a connection kept per store they ever saw would pile up."""
+    live long, and a connection kept per store they ever saw would pile up. A database with
+    no store yet gets the layout the Django processes make (their environment is the job
+    driver's, STREAMGATE_STORE_LAYOUT), not the engine's default."""
     opened: list[MessageStore] = []
+    layout = os.environ.get("STREAMGATE_STORE_LAYOUT") or None
     try:
-        opened += [open_store(url) for url in urls]
+        opened += [open_store(url, layout=layout) for url in urls]
         yield opened
     finally:
         for store in opened:
             store.close()
 
 
-Buckets = dict[int, tuple[int, int]]  # bucket number -> (rows, XOR of the rows' hashes)
+# bucket number -> (rows, XOR of the rows' hashes); a batch store's adds the offsets spanned
+Buckets = dict[int, tuple[int, ...]]
 T = TypeVar("T")
 
 
@@ -140,6 +149,74 @@ class _Fast:
     def rows(self, end: int, r: Range, lo: int, hi: int) -> dict[int, int]:
         return pg.row_hashes(self.conns[end], self._pid(end, r), lo, hi)
 
+    def first_difference(self, r: Range, ours: Buckets, theirs: Buckets) -> int | None:
+        return _first_difference(self, r, ours, theirs)
+
+
+class _FastBatches(_Fast):
+    """Both ends batch stores on PostgreSQL (issue 30): batch rows relayed as they are, and
+    checksums of batches (their CRCs) before any message is decoded."""
+
+    def copy(self, r: Range, lo: int, hi: int) -> tuple[int, int]:
+        return pg.copy_batches_chunk(*self.conns, (self._pid(0, r), self._pid(1, r)), lo, hi,
+                                     key=(r.topic, r.partition), origin_low=r.origin_low,
+                                     stream=UUID(self.work.dst.stream), link=self.work.link)
+
+    def bucket_maps(self, ranges: list[Range]) -> list[tuple[Buckets, Buckets]]:
+        """As the row store's, a batch in the bucket of its last offset; a range's last
+        bucket also takes the batch reaching past its end (pg.BATCH_BUCKETS)."""
+        width = self.work.bucket
+        keys = sorted((lo, i, (lo - r.start) // width, lo + width if lo + width < r.end
+                       else LAST) for i, r in enumerate(ranges)
+                      for lo in range(r.start, r.end, width))
+
+        def side(end: int) -> dict[int, tuple]:
+            pids = self._pids(end, ranges)
+            return pg.batch_buckets(self.conns[end], [(pids[i], lo, hi, ranges[i].end)
+                                                      for lo, i, _, hi in keys])
+
+        ours, theirs = self.both(side)
+        maps: list[tuple[Buckets, Buckets]] = [({}, {}) for _ in ranges]
+        for n, (_, i, bucket, _) in enumerate(keys):
+            for end, found in enumerate((ours, theirs)):
+                if n in found:
+                    maps[i][end][bucket] = found[n]
+        return maps
+
+    def first_difference(self, r: Range, ours: Buckets, theirs: Buckets) -> int | None:
+        """Each differing bucket in order, its batches decoded on both sides and compared
+        message by message: batches re-encoded (a replica's truncated and re-copied tail,
+        one applied from a row store) differ in CRC and may still hold equal messages."""
+        for k in sorted(set(ours) | set(theirs)):
+            found = [b for b in (ours.get(k), theirs.get(k)) if b is not None]
+            if len(found) == 2 and found[0][:2] == found[1][:2]:
+                continue
+            lo = max(r.start, min(b[2] for b in found))
+            hi = min(r.end, max(b[3] for b in found) + 1)
+            offset = self._first_unequal(r, lo, hi)
+            if offset is not None:
+                return offset
+        return None
+
+    def _first_unequal(self, r: Range, lo: int, hi: int) -> int | None:
+        """The first offset of [lo, hi) whose messages differ. A batch reaching below `lo`
+        on one side may hold offsets no equal bucket vouched for: the span grows down to
+        where the batches read begin, until it holds whole batches on both sides."""
+        while True:
+            read = self.both(lambda end, lo=lo: self.messages(end, r, lo, hi))
+            start = max(r.start, min((first for _, first in read), default=lo))
+            if start >= lo:
+                break
+            lo = start
+        (left, _), (right, _) = read
+        return next((o for o in range(lo, hi) if left.get(o) != right.get(o)), None)
+
+    def messages(self, end: int, r: Range, lo: int, hi: int) -> tuple[dict[int, int], int]:
+        """Hashes of one side's messages of [lo, hi), and where its batches read begin."""
+        rows = pg.batch_rows(self.conns[end], self._pid(end, r), lo, hi)
+        found = messages_of([row[:3] for row in rows], r.topic, r.partition, lo, hi - lo, {})
+        return {m.offset: _hash(m) for m in found}, min((row[3] for row in rows), default=lo)
+
 
 class _Generic:
     """Any store, through the MessageStore interface."""
@@ -189,15 +266,27 @@ class _Generic:
     def rows(self, end: int, r: Range, lo: int, hi: int) -> dict[int, int]:
         return {o: h for o, h in self._all(end, r).items() if lo <= o < hi}
 
+    def first_difference(self, r: Range, ours: Buckets, theirs: Buckets) -> int | None:
+        return _first_difference(self, r, ours, theirs)
+
+
+Ends = _Fast | _FastBatches | _Generic
+
 
 @contextmanager
-def _ends(work: Work) -> Iterator[_Fast | _Generic]:
+def _ends(work: Work) -> Iterator[Ends]:
+    """Both ends' access for a task: SQL on both databases where they hold one layout, the
+    MessageStore interface otherwise (SQLite, or a row store copied into a batch store or
+    back: read() and apply() translate)."""
     if work.src.fast and work.dst.fast:
         with pg.connect(work.src.url) as src, pg.connect(work.dst.url) as dst:
-            yield _Fast(work, src, dst)
-    else:
-        with stores(work.src.url, work.dst.url) as (src, dst):
-            yield _Generic(work, src, dst)
+            kind = {("rows", "rows"): _Fast, ("batches", "batches"): _FastBatches}.get(
+                (pg.layout(src), pg.layout(dst)))
+            if kind is not None:
+                yield kind(work, src, dst)
+                return
+    with stores(work.src.url, work.dst.url) as (src, dst):
+        yield _Generic(work, src, dst)
 
 
 # --- copy ------------------------------------------------------------------------------------
@@ -232,7 +321,7 @@ def diff_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int,
     ranges = list(ranges)
     with _ends(work) as ends:
         for r, (ours, theirs) in zip(ranges, ends.bucket_maps(ranges), strict=True):
-            yield r.topic, r.partition, _first_difference(ends, r, ours, theirs)
+            yield r.topic, r.partition, ends.first_difference(r, ours, theirs)
 
 
 def _first_difference(ends: _Fast | _Generic, r: Range, ours: Buckets,

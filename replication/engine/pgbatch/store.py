@@ -24,6 +24,7 @@ from replication.engine.pg.append import _committing, _Retried, _TopicChanged
 from replication.engine.pg.schema import LOCK
 from replication.engine.pg.store import PostgresStore
 from replication.engine.pgbatch import schema as s
+from replication.engine.pgbatch.apply import copy_batches
 from replication.engine.sequences import ProducerBatch, sequenced_partition
 from replication.engine.store import (
     PartitionOutOfRange,
@@ -61,10 +62,7 @@ class PgBatchStore(BatchLayout, PostgresStore):
 
     @staticmethod
     def _copy(conn: psycopg.Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
-        with conn.cursor().copy(s.COPY_IN) as copy:
-            copy.set_types(s.COPY_TYPES)
-            for b in batches:
-                copy.write_row((pid, *b))
+        copy_batches(conn, pid, batches)
 
     # --- appends ---------------------------------------------------------------------------
 

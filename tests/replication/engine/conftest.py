@@ -102,6 +102,16 @@ def sqlite_batch_url(tmp_path) -> str:
     return url
 
 
+@pytest.fixture
+def batch_net() -> Iterator["Net"]:
+    """Streams spread over two clusters' batch stores, databases of the test's own."""
+    for first in _scratch_database():
+        for second in _scratch_database():
+            for url in (first, second):
+                open_store(url, layout="batches").close()
+            yield from _open_net([first, second])
+
+
 @pytest.fixture(params=["postgres", "postgres-batches", "sqlite", "sqlite-batches"])
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "postgres":

@@ -9,6 +9,7 @@ import pytest
 
 from replication.engine.checker import Anomaly, Report, check_kept
 from replication.engine.store import Record, encode_headers
+from tests.batches import rewrite_record, stored_batches
 
 
 def _tamper(net, name: str, topic: str, partition: int, statement: str, *args) -> None:
@@ -239,3 +240,20 @@ def test_a_kept_message_missing_is_lost_and_one_kept_twice_a_duplicate(net):
     assert len(report.duplicates) == 1 and "both in t and t.diverged" in report.duplicates[0].detail
     # Kept out of its original order (offset 0 after the tail's), and where it does not belong.
     assert len(report.reordered) == 1 and len(report.inconsistent) == 1
+
+
+def test_on_batch_stores_the_checker_compares_messages_not_batches(batch_net):
+    """Issue 30: a replica whose batches were split and encoded again holds the same messages
+    and passes; one record changed inside a batch is flagged at its offset."""
+    net = batch_net
+    _replicated(net, partitions=1)
+    replica = (net.url("B"), net.id("B"), "t", 0)
+    assert len(stored_batches(*replica)) == 1 and net.check("A", "B").checked == 60
+    net.store("B").truncate(net.id("B"), "t", 0, 25)  # the batch's first 25 encoded again
+    assert net.pump("A", "B") == 35  # and the rest of it, as a batch of its own
+    assert [b[:2] for b in stored_batches(*replica)] == [(0, 24), (25, 59)]
+    assert net.check("A", "B").ok
+    rewrite_record(net.url("B"), (net.id("B"), "t", 0, 31), lambda v: b"tampered")
+    report = net.check("A", "B")
+    assert [(a.offset, a.detail) for a in report.inconsistent] == [
+        (31, "origin: replica differs in value")]

@@ -7,6 +7,7 @@ import pytest
 
 from operations.models import Alarm
 from replication.engine.checker import check_replica
+from replication.engine.pgbatch import PgBatchStore
 from replication.engine.store import Record, UnknownTopic
 from replication.errors import Conflict, InvalidInput, PermissionDenied
 from replication.models import Failover, ReplicaLink, Stream, Topic, Upstream
@@ -24,6 +25,7 @@ from tests.factories import StreamFactory, spread
 from workers.replication.applier import batch_serve
 
 pytestmark = pytest.mark.usefixtures("private_cache")
+BOTH_LAYOUTS = pytest.mark.parametrize("layout", ["rows", "batches"], indirect=True)
 
 
 HEADER = "streamgate.original."
@@ -69,13 +71,15 @@ def origin_of(stream: Stream, topic: str = "clicks") -> object:
 
 
 @pytest.fixture
-def failed_over(owner, activity, activity_ny):
-    """activity -> activity_ny; 60 produced (20 per partition), 15 per partition replicated,
-    a forced failover, then 30 produced on the promoted activity_ny."""
+def failed_over(layout, owner, activity, activity_ny):
+    """activity -> activity_ny; 60 produced (20 per partition, in batches of 5 so that a batch
+    store replicates 15 of them), 15 per partition replicated, a forced failover, then 30
+    produced on the promoted activity_ny."""
     topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
-    first = produce(owner, activity, "first", 60)
+    first = set().union(*(produce(owner, activity, f"first{n}", 15) for n in range(4)))
+    assert isinstance(store_for(activity.cluster), PgBatchStore) == (layout == "batches")
     replicate(activity, activity_ny, upto=15)
     replica_failover(replica=activity_ny, force=True, actor=owner)
     second = produce(owner, activity_ny, "second", 30)
@@ -96,6 +100,7 @@ def test_dryrun_reports_per_partition_and_changes_nothing(owner, failed_over):
     assert Failover.objects.get().failed_back_at is None
 
 
+@BOTH_LAYOUTS
 def test_failback_keeps_every_message_of_both_periods_once_and_restores_the_direction(
         owner, failed_over):
     source, replica, first, second = failed_over
@@ -198,6 +203,7 @@ def test_failback_while_producers_write_to_both_is_refused(owner, failed_over):
     assert not ReplicaLink.objects.exists()
 
 
+@BOTH_LAYOUTS
 def test_the_common_prefix_is_found_even_without_the_failovers_record_of_it(
         owner, failed_over, monkeypatch):
     source, replica, _first, _second = failed_over
@@ -234,6 +240,7 @@ def test_large_partitions_find_the_common_prefix_with_diffstreams_on_spark(
     assert len(spark.statusTracker().getJobIdsForGroup(group)) == 2  # window, then below it
 
 
+@BOTH_LAYOUTS
 def test_a_large_gap_is_copied_by_spark_and_every_message_is_kept_once(spark, settings, owner,
                                                                        failed_over):
     source, replica, first, second = failed_over

@@ -1,10 +1,12 @@
 """copystream and diffstreams on a real local Spark session, over real stores: two
-PostgreSQL databases (the binary COPY fast path) and SQLite files (the embedded default's
-generic path)."""
+PostgreSQL databases (the binary COPY fast path), of rows or of record batches (issue 30),
+SQLite files (the embedded default's generic path), and a row store and a batch store (the
+generic path between layouts)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,8 +22,10 @@ from psycopg import sql
 from replication.engine.checker import check_replica
 from replication.engine.factory import create_database, open_store
 from replication.engine.pg.schema import PIPE_ROWS
+from replication.engine.pgbatch import PgBatchStore
 from replication.engine.store import Record, UnknownTopic
 from replication.stores import default_store_url
+from tests.batches import holds_batches, rewrite_record, stored_batches
 from workers.spark import Side, Spec, copystream, diffstreams
 from workers.spark.submit import spec_environment
 
@@ -40,17 +44,22 @@ def fill(store, stream: uuid.UUID, per_topic: int, *, batch: int = 2000, first: 
             ], origin=stream, producer="p1")
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+def pg_urls(*names: str) -> list[str]:
+    tag = uuid.uuid4().hex[:8]
+    return [default_store_url(f"spark_{name}_{tag}") for name in names]
+
+
+@pytest.fixture(params=["postgresql", "postgresql-batches", "sqlite"])
 def stores(request, db, tmp_path):
     """(source URL, destination URL) of two clusters' stores, of either kind."""
     if request.param == "sqlite":
         urls = [f"sqlite:///{tmp_path}/src.sqlite3", f"sqlite:///{tmp_path}/dst.sqlite3"]
     else:
-        tag = uuid.uuid4().hex[:8]
-        urls = [default_store_url(f"spark_src_{tag}"), default_store_url(f"spark_dst_{tag}")]
+        urls = pg_urls("src", "dst")
     for url in urls:
         create_database(url)
-    opened = [open_store(url) for url in urls]
+    layout = "batches" if request.param.endswith("batches") else None
+    opened = [open_store(url, layout=layout) for url in urls]
     yield urls, opened
     for store in opened:
         store.close()
@@ -60,11 +69,16 @@ def spec_of(urls, src, dst, **options) -> Spec:
     return Spec(Side(urls[0], str(src)), Side(urls[1], str(dst)), TOPICS, **options)
 
 
-def assert_equal(opened, src, dst) -> None:
+def assert_equal(opened, src, dst, *, sizes: bool = True) -> None:
+    """The checker finds the same messages, and the partitions' statistics agree; their
+    bytes too where `sizes` (not across layouts, nor where a batch store split a batch: it
+    counts a batch's records section, whose offset deltas shrink in a batch of its own)."""
     report = check_replica(opened[0], src, opened[1], dst, list(TOPICS), id_header="id")
     assert report.ok, report.summary()
     for topic in TOPICS:
-        assert opened[0].partition_stats(src, topic) == opened[1].partition_stats(dst, topic)
+        stats = [[s if sizes else dataclasses.replace(s, bytes=None) for s in store.partition_stats(
+            stream, topic)] for store, stream in zip(opened, (src, dst), strict=True)]
+        assert stats[0] == stats[1]
 
 
 def test_copystream_copies_every_topic_and_partition_exactly(spark, stores):
@@ -76,6 +90,11 @@ def test_copystream_copies_every_topic_and_partition_exactly(spark, stores):
     assert result["messages"] == 9000 and result["planned"] == 9000
     assert figures[-1][:2] == (9000, 9000) and figures[-1][2] == result["bytes"] > 0
     assert_equal(opened, src, dst)  # offsets, keys, values, headers, timestamps, origin
+    if isinstance(opened[0], PgBatchStore):  # batches as the source holds them, byte for byte
+        for topic, partitions in TOPICS.items():
+            for p in range(partitions):
+                held = stored_batches(urls[0], src, topic, p)
+                assert len(held) > 1 and stored_batches(urls[1], dst, topic, p) == held
 
 
 def test_copystream_run_again_adds_only_what_is_new(spark, stores):
@@ -93,7 +112,7 @@ def test_copystream_run_again_adds_only_what_is_new(spark, stores):
 def test_copystream_starts_a_fresh_destination_at_the_sources_low_watermark(spark, stores):
     urls, opened = stores
     src, dst = uuid.uuid4(), uuid.uuid4()
-    fill(opened[0], src, 1000)
+    fill(opened[0], src, 1000, batch=100)  # small batches: a batch store expires whole ones
     assert opened[0].expire(src, before_ms=1_700_000 + 400, batch=100_000) > 0  # expire a prefix
     copystream(spark, spec_of(urls, src, dst))
     assert_equal(opened, src, dst)
@@ -122,7 +141,34 @@ def test_diffstreams_finds_the_first_difference_and_repair_fixes_it(spark, store
     assert repaired["equalAfterRepair"] is True
     assert {(r["topic"], r["partition"]) for r in repaired["repaired"]} == {
         ("clicks", 2), ("views", 1)}
-    assert_equal(opened, src, dst)
+    assert_equal(opened, src, dst, sizes=not isinstance(opened[0], PgBatchStore))
+
+
+def test_a_row_store_copied_into_a_batch_store_and_back_holds_and_compares_equal(db, spark):
+    """Stores of two layouts take the generic path (read, apply): the batch store takes the
+    row store's messages as batches, a row store copied from it gets them back, and
+    diffstreams across layouts finds one changed message inside a batch at its offset."""
+    urls = pg_urls("rows", "batches", "back")
+    opened = []
+    for url, layout in zip(urls, ("rows", "batches", "rows"), strict=True):
+        create_database(url)
+        opened.append(open_store(url, layout=layout))
+    streams = [uuid.uuid4() for _ in urls]
+    fill(opened[0], streams[0], 1000)
+    forth, back = ([Side(urls[i], str(streams[i])) for i in pair] for pair in ((0, 1), (1, 2)))
+    assert copystream(spark, Spec(*forth, TOPICS))["messages"] == 3000
+    assert copystream(spark, Spec(*back, TOPICS))["messages"] == 3000
+    assert isinstance(opened[1], PgBatchStore) and stored_batches(urls[1], streams[1], "orders", 0)
+    assert_equal(opened[:2], *streams[:2], sizes=False)
+    assert_equal(opened[1:], *streams[1:], sizes=False)
+    assert diffstreams(spark, Spec(*forth, TOPICS))["equal"]
+
+    corrupt(urls[1], streams[1], "orders", 0, 321)
+    result = diffstreams(spark, Spec(*forth, TOPICS))
+    assert {(p["topic"], p["partition"]): p["firstDifference"] for p in result["partitions"]
+            if p["firstDifference"] is not None} == {("orders", 0): 321}
+    for store in opened:
+        store.close()
 
 
 def test_null_values_copy_as_null_and_diffstreams_tells_them_from_empty_ones(spark, stores):
@@ -148,12 +194,18 @@ def test_null_values_copy_as_null_and_diffstreams_tells_them_from_empty_ones(spa
 def set_value(url: str, stream: uuid.UUID, topic: str, partition: int, offset: int,
               value: bytes | None) -> None:
     """Overwrite one stored value behind the store's back."""
+    if holds_batches(url):
+        rewrite_record(url, (stream, topic, partition, offset), lambda _: value)
+        return
     update_value(url, (stream, topic, partition, offset), ("?", "%s"), (value,))
 
 
 def corrupt(url: str, stream: uuid.UUID, topic: str, partition: int, offset: int) -> None:
     """Change one stored value's first byte behind the store's back, as a disk or a bug
     would (its length stays, so the partition's byte counters stay true)."""
+    if holds_batches(url):
+        rewrite_record(url, (stream, topic, partition, offset), lambda v: b"\x00" + v[1:])
+        return
     update_value(url, (stream, topic, partition, offset),
                  ("CAST(x'00' || substr(value, 2) AS BLOB)",
                   "'\\x00'::bytea || substring(value from 2)"))
@@ -279,6 +331,39 @@ def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db)
             plans += [buckets, plan_nodes(conn, rows_out.as_string(conn), None),
                       plan_nodes(conn, pg.ROW_HASHES, (pid, 0, high))]
         assert sum(n for n, _ in pg.buckets(conn, spans).values()) == high > 0
+    for nodes in plans:
+        assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
+
+
+def test_batch_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db):
+    """The batch store's (issue 30) as the row store's: each bucket a plain aggregate over
+    its own range of the (pid, last_offset) key, the copy's and the comparison's reads in
+    key order, with statistics or without."""
+    from replication.engine.pgbatch.apply import RELAY_OUT
+    from workers.spark import pg
+
+    (url,) = pg_urls("plan")
+    create_database(url)
+    store, stream = open_store(url, layout="batches"), uuid.uuid4()
+    fill(store, stream, 3000, batch=100)
+    store.close()
+    with pg.connect(url) as conn:
+        pid = pg.partition_id(conn, str(stream), "clicks", 2)
+        high = next_offset(conn, pid)
+        spans = [(pid, lo, lo + 100, high) for lo in range(0, high, 100)]
+        relayed = RELAY_OUT.removeprefix("COPY (").split(") TO STDOUT")[0]
+        plans = []
+        for analyse in (False, True):
+            if analyse:
+                conn.execute("ANALYZE batches")
+            buckets = plan_nodes(conn, pg.BATCH_BUCKETS, tuple(
+                [s[i] for s in spans] for i in range(4)))
+            assert [n.get("Strategy") for n in buckets if n["Node Type"] == "Aggregate"] == [
+                "Plain"]
+            copy_out = sql.SQL(relayed).format(rpid=pid, pid=pid, start=0, end=high)
+            plans += [buckets, plan_nodes(conn, copy_out.as_string(conn), None),
+                      plan_nodes(conn, pg.BATCH_ROWS, (pid, 0, high))]
+        assert sum(found[0] for found in pg.batch_buckets(conn, spans).values()) == high > 0
     for nodes in plans:
         assert not [n for n in nodes if "Sort" in n["Node Type"]], nodes
 
