@@ -52,6 +52,11 @@ RAW_COPY = ('COPY raw_messages (pid, "offset", ts, key, value, headers, origin, 
             "FROM STDIN (FORMAT BINARY)")
 BATCH_COMMIT = 4  # batches per commit in the batch COPY
 RECORD_OVERHEAD = 8  # a v2 record's framing around a 200 B value with no key or headers
+# The row layout's messages table (replication/engine/pg/schema.py), whichever layout the
+# store under test has.
+RAW_MESSAGES = ('CREATE TABLE IF NOT EXISTS raw_messages (pid integer NOT NULL, "offset" bigint '
+                "NOT NULL, ts bigint NOT NULL, key bytea, value bytea, headers bytea, origin uuid "
+                'NOT NULL, producer text, PRIMARY KEY (pid, "offset"))')
 RAW_BATCHES = ("CREATE TABLE IF NOT EXISTS raw_batches (pid integer, base_offset bigint, "
                "last_offset bigint, records integer, data bytea, "
                "PRIMARY KEY (pid, base_offset))")
@@ -181,7 +186,7 @@ def raw_copy(url: str, messages: int) -> float:
     origin, value = uuid.uuid4().bytes, os.urandom(VALUE_BYTES)
     with psycopg.connect(url) as conn:
         configure_connection(conn)
-        conn.execute("CREATE TABLE IF NOT EXISTS raw_messages (LIKE messages INCLUDING ALL)")
+        conn.execute(RAW_MESSAGES)
         conn.execute("TRUNCATE raw_messages")
         conn.commit()
         now, start = time.time_ns() // 1_000_000, time.perf_counter()
