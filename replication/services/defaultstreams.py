@@ -12,6 +12,7 @@ from accounts.models import Membership, Role, Tenant
 from replication.errors import Hint, InvalidInput, NotFound, PermissionDenied, StreamgateError
 from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
 from replication.paths import parse_stream_path
+from replication.plans import streams_require_room
 from replication.services.streams import CREATING_ROLES, check_path_free
 
 # A default stream is the tenant's, not its creator's: every member who may create streams
@@ -139,6 +140,7 @@ def _create(actor: AbstractBaseUser, tenant: Tenant, path: str) -> Stream | None
     acl = {perm: TENANT_ACE for perm in PERMISSIONS} | {"adminperm": ADMIN_ACE}
     try:
         with transaction.atomic():
+            streams_require_room(tenant.pk)  # refused with the plan's words, not a None
             return Stream.objects.create(path=str(where), cluster=cluster, name=where.name,
                                          tenant=tenant, created_by=actor, **acl)
     except IntegrityError:  # another connection created it first

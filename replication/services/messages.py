@@ -43,6 +43,7 @@ from replication.errors import (
 from replication.grants import grants_require
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
+from replication.plans import storage_require_room
 from replication.quotas import FETCH, PRODUCE, quota_charge, quota_require
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
@@ -365,6 +366,7 @@ def messages_append(
     (the Kafka listener's throttle_time_ms)."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
+    storage_require_room(stream.tenant_id)
     if not throttled:
         quota_require(stream.tenant_id, PRODUCE)
     good = []
