@@ -54,11 +54,15 @@ def _refusal(plan: Plan, allows: str, fix: str) -> PlanLimitExceeded:
         hint=Hint("plan.usage", f"{fix} or ask your operator for a larger plan"))
 
 
-def _locked_plan(tenant_id: int) -> Plan | None:
-    """The tenant's plan, its row locked until the transaction ends (serialises creations)."""
-    row = (Tenant.objects.select_for_update(of=("self",)).select_related("plan")
-           .filter(pk=tenant_id).first())
-    return None if row is None else row.plan
+def _limiting_plan(tenant_id: int, limit: str) -> Plan | None:
+    """The tenant's plan when it sets `limit`, the tenant's row then locked until the
+    transaction ends (serialises creations that count against it); None when nothing limits,
+    and nothing locked."""
+    plan = Plan.objects.filter(tenants__pk=tenant_id).first()
+    if plan is None or getattr(plan, limit) is None:
+        return None
+    Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
+    return Plan.objects.filter(tenants__pk=tenant_id).first()  # as of the lock
 
 
 def stream_count(tenant_id: int) -> int:
@@ -73,7 +77,7 @@ def partition_count(tenant_id: int) -> int:
 def streams_require_room(tenant_id: int) -> None:
     """PlanLimitExceeded when the tenant has as many streams as its plan allows (inside the
     creating transaction)."""
-    plan = _locked_plan(tenant_id)
+    plan = _limiting_plan(tenant_id, "max_streams")
     if plan is None or plan.max_streams is None:
         return
     if stream_count(tenant_id) >= plan.max_streams:
@@ -84,7 +88,7 @@ def partitions_require_room(tenant_id: int, adding: int) -> None:
     """PlanLimitExceeded when `adding` more partitions would take the tenant past its plan."""
     if adding <= 0:
         return
-    plan = _locked_plan(tenant_id)
+    plan = _limiting_plan(tenant_id, "max_partitions")
     if plan is None or plan.max_partitions is None:
         return
     used = partition_count(tenant_id)

@@ -1,5 +1,6 @@
 """Tenant quotas: bytes a second produced into and fetched from a tenant's streams, and requests
-a second its members send (the Tenant's fields, set by operators). Each process meters its own
+a second its members send (the Tenant's fields, set by operators; where one is empty, the
+tenant's plan's: accounts' Plan, docs/plans.md). Each process meters its own
 traffic, as a Kafka broker enforces its quotas per broker: a tenant at its quota on one
 listener is slowed there and nowhere else, and no shared counter sits on the hot path.
 

@@ -363,7 +363,8 @@ def messages_append(
     kept. A whole-topic refusal raises; a write's (its append's failure included) is set on
     it, beside its `base_offset`. A tenant over its produce quota is refused before anything
     is written (QuotaExceeded), unless the caller is `throttled`: it slows its client itself
-    (the Kafka listener's throttle_time_ms)."""
+    (the Kafka listener's throttle_time_ms). A tenant storing what its plan allows is refused
+    before anything is written too (PlanLimitExceeded, replication/plans.py)."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
     storage_require_room(stream.tenant_id)

@@ -16,7 +16,7 @@ MAX_RATES = {PRODUCE: MAX_RATE, FETCH: MAX_RATE, REQUESTS: (1 << 31) - 1}
 
 def tenant_quotas(*, actor: AbstractBaseUser) -> QuerySet[Tenant]:
     """The tenants whose quotas `actor` may read: their own; an operator's, every tenant."""
-    return Tenant.objects.restrict(actor).order_by("name")
+    return Tenant.objects.restrict(actor).select_related("plan").order_by("name")
 
 
 def tenant_quota_set(*, actor: AbstractBaseUser, tenant: str,

@@ -230,3 +230,14 @@ def test_the_admin_offers_plans_on_the_tenant_and_counts_their_tenants(owner, op
     assert 'name="plan"' in page and ">team<" in page
     plans = client.get("/admin/accounts/plan/").content.decode()
     assert 'class="field-tenant_count">1<' in plans and 'class="field-tenant_count">0<' in plans
+
+
+def test_the_api_and_rest_show_the_plan_and_the_quotas_that_hold(api, owner, acme):
+    assign(owner, produce_bytes_rate=1000, request_rate=7)
+    acme.refresh_from_db()
+    acme.request_rate = 50  # the tenant's own: it holds over the plan's 7
+    acme.save()
+    [tenant] = api(owner).get("/api/v1/tenants/").json()["results"]
+    assert (tenant["name"], tenant["plan"]) == ("acme", "free")
+    rows = api(owner).get("/rest/tenant/quota/list").json()["data"]
+    assert rows == [{"tenant": "acme", "producebytes": 1000, "fetchbytes": 0, "requests": 50}]
