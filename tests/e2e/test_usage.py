@@ -3,6 +3,7 @@ a period chosen, and the CSV downloaded with the page's rows."""
 
 import csv
 import io
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -38,6 +39,6 @@ def test_the_usage_page_shows_the_plan_and_downloads_its_rows(portal_url, page, 
     expect(page).to_have_url(f"{portal_url}/usage/?days=7")
     with page.expect_download() as download:
         page.click("#usage-csv")
-    rows = list(csv.reader(io.StringIO(open(download.value.path()).read())))
+    rows = list(csv.reader(io.StringIO(Path(download.value.path()).read_text())))
     assert rows[0][:3] == ["day", "path", "produced_messages"]
     assert [(r[1], r[2], r[3]) for r in rows[1:]] == [(activity.path, "1", "100")]
