@@ -55,3 +55,20 @@ def test_a_produce_when_stored_bytes_reach_the_plan_fails_without_retry(kafka, t
     assert [e.code() for e in errors] == [KafkaError.POLICY_VIOLATION]
     # librdkafka shows only the code; the plan's words travel in the answer's error_message
     assert store_for(topic.stream.cluster).watermarks(topic.stream.uuid, "orders")[0] == (0, 0)
+
+
+def test_metadata_auto_creation_past_the_plan_answers_the_topic_with_policy_violation(
+        kafka, topic, owner):
+    from broker.errors import NONE, POLICY_VIOLATION
+    from tests.broker.conftest import sasl_token
+    from tests.broker.wire import Wire
+
+    Topic.objects.filter(pk=topic.pk).update(partitions=3)  # the plan's 3 all used
+    wire = Wire(kafka.bootstrap)
+    assert wire.authenticate(owner.get_username(), sasl_token(owner)).error_code == NONE
+    answer = wire.call(3, 4, topics=[{"name": "/mapr/c1/apps:auto"}],
+                       allow_auto_topic_creation=True)
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("/mapr/c1/apps:auto", POLICY_VIOLATION)]
+    assert not Topic.objects.filter(name="auto").exists()
+    assert kafka.listeners.processes["k1"][0].poll() is None  # the listener goes on
