@@ -22,7 +22,8 @@ def tenant_quotas(*, actor: AbstractBaseUser) -> QuerySet[Tenant]:
 def tenant_quota_set(*, actor: AbstractBaseUser, tenant: str,
                      **rates: int | None) -> Tenant:
     """Set some of a tenant's quotas (`produce`, `fetch`, `requests`; a rate a second, 0 for
-    no limit, None to leave it). Operators only: a tenant may not raise its own."""
+    none of its own (its plan's then holds, if any), None to leave it). Operators only: a
+    tenant may not raise its own."""
     if not actor.is_staff:
         raise PermissionDenied("only operators set quotas: ask an operator (a staff account) "
                                "for a larger one")
