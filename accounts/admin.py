@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from accounts.models import Invitation, Membership, ScramCredential, Tenant, TotpDevice
+from accounts.models import Invitation, Membership, Plan, ScramCredential, Tenant, TotpDevice
 from accounts.secondfactor import has_second_factor
 
 User = get_user_model()
@@ -132,11 +132,23 @@ class UserScramInline(OperatorAccess, admin.TabularInline):
         return False
 
 
+@admin.register(Plan)
+class PlanAdmin(OperatorAccess, CountingAdmin):
+    """Plans an operator assigns to tenants (docs/plans.md). A plan some tenant still has
+    cannot be deleted (the admin's page names them): assign them another plan first."""
+
+    list_display = ("name", "max_streams", "max_partitions", "max_stored_bytes",
+                    "produce_bytes_rate", "fetch_bytes_rate", "request_rate", "tenant_count")
+    search_fields = ("name",)
+    readonly_fields = ("created",)
+    tenant_count = count_column("tenants", "tenants")
+
+
 @admin.register(Tenant)
 class TenantAdmin(OperatorAccess, CountingAdmin):
-    list_display = ("name", "approved", "member_count", "stream_count", "produce_bytes_rate",
-                    "fetch_bytes_rate", "request_rate", "created")
-    list_filter = ("approved",)
+    list_display = ("name", "approved", "plan", "member_count", "stream_count",
+                    "produce_bytes_rate", "fetch_bytes_rate", "request_rate", "created")
+    list_filter = ("approved", "plan")
     search_fields = ("name",)
     readonly_fields = ("created",)
     inlines = (TenantMembershipInline,)

@@ -27,6 +27,33 @@ class TenantQuerySet(RestrictedQuerySet):
     tenant_paths = ("",)
 
 
+def _limit(help_text: str, *, big: bool = True) -> models.Field:
+    field = models.PositiveBigIntegerField if big else models.PositiveIntegerField
+    return field(null=True, blank=True, help_text=f"{help_text}; empty: no limit")
+
+
+class Plan(models.Model):
+    """What an operator sells a tenant: how many streams, partitions and stored bytes it may
+    have, and its default quotas (replication/plans.py enforces the limits, replication/
+    quotas.py the rates). Empty means no limit. A tenant's own quota fields, where set,
+    override its plan's (an operator's exception for one tenant)."""
+
+    name = models.CharField(max_length=63, unique=True)
+    max_streams = _limit("streams the tenant may have (replicas included)", big=False)
+    max_partitions = _limit("partitions over all the tenant's topics", big=False)
+    max_stored_bytes = _limit("bytes stored in the tenant's streams (keys, values, headers)")
+    produce_bytes_rate = _limit("bytes a second produced")
+    fetch_bytes_rate = _limit("bytes a second fetched")
+    request_rate = _limit("requests a second", big=False)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Tenant(titled("name")):
     name = models.CharField(max_length=63, unique=True, validators=[validate_tenant_name])
     created = models.DateTimeField(auto_now_add=True)
@@ -44,6 +71,10 @@ class Tenant(titled("name")):
     approved = models.BooleanField(
         default=True, help_text="unset: signed up, waiting for an operator's approval; "
                                 "no stream can be created in it")
+    # PROTECT: deleting a plan that tenants still have would silently lift their limits.
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="tenants",
+                             help_text="limits and default quotas; empty: no limits")
 
     objects = TenantQuerySet.as_manager()
 

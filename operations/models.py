@@ -145,3 +145,50 @@ class AuditEvent(models.Model):
         who = self.actor_name or "system"
         return f"{self.at:%Y-%m-%d %H:%M:%S} {who} {self.action} {self.object_type} " \
                f"{self.object_repr}"
+
+
+class UsageQuerySet(RestrictedQuerySet):
+    tenant_paths = ("tenant",)
+
+
+class UsageDay(models.Model):
+    """One stream's traffic on one day (UTC), rolled up from the live counters in Redis by
+    `rollup_usage_task` (operations/usage.py), so history outlives a Redis restart. The path
+    and tenant are kept beside the stream's UUID: the row stays after the stream is deleted."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    stream_uuid = models.UUIDField()
+    path = models.CharField(max_length=2048)
+    produced_messages = models.PositiveBigIntegerField(default=0)
+    produced_bytes = models.PositiveBigIntegerField(default=0)
+    consumed_messages = models.PositiveBigIntegerField(default=0)
+    consumed_bytes = models.PositiveBigIntegerField(default=0)
+    replicated_messages = models.PositiveBigIntegerField(default=0)
+    replicated_bytes = models.PositiveBigIntegerField(default=0)
+    stored_bytes = models.PositiveBigIntegerField(default=0)  # at the day's last rollup
+
+    objects = UsageQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["stream_uuid", "day"],
+                                               name="one_usage_row_per_stream_and_day")]
+        indexes = [models.Index(fields=["tenant", "day"])]
+        ordering = ["-day", "path"]
+
+    def __str__(self) -> str:
+        return f"{self.path} on {self.day}"
+
+
+class UsageMark(models.Model):
+    """The live counters' totals of a stream as the last rollup read them: the next rollup
+    adds only what grew since. `epoch` names the Redis the totals came from; counters read
+    from another (Redis restarted, its counters from zero) are all new."""
+
+    stream_uuid = models.UUIDField(unique=True)
+    epoch = models.CharField(max_length=32)
+    totals = models.JSONField(default=dict)  # "<direction>_<figure>" -> count
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"usage mark of {self.stream_uuid}"

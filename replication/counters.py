@@ -16,7 +16,9 @@ from replication.engine.store import Message
 
 log = structlog.get_logger(__name__)
 
-PRODUCED, CONSUMED = "produced", "consumed"
+# Replicated: what gateways applied to a stream as a replica (replication/services/apply.py).
+PRODUCED, CONSUMED, REPLICATED = "produced", "consumed", "replicated"
+DIRECTIONS = (PRODUCED, CONSUMED, REPLICATED)
 FIGURES = ("messages", "bytes")
 
 

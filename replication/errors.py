@@ -154,6 +154,13 @@ class QuotaExceeded(StreamgateError, errno=_errno.EAGAIN, http_status=429,
         self.retry_after = retry_after
 
 
+class PlanLimitExceeded(Conflict, errno=_errno.EDQUOT,
+                        kafka_error="policy_violation"):
+    """The tenant's plan allows no more of something (streams, partitions, stored bytes):
+    nothing was done. Not retriable as it stands: a Kafka client gets POLICY_VIOLATION, which
+    no client retries, rather than a throttle it would wait out and resend forever."""
+
+
 def replicas_of(path: str) -> Hint:
     """See the replicas the stream at `path` sends to."""
     return Hint("replica.list", "see the stream's replicas", {"path": path},

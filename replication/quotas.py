@@ -1,5 +1,6 @@
 """Tenant quotas: bytes a second produced into and fetched from a tenant's streams, and requests
-a second its members send (the Tenant's fields, set by operators). Each process meters its own
+a second its members send (the Tenant's fields, set by operators; where one is empty, the
+tenant's plan's: accounts' Plan, docs/plans.md). Each process meters its own
 traffic, as a Kafka broker enforces its quotas per broker: a tenant at its quota on one
 listener is slowed there and nowhere else, and no shared counter sits on the hot path.
 
@@ -19,7 +20,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from accounts.models import Tenant
+from django.db.models.functions import Coalesce
+
+from accounts.models import Plan, Tenant
 from replication.errors import QuotaExceeded
 
 PRODUCE, FETCH, REQUESTS = "produce", "fetch", "requests"
@@ -48,11 +51,25 @@ def _held(tenant_id: int, now: float) -> _Limits | None:
     return None if known is None or now - known.read_at > LIMITS_SECONDS else known
 
 
+def _effective() -> dict[str, Coalesce]:
+    """Each quota as it holds: the tenant's own where set, else its plan's (accounts' Plan)."""
+    return {f"q_{kind}": Coalesce(field, f"plan__{field}") for kind, field in FIELDS.items()}
+
+
+def effective_quota(tenant: Tenant, kind: str) -> int | None:
+    """The `kind` quota that holds for the tenant (its own, else its plan's)."""
+    own = getattr(tenant, FIELDS[kind])
+    if own is not None or tenant.plan is None:
+        return own
+    return getattr(tenant.plan, FIELDS[kind])
+
+
 def _rate(tenant_id: int, kind: str, now: float) -> int | None:
     known = _held(tenant_id, now)
     if known is None:
-        row = Tenant.objects.filter(pk=tenant_id).values(*FIELDS.values()).first() or {}
-        known = _Limits(now, {k: row.get(field) for k, field in FIELDS.items()})
+        row = (Tenant.objects.filter(pk=tenant_id).annotate(**_effective())
+               .values(*_effective()).first() or {})
+        known = _Limits(now, {k: row.get(f"q_{k}") for k in FIELDS})
         with _lock:
             _limits[tenant_id] = known
     return known.rates[kind]
@@ -109,9 +126,9 @@ def request_rates(user_id: int) -> dict[int, int]:
     against each: the tightest slows them), read afresh every LIMITS_SECONDS."""
     rates = cached_request_rates(user_id)
     if rates is None:
-        rates = dict(Tenant.objects.filter(memberships__user_id=user_id,
-                                           request_rate__isnull=False)
-                     .values_list("pk", "request_rate"))
+        rates = dict(Tenant.objects.filter(memberships__user_id=user_id)
+                     .annotate(rate=Coalesce("request_rate", "plan__request_rate"))
+                     .filter(rate__isnull=False).values_list("pk", "rate"))
         with _lock:
             _users[user_id] = (time.monotonic(), rates)
     return rates
@@ -135,9 +152,9 @@ def quota_require(tenant_id: int, kind: str) -> None:
     work)."""
     wait = quota_wait(tenant_id, kind)
     if wait > 0:
-        tenant = Tenant.objects.get(pk=tenant_id)
+        tenant = Tenant.objects.select_related("plan").get(pk=tenant_id)
         raise QuotaExceeded(
-            f"tenant {tenant.name} is over its quota of {getattr(tenant, FIELDS[kind])} "
+            f"tenant {tenant.name} is over its quota of {effective_quota(tenant, kind)} "
             f"{UNITS[kind]}: send again in {math.ceil(wait)} s, or ask an operator for a "
             "larger quota", retry_after=math.ceil(wait))
 
@@ -150,10 +167,12 @@ def forget_limits() -> None:
 
 
 def connect_receivers() -> None:
-    """ReplicationConfig.ready: a tenant saved in this process (its quotas changed on the admin
-    site or by `tenant_quota_set`) is read afresh at once; other processes within
+    """ReplicationConfig.ready: a tenant or plan saved in this process (its quotas changed on
+    the admin site or by `tenant_quota_set`) is read afresh at once; other processes within
     LIMITS_SECONDS."""
     from django.db.models.signals import post_save
 
     post_save.connect(lambda **_: forget_limits(), sender=Tenant, weak=False,
                       dispatch_uid="quotas-tenant-saved")
+    post_save.connect(lambda **_: forget_limits(), sender=Plan, weak=False,
+                      dispatch_uid="quotas-plan-saved")

@@ -33,6 +33,10 @@ app.conf.beat_schedule = {
     # Alarms raised and cleared from the engine's state (operations/alarms.py); idempotent.
     "evaluate-alarms": {"task": "operations.tasks.evaluate_alarms_task", "schedule": 10.0,
                         "options": {"expires": 10.0}},
+    # Daily usage per stream from the live counters into PostgreSQL (operations/usage.py), so
+    # the usage page's history outlives a Redis restart; idempotent.
+    "rollup-usage": {"task": "operations.tasks.rollup_usage_task", "schedule": 300.0,
+                     "options": {"expires": 300.0}},
 }
 # tasks.py of every installed Django app (workers is one).
 app.autodiscover_tasks()

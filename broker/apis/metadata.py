@@ -16,7 +16,7 @@ from broker import errors
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.session import Node, Session
-from replication.errors import StreamgateError
+from replication.errors import PlanLimitExceeded, StreamgateError
 from replication.models import Topic
 from replication.names import parse_topic_name
 from replication.services.names import ResolvedTopic, topic_listing
@@ -92,7 +92,12 @@ class Describer:
             parse_topic_name(name)
         except StreamgateError:
             return topic_entry(name, errors.INVALID_TOPIC_EXCEPTION)
-        resolved = await self.session.resolve(name, create=self.create)
+        try:
+            resolved = await self.session.resolve(name, create=self.create)
+        except PlanLimitExceeded as error:
+            # Auto-creation the tenant's plan refuses: the topic's own error, as Kafka answers
+            # a creation its policy refused, rather than failing the whole request.
+            return topic_entry(name, errors.code_of(error) or errors.POLICY_VIOLATION)
         if resolved is None and self.session.unplaceable(name):
             # Not a topic that may appear later (UNKNOWN_TOPIC_OR_PARTITION keeps clients
             # waiting for it): a plain name with no default stream cannot be placed until one

@@ -89,10 +89,14 @@ class StrictSerializer(serializers.Serializer):
 class TenantSerializer(serializers.ModelSerializer):
     role = serializers.CharField(read_only=True, allow_null=True,
                                  help_text="your role in the tenant; null for operators")
+    plan = serializers.SlugRelatedField(
+        slug_field="name", read_only=True,
+        help_text="the plan an operator assigned (limits and default quotas); null: none")
 
     class Meta:
         model = Tenant
-        fields = ["id", "name", "role", "produce_bytes_rate", "fetch_bytes_rate", "request_rate"]
+        fields = ["id", "name", "role", "plan", "produce_bytes_rate", "fetch_bytes_rate",
+                  "request_rate"]
         read_only_fields = fields
         extra_kwargs = {
             "produce_bytes_rate": {"help_text": "quota: bytes a second produced into the "

@@ -40,7 +40,8 @@ class TenantViewSet(ReadOnlyViewSet):
 
     def get_queryset(self) -> QuerySet:
         role = Membership.objects.filter(tenant=OuterRef("pk"), user=self.request.user.pk)
-        return super().get_queryset().annotate(role=Subquery(role.values("role")[:1]))
+        return super().get_queryset().select_related("plan").annotate(
+            role=Subquery(role.values("role")[:1]))
 
     @extend_schema(request=s.TenantQuotaSerializer, responses=s.TenantSerializer)
     @action(detail=True, methods=["put"], serializer_class=s.TenantSerializer)

@@ -32,6 +32,7 @@ PAGES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "replica.resume": ("Resume it on the source stream", _stream("#replicas")),
     "upstream.list": ("The replica's upstreams", _stream("#upstreams")),
     "job.info": ("Follow the job", lambda params: reverse("job-detail", args=[params["id"]])),
+    "plan.usage": ("Your plan and usage", lambda params: reverse("usage")),
 }
 
 

@@ -20,6 +20,7 @@ from portal.web import (
     throughput,
     tokens,
     topology,
+    usage,
     views,
 )
 
@@ -66,6 +67,8 @@ urlpatterns = [
     path("streams/<int:pk>/messages/produce/", messages.stream_produce, name="stream-produce"),
     path("streams/<int:pk>/groups/", groups.stream_groups, name="stream-groups"),
     path("groups/", groups.groups_page, name="groups"),
+    path("usage/", usage.usage, name="usage"),
+    path("usage.csv", usage.usage_csv, name="usage-csv"),
     path("streams/<int:pk>/throughput/", throughput.stream_rates, name="stream-throughput"),
     path("overview/throughput/", throughput.cluster_rates, name="cluster-throughput"),
     path("audit/", audit.audit_log, name="audit"),

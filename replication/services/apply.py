@@ -7,9 +7,11 @@ it itself (replication/services/failover.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 
+from replication.counters import REPLICATED, count_traffic
 from replication.engine.replicator import BatchSpec, apply_spec
 from replication.engine.store import Applied, Misordered
 from replication.models import GatewayLink, ReplicaLink
@@ -54,6 +56,14 @@ def link_apply(link: GatewayLink, *, link_id: int, topic: str, partition: int, s
         return apply_spec(source, replica, spec, link=str(link_id),
                           max_bytes=settings.REPLICATION_BATCH_BYTES)
 
+    applied = _apply_in_order(apply)
+    # One count per batch (a usage figure of the replica's tenant), never per message.
+    count_traffic(direction=REPLICATED, stream=link.replica, messages=applied.count,
+                  nbytes=applied.bytes)
+    return applied
+
+
+def _apply_in_order(apply: Callable[[], Applied]) -> Applied:
     for wait in MISORDER_WAITS:
         try:
             return apply()

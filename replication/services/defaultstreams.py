@@ -12,6 +12,7 @@ from accounts.models import Membership, Role, Tenant, TokenScope
 from replication.errors import Hint, InvalidInput, NotFound, PermissionDenied, StreamgateError
 from replication.models import PERMISSIONS, Cluster, DefaultStream, Stream
 from replication.paths import parse_stream_path
+from replication.plans import streams_require_room
 from replication.scopes import scope_require
 from replication.services.streams import CREATING_ROLES, check_path_free
 
@@ -141,6 +142,7 @@ def _create(actor: AbstractBaseUser, tenant: Tenant, path: str) -> Stream | None
     acl = {perm: TENANT_ACE for perm in PERMISSIONS} | {"adminperm": ADMIN_ACE}
     try:
         with transaction.atomic():
+            streams_require_room(tenant.pk)  # refused with the plan's words, not a None
             return Stream.objects.create(path=str(where), cluster=cluster, name=where.name,
                                          tenant=tenant, created_by=actor, **acl)
     except IntegrityError:  # another connection created it first

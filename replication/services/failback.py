@@ -184,7 +184,7 @@ def _keep_aside(src: MessageStore, source: Stream, failover: Failover,
     name = diverged_name(plan.topic)
     partitions = Topic.objects.get(stream=source, name=plan.topic).partitions
     if not source.topics.filter(name=name).exists():
-        topic_autocreate(stream=source, name=name, partitions=partitions)
+        topic_autocreate(stream=source, name=name, partitions=partitions, within_plan=False)
     src.ensure_topic(source.uuid, name, partitions)
     offset, kept = max(plan.commonPrefix, _kept_upto(src, source, name, plan, failover)), 0
     while offset < plan.sourceEnd:

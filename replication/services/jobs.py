@@ -16,6 +16,7 @@ from replication.errors import Conflict, Hint, InvalidInput, PermissionDenied
 from replication.events import publish_after_commit
 from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic
 from replication.paths import parse_stream_path
+from replication.plans import partitions_require_room
 from replication.services.common import check_origins, topology_lock
 from replication.services.streams import METADATA, stream_create
 from replication.services.verify import agreed_link, link_repaired
@@ -81,6 +82,10 @@ def _give_topics(source: Stream, destination: Stream) -> None:
     topology_lock()
     carried = ReplicaLink.objects.filter(source=source, replica=destination).exists()
     mine = {t.name: t for t in destination.topics.all()}
+    if not carried:  # a replica's topics come by replication, which no plan refuses
+        have = {name: t.partitions for name, t in mine.items()}
+        partitions_require_room(destination.tenant_id, sum(
+            max(0, t.partitions - have.get(t.name, 0)) for t in source.topics.all()))
     new: dict[str, Any] = {}
     for topic in source.topics.all():
         have = mine.get(topic.name)

@@ -46,6 +46,7 @@ from replication.errors import (
 from replication.grants import grants_require
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
+from replication.plans import storage_require_room
 from replication.quotas import FETCH, PRODUCE, quota_charge, quota_require
 from replication.scopes import scope_require
 from replication.services.sync import replicas_await
@@ -403,9 +404,11 @@ def messages_append(
     kept. A whole-topic refusal raises; a write's (its append's failure included) is set on
     it, beside its `base_offset`. A tenant over its produce quota is refused before anything
     is written (QuotaExceeded), unless the caller is `throttled`: it slows its client itself
-    (the Kafka listener's throttle_time_ms)."""
+    (the Kafka listener's throttle_time_ms). A tenant storing what its plan allows is refused
+    before anything is written too (PlanLimitExceeded, replication/plans.py)."""
     target = _granted(actor, stream, topic, "produceperm",
                       lambda: _producible_topic(stream, topic))
+    storage_require_room(stream.tenant_id)
     if not throttled:
         quota_require(stream.tenant_id, PRODUCE)
     good = []

@@ -17,13 +17,14 @@ MAX_RATES = {PRODUCE: MAX_RATE, FETCH: MAX_RATE, REQUESTS: (1 << 31) - 1}
 
 def tenant_quotas(*, actor: AbstractBaseUser) -> QuerySet[Tenant]:
     """The tenants whose quotas `actor` may read: their own; an operator's, every tenant."""
-    return Tenant.objects.restrict(actor).order_by("name")
+    return Tenant.objects.restrict(actor).select_related("plan").order_by("name")
 
 
 def tenant_quota_set(*, actor: AbstractBaseUser, tenant: str,
                      **rates: int | None) -> Tenant:
     """Set some of a tenant's quotas (`produce`, `fetch`, `requests`; a rate a second, 0 for
-    no limit, None to leave it). Operators only: a tenant may not raise its own."""
+    none of its own (its plan's then holds, if any), None to leave it). Operators only: a
+    tenant may not raise its own."""
     scope_require(actor, TokenScope.ADMIN, action="setting quotas")
     if not actor.is_staff:
         raise PermissionDenied("only operators set quotas: ask an operator (a staff account) "

@@ -18,6 +18,7 @@ from replication.models import (
     TimestampType,
 )
 from replication.paths import parse_stream_path
+from replication.plans import streams_require_room
 from replication.scopes import scope_require
 from replication.stores import store_for
 
@@ -143,6 +144,7 @@ def stream_create(
                        hint=Hint("cluster.list", "list clusters"))
     owner = creating_tenant(actor, tenant)
     check_path_free(str(where), owner)
+    streams_require_room(owner.pk)
     try:
         creator = ace.default_for(actor.get_username())
     except ace.AceError as err:

@@ -8,6 +8,7 @@ from django.db import transaction
 from replication.errors import AlreadyExists, ChangeAtOrigin, Hint, InvalidInput, NotFound
 from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
+from replication.plans import partitions_require_room
 from replication.services.common import (
     check_origins,
     component,
@@ -62,9 +63,12 @@ def topic_create(*, actor: AbstractBaseUser, stream: Stream, name: str,
 
 
 @transaction.atomic
-def topic_autocreate(*, stream: Stream, name: str, **options: Unpack[TopicOptions]) -> Topic:
+def topic_autocreate(*, stream: Stream, name: str, within_plan: bool = True,
+                     **options: Unpack[TopicOptions]) -> Topic:
     """Create a topic with every rule but the topicperm check, which a producer's first write
-    to an autocreate stream does not need (the stream's owner allowed it with -autocreate)."""
+    to an autocreate stream does not need (the stream's owner allowed it with -autocreate).
+    `within_plan=False` only for a topic that keeps acknowledged messages (a failback's
+    divergent tail): a plan's partition limit never costs data (invariant 10)."""
     validate_topic_name(name)
     partitions = options.get("partitions")
     count = clean_partitions(stream.defaultpartitions if partitions is None else partitions)
@@ -72,6 +76,8 @@ def topic_autocreate(*, stream: Stream, name: str, **options: Unpack[TopicOption
     topology_lock()
     if stream.topics.filter(name=name).exists():
         raise AlreadyExists(f"topic {stream.path}:{name} already exists", field="topic")
+    if within_plan:
+        partitions_require_room(stream.tenant_id, count)
     check_origins([stream.id], extra_topics={stream.id: {name: stream.uuid}})
     topic = Topic.objects.create(
         stream=stream, name=name, partitions=count, timestamptype=kind, origin_uuid=stream.uuid
@@ -97,6 +103,7 @@ def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
                 f"-partitions can only grow: {topic} has {topic.partitions}; give "
                 f"{topic.partitions} or more", field="partitions"
             )
+        partitions_require_room(stream.tenant_id, partitions - topic.partitions)
         topic.partitions = partitions
     topic.timestamptype = _timestamptype(timestamptype, topic.timestamptype)
     topic.save()

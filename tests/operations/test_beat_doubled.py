@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
-from operations.models import Alarm, AlarmKind
-from operations.tasks import evaluate_alarms_task
+from operations.models import Alarm, AlarmKind, UsageDay
+from operations.tasks import evaluate_alarms_task, rollup_tenant_usage_task
 from replication.engine.store import Record
 from replication.lag_history import lag_history
 from replication.models import ReplicaLink
@@ -47,7 +47,7 @@ def test_every_beat_entry_is_one_of_the_tasks_checked_here():
     tasks = {entry["task"] for entry in app.conf.beat_schedule.values()}
     assert tasks == {"workers.tasks.expire_messages_task", "workers.tasks.resume_jobs_task",
                      "workers.tasks.record_lag_task", "operations.tasks.evaluate_alarms_task",
-                     "workers.tasks.verify_links_task"}
+                     "workers.tasks.verify_links_task", "operations.tasks.rollup_usage_task"}
 
 
 def test_alarm_evaluation_run_twice_at_once_opens_one_alarm(link, live_gateway):
@@ -64,6 +64,14 @@ def test_retention_run_twice_at_once_deletes_the_expired_messages_once(owner, ac
     deleted = twice_at_once(lambda: expire_stream_task(activity.pk))
     assert sorted(deleted) == [0, 5]
     assert store_for(activity.cluster).watermarks(activity.uuid, "clicks") == {0: (5, 8)}
+
+
+def test_usage_rollup_run_twice_at_once_counts_the_traffic_once(owner, activity, clicks):
+    produce(owner, activity, 5)
+    tenant = owner.memberships.get().tenant
+    assert twice_at_once(lambda: rollup_tenant_usage_task(tenant.pk)) == [1, 1]
+    row = UsageDay.objects.get(stream_uuid=activity.uuid)
+    assert (row.produced_messages, row.consumed_messages) == (5, 0)
 
 
 def test_lag_recording_run_twice_at_once_keeps_a_sample_and_no_more_than_two(pair):

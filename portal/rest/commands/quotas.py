@@ -4,7 +4,8 @@ process as Kafka's hold per broker.
     streamgate tenant quota set -tenant acme -producebytes 10485760 -requests 500   (operators)
     streamgate tenant quota list
 
-0 removes a limit; a quota left out keeps its value.
+0 removes the tenant's own limit (its plan's then holds, if any: docs/plans.md); a quota left
+out keeps its value. The list shows the quotas that hold: the tenant's own, else its plan's.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from django.contrib.auth.models import AbstractBaseUser
 from accounts.models import Tenant
 from portal.rest.commands.registry import Row, command
 from portal.rest.options import Int, Str
-from replication.quotas import REQUESTS
+from replication.quotas import FETCH, PRODUCE, REQUESTS, effective_quota
 from replication.services.quotas import MAX_RATE, MAX_RATES, tenant_quota_set, tenant_quotas
 
 
 def quota_row(tenant: Tenant) -> Row:
-    """A tenant's quotas, 0 where there is no limit."""
-    return {"tenant": tenant.name, "producebytes": tenant.produce_bytes_rate or 0,
-            "fetchbytes": tenant.fetch_bytes_rate or 0, "requests": tenant.request_rate or 0}
+    """The quotas that hold for a tenant (its own, else its plan's), 0 where there is no
+    limit."""
+    return {"tenant": tenant.name,
+            "producebytes": effective_quota(tenant, PRODUCE) or 0,
+            "fetchbytes": effective_quota(tenant, FETCH) or 0,
+            "requests": effective_quota(tenant, REQUESTS) or 0}
 
 
 def _rate(name: str, what: str, most: int = MAX_RATE) -> Int:

@@ -1,0 +1,157 @@
+"""Usage per tenant, per day and per stream: messages and bytes produced, consumed and
+replicated (into the stream, as a replica), and bytes stored.
+
+The live figures are the cumulative counters in Redis (replication/counters.py), which a Redis
+restart resets. `usage_rollup` (beat's `rollup_usage_task`, every few minutes) adds what each
+counter grew since the last rollup to the stream's row of the day in PostgreSQL (UsageDay) and
+remembers the totals it read (UsageMark). Running it twice adds nothing the second time; a
+Redis restart is told by the epoch key the rollup keeps in Redis: counters from a new epoch
+are all new. What a day's last few minutes counted lands in the next day's row when the
+rollup runs after midnight (the rollup interval is the error). The usage page shows the rows
+plus the live growth since the last rollup, computed the same way but not saved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuidlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.models import Tenant
+from operations.models import UsageDay, UsageMark
+from replication.counters import DIRECTIONS, FIGURES, traffic_totals
+from replication.models import Stream
+from replication.stores import store_for
+
+EPOCH_KEY = "usage:epoch"
+COUNTED = tuple(f"{d}_{f}" for d in DIRECTIONS for f in FIGURES)  # UsageDay's counted fields
+COLUMNS = ("day", "path", *COUNTED, "stored_bytes")
+
+
+@dataclass
+class UsageRow:
+    """A stream's figures of one day, as the page and the CSV show them."""
+
+    day: dt.date
+    path: str
+    figures: dict[str, int] = field(default_factory=dict)
+
+    def cells(self) -> list[object]:
+        return [self.day.isoformat(), self.path, *(self.figures.get(c, 0) for c in COLUMNS[2:])]
+
+
+def _epoch() -> str:
+    """The name of the Redis the counters live in: set once, lost with its counters."""
+    cache.add(EPOCH_KEY, uuidlib.uuid4().hex, timeout=None)
+    return str(cache.get(EPOCH_KEY))
+
+
+def _live(uuids: list[UUID]) -> dict[UUID, dict[str, int]]:
+    """Each stream's cumulative counters, keyed as UsageDay's fields."""
+    live: dict[UUID, dict[str, int]] = {u: {} for u in uuids}
+    for direction in DIRECTIONS:
+        for stream, counts in traffic_totals(direction, uuids).items():
+            for figure, value in zip(FIGURES, counts, strict=True):
+                live[stream][f"{direction}_{figure}"] = value
+    return live
+
+
+def _growth(live: dict[str, int], mark: UsageMark | None, epoch: str) -> dict[str, int]:
+    """What the counters grew since `mark`: all of them when the mark is of another epoch (or
+    none); never negative (a run that read older totals than the mark counts nothing)."""
+    if mark is None or mark.epoch != epoch:
+        return dict(live)
+    return {k: max(0, v - int(mark.totals.get(k, 0))) for k, v in live.items()}
+
+
+def _stored(streams: Iterable[Stream]) -> dict[UUID, int]:
+    """Bytes stored per stream, from the stores' counters; a store out of reach counts 0."""
+    out: dict[UUID, int] = {}
+    for stream in streams:
+        try:
+            out[stream.uuid] = store_for(stream.cluster).sizes(stream.uuid)["logicalsize"]
+        except Exception:  # the figure waits for the next rollup; the others still count
+            out[stream.uuid] = 0
+    return out
+
+
+def usage_rollup(*, tenant: Tenant, day: dt.date | None = None) -> int:
+    """Add the growth of the tenant's streams' counters to their rows of `day` (today, UTC);
+    the number of streams rolled up. Redis and the stores are read before the transaction:
+    no row lock is held across them (DESIGN.md invariant 14)."""
+    day = day or timezone.now().date()
+    streams = list(Stream.objects.filter(tenant=tenant).select_related("cluster"))
+    if not streams:
+        return 0
+    epoch, live = _epoch(), _live([s.uuid for s in streams])
+    stored = _stored(streams)
+    with transaction.atomic():
+        UsageMark.objects.bulk_create([UsageMark(stream_uuid=s.uuid, epoch="") for s in streams],
+                                      ignore_conflicts=True)
+        # The marks' locks serialise rollups of a stream: the second run sees the first's mark.
+        marks = {m.stream_uuid: m for m in UsageMark.objects.select_for_update().filter(
+            stream_uuid__in=[s.uuid for s in streams])}
+        for stream in streams:
+            mark = marks[stream.uuid]
+            grown = _growth(live[stream.uuid], mark if mark.epoch else None, epoch)
+            _add(day, tenant, stream, grown, stored[stream.uuid])
+            mark.totals = _merged(mark, live[stream.uuid], epoch)
+            mark.epoch = epoch
+            mark.save(update_fields=["totals", "epoch", "updated"])
+    return len(streams)
+
+
+def _merged(mark: UsageMark, live: dict[str, int], epoch: str) -> dict[str, int]:
+    if mark.epoch != epoch:
+        return dict(live)
+    return {k: max(v, int(mark.totals.get(k, 0))) for k, v in live.items()}
+
+
+def _add(day: dt.date, tenant: Tenant, stream: Stream, grown: dict[str, int],
+         stored: int) -> None:
+    changes = {k: F(k) + v for k, v in grown.items() if k in COUNTED}
+    rows = UsageDay.objects.filter(day=day, stream_uuid=stream.uuid)
+    if not rows.update(stored_bytes=stored, path=stream.path, **changes):
+        UsageDay.objects.create(day=day, tenant=tenant, stream_uuid=stream.uuid,
+                                path=stream.path, stored_bytes=stored,
+                                **{k: v for k, v in grown.items() if k in COUNTED})
+
+
+def usage_rows(*, tenant: Tenant, days: int) -> list[UsageRow]:
+    """The tenant's rows of the last `days` days, newest first, today's with the live growth
+    since the last rollup and the bytes stored now."""
+    today = timezone.now().date()
+    saved = UsageDay.objects.filter(tenant=tenant, day__gt=today - dt.timedelta(days=days))
+    rows = {(r.day, r.stream_uuid): UsageRow(r.day, r.path, {c: getattr(r, c)
+                                                             for c in COLUMNS[2:]})
+            for r in saved}
+    for stream_uuid, row in _today(tenant).items():
+        kept = rows.setdefault((today, stream_uuid), UsageRow(today, row.path, {}))
+        for key, value in row.figures.items():
+            if key == "stored_bytes":
+                kept.figures[key] = value
+            else:
+                kept.figures[key] = kept.figures.get(key, 0) + value
+    return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.path))
+
+
+def _today(tenant: Tenant) -> dict[UUID, UsageRow]:
+    """The live growth of each stream of the tenant since its last rollup (not saved)."""
+    streams = list(Stream.objects.filter(tenant=tenant).select_related("cluster"))
+    if not streams:
+        return {}
+    today, epoch = timezone.now().date(), _epoch()
+    live = _live([s.uuid for s in streams])
+    stored = _stored(streams)
+    marks = {m.stream_uuid: m for m in UsageMark.objects.filter(
+        stream_uuid__in=[s.uuid for s in streams]).exclude(epoch="")}
+    return {s.uuid: UsageRow(today, s.path, {
+        **_growth(live[s.uuid], marks.get(s.uuid), epoch), "stored_bytes": stored[s.uuid]})
+        for s in streams}

@@ -1,0 +1,134 @@
+"""Usage per day and stream: the daily rollup from the live counters into PostgreSQL (idempotent,
+surviving a Redis restart), the usage page with the plan's bars, its CSV, and another
+tenant's usage never shown."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from django.utils import timezone
+
+from accounts.models import Plan
+from operations.models import UsageDay
+from operations.tasks import rollup_tenant_usage_task, rollup_usage_task
+from operations.usage import COLUMNS, EPOCH_KEY
+from replication.engine import Record
+from replication.services.messages import messages_consume, messages_produce
+from tests.factories import replicated_clicks
+from workers.celery import app
+
+pytestmark = pytest.mark.usefixtures("private_cache")  # counters of this test's own
+
+
+@pytest.fixture
+def traffic(owner, activity, activity_ny):
+    """activity -> activity_ny: 2 messages a partition (4 of 1 byte) produced and replicated,
+    then 2 consumed from partition 0 of the source."""
+    replicated_clicks(owner, activity, activity_ny, per_partition=2)
+    messages_consume(actor=owner, stream=activity, topic="clicks", partition=0)
+    return owner.memberships.get().tenant
+
+
+def _row(stream) -> dict:  # type: ignore[no-untyped-def]
+    return UsageDay.objects.filter(stream_uuid=stream.uuid).values(*COLUMNS[2:]).get()
+
+
+def test_the_rollup_counts_produced_consumed_replicated_and_stored_once_when_run_twice(
+        traffic, activity, activity_ny):
+    assert rollup_tenant_usage_task(traffic.pk) == 2
+    first = (_row(activity), _row(activity_ny))
+    assert rollup_tenant_usage_task(traffic.pk) == 2
+    assert (_row(activity), _row(activity_ny)) == first
+    assert first[0] == {"produced_messages": 4, "produced_bytes": 4, "consumed_messages": 2,
+                        "consumed_bytes": 2, "replicated_messages": 0, "replicated_bytes": 0,
+                        "stored_bytes": 4}
+    assert first[1]["replicated_messages"] == 4 and first[1]["stored_bytes"] == 4
+    assert UsageDay.objects.filter(day=timezone.now().date()).count() == 2
+
+
+@pytest.fixture
+def eager():
+    """Tasks run where they are sent, as in embedded mode (no worker in this test)."""
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def test_the_beat_entry_rolls_up_every_tenant_with_streams(traffic, outsider, activity, eager):
+    assert rollup_usage_task() == 1  # one tenant with streams: acme (globex has none)
+    assert _row(activity)["produced_messages"] == 4
+    assert "rollup-usage" in app.conf.beat_schedule
+
+
+def test_counts_after_a_rollup_are_added_and_a_redis_restart_loses_no_history(
+        traffic, owner, activity):
+    rollup_tenant_usage_task(traffic.pk)
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=[Record(b"abc")])
+    rollup_tenant_usage_task(traffic.pk)
+    assert _row(activity)["produced_messages"] == 5
+    cache.clear()  # Redis restarted: its counters and the rollup's epoch are gone
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=[Record(b"de")])
+    rollup_tenant_usage_task(traffic.pk)
+    assert (_row(activity)["produced_messages"], _row(activity)["produced_bytes"]) == (6, 9)
+    assert cache.get(EPOCH_KEY) is not None
+
+
+def _client(user):  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_usage_page_shows_todays_live_rows_and_the_plans_bars(traffic, owner, activity):
+    traffic.plan = Plan.objects.create(name="free", max_streams=4, max_partitions=8)
+    traffic.save()
+    page = _client(owner).get("/usage/").content.decode()
+    assert "Plan: free" in page
+    assert '<meter min="0" max="4" high="4" value="2"' in page  # 2 of 4 streams
+    assert "4 of 8 (50%)" in page  # 2 partitions on the source, 2 on its replica
+    assert f'data-path="{activity.path}"' in page
+    assert 'data-field="produced_messages">4<' in page  # live: nothing rolled up yet
+    assert 'href="/usage/"' in page  # in the navigation
+
+
+def test_the_csv_has_the_pages_rows_rollup_and_live_growth_added(traffic, owner, activity,
+                                                                 activity_ny):
+    rollup_tenant_usage_task(traffic.pk)
+    yesterday = timezone.now().date() - dt.timedelta(days=1)
+    UsageDay.objects.create(day=yesterday, tenant=traffic, stream_uuid=activity.uuid,
+                            path=activity.path, produced_messages=7, stored_bytes=70)
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=[Record(b"x")])
+    response = _client(owner).get("/usage.csv?days=7")
+    assert response["Content-Type"].startswith("text/csv")
+    assert 'filename="usage-acme-7d.csv"' in response["Content-Disposition"]
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    today = timezone.now().date().isoformat()
+    assert rows == [
+        list(COLUMNS),
+        [today, activity_ny.path, "0", "0", "0", "0", "4", "4", "4"],
+        [today, activity.path, "5", "5", "2", "2", "0", "0", "5"],
+        [yesterday.isoformat(), activity.path, "7", "0", "0", "0", "0", "0", "70"],
+    ]
+
+
+def test_an_outsider_sees_none_of_another_tenants_usage(traffic, outsider, activity):
+    rollup_tenant_usage_task(traffic.pk)
+    client = _client(outsider)
+    session = client.session
+    session["streamgate_tenant"] = traffic.pk  # a session pointed at acme falls back
+    session.save()
+    page = client.get("/usage/").content.decode()
+    assert activity.path not in page and "No usage in this period" in page
+    rows = list(csv.reader(io.StringIO(client.get("/usage.csv").content.decode())))
+    assert rows == [list(COLUMNS)]
+    assert UsageDay.objects.restrict(outsider).count() == 0
+
+
+def test_an_anonymous_visitor_is_sent_to_sign_in(db):
+    response = Client().get("/usage.csv")
+    assert response.status_code == 302 and "/login/" in response["Location"]
