@@ -71,7 +71,7 @@ class Appending(Catalog):
                         produce: Produce) -> list[tuple[int, int]]:
         pids = {p: ids[p] for p in plan.totals}
         with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
-            firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan)
+            firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, plan.totals)
             if produce.sequence is not None:
                 # Under the partition's row lock (taken by the reserve): the producer's state
                 # read here holds until the commit, which stores the batch and it together.
@@ -109,15 +109,16 @@ class Appending(Catalog):
         topic: str,
         partitions: int,
         pids: dict[int, int],
-        plan: Plan,
+        totals: dict[int, tuple[int, int]],
     ) -> dict[int, int]:
         """Begin the batch's transaction and reserve its offsets in one round trip: a pipeline
         carries BEGIN and one UPDATE per partition, in id order, so appenders touching several
         partitions never deadlock. (Measured faster than BEGIN, then the UPDATEs, and than a
-        PL/pgSQL function doing them.) Returns the first offset of each target partition."""
+        PL/pgSQL function doing them.) `totals`: (records, logical bytes) per partition.
+        Returns the first offset of each target partition."""
         order = sorted(pids, key=pids.__getitem__)
         params = [
-            {"id": pids[p], "n": plan.totals[p][0], "b": plan.totals[p][1], "s": stream, "t": topic}
+            {"id": pids[p], "n": totals[p][0], "b": totals[p][1], "s": stream, "t": topic}
             for p in order
         ]
         with conn.pipeline():

@@ -39,9 +39,3 @@ STORAGE_SET = "ALTER TABLE batches ALTER COLUMN data SET STORAGE EXTERNAL"
 COPY_IN = f"COPY batches (pid, {BATCH_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "int4", "int2",
               "int8", "bytea", "text", "int8", "bytea"]
-RESERVE = """
-UPDATE partitions SET next_offset = next_offset + %(n)s, rows = rows + %(n)s, bytes = bytes + %(b)s
-WHERE id = %(id)s AND stream = %(s)s AND topic = %(t)s
-RETURNING id, next_offset - %(n)s,
-    (SELECT count(*) FROM partitions WHERE stream = %(s)s AND topic = %(t)s)
-"""

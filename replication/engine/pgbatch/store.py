@@ -14,6 +14,7 @@ While the row layout is still the default, a database holds one layout or the ot
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -100,10 +101,11 @@ class PgBatchStore(BatchLayout, PostgresStore):
             return placed(plan, firsts)
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
 
-    def _write(self, stream: UUID, topic: str, batches: dict[int, list], sequence, admit,
-               numbered) -> dict[int, int]:
-        """Reserve each partition's offsets, check the producer's sequence, admit, and copy
-        the numbered batches in, in one transaction; the first offset of each partition."""
+    def _write(self, stream: UUID, topic: str, batches: dict[int, list], sequence:
+               ProducerBatch | None, admit: Callable[[], None] | None,
+               numbered: Callable[[Any, int], tuple]) -> dict[int, int]:
+        """`_write_once` of batches naming their partitions, again when the topic changed
+        meanwhile; PartitionOutOfRange when one names a partition the topic does not have."""
         for _ in range(3):
             ids = self._topic_cache(stream, topic)
             wrong = [p for p in batches if not 0 <= p < len(ids)]
@@ -120,31 +122,24 @@ class PgBatchStore(BatchLayout, PostgresStore):
                 self._topics.pop((stream, topic), None)
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
 
-    def _write_once(self, stream, topic, ids, batches, sequence, admit, numbered):
+    def _write_once(self, stream: UUID, topic: str, ids: list[int], batches: dict[int, list],
+                    sequence: ProducerBatch | None, admit: Callable[[], None] | None,
+                    numbered: Callable[[Any, int], tuple]) -> dict[int, int]:
+        """Reserve each partition's offsets, check the producer's sequence, admit, and copy
+        the batches in, each numbered from its first offset, in one transaction; the first
+        offset of each partition."""
         pids = {p: ids[p] for p in batches}
         totals = {p: (sum(b.records for b in bs), sum(b.size for b in bs))
                   for p, bs in batches.items()}
         with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
-            order = sorted(pids, key=pids.__getitem__)
-            params = [{"id": pids[p], "n": totals[p][0], "b": totals[p][1], "s": stream,
-                       "t": topic} for p in order]
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                cur.executemany(s.RESERVE, params, returning=True)
-            rows = cur.fetchall()
-            while cur.nextset():
-                rows += cur.fetchall()
-            if len(rows) != len(order) or any(n != len(ids) for *_, n in rows):
-                raise _TopicChanged
-            first = {pid: off for pid, off, _ in rows}
-            firsts = {p: first[pid] for p, pid in pids.items()}
+            firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, totals)
             if sequence is not None:
                 ((p, pid),) = pids.items()
                 retried = self._sequence(cur, pid, sequence, firsts[p])
                 if retried is not None:
-                    raise _Retried(retried)
+                    raise _Retried(retried)  # rolls back: the reserved offsets are given back
             if admit is not None:
-                admit()
+                admit()  # under the partitions' locks: see fence_appends
             with cur.copy(s.COPY_IN) as copy:
                 copy.set_types(s.COPY_TYPES)
                 for p, bs in batches.items():
