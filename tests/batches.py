@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from replication.engine.recordbatch import frames
 from replication.engine.stored import batch_of, records_of
 
 PID = "SELECT id FROM partitions WHERE stream = %s AND topic = %s AND partition = %s"
@@ -44,3 +45,8 @@ def stored_batches(url: str, stream: uuid.UUID, topic: str, partition: int) -> l
         return conn.execute(
             "SELECT base_offset, last_offset, records, crc, origin, producer, size, data "
             "FROM batches WHERE pid = %s ORDER BY last_offset", (pid,)).fetchall()
+
+
+def split_batches(data: bytes) -> list[bytes]:
+    """The record batches a fetch answered, each its own bytes."""
+    return [whole[pos:end] for whole, pos, end, _ in frames(data)]

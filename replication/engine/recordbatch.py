@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -253,10 +253,17 @@ def decode_batches(data: bytes | None, partition: int | None = None,
                    budget: Budget | None = None) -> list[Batch]:
     """Every batch in a Produce partition's `records` bytes, checked (magic, length, CRC, and
     what it takes decoded against `budget`); each record names `partition`."""
-    if not data:
-        return []
-    data, pos, batches = bytes(data), 0, []
     budget = budget or Budget()
+    return [_decode_one(data, pos, end, head, partition, budget)
+            for data, pos, end, head in frames(data)]
+
+
+def frames(data: bytes | None) -> Iterator[tuple[bytes, int, int, tuple]]:
+    """Each batch's place in a Produce partition's `records` bytes: (the bytes, its start, its
+    end, its header's fields), its framing checked (a header's room, its length)."""
+    if not data:
+        return
+    data, pos = bytes(data), 0
     while pos < len(data):
         if len(data) - pos < HEAD_SIZE:
             raise CorruptRecord(f"{len(data) - pos} bytes left: too short for a batch header")
@@ -264,9 +271,8 @@ def decode_batches(data: bytes | None, partition: int | None = None,
         end = pos + _LENGTH_FROM + head[1]
         if head[1] < HEAD_SIZE - _LENGTH_FROM or end > len(data):
             raise CorruptRecord(f"batch length {head[1]} does not fit the {len(data)} bytes sent")
-        batches.append(_decode_one(data, pos, end, head, partition, budget))
+        yield data, pos, end, head
         pos = end
-    return batches
 
 
 def _decode_one(data: bytes, pos: int, end: int, head: tuple, partition: int | None,

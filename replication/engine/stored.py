@@ -20,7 +20,6 @@ from crc32c import crc32c
 from replication.engine.recordbatch import (
     _CRC_FROM,
     _HEAD,
-    _LENGTH_FROM,
     CONTROL,
     HEAD_SIZE,
     MAGIC,
@@ -33,6 +32,7 @@ from replication.engine.recordbatch import (
     decompress,
     encode_body,
     frame_batch,
+    frames,
 )
 from replication.engine.store import Message, Record, build_message
 
@@ -81,20 +81,8 @@ def check_batches(data: bytes | None, budget: Budget | None = None) -> list[RawB
     framing, magic, CRC32C, the record count against the offset deltas, and what a compressed
     records section takes decompressed (against `budget`: a bomb is refused before it
     expands)."""
-    if not data:
-        return []
-    data, pos, out = bytes(data), 0, []
     budget = budget or Budget()
-    while pos < len(data):
-        if len(data) - pos < HEAD_SIZE:
-            raise CorruptRecord(f"{len(data) - pos} bytes left: too short for a batch header")
-        head = _HEAD.unpack_from(data, pos)
-        end = pos + _LENGTH_FROM + head[1]
-        if head[1] < HEAD_SIZE - _LENGTH_FROM or end > len(data):
-            raise CorruptRecord(f"batch length {head[1]} does not fit the {len(data)} bytes sent")
-        out.append(_check_one(data[pos:end], head, budget))
-        pos = end
-    return out
+    return [_check_one(data[pos:end], head, budget) for data, pos, end, head in frames(data)]
 
 
 def _check_one(data: bytes, head: tuple, budget: Budget) -> RawBatch:

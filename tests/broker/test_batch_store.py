@@ -11,6 +11,7 @@ from crc32c import crc32c
 
 from replication.engine.recordbatch import LZ4, decode_batches
 from replication.stores import store_for
+from tests.batches import split_batches
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
@@ -29,15 +30,6 @@ def batch_topic(owner, settings):
     return topic
 
 
-def _batches(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        end = pos + 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-        out.append(data[pos:end])
-        pos = end
-    return out
-
-
 def test_a_producers_lz4_batches_are_stored_as_sent_and_read_back_whole(kafka, batch_topic):
     sent = [(b'{"n": %d, "page": "/home"}' % i, b"k%d" % (i % 5), [("h", b"%d" % i)])
             for i in range(500)]
@@ -47,7 +39,7 @@ def test_a_producers_lz4_batches_are_stored_as_sent_and_read_back_whole(kafka, b
         producer.produce(NAME, value, key, headers=headers)
     assert producer.flush(30) == 0
     store, stream = store_for(batch_topic.stream.cluster), batch_topic.stream.uuid
-    stored = [b for p in (0, 1) for b in _batches(store.fetch(stream, "orders", p, 0,
+    stored = [b for p in (0, 1) for b in split_batches(store.fetch(stream, "orders", p, 0,
                                                               1 << 24).data)]
     assert sum(len(b.records) for raw in stored for b in decode_batches(raw)) == 500
     for raw in stored:  # as the producer sent them: its codec and CRC, its producer id

@@ -30,6 +30,7 @@ from replication.engine.store import (
     now_ms,
 )
 from replication.engine.stored import check_batches
+from tests.batches import split_batches
 from tests.replication.engine.conftest import _open_net
 
 ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
@@ -61,16 +62,7 @@ def _batch(n: int, *, start: int = 0, codec: int = 0, ts: int = 1_000, pid: int 
 
 
 def _crc_ok(data: bytes) -> bool:
-    return all(crc32c(b[21:]) == int.from_bytes(b[17:21], "big") for b in _split(data))
-
-
-def _split(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        end = pos + 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
-        out.append(data[pos:end])
-        pos = end
-    return out
+    return all(crc32c(b[21:]) == int.from_bytes(b[17:21], "big") for b in split_batches(data))
 
 
 def test_a_store_keeps_the_layout_it_was_made_with(pg_batch_url, pg_url):
@@ -105,7 +97,7 @@ def test_a_produced_batch_is_stored_as_sent_with_only_its_base_offset_written(st
     assert store.append_raw(stream, "t", 0, first + second, origin=ORIGIN) == [(0, 3), (3, 2)]
     data, records, _ = store.fetch(stream, "t", 0, 0, 1 << 20)
     assert records == 5 and store.watermarks(stream, "t") == {0: (0, 5)}
-    stored = _split(data)
+    stored = split_batches(data)
     assert stored[0][8:] == first[8:] and stored[1][8:] == second[8:]  # the CRC too
     assert [int.from_bytes(b[:8], "big") for b in stored] == [0, 3]
     assert [m.value for m in store.read(stream, "t", 0, 1)] == [b"v1", b"v2", b"v3", b"v4"]
@@ -116,8 +108,8 @@ def test_fetch_returns_whole_batches_the_first_always_then_while_they_fit(store,
     for start in (0, 10, 20):
         store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
     one = len(store.fetch(stream, "t", 0, 0, 1)[0])
-    assert len(_split(store.fetch(stream, "t", 0, 15, 1)[0])) == 1  # the batch holding 15
-    assert len(_split(store.fetch(stream, "t", 0, 5, 2 * one)[0])) == 2
+    assert len(split_batches(store.fetch(stream, "t", 0, 15, 1)[0])) == 1  # the batch holding 15
+    assert len(split_batches(store.fetch(stream, "t", 0, 5, 2 * one)[0])) == 2
     assert store.fetch(stream, "t", 0, 30, 1 << 20) == (b"", 0, 0)
     assert store.fetch(stream, "t", 0, 15, 1).records == 5
     records = [r for b in decode_batches(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
@@ -164,7 +156,7 @@ def test_records_appended_by_rest_become_one_batch_a_partition(store, stream):
     assert store.append(stream, "t", records, origin=ORIGIN) == [
         (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
     data = store.fetch(stream, "t", 0, 0, 1 << 20)[0]
-    assert len(_split(data)) == 1 and _crc_ok(data)
+    assert len(split_batches(data)) == 1 and _crc_ok(data)
     (message,) = store.read(stream, "t", 1, 2)
     assert (message.value, message.key, message.headers) == (b"a5", b"k", (("h", None),))
 
