@@ -46,9 +46,11 @@ from replication.engine.store import (
     Key,
     Message,
     OffsetOutOfRange,
+    PartitionOutOfRange,
     PartitionStats,
     ReadBounds,
     ReturnToOrigin,
+    StoreError,
     encode_headers,
     partition_stats_from,
     record_size,
@@ -259,7 +261,12 @@ class BatchLayout(MessageStore):
                         end: int) -> tuple[list[StoredBatch], int]:
         """This store's batches of [start, end) as a source, and its low watermark."""
         with self._reading() as conn:
-            pid = self._pid(conn, stream, topic, partition)
+            try:
+                pid = self._pid(conn, stream, topic, partition)
+            except PartitionOutOfRange:
+                # Said as the row layout says it: the operator reads it in the replica list,
+                # where "at the source" tells which side lacks the partition.
+                raise StoreError(f"{topic}:{partition} does not exist at the source") from None
             low, high = self._range(conn, stream, topic, pid)
             rows = self._binary(conn).execute(self._sql(SOURCE_BATCHES), (
                 pid, max(start, low), min(end, high))).fetchall()

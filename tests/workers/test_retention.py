@@ -16,8 +16,11 @@ def aged(owner, activity):
     stream_edit(actor=owner, stream=activity, ttl=60)
     topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
     now = int(time.time() * 1000)
-    records = [Record(value=b"old", timestamp_ms=now - 120_000)] * 3 + [Record(value=b"new")] * 2
-    messages_produce(actor=owner, stream=activity, topic="clicks", records=records)
+    # Two produces: a batch store expires only batches wholly older than the cut, and keeps
+    # each produce as one batch.
+    for records in ([Record(value=b"old", timestamp_ms=now - 120_000)] * 3,
+                    [Record(value=b"new")] * 2):
+        messages_produce(actor=owner, stream=activity, topic="clicks", records=records)
     return activity
 
 

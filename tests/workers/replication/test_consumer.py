@@ -78,7 +78,7 @@ def test_a_batch_taken_after_its_link_paused_applies_nothing_though_the_gateway_
     and applies nothing: pause stops at a batch boundary, however fresh that memory."""
     source, replica = pair
     link = ReplicaLink.objects.get()
-    Producer(owner, source)(60)
+    Producer(owner, source).one_by_one(60)  # halves are record ranges on either layout
     ends = source_ends(source)
     signals, inbox = transport(), uuid.uuid4().hex
 
