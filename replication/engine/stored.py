@@ -23,8 +23,10 @@ from replication.engine.recordbatch import (
     CONTROL,
     HEAD_SIZE,
     MAGIC,
+    RECORD_COST,
     TIMESTAMP_LOG_APPEND,
     TRANSACTIONAL,
+    BatchTooLarge,
     Budget,
     CorruptRecord,
     compress,
@@ -100,10 +102,13 @@ def _check_one(data: bytes, head: tuple, budget: Budget) -> RawBatch:
     codec, limit = attributes & 0x07, budget.allowed(count)
     size = len(data) - HEAD_SIZE
     if codec:
-        size = len(decompress(codec, data[HEAD_SIZE:], limit))
-    elif size > limit:
+        try:  # the check decompresses and drops: memory is the batch plus one check
+            size = len(decompress(codec, data[HEAD_SIZE:], limit))
+        except BatchTooLarge:  # the budget's refusal names the setting and the fix
+            raise budget.refusal() from None
+    if size > limit:
         raise budget.refusal()
-    budget.left -= size + count * 200
+    budget.left -= size + count * RECORD_COST
     return RawBatch(data, count, base_ts, max_ts, pid, epoch, base_seq, attributes, size)
 
 

@@ -39,7 +39,10 @@ UNREACHABLE = "postgresql://postgres@127.0.0.1:9/lost_cluster_store"
 
 
 class Producer:
-    """Numbered messages (an `id` header each); remembers the acknowledged offsets."""
+    """Numbered messages (an `id` header each); remembers the acknowledged offsets. One
+    message a produce call, so a batch store holds one message a batch and a replication
+    planned to stop at an offset stops there on either layout (a batch store applies whole
+    batches)."""
 
     def __init__(self, owner, stream: Stream, topic: str = "clicks") -> None:
         self.owner, self.stream, self.topic = owner, stream, topic
@@ -50,8 +53,10 @@ class Producer:
         records = [Record(value=b"v%d" % i, headers=(("id", b"m-%d" % i),))
                    for i in range(self.sent, self.sent + count)]
         stream = stream or self.stream
-        offsets = messages_produce(actor=self.owner, stream=stream, topic=self.topic,
-                                   records=spread(stream, self.topic, records, self.sent))
+        offsets = [placed for i, record in enumerate(records, self.sent)
+                   for placed in messages_produce(actor=self.owner, stream=stream,
+                                                  topic=self.topic,
+                                                  records=spread(stream, self.topic, [record], i))]
         for partition, offset in offsets:
             self.acked.setdefault((self.topic, partition), set()).add(offset)
         self.sent += count
