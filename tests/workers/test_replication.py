@@ -315,10 +315,11 @@ def test_a_throttled_link_keeps_to_its_rate_and_delays_no_other(gateways, owner,
         # Small produces: a batch store applies whole batches, so a cut may overshoot by one
         # batch a partition; 3000 records in one produce would be three batches, all a burst.
         produce(30)
+    produced = time.monotonic()
     wait_replicated(produce, archive, timeout=10)
     throttled = replica_count(activity_ny)
     elapsed = time.monotonic() - started
-    assert elapsed < 3.0  # the unthrottled replica caught up at once
+    assert time.monotonic() - produced < 1.5  # the unthrottled replica kept up meanwhile
     # A one-second burst, then 500 messages a second (plus at most a 30-record batch).
     assert throttled <= 500 * (1 + elapsed) + 30
     wait_replicated(produce, activity_ny, timeout=20)
@@ -677,7 +678,10 @@ def test_a_backlog_past_the_threshold_goes_to_the_catchup_job_when_it_takes_it(
     produce(600)
     replicator.step()
     assert replicator.dispatcher.flights.inflight and not replicator.handed_off
-    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok)
+    # Until every acknowledgement is in too (a batch store applies a partition's backlog as one
+    # batch, whose acknowledgement may come a step after the replica holds it).
+    step_until(replicator, lambda: check(source, replica, ["clicks"]).ok
+               and not replicator.dispatcher.flights.inflight)
     asked: list[int] = []
     monkeypatch.setattr("workers.replication.loop.catchup_request",
                         lambda *, link_id: asked.append(link_id) or True)
