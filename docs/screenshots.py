@@ -53,7 +53,7 @@ def prepare(env: dict) -> None:
         "dst = stream_create(actor=admin, path='/mapr/newyork/audit')\n"
         "replica_add(actor=admin, source=src, replica=dst)\n"
         # A consumer group for the groups tab: it committed the start of the first topic.
-        "from replication.services.messages import cursor_commit\n"
+        "from replication.services.cursors import cursor_commit\n"
         "topic = src.topics.order_by('name').first()\n"
         "if topic is not None:\n"
         "    cursor_commit(actor=admin, stream=src, group='billing', topic=topic.name,\n"

@@ -13,7 +13,7 @@ from operations.throughput import throughput_record
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
 from replication.services.jobs import jobs_stale
-from replication.services.messages import stream_expire
+from replication.services.purge import stream_expire
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
 from workers.replication.applier import batch_serve

@@ -29,6 +29,7 @@ from portal.api.viewsets import StreamChildViewSet
 from portal.quotas import TenantRequestThrottle
 from replication.engine.store import Message, Record
 from replication.models import Topic
+from replication.services import cursors
 from replication.services import messages as service
 
 ENCODINGS = ("utf-8", "base64")
@@ -230,13 +231,12 @@ class CursorViewSet(StreamChildViewSet):
 
     def create(self, request: Request, **kwargs: Any) -> Response:
         data = self.validated(CursorSerializer)
-        service.cursor_commit(actor=request.user, stream=self.parent, topic=kwargs["name"],
+        cursors.cursor_commit(actor=request.user, stream=self.parent, topic=kwargs["name"],
                               **data)
         return Response(data, status=201)
 
     @extend_schema(parameters=[OpenApiParameter("group", str)])
     def list(self, request: Request, **kwargs: Any) -> Response:
-        cursors = service.cursor_list(actor=request.user, stream=self.parent,
-                                      topic=kwargs["name"],
-                                      group=request.query_params.get("group"))
-        return Response({"cursors": cursors})
+        found = cursors.cursor_list(actor=request.user, stream=self.parent,
+                                    topic=kwargs["name"], group=request.query_params.get("group"))
+        return Response({"cursors": found})

@@ -21,27 +21,21 @@ from replication.engine.batches import (
     OriginCache,
     Trimmed,
     cut_to_bytes,
-    expire_end,
     group_runs,
     messages_from_rows,
 )
 from replication.engine.recordbatch import encode_rows
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
-    CUT_PREFIX,
     END_LINK,
-    EXPIRE_CUT,
     LINK_ENDED,
     MARKS,
     MAX_TS,
     PARTITION_STATS,
     REOPEN_LINK,
     REPLICATION_CURSOR,
-    STREAM_PIDS,
     STREAM_SIZE,
     TOPIC_IDS,
-    TRUNCATE,
-    TRUNCATE_CURSORS,
     TS_AT,
     WATERMARKS,
     sql,
@@ -66,6 +60,7 @@ from replication.engine.store import (
 )
 from replication.engine.storecursors import CursorMethods
 from replication.engine.stored import Fetched, RawBatch, records_of
+from replication.engine.storeretention import RetentionMethods
 
 if TYPE_CHECKING:
     from replication.engine.batches import Ends
@@ -73,7 +68,7 @@ if TYPE_CHECKING:
 
 Connection = Any  # a DB-API connection: psycopg's or sqlite3's (both have .execute)
 
-class MessageStore(CursorMethods, ABC):
+class MessageStore(CursorMethods, RetentionMethods, ABC):
     """The message store of one cluster. Streams are named by UUID, partitions by number."""
 
     DIALECT = "postgresql"
@@ -449,61 +444,3 @@ class MessageStore(CursorMethods, ABC):
         total = all_bytes + self.ROW_OVERHEAD * all_rows
         physical = disk * weight // total if total else 0
         return {"logicalsize": int(nbytes), "physicalsize": int(physical), "numtopics": topics}
-
-    # --- retention ---------------------------------------------------------------------------
-
-    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
-        """Delete up to `batch` messages older than before_ms (a prefix of each partition);
-        raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
-        with self._reading() as conn:
-            pids = self._all(conn, STREAM_PIDS, (self._key(stream),))
-        done = 0
-        for (pid,) in pids:
-            if done >= batch:
-                break
-            done += self._expire_partition(pid, before_ms, batch - done)
-        return done
-
-    def _expire_partition(self, pid: int, before_ms: int, limit: int) -> int:
-        # A bounded batch per transaction keeps the writers that wait on it waiting briefly.
-        with self._writing() as conn:
-            low = self._marks(conn, pid)[0]
-            young, last = self._one(conn, EXPIRE_CUT, (before_ms, pid, low, limit))
-            end = expire_end(young, last)
-            if end is None or end <= low:
-                return 0
-            return self._cut_prefix(conn, pid, low, end)
-
-    def trim(self, stream: UUID, topic: str, partition: int, end: int, *,
-             batch: int = 10_000) -> int:
-        """`stream purge`: delete up to `batch` of the partition's messages below `end` (a
-        prefix, as retention removes); raises the low watermark, never touches the next
-        offset. Callers loop until it returns 0."""
-        with self._writing() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            low, nxt = self._marks(conn, pid)
-            cut = min(end, nxt, low + batch)
-            return self._cut_prefix(conn, pid, low, cut) if cut > low else 0
-
-    def _cut_prefix(self, conn: Connection, pid: int, low: int, end: int) -> int:
-        """Delete offsets [low, end) of a partition. The partitions row (which appenders lock)
-        is updated last, just before the commit, so an appender waits at most for that
-        commit, never for the delete."""
-        count, size = self._delete_range(conn, pid, low, end)
-        conn.execute(self._sql(CUT_PREFIX), (end, count, size, pid))
-        return count
-
-    def truncate(self, stream: UUID, topic: str, partition: int, offset: int) -> int:
-        """diffstreams' repair: delete the partition's messages from `offset` on and move its
-        next offset back there (replication and consumer cursors with it), in one
-        transaction. Returns the messages deleted (0 when `offset` is at or past the end)."""
-        with self._writing() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            nxt = self._lock(conn, pid)[1]
-            if offset >= nxt:
-                return 0
-            count, size = self._delete_range(conn, pid, offset, nxt)
-            conn.execute(self._sql(TRUNCATE), (offset, offset, count, size, pid))
-            for statement in TRUNCATE_CURSORS:
-                conn.execute(self._sql(statement), (offset, pid, offset))
-        return count

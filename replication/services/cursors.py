@@ -20,7 +20,7 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NotFound, StreamgateError
 from replication.models import Stream, Topic
 from replication.scopes import scope_require
-from replication.services.messages import _check_group, _on_store_all, check_commit
+from replication.services.messages import _on_store, _on_store_all, _readable_topic
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
@@ -29,6 +29,56 @@ PartitionKey = tuple[str, int]  # (topic, partition)
 # MapR's rule: cursor list and assign list need any of these; cursor delete one of the first two.
 LIST_PERMS = ("consumeperm", "adminperm", "produceperm", "topicperm")
 DELETE_PERMS = ("consumeperm", "adminperm")
+MAX_COMMIT_METADATA = 4096  # Kafka's offset.metadata.max.bytes default
+
+
+def cursor_commit(
+    *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, partition: int,
+    offset: int, metadata: str = "",
+) -> None:
+    """Set the group's cursor to exactly `offset`, as Kafka keeps any committed offset (back,
+    or past the partition's end: where to read is the consumer's business)."""
+    # Committing writes: a read-only token consumes but does not move the group's cursors.
+    scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
+                  stream=True)
+    target = _readable_topic(actor, stream, topic, partition)
+    _check_group(group)
+    check_commit(offset, metadata)
+    store = store_for(stream.cluster)
+    _on_store(target, lambda: store.commit_cursors(
+        stream.uuid, group, [(target.name, partition, offset, metadata)]))
+    cursors_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
+
+
+def cursor_list(
+    *, actor: AbstractBaseUser, stream: Stream, topic: str, group: str | None = None,
+) -> list[dict]:
+    """Committed cursors of a topic, of every group or of one."""
+    stream.require(actor, "consumeperm", action="read consumer cursors")
+    target = topic_of(stream, topic)
+    rows = store_for(stream.cluster).cursors(stream.uuid)
+    return [
+        {"group": g, "partition": p, "offset": o}
+        for g, t, p, o in rows
+        if t == target.name and (group is None or g == group)
+    ]
+
+
+def check_commit(offset: int, metadata: str) -> None:
+    """A committed offset is any offset a consumer could read from next (0 up, as Kafka's
+    clients commit); its metadata at most Kafka's offset.metadata.max.bytes."""
+    if offset < 0:
+        raise InvalidInput(f"offset {offset} is negative: commit the offset to read next "
+                           "(0 or more), or delete the cursor to start over", field="offset")
+    if len(metadata.encode()) > MAX_COMMIT_METADATA:
+        raise InvalidInput(f"commit metadata of {len(metadata.encode())} bytes: at most "
+                           f"{MAX_COMMIT_METADATA} are kept (Kafka's offset.metadata.max.bytes)",
+                           field="metadata")
+
+
+def _check_group(group: str) -> None:
+    if not group or len(group) > 255 or not group.isprintable():
+        raise InvalidInput("consumer group must be 1-255 printable characters", field="group")
 
 
 def cursors_commit(

@@ -21,7 +21,8 @@ from replication.errors import InvalidInput
 from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
 from replication.scopes import scope_require
 from replication.services.browse import offset_for_time
-from replication.services.messages import _check_group, _on_store
+from replication.services.cursors import _check_group
+from replication.services.messages import _on_store
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
 from replication.signals import group_offsets_reset_done

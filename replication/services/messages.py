@@ -14,7 +14,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models.signals import post_delete, post_save
 
-from accounts.models import TokenScope
 from replication.compiled import PLACEHOLDER, Compiled
 from replication.counters import (
     CONSUMED,
@@ -48,11 +47,9 @@ from replication.models import Stream, TimestampType, Topic
 from replication.paths import validate_topic_name
 from replication.plans import storage_require_room
 from replication.quotas import FETCH, PRODUCE, quota_charge, quota_require
-from replication.scopes import scope_require
 from replication.services.sync import replicas_await
 from replication.services.topics import topic_autocreate, topic_of
-from replication.services.wakeups import cursors_wake, stream_wake
-from replication.signals import stream_expiring
+from replication.services.wakeups import stream_wake
 from replication.stores import store_for
 
 MAX_BATCH = 10_000
@@ -60,7 +57,6 @@ MAX_BATCH = 10_000
 # REST, the CLI and the pages). MapR's lzf has no Kafka codec: snappy is its kind (fast, light).
 CODECS = {"off": NONE, "lz4": LZ4, "zlib": GZIP, "lzf": SNAPPY}
 MAX_WAIT_MS = 30_000
-MAX_COMMIT_METADATA = 4096  # Kafka's offset.metadata.max.bytes default
 T = TypeVar("T")
 
 
@@ -183,69 +179,6 @@ def messages_consume(
             quota_charge(stream.tenant_id, FETCH, nbytes)
             return messages
         time.sleep(0.02)
-
-
-def cursor_commit(
-    *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, partition: int,
-    offset: int, metadata: str = "",
-) -> None:
-    """Set the group's cursor to exactly `offset`, as Kafka keeps any committed offset (back,
-    or past the partition's end: where to read is the consumer's business)."""
-    # Committing writes: a read-only token consumes but does not move the group's cursors.
-    scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
-                  stream=True)
-    target = _readable_topic(actor, stream, topic, partition)
-    _check_group(group)
-    check_commit(offset, metadata)
-    store = store_for(stream.cluster)
-    _on_store(target, lambda: store.commit_cursors(
-        stream.uuid, group, [(target.name, partition, offset, metadata)]))
-    cursors_wake(stream=stream.uuid)  # the replicator copies the cursor to the replicas now
-
-
-def cursor_list(
-    *, actor: AbstractBaseUser, stream: Stream, topic: str, group: str | None = None,
-) -> list[dict]:
-    """Committed cursors of a topic, of every group or of one."""
-    stream.require(actor, "consumeperm", action="read consumer cursors")
-    target = topic_of(stream, topic)
-    rows = store_for(stream.cluster).cursors(stream.uuid)
-    return [
-        {"group": g, "partition": p, "offset": o}
-        for g, t, p, o in rows
-        if t == target.name and (group is None or g == group)
-    ]
-
-
-def check_commit(offset: int, metadata: str) -> None:
-    """A committed offset is any offset a consumer could read from next (0 up, as Kafka's
-    clients commit); its metadata at most Kafka's offset.metadata.max.bytes."""
-    if offset < 0:
-        raise InvalidInput(f"offset {offset} is negative: commit the offset to read next "
-                           "(0 or more), or delete the cursor to start over", field="offset")
-    if len(metadata.encode()) > MAX_COMMIT_METADATA:
-        raise InvalidInput(f"commit metadata of {len(metadata.encode())} bytes: at most "
-                           f"{MAX_COMMIT_METADATA} are kept (Kafka's offset.metadata.max.bytes)",
-                           field="metadata")
-
-
-def _check_group(group: str) -> None:
-    if not group or len(group) > 255 or not group.isprintable():
-        raise InvalidInput("consumer group must be 1-255 printable characters", field="group")
-
-
-def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_000) -> int:
-    """Delete the stream's messages older than its ttl, a bounded batch per transaction so
-    producers never wait long; offsets go on from where they were. Returns how many."""
-    if stream.ttl == 0:
-        return 0  # ttl 0 keeps messages forever (MapR's rule)
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    store, deleted = store_for(stream.cluster), 0
-    # Alarm on replicas that have not received what is about to go (operations/alarms.py).
-    stream_expiring.send(sender=Stream, stream=stream, before_ms=now_ms - stream.ttl * 1000)
-    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
-        deleted += count
-    return deleted
 
 
 # --- the batch forms: a Kafka Produce or Fetch request's partitions of one topic -------------

@@ -19,6 +19,7 @@ caller's, by the same rule (adminperm, replicas' backlog kept, the purge audited
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
@@ -30,9 +31,9 @@ from replication.engine.store import UnknownTopic
 from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NoSuchPartition, StreamgateError
 from replication.models import ReplicaLink, Stream, carried_topics
-from replication.services.messages import _on_store, stream_expire
+from replication.services.messages import _on_store
 from replication.services.topics import topic_of
-from replication.signals import stream_purged
+from replication.signals import stream_expiring, stream_purged
 from replication.stores import store_for
 
 Key = tuple[str, int]
@@ -149,3 +150,17 @@ def _row(key: Key, before: tuple[int, int], after: tuple[int, int], end: int
     return {"topic": topic, "partition": partition, "messagesPurged": max(0, new_low - low),
             "messagesKeptForReplicas": max(0, high - max(end, low)),
             "minoffset": new_low, "nextoffset": new_high}
+
+
+def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_000) -> int:
+    """Delete the stream's messages older than its ttl, a bounded batch per transaction so
+    producers never wait long; offsets go on from where they were. Returns how many."""
+    if stream.ttl == 0:
+        return 0  # ttl 0 keeps messages forever (MapR's rule)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    store, deleted = store_for(stream.cluster), 0
+    # Alarm on replicas that have not received what is about to go (operations/alarms.py).
+    stream_expiring.send(sender=Stream, stream=stream, before_ms=now_ms - stream.ttl * 1000)
+    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
+        deleted += count
+    return deleted

@@ -17,7 +17,8 @@ from replication import services
 from replication.engine.store import Record
 from replication.models import ReplicaLink, SyncMode
 from replication.services.linknotes import link_error, link_progress, link_waiting
-from replication.services.messages import messages_produce, stream_expire
+from replication.services.messages import messages_produce
+from replication.services.purge import stream_expire
 from replication.services.sync import link_mode_switch
 from tests.operations.conftest import ago
 from tests.portal.web.test_consumers import socket_for

@@ -33,9 +33,9 @@ from replication.models import (
     Upstream,
 )
 from replication.services.credentials import scram_credential_set
-from replication.services.cursors import cursors_fetch
+from replication.services.cursors import cursor_commit, cursors_fetch
 from replication.services.defaultstreams import default_stream_set
-from replication.services.messages import cursor_commit, messages_consume, messages_produce
+from replication.services.messages import messages_consume, messages_produce
 from tests.clients import signed_in
 
 pytestmark = pytest.mark.django_db

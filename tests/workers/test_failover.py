@@ -20,7 +20,8 @@ from replication.engine.store import Key, Record
 from replication.lag_history import lag_record
 from replication.models import Failover, ReplicaLink, Stream, Topic
 from replication.services import replica_add, topic_create, upstream_add
-from replication.services.messages import cursor_commit, messages_produce
+from replication.services.cursors import cursor_commit
+from replication.services.messages import messages_produce
 from replication.stores import store_for
 from replication.transport import transport
 from tests.factories import ClusterFactory, GatewayFactory, StreamFactory, spread

@@ -24,12 +24,8 @@ from replication.services import (
     topic_create,
     upstream_add,
 )
-from replication.services.messages import (
-    cursor_commit,
-    cursor_list,
-    messages_consume,
-    messages_produce,
-)
+from replication.services.cursors import cursor_commit, cursor_list
+from replication.services.messages import messages_consume, messages_produce
 from replication.stores import store_for
 from replication.transport import local_transport, transport
 from tests.channel_events import Events, use_redis_layer

@@ -16,8 +16,9 @@ from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
 from replication.models import KafkaGroup
 from replication.services import replica_add, topic_create, upstream_add
+from replication.services.cursors import cursor_commit
 from replication.services.groups import group_offsets_reset
-from replication.services.messages import cursor_commit, messages_produce
+from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.clients import signed_in
 

@@ -19,10 +19,9 @@ from replication.services import (
     upstream_add,
 )
 from replication.services.common import component, holdings
+from replication.services.cursors import cursor_commit, cursor_list
 from replication.services.messages import (
     PartitionWrite,
-    cursor_commit,
-    cursor_list,
     messages_append,
     messages_consume,
     messages_produce,

@@ -7,13 +7,9 @@ from replication.engine.store import Record
 from replication.errors import InvalidInput, NotFound, PermissionDenied
 from replication.models import Topic
 from replication.services import replica_add, stream_edit, topic_create, topic_edit, upstream_add
-from replication.services.messages import (
-    cursor_commit,
-    cursor_list,
-    messages_consume,
-    messages_produce,
-    stream_expire,
-)
+from replication.services.cursors import cursor_commit, cursor_list
+from replication.services.messages import messages_consume, messages_produce
+from replication.services.purge import stream_expire
 from replication.services.streams import stream_delete
 from replication.stores import close_stores, store_for
 

@@ -12,8 +12,8 @@ from replication import services
 from replication.engine.store import Committed, Record
 from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
-from replication.services.cursors import cursors_commit, cursors_fetch
-from replication.services.messages import cursor_commit, messages_produce
+from replication.services.cursors import cursor_commit, cursors_commit, cursors_fetch
+from replication.services.messages import messages_produce
 
 
 def call(client: Any, command: str, **params: Any) -> Any:
