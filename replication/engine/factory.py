@@ -16,13 +16,14 @@ from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
 
 
-def _sqlite_path(url: str) -> Path:
+def sqlite_path(url: str) -> Path:
     # django-environ's convention: sqlite:///relative/path, sqlite:////absolute/path.
     return Path(url.removeprefix("sqlite:///"))
 
 
 # The layout of a new store (PostgreSQL or SQLite) when the caller names none (the Django processes
-# pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 covers every path.
+# pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 passes the chaos soak
+# (docs/operations.md, "Message store layout").
 default_layout = "rows"
 
 
@@ -36,7 +37,7 @@ def open_store(url: str, *, wait: float = 5.0, layout: str | None = None) -> Mes
             batches = (layout or default_layout) == "batches"
         return (PgBatchStore if batches else PostgresStore)(url, wait=wait)
     if url.startswith("sqlite:///"):
-        path = _sqlite_path(url)
+        path = sqlite_path(url)
         batches = _sqlite_layout(path)
         if batches is None:
             batches = (layout or default_layout) == "batches"
@@ -73,6 +74,6 @@ def create_database(url: str) -> None:
     if url.startswith(("postgresql://", "postgres://")):
         create_pg_database(url)
     elif url.startswith("sqlite:///"):
-        _sqlite_path(url).parent.mkdir(parents=True, exist_ok=True)
+        sqlite_path(url).parent.mkdir(parents=True, exist_ok=True)
     else:
         raise StoreError(f"unsupported store URL {url!r}: use postgresql://... or sqlite:///path")

@@ -15,8 +15,10 @@ from tests.factories import ClusterFactory
 
 
 @pytest.mark.django_db
-def test_convertstores_converts_each_row_store_and_shows_its_progress():
-    cluster = ClusterFactory(name="legacy")
+@pytest.mark.parametrize("database", ["postgres", "sqlite"])
+def test_convertstores_converts_each_row_store_and_shows_its_progress(database, tmp_path):
+    sqlite = f"sqlite:///{tmp_path / 'legacy.sqlite3'}" if database == "sqlite" else ""
+    cluster = ClusterFactory(name="legacy", store_url=sqlite)
     url = store_url(cluster)
     create_database(url)
     rows = open_store(url, layout="rows")

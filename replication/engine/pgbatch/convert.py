@@ -12,18 +12,15 @@ sections). Run it with the store's writers stopped: it locks each partition whil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import groupby
 
 import psycopg
 
+from replication.engine.convertrows import batches_of_rows
 from replication.engine.pg.schema import SCHEMA_LOCK, configure_connection
 from replication.engine.pgbatch import schema as s
-from replication.engine.store import Record, decode_headers
-from replication.engine.stored import StoredBatch, batch_of
 
-BATCH = 1000
 CHUNK = 50_000
 ROWS = """
 SELECT "offset", ts, key, value, headers, uuid_send(origin), producer FROM messages
@@ -85,31 +82,10 @@ def _convert_partition(conn: psycopg.Connection, pid: int) -> tuple[int, int]:
         while chunk := rows.fetchmany(CHUNK):
             with conn.cursor().copy(s.COPY_IN) as copy:
                 copy.set_types(s.COPY_TYPES)
-                for batch in _batches(chunk):
+                for batch in batches_of_rows(chunk):
                     copy.write_row((pid, *batch))
                     count, written = count + batch.records, written + 1
         rows.close()
         conn.execute("DELETE FROM messages WHERE pid = %s", (pid,))
         conn.execute(RECOUNT, (pid, pid))
     return count, written
-
-
-def _batches(rows: list[tuple]) -> Iterator[StoredBatch]:
-    """Runs of rows with one origin and producer, cut every BATCH rows, as batches."""
-    for (origin, producer), run in groupby(rows, key=lambda r: (bytes(r[5]), r[6])):
-        chunk: list[tuple] = []
-        for row in run:
-            chunk.append(row)
-            if len(chunk) == BATCH:
-                yield _batch(chunk, origin, producer)
-                chunk = []
-        if chunk:
-            yield _batch(chunk, origin, producer)
-
-
-def _batch(rows: list[tuple], origin: bytes, producer: str | None) -> StoredBatch:
-    records = [Record(None if value is None else bytes(value),
-                      None if key is None else bytes(key),
-                      decode_headers(bytes(headers)) if headers else (), None, ts)
-               for _, ts, key, value, headers, _, _ in rows]
-    return batch_of(records, rows[0][0], rows[0][1], origin=origin, producer=producer)

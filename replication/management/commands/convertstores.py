@@ -1,7 +1,7 @@
-"""`manage.py convertstores`: each cluster's PostgreSQL message store converted in place to the
-batch layout (issue 30; replication/engine/pgbatch/convert.py), with its progress. Run it with
-the cluster's writers (gateways, listeners, portal) stopped; running it again finishes an
-interrupted conversion and leaves a converted store as it is."""
+"""`manage.py convertstores`: each cluster's message store (PostgreSQL or SQLite) converted in
+place to the batch layout (issue 30; pgbatch/convert.py, sqliteconvert.py), with its progress.
+Run it with the cluster's writers (gateways, listeners, portal) stopped; running it again
+finishes an interrupted conversion and leaves a converted store as it is."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from replication.engine.pgbatch.convert import convert_to_batches
+from replication.engine.factory import sqlite_path
+from replication.engine.pgbatch.convert import Converted, convert_to_batches
+from replication.engine.sqliteconvert import convert_sqlite_to_batches
 from replication.models import Cluster
 from replication.stores import store_url
 
@@ -28,12 +30,7 @@ class Command(BaseCommand):
             if not clusters:
                 raise CommandError(f"no cluster {options['cluster']}: see `cluster list`")
         for cluster in clusters:
-            url = store_url(cluster)
-            if not url.startswith(("postgres://", "postgresql://")):
-                self.stdout.write(f"{cluster.name}: a SQLite store, which keeps the row layout "
-                                  "for now")
-                continue
-            done = convert_to_batches(url, progress=self._progress(cluster.name))
+            done = _convert(store_url(cluster), self._progress(cluster.name))
             if done.already:
                 self.stdout.write(f"{cluster.name}: already a batch store, nothing to do")
             else:
@@ -44,3 +41,9 @@ class Command(BaseCommand):
         def report(done: int, total: int) -> None:
             self.stdout.write(f"{name}: {done}/{total} partitions ({100 * done // total}%)")
         return report
+
+
+def _convert(url: str, progress: Callable[[int, int], None]) -> Converted:
+    if url.startswith("sqlite:///"):  # the embedded default's file
+        return convert_sqlite_to_batches(sqlite_path(url), progress=progress)
+    return convert_to_batches(url, progress=progress)

@@ -4,14 +4,18 @@ layout with every message, offset, cursor and producer sequence kept."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from replication.engine import open_store
+from replication.engine.convertrows import BATCH
+from replication.engine.factory import sqlite_path
 from replication.engine.pgbatch import schema as batch_schema
-from replication.engine.pgbatch.convert import BATCH, convert_to_batches
+from replication.engine.pgbatch.convert import convert_to_batches
 from replication.engine.producers import ProducerBatch
+from replication.engine.sqliteconvert import convert_sqlite_to_batches
 from replication.engine.store import Committed, Record, StoreError
 
 ORIGIN, OTHER = uuid.uuid4(), uuid.uuid4()
@@ -52,7 +56,17 @@ def _snapshot(store, stream: uuid.UUID, replica: uuid.UUID) -> dict:
     }
 
 
-def test_a_row_store_converts_to_batches_keeping_everything(fresh_pg_url):
+@pytest.fixture(params=["postgres", "sqlite"])
+def converting(request: pytest.FixtureRequest, tmp_path) -> tuple[str, Callable]:
+    """A store URL with no store yet, and its database's converter."""
+    if request.param == "postgres":
+        return request.getfixturevalue("fresh_pg_url"), convert_to_batches
+    url = f"sqlite:///{tmp_path / 'rows.sqlite3'}"
+    return url, lambda url, **kw: convert_sqlite_to_batches(sqlite_path(url), **kw)
+
+
+def test_a_row_store_converts_to_batches_keeping_everything(converting):
+    fresh_pg_url, convert_to_batches = converting
     stream, replica = uuid.uuid4(), uuid.uuid4()
     _fill(fresh_pg_url, stream, replica)
     before = open_store(fresh_pg_url)
@@ -66,6 +80,10 @@ def test_a_row_store_converts_to_batches_keeping_everything(fresh_pg_url):
     assert after.DATA_TABLE == "batches"
     assert _snapshot(after, stream, replica) == expected
     assert expected["commits"][0] == Committed("g", "t", 0, 500, "meta")
+    with after._reading() as conn:  # byte counters recounted as the batch layout counts them
+        counted = conn.execute("SELECT bytes, (SELECT coalesce(sum(size), 0) FROM batches "
+                               "WHERE pid = partitions.id) FROM partitions").fetchall()
+    assert counted and all(kept == summed > 0 for kept, summed in counted if kept)
     # The producer's sequences hold: its retried batch is still acknowledged, not written.
     retried = after.append(stream, "t", [Record(b"idem", partition=1)] * 4, origin=ORIGIN,
                            sequence=ProducerBatch(42, 3, 0, 4))
@@ -88,3 +106,24 @@ def test_an_unfinished_conversion_is_refused_until_it_is_run_again(fresh_pg_url)
     store = open_store(fresh_pg_url)
     assert store.DATA_TABLE == "batches"
     store.close()
+
+
+def test_a_sqlite_conversion_that_fails_midway_leaves_the_row_store_as_it_was(tmp_path,
+                                                                               monkeypatch):
+    url = f"sqlite:///{tmp_path / 'rows.sqlite3'}"
+    stream, replica = uuid.uuid4(), uuid.uuid4()
+    _fill(url, stream, replica)
+    before = open_store(url)
+    expected = _snapshot(before, stream, replica)
+    before.close()
+
+    def second_partition_fails(done: int, total: int) -> None:
+        if done == 2:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        convert_sqlite_to_batches(sqlite_path(url), progress=second_partition_fails)
+    after = open_store(url)  # one transaction: nothing of the conversion was kept
+    assert after.DATA_TABLE == "messages"
+    assert _snapshot(after, stream, replica) == expected
+    after.close()
