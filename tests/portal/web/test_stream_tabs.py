@@ -1,0 +1,79 @@
+"""The stream page's tabs: each its own URL (so linkable and working without JavaScript) in an
+ARIA tablist, the overview leading with the stream's health and what needs attention, each
+other part on its tab; another tenant gets none of them."""
+
+import re
+
+import pytest
+
+from operations.models import Alarm, AlarmKind
+from replication.models import ReplicaLink
+from tests.clients import signed_in
+
+pytestmark = pytest.mark.django_db
+
+TABS = {"": "Overview", "topics/": "Topics", "replication/": "Replication",
+        "groups/": "Consumer groups", "messages/": "Messages", "settings/": "Settings",
+        "access/": "Access"}
+
+
+@pytest.mark.parametrize("tab", list(TABS))
+def test_every_tab_has_its_own_url_and_is_the_selected_tab_there(owner, activity, tab):
+    page = signed_in(owner).get(f"/streams/{activity.pk}/{tab}").content.decode()
+    tablist = re.search(r'<div class="tabs" role="tablist".*?</div>', page, re.S).group(0)
+    tabs = re.findall(r'<a role="tab" id="tab-\w+" href="([^"]+)" aria-selected="(\w+)"',
+                      tablist)
+    assert [href for href, _ in tabs] == [f"/streams/{activity.pk}/{t}" for t in TABS]
+    assert [selected for _, selected in tabs].count("true") == 1
+    assert f'aria-selected="true" aria-current="page">{TABS[tab]}</a>' in tablist
+    assert "js/tabs.js" in page
+
+
+def test_the_overview_leads_with_health_and_what_needs_attention(owner, activity, agreed):
+    client = signed_in(owner)
+    page = client.get(f"/streams/{activity.pk}/").content.decode()
+    assert 'id="attention-none"' in page
+    assert page.index('id="health-title"') < page.index('id="replicas"')
+    assert 'id="lag-charts"' in page and "data-throughput-url" in page
+    ReplicaLink.objects.filter(pk=agreed.pk).update(last_error="gateway gw1: connection refused")
+    Alarm.objects.create(kind=AlarmKind.STALLED, key=f"link:{agreed.pk}", link=agreed,
+                         entity=f"{activity.path} -> /mapr/newyork/activity",
+                         description="no progress for 5 min")
+    page = client.get(f"/streams/{activity.pk}/").content.decode()
+    items = re.search(r'<ul class="attention" id="attention">(.*?)</ul>', page, re.S).group(1)
+    assert "no progress for 5 min" in items
+    assert "/mapr/newyork/activity: broken</strong>: gateway gw1: connection refused" in items
+
+
+def test_a_diverged_replica_needs_attention_with_a_way_to_repair(owner, activity, agreed):
+    ReplicaLink.objects.filter(pk=agreed.pk).update(verify_error="partition 1 offset 4 differs")
+    page = signed_in(owner).get(f"/streams/{activity.pk}/").content.decode()
+    item = re.search(r'id="attention">(.*?)</ul>', page, re.S).group(1)
+    assert "differs from its source</strong>: partition 1 offset 4 differs" in item
+    assert f'href="/streams/{activity.pk}/replication/#verification"' in item
+
+
+def test_each_part_is_on_its_own_tab(owner, activity, agreed):
+    client = signed_in(owner)
+    overview = client.get(f"/streams/{activity.pk}/").content.decode()
+    assert 'id="stream-info"' not in overview and 'id="edit-aces"' not in overview
+    assert 'id="stream-info"' in client.get(f"/streams/{activity.pk}/settings/").content.decode()
+    assert 'id="edit-aces"' in client.get(f"/streams/{activity.pk}/access/").content.decode()
+    replication = client.get(f"/streams/{activity.pk}/replication/").content.decode()
+    assert 'id="add-replica"' in replication and 'id="verification"' in replication
+
+
+def test_a_refused_replica_is_shown_on_the_replication_tab_and_a_registered_one_on_the_overview(
+        owner, activity, activity_ny):
+    client = signed_in(owner)
+    response = client.post(f"/streams/{activity.pk}/replicas/add/", {"replica": "nowhere"})
+    assert response.status_code == 400
+    assert 'aria-current="page">Replication<' in response.content.decode()
+    response = client.post(f"/streams/{activity.pk}/replicas/add/",
+                           {"replica": activity_ny.path})
+    assert response["Location"] == f"/streams/{activity.pk}/"
+
+
+@pytest.mark.parametrize("tab", list(TABS))
+def test_another_tenant_gets_no_tab(outsider, activity, tab):
+    assert signed_in(outsider).get(f"/streams/{activity.pk}/{tab}").status_code == 404
