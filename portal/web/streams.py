@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.web.access import access_check
 from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.hints import refusal
@@ -170,6 +171,7 @@ def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | No
     elif tab == "access":
         context["ace_fields"] = [(perm, typed.get(perm, getattr(stream, perm)))
                                  for perm in PERMISSIONS]
+        context.update(access_check(request, stream, context["is_admin"]))
     return render_page(request, "web/stream_detail.html", context, status=400 if errors else 200)
 
 

@@ -77,3 +77,30 @@ def test_a_refused_replica_is_shown_on_the_replication_tab_and_a_registered_one_
 @pytest.mark.parametrize("tab", list(TABS))
 def test_another_tenant_gets_no_tab(outsider, activity, tab):
     assert signed_in(outsider).get(f"/streams/{activity.pk}/{tab}").status_code == 404
+
+
+def held(page: str, table: str) -> dict[str, str]:
+    block = re.search(rf'<table class="stack" id="{table}">.*?</table>', page, re.S).group(0)
+    return dict(re.findall(r'<tr data-perm="(\w+)">.*?data-field="held">(\w+)<', block, re.S))
+
+
+def test_the_access_tab_checks_who_may_do_what(owner, member, outsider, activity):
+    from replication.services import stream_edit
+
+    stream_edit(actor=owner, stream=activity, consumeperm="u:alice | u:bob")
+    client = signed_in(owner)
+    page = client.get(f"/streams/{activity.pk}/access/").content.decode()
+    assert set(held(page, "perms-mine").values()) == {"yes"}
+    page = client.get(f"/streams/{activity.pk}/access/", {"who": "bob"}).content.decode()
+    assert held(page, "perms-theirs") == {"produceperm": "no", "consumeperm": "yes",
+                                          "topicperm": "no", "copyperm": "no",
+                                          "adminperm": "no"}
+    # another tenant's user is not this tenant's to confirm
+    page = client.get(f"/streams/{activity.pk}/access/", {"who": "mallory"}).content.decode()
+    assert "acme has no member called mallory" in page and 'id="perms-theirs"' not in page
+    # bob, no admin, sees what he may do, and checks nobody else
+    page = signed_in(member).get(f"/streams/{activity.pk}/access/",
+                                 {"who": "alice"}).content.decode()
+    assert held(page, "perms-mine")["consumeperm"] == "yes"
+    assert held(page, "perms-mine")["adminperm"] == "no"
+    assert 'id="who-check"' not in page and 'id="perms-theirs"' not in page
