@@ -29,10 +29,10 @@ from portal.web.stream_health import TAB_URLS, stream_attention
 from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
-from replication.errors import StreamgateError
+from replication.errors import InvalidInput, StreamgateError
 from replication.figures import storage_figures
 from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
-from replication.models import PERMISSIONS, ReplicaLink, Stream, TimestampType
+from replication.models import PERMISSIONS, Compression, ReplicaLink, Stream, TimestampType
 from replication.services import (
     replica_add,
     replica_pause,
@@ -168,6 +168,8 @@ def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | No
         context.update(topics_context(request, stream))
     elif tab == "settings":
         context["info"] = _info(stream, show_aces=context["is_admin"])
+        context["choices"] = {"compression": Compression.values,
+                              "defaulttimestamptype": TimestampType.values}
     elif tab == "access":
         context["ace_fields"] = [(perm, typed.get(perm, getattr(stream, perm)))
                                  for perm in PERMISSIONS]
@@ -245,6 +247,35 @@ def stream_edit_aces(request: HttpRequest, pk: int) -> HttpResponse:
     return _form(request, stream, lambda: stream_edit(actor=request.user, stream=stream,
                                                       **_aces(request.POST)), "ACEs saved",
                  PERMISSIONS, "access")
+
+
+SETTINGS = ("ttl", "defaultpartitions", "compression", "autocreate", "defaulttimestamptype")
+
+
+def _whole(text: str, field: str, words: str) -> int:
+    if not text.strip().isdigit():
+        raise InvalidInput(f"{words} is a whole number", field=field)
+    return int(text)
+
+
+@login_required
+@require_POST
+def stream_edit_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    """The Settings tab's form: every setting as the form shows it, through stream_edit
+    (adminperm, audited), as `stream edit` does."""
+    stream = visible_stream(request, pk)
+    data = request.POST
+
+    def save() -> None:
+        stream_edit(actor=request.user, stream=stream,
+                    ttl=_whole(data.get("ttl", ""), "ttl", "the time messages are kept"),
+                    defaultpartitions=_whole(data.get("defaultpartitions", ""),
+                                             "defaultpartitions", "the default partitions"),
+                    compression=data.get("compression", ""),
+                    autocreate=data.get("autocreate") == "on",
+                    defaulttimestamptype=data.get("defaulttimestamptype", ""))
+
+    return _form(request, stream, save, "settings saved", SETTINGS, "settings")
 
 
 @login_required

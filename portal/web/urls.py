@@ -61,6 +61,7 @@ urlpatterns = [
     path("streams/<int:pk>/replication/", streams.stream_detail, {"tab": "replication"},
          name="stream-replication"),
     path("streams/<int:pk>/settings/", streams.stream_detail, {"tab": "settings"}, name="stream-settings"),
+    path("streams/<int:pk>/settings/edit/", streams.stream_edit_settings, name="stream-settings-edit"),
     path("streams/<int:pk>/access/", streams.stream_detail, {"tab": "access"}, name="stream-access"),
     path("streams/<int:pk>/replicas/", streams.stream_replicas, name="stream-replicas"),
     path("streams/<int:pk>/lag/", streams.stream_lag, name="stream-lag"),

@@ -104,3 +104,39 @@ def test_the_access_tab_checks_who_may_do_what(owner, member, outsider, activity
     assert held(page, "perms-mine")["consumeperm"] == "yes"
     assert held(page, "perms-mine")["adminperm"] == "no"
     assert 'id="who-check"' not in page and 'id="perms-theirs"' not in page
+
+
+def test_the_settings_tab_changes_the_streams_settings_audited(owner, member, activity):
+    from operations.models import AuditEvent
+
+    client = signed_in(owner)
+    response = client.post(f"/streams/{activity.pk}/settings/edit/", {
+        "ttl": "3600", "defaultpartitions": "4", "compression": "lz4",
+        "defaulttimestamptype": "logappendtime"})
+    assert response.status_code == 302
+    assert response["Location"] == f"/streams/{activity.pk}/settings/"
+    activity.refresh_from_db()
+    assert (activity.ttl, activity.defaultpartitions, activity.compression,
+            activity.autocreate, activity.defaulttimestamptype) == (
+        3600, 4, "lz4", False, "logappendtime")
+    event = AuditEvent.objects.filter(object_type="stream", action="edit").latest("pk")
+    assert event.interface == "web" and event.after["ttl"] == 3600
+    # bad input beside its field, nothing changed; no form and a refusal without adminperm
+    response = client.post(f"/streams/{activity.pk}/settings/edit/", {
+        "ttl": "an hour", "defaultpartitions": "4", "compression": "lz4",
+        "defaulttimestamptype": "createtime"})
+    assert response.status_code == 400
+    assert re.search(r'id="err-ttl" role="alert">the time messages are kept is a whole number',
+                     response.content.decode())
+    response = client.post(f"/streams/{activity.pk}/settings/edit/", {
+        "ttl": "0", "defaultpartitions": "0", "compression": "lz4",
+        "defaulttimestamptype": "createtime"})
+    assert re.search(r'id="err-defaultpartitions" role="alert">', response.content.decode())
+    page = signed_in(member).get(f"/streams/{activity.pk}/settings/").content.decode()
+    assert 'id="edit-settings"' not in page
+    response = signed_in(member).post(f"/streams/{activity.pk}/settings/edit/", {
+        "ttl": "1", "defaultpartitions": "1", "compression": "off",
+        "defaulttimestamptype": "createtime"})
+    assert response.status_code == 400 and "needs adminperm" in response.content.decode()
+    activity.refresh_from_db()
+    assert (activity.ttl, activity.defaultpartitions) == (3600, 4)
