@@ -125,3 +125,31 @@ def test_a_live_groups_reset_is_refused_then_previewed_and_applied_once_it_is_go
                                                         "reset: partition 0 to 0")
     group = page.locator('article[data-group="billing"]')
     expect(group.locator('[data-field="total-lag"]')).to_have_text("5 msgs behind")
+
+
+def test_settings_and_access_tabs_change_the_stream_and_check_a_member(
+        portal_url, browser: Browser, owner, member, activity):
+    page = browser.new_context(viewport=PHONE, color_scheme="dark").new_page()
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/streams/{activity.pk}/settings/")
+    form = page.locator("#edit-settings")
+    form.get_by_label("Messages kept for, in seconds (0: forever)").fill("86400")
+    form.get_by_label("Create topics on first use (autocreate)").uncheck()
+    form.get_by_role("button", name="Save settings").click()
+    expect(page.locator("ul.messages")).to_contain_text("settings saved")
+    expect(page.locator("#stream-info")).to_contain_text("1 d")
+    assert off_loop(lambda: type(activity).objects.get(pk=activity.pk).ttl) == 86400
+
+    page.get_by_role("tab", name="Access").click()
+    page.locator("#edit-aces input[name=consumeperm]").fill("u:alice | u:bob")
+    page.get_by_role("button", name="Save ACEs").click()
+    expect(page.locator("ul.messages")).to_contain_text("ACEs saved")
+    page.get_by_label("A member of acme").fill("bob")
+    page.get_by_role("button", name="Check").click()
+    expect(page.locator('#perms-theirs tr[data-perm="consumeperm"] [data-field="held"]')
+           ).to_have_text("yes")
+    expect(page.locator('#perms-theirs tr[data-perm="adminperm"] [data-field="held"]')
+           ).to_have_text("no")
+    assert_accessible(page)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"the access tab is {width}px wide"
