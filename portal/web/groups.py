@@ -122,7 +122,9 @@ def _post(request: HttpRequest, stream: Stream,
 @login_required
 def stream_groups(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
-    typed = {name: request.POST.get(name, "") for name in RESET_FIELDS}
+    # A group named in the address (the tenant's groups page's "Reset offsets…") fills the form.
+    typed = {name: request.POST.get(name, request.GET.get(name, "") if name == "group" else "")
+             for name in RESET_FIELDS}
     preview: list[ResetRow] = []
     errors: dict[str, str] = {}
     if request.method == "POST":

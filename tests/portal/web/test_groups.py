@@ -313,3 +313,15 @@ def test_a_group_with_live_members_is_refused_until_it_is_inactive(owner, activi
     assert response.status_code == (200 if action == "preview" else 302)
     assert store.fetch_cursor(activity.uuid, "billing", "clicks", 0) == (
         5 if action == "preview" else 0)
+
+
+def test_the_groups_page_links_each_stream_to_its_reset_form_with_the_group_filled(
+        owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=8)
+    client = signed_in(owner)
+    row = tenant_row(client.get("/groups/").content.decode(), "billing")
+    link = f"/streams/{activity.pk}/groups/?group=billing#reset-offsets"
+    assert f'href="{link}"' in row
+    page = client.get(link.split("#")[0]).content.decode()
+    assert 'name="group" list="group-names" value="billing"' in page
