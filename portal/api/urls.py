@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import defaultstreams, failover, jobs, messages, operations, views
+from portal.api import defaultstreams, failover, groups, jobs, messages, operations, views
 
 app_name = "api"
 
@@ -28,6 +28,8 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/messages", message
                 basename="stream-topic-messages")
 router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages.CursorViewSet,
                 basename="stream-topic-cursors")
+router.register("streams/<uuid:stream_uuid>/topics/<str:name>/offset-resets",
+                groups.OffsetResetViewSet, basename="stream-topic-offset-resets")
 router.register("alarms", operations.AlarmViewSet, basename="alarm")
 router.register("audit", operations.AuditEventViewSet, basename="audit")
 router.register("jobs", jobs.JobViewSet, basename="job")

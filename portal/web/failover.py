@@ -147,4 +147,4 @@ def link_verify_now(request: HttpRequest, pk: int, link_pk: int) -> HttpResponse
     else:
         messages.success(request, f"{link.replica.path} verified: "
                                   f"{result['messagesChecked']} new messages equal")
-    return redirect("stream-detail", pk)
+    return redirect("stream-replication", pk)  # where the verification table is

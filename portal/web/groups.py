@@ -2,7 +2,8 @@
 members of Kafka groups (from a listener's coordinator, through replication.groups.members)
 with the partitions each is assigned and the group's state, the replicas' copies of the cursors
 (can the group fail over?), and a form that resets a group's offsets (consumeperm, audited
-through replication.services.groups)."""
+through replication.services.groups): previewed first, as kafka-consumer-groups' --dry-run,
+then applied; refused while the group has live members."""
 
 from __future__ import annotations
 
@@ -26,18 +27,20 @@ from replication.services.groups import (
     RESET_TO,
     GroupOffsets,
     PartitionOffsets,
+    ResetRow,
     group_offsets,
     group_offsets_reset,
     tenant_groups,
 )
 
-RESET_FIELDS = ("group", "topic", "to", "timestamp", "offset")
+RESET_FIELDS = ("group", "topic", "partition", "to", "timestamp", "offset")
 RESET_LABELS = {"earliest": "the earliest message kept", "latest": "the end (skip everything)",
                 "timestamp": "the first message at or after a time", "offset": "an offset"}
 
 
-def _reset(request: HttpRequest, stream: Stream, typed: dict[str, str]) -> dict[int, int]:
-    """The reset the form asks for; InvalidInput names the field a value is wrong in."""
+def _reset_options(typed: dict[str, str]) -> dict[str, Any]:
+    """The service's arguments from the form; InvalidInput names the field a value is wrong
+    in."""
     timestamp_ms = offset = None
     if typed["to"] == "timestamp" and typed["timestamp"]:
         try:
@@ -50,9 +53,13 @@ def _reset(request: HttpRequest, stream: Stream, typed: dict[str, str]) -> dict[
         if not typed["offset"].isdigit():
             raise InvalidInput("an offset is a whole number, 0 or more", field="offset")
         offset = int(typed["offset"])
-    return group_offsets_reset(actor=request.user, stream=stream, group=typed["group"].strip(),
-                               topic=typed["topic"], to=typed["to"],
-                               timestamp_ms=timestamp_ms, offset=offset)
+    partition = typed["partition"].strip()
+    if partition and not partition.isdigit():
+        raise InvalidInput("a partition is a whole number, 0 or more; leave it blank for "
+                           "every partition", field="partition")
+    return {"group": typed["group"].strip(), "topic": typed["topic"], "to": typed["to"],
+            "timestamp_ms": timestamp_ms, "offset": offset,
+            "partitions": [int(partition)] if partition else None}
 
 
 @dataclass
@@ -93,23 +100,39 @@ def _context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
     return {"groups": _cards(offsets, live, replicas), "replicas": replicas}
 
 
+def _post(request: HttpRequest, stream: Stream,
+          typed: dict[str, str]) -> tuple[HttpResponse | None, list[ResetRow], dict[str, str]]:
+    """A reset form posted: previewed (the default, as kafka-consumer-groups' --dry-run) or,
+    with action=apply, applied and redirected; refused, the errors by field."""
+    try:
+        options = _reset_options(typed)
+        apply = request.POST.get("action") == "apply"
+        rows = group_offsets_reset(actor=request.user, stream=stream, dry_run=not apply,
+                                   **options)
+    except StreamgateError as err:
+        return None, [], field_errors(err, RESET_FIELDS, {"partitions": "partition"})
+    if not apply:
+        return None, rows, {}
+    shown = ", ".join(f"partition {r.partition} to {r.new}" for r in rows)
+    messages.success(request, f"offsets of group {options['group']} on {typed['topic']} "
+                              f"reset: {shown}")
+    return redirect("stream-groups", stream.pk), [], {}
+
+
 @login_required
 def stream_groups(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
-    typed = {name: request.POST.get(name, "") for name in RESET_FIELDS}
+    # A group named in the address (the tenant's groups page's "Reset offsets…") fills the form.
+    typed = {name: request.POST.get(name, request.GET.get(name, "") if name == "group" else "")
+             for name in RESET_FIELDS}
+    preview: list[ResetRow] = []
     errors: dict[str, str] = {}
     if request.method == "POST":
-        try:
-            moved = _reset(request, stream, typed)
-        except StreamgateError as err:
-            errors = field_errors(err, RESET_FIELDS)
-        else:
-            shown = ", ".join(f"partition {p} to {o}" for p, o in sorted(moved.items()))
-            messages.success(request, f"offsets of group {typed['group'].strip()} on "
-                                      f"{typed['topic']} reset: {shown}")
-            return redirect("stream-groups", stream.pk)
+        done, preview, errors = _post(request, stream, typed)
+        if done is not None:
+            return done
     context = {**_context(request, stream), "stream": stream, "typed": typed, "errors": errors,
-               "topics": list(stream.topics.values_list("name", flat=True)),
+               "preview": preview, "topics": list(stream.topics.values_list("name", flat=True)),
                "reset_to": [(to, RESET_LABELS[to]) for to in RESET_TO], "FORM": FORM,
                "can_reset": stream.allows(request.user, "consumeperm")}
     return render_page(request, "web/stream_groups.html", context,

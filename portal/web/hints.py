@@ -13,11 +13,13 @@ from replication.errors import StreamgateError
 from replication.models import Stream
 
 
-def _stream(anchor: str, key: str = "path") -> Callable[[dict[str, Any]], str | None]:
-    """The stream page of the stream at params[key]; the page itself checks who may see it."""
+def _stream(anchor: str, key: str = "path",
+            tab: str = "stream-detail") -> Callable[[dict[str, Any]], str | None]:
+    """The stream page (the tab named) of the stream at params[key]; the page itself checks
+    who may see it."""
     def url(params: dict[str, Any]) -> str | None:
         pk = Stream.objects.filter(path=params.get(key)).values_list("pk", flat=True).first()
-        return None if pk is None else reverse("stream-detail", args=[pk]) + anchor
+        return None if pk is None else reverse(tab, args=[pk]) + anchor
     return url
 
 
@@ -25,8 +27,8 @@ def _stream(anchor: str, key: str = "path") -> Callable[[dict[str, Any]], str | 
 PAGES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "cluster.list": ("Clusters", lambda params: reverse("overview")),
     "stream.create": ("Create a stream", lambda params: reverse("streams") + "#create-stream"),
-    "topic.list": ("The stream's topics", _stream("#partitions")),
-    "topic.create": ("The stream's page", _stream("#partitions")),
+    "topic.list": ("The stream's topics", _stream("#partitions", tab="stream-topics")),
+    "topic.create": ("The stream's topics", _stream("#create-topic", tab="stream-topics")),
     "replica.list": ("The stream's replicas", _stream("#replicas")),
     "replica.add": ("Set up a replica step by step", lambda params: reverse("setup-manual")),
     "replica.resume": ("Resume it on the source stream", _stream("#replicas")),

@@ -21,16 +21,18 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from portal.web.access import access_check
 from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.hints import refusal
+from portal.web.stream_health import TAB_URLS, stream_attention
 from portal.web.templatetags.human import row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
-from replication.errors import StreamgateError
+from replication.errors import InvalidInput, StreamgateError
 from replication.figures import storage_figures
 from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
-from replication.models import PERMISSIONS, ReplicaLink, Stream
+from replication.models import PERMISSIONS, Compression, ReplicaLink, Stream, TimestampType
 from replication.services import (
     replica_add,
     replica_pause,
@@ -149,25 +151,43 @@ def _info(stream: Stream, show_aces: bool) -> dict[str, Any]:
             "uuid": str(stream.uuid)}
 
 
+TABS = ("overview", "topics", "replication", "settings", "access")  # this module's tabs
+
+
 def stream_page(request: HttpRequest, stream: Stream, typed: dict[str, str] | None = None,
-                errors: dict[str, str] | None = None) -> HttpResponse:
-    """The stream page; after a refused form, with what was typed and the errors by field."""
+                errors: dict[str, str] | None = None, tab: str = "overview") -> HttpResponse:
+    """A tab of the stream page; after a refused form, with what was typed and the errors by
+    field. Each tab loads only what it shows: the replicas' health for Overview and
+    Replication, the topics' figures for Topics, the stream's facts for Settings."""
     context = _replica_context(request, stream)
-    topics = list(stream.topics.all())
     typed = typed or {}
-    figures = storage_figures(topics)
-    context.update(
-        info=_info(stream, show_aces=context["is_admin"]),
-        topics=[(topic, figures[topic.pk]) for topic in topics],
-        ace_fields=[(perm, typed.get(perm, getattr(stream, perm))) for perm in PERMISSIONS],
-        typed=typed, errors=errors or {},
-    )
+    context.update(tab=tab, typed=typed, errors=errors or {})
+    if tab == "overview":
+        context["attention"] = stream_attention(stream, context["replicas"] + context["sources"])
+    elif tab == "topics":
+        context.update(topics_context(request, stream))
+    elif tab == "settings":
+        context["info"] = _info(stream, show_aces=context["is_admin"])
+        context["choices"] = {"compression": Compression.values,
+                              "defaulttimestamptype": TimestampType.values}
+    elif tab == "access":
+        context["ace_fields"] = [(perm, typed.get(perm, getattr(stream, perm)))
+                                 for perm in PERMISSIONS]
+        context.update(access_check(request, stream, context["is_admin"]))
     return render_page(request, "web/stream_detail.html", context, status=400 if errors else 200)
 
 
+def topics_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
+    topics = list(stream.topics.order_by("name"))
+    figures = storage_figures(topics)
+    return {"topics": [(topic, figures[topic.pk]) for topic in topics],
+            "can_edit_topics": stream.allows(request.user, "topicperm"),
+            "timestamp_types": TimestampType.values}
+
+
 @login_required
-def stream_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return stream_page(request, visible_stream(request, pk))
+def stream_detail(request: HttpRequest, pk: int, tab: str = "overview") -> HttpResponse:
+    return stream_page(request, visible_stream(request, pk), tab=tab)
 
 
 @login_required
@@ -178,6 +198,7 @@ def stream_replicas(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 ADMIN_ROWS = {"verify"}  # the parts of the stream page shown to its admins only
+PART_TABS = {"verify": "replication"}  # where a row's table is, when not on the overview
 
 
 def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLink,
@@ -188,7 +209,8 @@ def row_refusal(request: HttpRequest, stream: Stream, part: str, link: ReplicaLi
     messages.error(request, refusal(err))
     if part in ADMIN_ROWS and not stream.allows(request.user, "adminperm"):
         return redirect("stream-detail", stream.pk)
-    return stream_page(request, stream, errors={row_key(part, link.pk): refusal(err)})
+    return stream_page(request, stream, errors={row_key(part, link.pk): refusal(err)},
+                       tab=PART_TABS.get(part, "overview"))
 
 
 def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable[[], object],
@@ -205,16 +227,17 @@ def _act(request: HttpRequest, stream: Stream, link: ReplicaLink, call: Callable
 
 
 def _form(request: HttpRequest, stream: Stream, call: Callable[[], object], done: str,
-          fields: tuple[str, ...]) -> HttpResponse:
-    """A stream page form: on success back to the page with a message; refused, the page
-    again with the error beside its field and what was typed."""
+          fields: tuple[str, ...], tab: str, back: str | None = None) -> HttpResponse:
+    """A stream page form: on success to the `back` tab (the form's own by default) with a
+    message; refused, the form's tab again with the error beside its field and what was
+    typed."""
     try:
         call()
     except StreamgateError as err:
         typed = {name: request.POST.get(name, "") for name in fields}
-        return stream_page(request, stream, typed, field_errors(err, fields))
+        return stream_page(request, stream, typed, field_errors(err, fields), tab)
     messages.success(request, done)
-    return redirect("stream-detail", stream.pk)
+    return redirect(TAB_URLS[back or tab], stream.pk)
 
 
 @login_required
@@ -223,7 +246,36 @@ def stream_edit_aces(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
     return _form(request, stream, lambda: stream_edit(actor=request.user, stream=stream,
                                                       **_aces(request.POST)), "ACEs saved",
-                 PERMISSIONS)
+                 PERMISSIONS, "access")
+
+
+SETTINGS = ("ttl", "defaultpartitions", "compression", "autocreate", "defaulttimestamptype")
+
+
+def _whole(text: str, field: str, words: str) -> int:
+    if not text.strip().isdigit():
+        raise InvalidInput(f"{words} is a whole number", field=field)
+    return int(text)
+
+
+@login_required
+@require_POST
+def stream_edit_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    """The Settings tab's form: every setting as the form shows it, through stream_edit
+    (adminperm, audited), as `stream edit` does."""
+    stream = visible_stream(request, pk)
+    data = request.POST
+
+    def save() -> None:
+        stream_edit(actor=request.user, stream=stream,
+                    ttl=_whole(data.get("ttl", ""), "ttl", "the time messages are kept"),
+                    defaultpartitions=_whole(data.get("defaultpartitions", ""),
+                                             "defaultpartitions", "the default partitions"),
+                    compression=data.get("compression", ""),
+                    autocreate=data.get("autocreate") == "on",
+                    defaulttimestamptype=data.get("defaulttimestamptype", ""))
+
+    return _form(request, stream, save, "settings saved", SETTINGS, "settings")
 
 
 @login_required
@@ -237,7 +289,9 @@ def replica_create(request: HttpRequest, pk: int) -> HttpResponse:
         replica_add(actor=request.user, source=source, replica=replica,
                     paused=request.POST.get("paused") == "on")
 
-    return _form(request, source, add, "replica registered", ("replica", "paused"))
+    # Registered, the replica's health is on the overview, where it appears at once.
+    return _form(request, source, add, "replica registered", ("replica", "paused"),
+                 "replication", back="overview")
 
 
 REPLICA_ACTIONS = {"pause": replica_pause, "resume": replica_resume, "remove": replica_remove}
@@ -283,4 +337,5 @@ def replica_undo(request: HttpRequest, pk: int) -> HttpResponse:
                     paused=removed["paused"], **{name: removed[name] for name in LINK_OPTIONS})
         request.session.pop(UNDO_KEY, None)
 
-    return _form(request, source, add_back, f"{replica.path} is a replica again", ("replica",))
+    return _form(request, source, add_back, f"{replica.path} is a replica again", ("replica",),
+                 "overview")

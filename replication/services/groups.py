@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant, TokenScope
 from replication.engine.storebase import MessageStore
-from replication.errors import InvalidInput
+from replication.errors import Conflict, InvalidInput, NoSuchPartition
 from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
 from replication.scopes import scope_require
 from replication.services.browse import offset_for_time
@@ -167,13 +167,50 @@ def _targets(store: MessageStore, stream: Stream, topic: Topic, to: str,
     return dict.fromkeys(marks, offset)
 
 
-def group_offsets_reset(
+@dataclass(frozen=True)
+class ResetRow:
+    """One partition of a reset, as its preview shows it: the committed offset now (None:
+    nothing committed), the one after, the partition's end and the lag after."""
+
+    partition: int
+    current: int | None
+    new: int
+    high: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.high - self.new)
+
+
+def _require_inactive(stream: Stream, group: str) -> None:
+    """Refuse while the group has live members, as kafka-consumer-groups does: a running
+    consumer commits its own position over the reset at its next commit."""
+    row = (KafkaGroup.objects.filter(tenant_id=stream.tenant_id, group_id=group,
+                                     expires__gt=timezone.now()).first())
+    members = row.state.get("members", []) if row is not None else []
+    if members:
+        raise Conflict(
+            f"group {group} has {len(members)} live member{'s' if len(members) > 1 else ''} "
+            f"(state {row.state.get('state', 'Stable')}): offsets can only be reset while the "
+            f"group is inactive; stop its consumers and reset again", field="group")
+
+
+def _partitions(topic: Topic, wanted: list[int] | None,
+                marks: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    if not wanted:
+        return marks
+    missing = sorted(set(wanted) - set(marks))
+    if missing:
+        raise NoSuchPartition(f"topic {topic} has partitions 0 to {topic.partitions - 1}, "
+                              f"not {', '.join(map(str, missing))}", field="partitions")
+    return {p: marks[p] for p in sorted(set(wanted))}
+
+
+def _plan(
     *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, to: str,
-    timestamp_ms: int | None = None, offset: int | None = None,
-) -> dict[int, int]:
-    """Move the group's cursors on every partition of `topic` (consumeperm); returns
-    partition -> new offset. Replicas keep theirs until the group commits past them there:
-    a replica's cursor never moves back (merge_cursors)."""
+    timestamp_ms: int | None, offset: int | None, partitions: list[int] | None,
+) -> tuple[Topic, list[ResetRow]]:
+    """What a reset would do, every rule of it checked, changing nothing."""
     scope_require(actor, TokenScope.PRODUCE, stream=True,
                   action=f"reset consumer group offsets on {stream.path}")
     stream.require(actor, "consumeperm", action="reset consumer group offsets")
@@ -181,16 +218,36 @@ def group_offsets_reset(
     if to not in RESET_TO:
         raise InvalidInput(f"reset to one of {', '.join(RESET_TO)}, not {to!r}", field="to")
     target = topic_of(stream, topic)
+    _require_inactive(stream, group)
     store = store_for(stream.cluster)
-    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    marks = _partitions(target, partitions, _on_store(
+        target, lambda: store.watermarks(stream.uuid, target.name)))
     new = _targets(store, stream, target, to, marks, timestamp_ms, offset)
-    before = {p: store.fetch_cursor(stream.uuid, group, target.name, p) for p in new}
-    for partition, moved in sorted(new.items()):
-        store.commit_cursor(stream.uuid, group, target.name, partition, moved)
+    return target, [ResetRow(p, store.fetch_cursor(stream.uuid, group, target.name, p), moved,
+                             marks[p][1]) for p, moved in sorted(new.items())]
+
+
+def group_offsets_reset(
+    *, actor: AbstractBaseUser, stream: Stream, group: str, topic: str, to: str,
+    timestamp_ms: int | None = None, offset: int | None = None,
+    partitions: list[int] | None = None, dry_run: bool = False,
+) -> list[ResetRow]:
+    """Move the group's cursors on the partitions of `topic` (all unless `partitions` names
+    some; consumeperm; refused while the group has live members); each partition's offset
+    before and after. `dry_run` (kafka-consumer-groups' --dry-run) checks every rule and
+    answers the same rows, changing nothing. Replicas keep their cursors until the group
+    commits past them there: a replica's cursor never moves back (merge_cursors)."""
+    target, rows = _plan(actor=actor, stream=stream, group=group, topic=topic, to=to,
+                         timestamp_ms=timestamp_ms, offset=offset, partitions=partitions)
+    if dry_run:
+        return rows
+    store = store_for(stream.cluster)
+    for row in rows:
+        store.commit_cursor(stream.uuid, group, target.name, row.partition, row.new)
     cursors_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now
     group_offsets_reset_done.send(
         sender=Stream, stream=stream, actor=actor,
         details={"group": group, "topic": target.name, "to": to, "timestamp_ms": timestamp_ms,
-                 "before": {str(p): o for p, o in before.items()},
-                 "after": {str(p): o for p, o in new.items()}})
-    return new
+                 "before": {str(r.partition): r.current for r in rows},
+                 "after": {str(r.partition): r.new for r in rows}})
+    return rows

@@ -46,7 +46,7 @@ def test_approval_in_another_context_shows_live_on_the_requesters_page(
 
     alice = browser.new_context().new_page()
     sign_in(alice, portal_url, "alice")
-    alice.goto(f"{portal_url}/streams/{activity.pk}/")
+    alice.goto(f"{portal_url}/streams/{activity.pk}/replication/")
     alice.fill("#add-replica input[name=replica]", mirror.path)
     alice.click("#add-replica button[type=submit]")
     state = alice.locator('#replicas tr[data-replica="/mapr/newyork/mirror"] .replica-state')

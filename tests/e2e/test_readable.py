@@ -41,7 +41,9 @@ def _job(activity) -> int:
 
 
 PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
-         "/streams/{a}/groups/", "/groups/",
+         "/streams/{a}/groups/", "/groups/", "/streams/{a}/topics/", "/streams/{a}/replication/",
+         "/streams/{a}/settings/", "/streams/{a}/access/?who=alice",
+         "/streams/{a}/topics/clicks/delete/",
          "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/",
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",

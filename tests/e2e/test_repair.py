@@ -18,7 +18,7 @@ def test_repair_on_the_stream_page_leaves_the_replica_verified_equal(
     off_loop(diverge, owner, activity, activity_ny)
     settings.CELERY_TASK_ALWAYS_EAGER = True  # the job runs on a thread beside the portal
     sign_in(page, portal_url, "alice")
-    page.goto(f"{portal_url}/streams/{activity.pk}/")
+    page.goto(f"{portal_url}/streams/{activity.pk}/replication/")
     row = page.locator("#verification tbody tr", has_text=activity_ny.path)
     expect(row).to_contain_text("differs from")
     expect(row).to_contain_text("partition 1 offset 4")
@@ -26,7 +26,7 @@ def test_repair_on_the_stream_page_leaves_the_replica_verified_equal(
     expect(page.locator(".messages")).to_contain_text(f"repair of {activity_ny.path} started")
     card = page.locator("#job-card")
     expect(card.locator('[data-field="state"]')).to_have_text("SUCCEEDED", timeout=120_000)
-    page.goto(f"{portal_url}/streams/{activity.pk}/")
+    page.goto(f"{portal_url}/streams/{activity.pk}/replication/")
     row = page.locator("#verification tbody tr", has_text=activity_ny.path)
     expect(row.locator("td").nth(2)).to_have_text("equal")
     expect(row.get_by_role("button", name=f"Repair {activity_ny.path}")).to_have_count(0)

@@ -188,7 +188,8 @@ def _pk_for(name: str, world: dict[str, Any]) -> int:
 def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     values = {"pk": _pk_for(pattern.name, world), "link_pk": world["pair"].pk,
               "action": "pause", "decision": "approve", "source_pk": world["activity"].pk,
-              "replica_pk": world["ny"].pk, "number": 2, "token_id": world["token_id"]}
+              "replica_pk": world["ny"].pk, "number": 2, "token_id": world["token_id"],
+              "name": "clicks"}
     names = list(pattern.pattern.converters)
     missing = [n for n in names if n not in values]
     assert not missing, f"{pattern.name}: add a value for {missing} to _page_kwargs"

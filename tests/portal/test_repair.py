@@ -143,7 +143,7 @@ def test_the_stream_page_offers_repair_on_a_diverged_replica_only_and_starts_the
     source, replica = diverged
     client = Client()
     client.force_login(owner)
-    assert ">Repair</button>" in client.get(f"/streams/{source.pk}/").content.decode()
+    assert ">Repair</button>" in client.get(f"/streams/{source.pk}/replication/").content.decode()
     link = ReplicaLink.objects.get()
     stranger = Client()
     stranger.force_login(outsider)
@@ -154,7 +154,8 @@ def test_the_stream_page_offers_repair_on_a_diverged_replica_only_and_starts_the
     assert response.redirect_chain[-1][0] == f"/jobs/{job.pk}/"
     assert f"repair of {replica.path} started" in response.content.decode()
     ReplicaLink.objects.update(verify_error="")
-    assert ">Repair</button>" not in client.get(f"/streams/{source.pk}/").content.decode()
+    assert ">Repair</button>" not in client.get(
+        f"/streams/{source.pk}/replication/").content.decode()
 
 
 @pytest.mark.django_db(transaction=True)

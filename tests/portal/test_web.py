@@ -168,8 +168,8 @@ def test_ace_check_shows_the_canonical_form_of_a_valid_ace(owner):
 
 
 def test_stream_page_shows_aces_only_to_adminperm_holders(owner, member, activity):
-    assert "u:alice" in signed_in(owner).get(f"/streams/{activity.pk}/").content.decode()
-    page = signed_in(member).get(f"/streams/{activity.pk}/").content.decode()
+    assert "u:alice" in signed_in(owner).get(f"/streams/{activity.pk}/access/").content.decode()
+    page = signed_in(member).get(f"/streams/{activity.pk}/access/").content.decode()
     assert "u:alice" not in page and "edit-aces" not in page
 
 
@@ -190,7 +190,7 @@ def test_stream_page_shows_partitions_with_high_water_marks(owner, activity):
     topic_create(actor=owner, stream=activity, name="clicks", partitions=2)
     messages_produce(actor=owner, stream=activity, topic="clicks",
                      records=[Record(b"x", partition=1) for _ in range(3)])
-    page = signed_in(owner).get(f"/streams/{activity.pk}/").content.decode()
+    page = signed_in(owner).get(f"/streams/{activity.pk}/topics/").content.decode()
     assert re.findall(r'class="hwm">(\d+)<', page) == ["0", "3"]
 
 

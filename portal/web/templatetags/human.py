@@ -13,6 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from portal.web.stream_health import TAB_URLS
+
 register = template.Library()
 
 UNITS = ("bytes", "KB", "MB", "GB", "TB")
@@ -192,3 +194,15 @@ def headings(value: str) -> list[str]:
     """"Path|Cluster|Topics" -> the column headings of web/_table.html (templates cannot
     write a list)."""
     return value.split("|")
+
+
+STREAM_TABS = (("overview", "Overview"), ("topics", "Topics"), ("replication", "Replication"),
+               ("groups", "Consumer groups"), ("messages", "Messages"), ("settings", "Settings"),
+               ("access", "Access"))
+
+
+@register.simple_tag
+def stream_tabs() -> list[tuple[str, str, str]]:
+    """The stream page's tabs as (name, label, URL name), for web/_stream_tabs.html, which the
+    message browser's page includes too."""
+    return [(name, label, TAB_URLS[name]) for name, label in STREAM_TABS]

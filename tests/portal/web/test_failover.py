@@ -22,11 +22,16 @@ def pair(owner, activity, activity_ny):
     return activity, activity_ny
 
 
+def tab(client, stream) -> str:  # type: ignore[no-untyped-def]
+    """The stream's Replication tab, where failovers, failback and verification are."""
+    return client.get(f"/streams/{stream.pk}/replication/").content.decode()
+
+
 def test_a_replicas_page_offers_the_failover_and_its_source_page_does_not(owner, pair):
     source, replica = pair
     client = signed_in(owner)
-    assert 'id="failover-link"' in client.get(f"/streams/{replica.pk}/").content.decode()
-    assert 'id="failover-link"' not in client.get(f"/streams/{source.pk}/").content.decode()
+    assert 'id="failover-link"' in tab(client, replica)
+    assert 'id="failover-link"' not in tab(client, source)
 
 
 def test_the_confirmation_page_names_the_source_and_a_confirmed_form_fails_over(owner, pair):
@@ -37,7 +42,7 @@ def test_the_confirmation_page_names_the_source_and_a_confirmed_form_fails_over(
     response = client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}, follow=True)
     assert f"took over from {source.path}" in response.content.decode()
     assert Topic.objects.get(stream=replica).origin_uuid == replica.uuid
-    page = client.get(f"/streams/{replica.pk}/").content.decode()
+    page = client.get(f"/streams/{replica.pk}/replication/").content.decode()
     assert 'id="failovers"' in page and "planned" in page
 
 
@@ -53,7 +58,7 @@ def test_a_member_without_adminperm_sees_no_button_and_is_refused(owner, member,
     replica.consumeperm = f"u:{owner.username} | u:{member.username}"
     replica.save()
     client = signed_in(member)
-    assert 'id="failover-link"' not in client.get(f"/streams/{replica.pk}/").content.decode()
+    assert 'id="failover-link"' not in tab(client, replica)
     response = client.post(f"/streams/{replica.pk}/failover/", {"confirm": "yes"}, follow=True)
     assert "adminperm" in response.content.decode()
     assert ReplicaLink.objects.count() == 1 and not Failover.objects.exists()
@@ -80,7 +85,7 @@ def failed_over(owner, pair):
 def test_the_failback_wizard_shows_the_dry_run_then_fails_back(owner, failed_over):
     source, replica, _failover = failed_over
     client = signed_in(owner)
-    page = client.get(f"/streams/{replica.pk}/").content.decode()
+    page = client.get(f"/streams/{replica.pk}/replication/").content.decode()
     assert f"/streams/{replica.pk}/failback/" in page
     wizard = client.get(f"/streams/{replica.pk}/failback/").content.decode()
     assert 'id="failback-plan"' in wizard and "3 to copy" in wizard
@@ -104,7 +109,7 @@ def test_the_failback_wizard_is_404_to_an_outsider(outsider, failed_over):
 def test_verify_now_on_the_source_page_records_the_result(owner, outsider, pair):
     source, replica = pair
     client = signed_in(owner)
-    page = client.get(f"/streams/{source.pk}/").content.decode()
+    page = client.get(f"/streams/{source.pk}/replication/").content.decode()
     link = ReplicaLink.objects.get()
     assert f"/streams/{source.pk}/verify/{link.pk}/" in page
     response = client.post(f"/streams/{source.pk}/verify/{link.pk}/", follow=True)

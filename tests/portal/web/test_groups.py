@@ -84,7 +84,7 @@ def test_reset_offsets_from_the_form_moves_every_partition_and_is_audited(
     cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
                   offset=5)
     response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", {
-        "group": "billing", "topic": "clicks", "to": to, **extra})
+        "group": "billing", "topic": "clicks", "to": to, "action": "apply", **extra})
     assert response.status_code == 302
     store = store_for(activity.cluster)
     assert {p: store.fetch_cursor(activity.uuid, "billing", "clicks", p)
@@ -103,9 +103,10 @@ def test_reset_to_a_time_finds_the_first_message_at_or_after_it(owner, activity)
         Record(b"x", timestamp_ms=base + i * 1000) for i in range(10)])
     moved = group_offsets_reset(actor=owner, stream=activity, group="g", topic="clicks",
                                 to="timestamp", timestamp_ms=base + 6500)
-    assert moved == {0: 7}
-    assert group_offsets_reset(actor=owner, stream=activity, group="g", topic="clicks",
-                               to="timestamp", timestamp_ms=base + 10**9) == {0: 10}
+    assert [(r.partition, r.new) for r in moved] == [(0, 7)]
+    moved = group_offsets_reset(actor=owner, stream=activity, group="g", topic="clicks",
+                                to="timestamp", timestamp_ms=base + 10**9)
+    assert [(r.partition, r.new) for r in moved] == [(0, 10)]
 
 
 def test_reset_form_shows_a_bad_offset_beside_the_field_and_keeps_the_input(owner, activity,
@@ -124,7 +125,7 @@ def test_reset_form_shows_a_bad_offset_beside_the_field_and_keeps_the_input(owne
 
 def test_reset_needs_consumeperm(member, activity, clicks):
     response = signed_in(member).post(f"/streams/{activity.pk}/groups/", {
-        "group": "billing", "topic": "clicks", "to": "earliest"})
+        "group": "billing", "topic": "clicks", "to": "earliest", "action": "apply"})
     assert response.status_code == 400
     assert "may not reset consumer group offsets" in response.content.decode()
     assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) is None
@@ -135,8 +136,10 @@ def test_another_tenant_sees_no_groups(outsider, owner, activity, clicks):
                   offset=1)
     client = signed_in(outsider)
     assert client.get(f"/streams/{activity.pk}/groups/").status_code == 404
-    assert client.post(f"/streams/{activity.pk}/groups/", {
-        "group": "billing", "topic": "clicks", "to": "latest"}).status_code == 404
+    for action in ("preview", "apply"):
+        assert client.post(f"/streams/{activity.pk}/groups/", {
+            "group": "billing", "topic": "clicks", "to": "latest",
+            "action": action}).status_code == 404
     assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) == 1
 
 
@@ -238,3 +241,88 @@ def test_the_groups_page_lists_every_group_of_the_tenant_the_most_behind_first(
     assert "nothing committed yet" in fresh
     theirs = signed_in(outsider).get("/groups/").content.decode()
     assert 'data-group="' not in theirs and "No consumer groups yet" in theirs
+
+
+# -- offset resets: previewed first, per partition, refused while the group is live ------------
+
+def preview_rows(page: str) -> dict[int, tuple[str, str, str]]:
+    block = re.search(r'<div id="reset-preview">.*?</table>', page, re.S).group(0)
+    return {int(p): (current, new, lag) for p, current, new, lag in re.findall(
+        r'<tr data-partition="(\d+)">.*?data-field="current">(.*?)</td>.*?'
+        r'data-field="new">(\d+)</td>.*?data-field="lag">(\d+)</td>', block, re.S)}
+
+
+def test_a_reset_is_previewed_with_the_new_offsets_and_lag_and_changes_nothing(
+        owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=8)
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "to": "offset", "offset": "3"})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert preview_rows(page) == {0: ("8", "3", "7"), 1: ('<span class="muted">none</span>',
+                                                          "3", "7")}
+    assert 'name="action" value="apply"' in page and 'name="offset" value="3"' in page
+    store = store_for(activity.cluster)
+    assert store.fetch_cursor(activity.uuid, "billing", "clicks", 0) == 8
+    assert store.fetch_cursor(activity.uuid, "billing", "clicks", 1) is None
+    assert not AuditEvent.objects.filter(action="reset").exists()
+
+
+def test_a_reset_of_one_partition_moves_that_partition_only(owner, activity, clicks):
+    for partition in (0, 1):
+        cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks",
+                      partition=partition, offset=5)
+    client = signed_in(owner)
+    data = {"group": "billing", "topic": "clicks", "partition": "1", "to": "earliest"}
+    assert list(preview_rows(client.post(f"/streams/{activity.pk}/groups/", data)
+                             .content.decode())) == [1]
+    response = client.post(f"/streams/{activity.pk}/groups/", {**data, "action": "apply"})
+    assert response.status_code == 302
+    store = store_for(activity.cluster)
+    assert [store.fetch_cursor(activity.uuid, "billing", "clicks", p) for p in (0, 1)] == [5, 0]
+    assert AuditEvent.objects.get(action="reset").after["offsets"] == {"1": 0}
+
+
+def test_a_partition_the_topic_lacks_is_refused_beside_the_field(owner, activity, clicks):
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", {
+        "group": "billing", "topic": "clicks", "partition": "7", "to": "earliest",
+        "action": "apply"})
+    assert response.status_code == 400
+    error = re.search(r'id="err-partition" role="alert">([^<]+)<', response.content.decode())
+    assert "partitions 0 to 1, not 7" in error.group(1)
+    assert store_for(activity.cluster).fetch_cursor(activity.uuid, "billing", "clicks", 0) is None
+
+
+@pytest.mark.parametrize("action", ["preview", "apply"])
+def test_a_group_with_live_members_is_refused_until_it_is_inactive(owner, activity, clicks,
+                                                                    action):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=5)
+    publish_group(activity, activity.tenant_id, group="billing")
+    data = {"group": "billing", "topic": "clicks", "to": "earliest", "action": action}
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", data)
+    assert response.status_code == 400
+    error = re.search(r'id="err-group" role="alert">([^<]+)<', response.content.decode())
+    assert "group billing has 3 live members (state Stable)" in error.group(1)
+    assert "stop its consumers" in error.group(1)
+    assert 'id="reset-preview"' not in response.content.decode()
+    store = store_for(activity.cluster)
+    assert store.fetch_cursor(activity.uuid, "billing", "clicks", 0) == 5
+    KafkaGroup.objects.filter(group_id="billing").update(expires=timezone.now())  # gone
+    response = signed_in(owner).post(f"/streams/{activity.pk}/groups/", data)
+    assert response.status_code == (200 if action == "preview" else 302)
+    assert store.fetch_cursor(activity.uuid, "billing", "clicks", 0) == (
+        5 if action == "preview" else 0)
+
+
+def test_the_groups_page_links_each_stream_to_its_reset_form_with_the_group_filled(
+        owner, activity, clicks):
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=8)
+    client = signed_in(owner)
+    row = tenant_row(client.get("/groups/").content.decode(), "billing")
+    link = f"/streams/{activity.pk}/groups/?group=billing#reset-offsets"
+    assert f'href="{link}"' in row
+    page = client.get(link.split("#")[0]).content.decode()
+    assert 'name="group" list="group-names" value="billing"' in page
