@@ -5,7 +5,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import defaultstreams, failover, jobs, messages, operations, views
+from portal.api import defaultstreams, failover, jobs, messages, operations, tokens, views
 
 app_name = "api"
 
@@ -31,6 +31,7 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/cursors", messages
 router.register("alarms", operations.AlarmViewSet, basename="alarm")
 router.register("audit", operations.AuditEventViewSet, basename="audit")
 router.register("jobs", jobs.JobViewSet, basename="job")
+router.register("tokens", tokens.TokenViewSet, basename="token")
 router.register("defaultstreams", defaultstreams.DefaultStreamViewSet, basename="defaultstream")
 
 urlpatterns = [
