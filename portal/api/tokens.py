@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from knox.models import AuthToken
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import ViewSet
 
 from accounts.models import TokenScope
+from portal.api.viewsets import TenantScopedViewSet
 from replication.services.tokens import (
     MAX_NAME,
     expiry_from,
@@ -52,10 +53,13 @@ class TokenCreateSerializer(serializers.Serializer):
     list=extend_schema(responses=TokenRowSerializer(many=True)),
     create=extend_schema(request=TokenCreateSerializer, responses={201: TokenMadeSerializer}),
     destroy=extend_schema(responses={204: OpenApiResponse(description="revoked")}))
-class TokenViewSet(ViewSet):
-    """Your API tokens (Authorization: Token ...; also the Kafka SASL/PLAIN password)."""
+class TokenViewSet(TenantScopedViewSet):
+    """Your API tokens (Authorization: Token ...; also the Kafka SASL/PLAIN password). Rows of
+    the signed-in user only, whatever their tenants: the service reads no one else's."""
 
     lookup_value_converter = "str"
+    # For the schema only: the rows come from the service (tokens_of: the actor's own).
+    queryset = AuthToken.objects.none()
 
     def list(self, request: Request) -> Response:
         rows = tokens_of(actor=request.user)
