@@ -53,6 +53,12 @@ def token_scope(user: Any) -> str:
     return getattr(user, "token_scope", TokenScope.ADMIN)
 
 
+def token_expiry(user: Any) -> datetime | None:
+    """When the token `user` signed in with expires; a session, SCRAM or a lasting token:
+    None."""
+    return getattr(user, "token_expiry", None)
+
+
 def info_of(auth_token: AuthToken) -> TokenInfo | None:
     try:
         return auth_token.info
@@ -115,6 +121,7 @@ class TokenAuthentication(KnoxTokenAuthentication):
                 user, _ = self.validate_user(auth_token)
                 info = info_of(auth_token)
                 user.token_scope = info.scope if info is not None else TokenScope.ADMIN
+                user.token_expiry = auth_token.expiry
                 note_use(auth_token)
                 return user, auth_token
         raise AuthenticationFailed("Invalid token.")

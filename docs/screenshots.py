@@ -5,8 +5,8 @@ It starts the embedded portal on a scratch data directory and a free port, regis
 replica so the approvals page has a request to show, waits for the demo's messages to reach the
 replica, and captures the overview (also on a phone and in dark mode), the topology with a
 link's lag chart, the streams list, the stream page with its lag chart, its consumer groups and
-messages tabs, the approvals and audit pages, the set-up wizard (a manual step and autosetup's
-live copy) and the jobs page."""
+messages tabs, one message's permalink, the approvals and audit pages, the set-up wizard (a
+manual step and autosetup's live copy) and the jobs page."""
 
 from __future__ import annotations
 
@@ -136,6 +136,9 @@ def views(browser, base: str) -> None:  # type: ignore[no-untyped-def]
                 page.goto(stream_url + path)
                 page.wait_for_load_state("networkidle")
                 page.screenshot(path=str(OUT / f"{tab}.png"), full_page=True)
+            page.locator("#messages a.permalink").first.click()  # one message, in full
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(OUT / "message.png"), full_page=True)
         page.close()
 
 

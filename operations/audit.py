@@ -23,7 +23,7 @@ from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.http import HttpRequest, HttpResponse
 
-from accounts.models import Invitation, Membership, Tenant
+from accounts.models import Invitation, Membership, Plan, Tenant
 from operations.models import AuditAction, AuditEvent, Interface
 from replication import ace
 from replication.models import (
@@ -65,7 +65,7 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
     Invitation: frozenset({"created", "token_hash"}),
 }
 AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Invitation, Cluster, Gateway,
-                                           Stream, Topic, ReplicaLink, Upstream, Failover)
+                                           Stream, Topic, ReplicaLink, Upstream, Failover, Plan)
 
 
 def interface_of(path: str) -> str:
@@ -110,7 +110,20 @@ def audited_fields(model: type[models.Model]) -> list[models.Field]:
 
 
 def values_of(instance: models.Model) -> dict[str, Any]:
-    return {f.attname: f.value_from_object(instance) for f in audited_fields(type(instance))}
+    return readable(type(instance), {f.attname: f.value_from_object(instance)
+                                     for f in audited_fields(type(instance))})
+
+
+def readable(model: type[models.Model], values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A tenant's plan by its name (`plan`), not its row id: what the record says outlives
+    the plan's row, and a reader knows plans by name."""
+    if values is None or model is not Tenant or "plan_id" not in values:
+        return values
+    values = dict(values)
+    plan = values.pop("plan_id")
+    values["plan"] = (Plan.objects.filter(pk=plan).values_list("name", flat=True).first()
+                      if plan is not None else None)
+    return values
 
 
 def _tenants(instance: models.Model) -> tuple[int | None, int | None]:
@@ -231,9 +244,8 @@ def _before_save(sender: type[models.Model], instance: models.Model, raw: bool =
         instance._audit_before = None  # type: ignore[attr-defined]
         return
     names = [f.attname for f in audited_fields(sender)]
-    instance._audit_before = (  # type: ignore[attr-defined]
-        sender._default_manager.filter(pk=instance.pk).values(*names).first()
-    )
+    instance._audit_before = readable(  # type: ignore[attr-defined]
+        sender, sender._default_manager.filter(pk=instance.pk).values(*names).first())
 
 
 def _after_save(sender: type[models.Model], instance: models.Model, created: bool,

@@ -313,6 +313,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "CompressionEnum": "replication.models.Compression",
         "TimestampTypeEnum": "replication.models.TimestampType",
+        "TokenScopeEnum": "accounts.models.TokenScope",
     },
 }
 

@@ -5,7 +5,16 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from portal.api import defaultstreams, failover, groups, jobs, messages, operations, views
+from portal.api import (
+    defaultstreams,
+    failover,
+    groups,
+    jobs,
+    messages,
+    operations,
+    tokens,
+    views,
+)
 
 app_name = "api"
 
@@ -33,6 +42,7 @@ router.register("streams/<uuid:stream_uuid>/topics/<str:name>/offset-resets",
 router.register("alarms", operations.AlarmViewSet, basename="alarm")
 router.register("audit", operations.AuditEventViewSet, basename="audit")
 router.register("jobs", jobs.JobViewSet, basename="job")
+router.register("tokens", tokens.TokenViewSet, basename="token")
 router.register("defaultstreams", defaultstreams.DefaultStreamViewSet, basename="defaultstream")
 
 urlpatterns = [

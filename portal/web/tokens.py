@@ -5,24 +5,26 @@ to the POST that made it, once: it is never kept, so never shown again."""
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.models import TokenScope
 from portal.web.forms import field_errors
 from portal.web.tenancy import render_page
-from replication.errors import InvalidInput, StreamgateError
-from replication.services.tokens import token_create, token_revoke, tokens_of
+from replication.errors import StreamgateError
+from replication.services.tokens import (
+    EXPIRY_DAYS,
+    expiry_from,
+    token_create,
+    token_revoke,
+    tokens_of,
+)
 
 FIELDS = ("name", "scope", "expiry")
-EXPIRY_DAYS = (("30", "30 days"), ("90", "90 days"), ("365", "a year"), ("never", "never"))
 
 
 def _page(request: HttpRequest, *, form: dict[str, str] | None = None,
@@ -42,31 +44,13 @@ def token_list(request: HttpRequest) -> HttpResponse:
     return _page(request)
 
 
-def parse_expiry(choice: str, on: str) -> datetime | None:
-    """The moment a token expires: a date given (its end of day, local time) wins over a
-    number of days; "never": None."""
-    if on:
-        try:
-            day = datetime.strptime(on, "%Y-%m-%d").date()
-        except ValueError as error:
-            raise InvalidInput(f"expiry date {on!r} is not a date: use YYYY-MM-DD",
-                               field="expiry") from error
-        return timezone.make_aware(datetime.combine(day, time.max))
-    if choice == "never":
-        return None
-    if not choice.isdigit() or not 1 <= int(choice) <= 3650:
-        raise InvalidInput(f"expiry {choice!r} is not a number of days: choose 30, 90, 365 or "
-                           "never, or give a date", field="expiry")
-    return timezone.now() + timedelta(days=int(choice))
-
-
 @login_required
 @never_cache
 @require_POST
 def token_make(request: HttpRequest) -> HttpResponse:
     form = {key: request.POST.get(key, "") for key in ("name", "scope", "expires", "expires_on")}
     try:
-        expiry = parse_expiry(form["expires"], form["expires_on"])
+        expiry = expiry_from(form["expires"], form["expires_on"])
         _, secret = token_create(actor=request.user, name=form["name"], scope=form["scope"],
                                  expiry=expiry)
     except StreamgateError as err:

@@ -1,23 +1,27 @@
 """API tokens (knox's AuthToken with a TokenInfo: name, scope, last use): made, listed and
 revoked for their own user. Every way a token is made goes through `token_create`: the
-account's Tokens page, the API's token login and `manage.py createtenantuser`. Another user's
-token answers as absent (404 to the interfaces) whether it exists or not."""
+account's Tokens page, /api/v1/tokens/, `streamgate token create`, the API's token login and
+`manage.py createtenantuser`. Another user's token answers as absent (404 to the interfaces)
+whether it exists or not. A token cannot make a token wider than itself: not a wider scope,
+and not one that outlives it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, time, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 from knox.models import AuthToken
 
 from accounts.models import TokenScope
-from accounts.tokens import issue_token
+from accounts.tokens import issue_token, token_expiry
 from replication.errors import InvalidInput, NotFound
 from replication.scopes import scope_require
 
 MAX_NAME = 100
+MAX_DAYS = 3650
+EXPIRY_DAYS = (("30", "30 days"), ("90", "90 days"), ("365", "a year"), ("never", "never"))
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,36 @@ class TokenRow:
     created: datetime
     expiry: datetime | None
     last_used: datetime | None
+
+
+def expiry_from(days: str, on: str = "") -> datetime | None:
+    """When a token expires, as every interface takes it: a date `on` (YYYY-MM-DD, its end of
+    day, local time) wins over a number of `days`; "never": None."""
+    if on:
+        try:
+            day = datetime.strptime(on, "%Y-%m-%d").date()
+        except ValueError as error:
+            raise InvalidInput(f"expiry date {on!r} is not a date: use YYYY-MM-DD",
+                               field="expiry") from error
+        return timezone.make_aware(datetime.combine(day, time.max))
+    if days == "never":
+        return None
+    if not days.isdigit() or not 1 <= int(days) <= MAX_DAYS:
+        raise InvalidInput(f"expiry {days!r} is not a number of days: choose 1 to {MAX_DAYS} "
+                           "(30, 90, 365) or never, or give a date", field="expiry")
+    return timezone.now() + timedelta(days=int(days))
+
+
+def _within_own_expiry(actor: AbstractBaseUser, expiry: datetime | None) -> None:
+    """A token that expires cannot make one that outlives it (a session or a SCRAM sign-in
+    has no expiry, so it may)."""
+    own = token_expiry(actor)
+    if own is None or (expiry is not None and expiry <= own):
+        return
+    asked = "no expiry" if expiry is None else f"the expiry {expiry:%Y-%m-%d %H:%M}"
+    raise InvalidInput(f"{asked} outlives the token you signed in with, which expires "
+                       f"{own:%Y-%m-%d %H:%M}: choose an earlier expiry, or make the token "
+                       "on the account page's Tokens page", field="expiry")
 
 
 def _clean(name: str, scope: str, expiry: datetime | None) -> tuple[str, TokenScope]:
@@ -52,6 +86,7 @@ def token_create(*, actor: AbstractBaseUser, name: str, scope: str = TokenScope.
     its digest). A token cannot make a wider one than itself."""
     name, kind = _clean(name, scope, expiry)
     scope_require(actor, kind, action=f"making a {kind} token")
+    _within_own_expiry(actor, expiry)
     return issue_token(actor, name=name, scope=kind, expiry=expiry)
 
 

@@ -1,8 +1,9 @@
 """End to end in Debian's chromium: from the user name in the header to the account page, a
 SCRAM password set and listed, then deleted; an API token made, its secret seen once and
-used against the API."""
+used against the API; a second factor set up by scanning its QR code."""
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -10,6 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from accounts.models import ScramCredential
+from tests.e2e.a11y import assert_accessible
 from tests.e2e.test_portal import sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -67,3 +69,32 @@ def test_make_a_read_only_token_in_the_browser_see_its_secret_once_and_use_it(
     assert secret not in page.content()
     # Its expiry and its last use (just now) are dates: no "never" in its row.
     expect(page.locator("#tokens tr", has_text="from the browser")).not_to_contain_text("never")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_second_factor_set_up_by_scanning_its_qr_code(portal_url, browser, scheme, owner):
+    """The QR code as the browser draws it (a screenshot, read by OpenCV's QR reader) is the
+    setup URI; the code it yields turns the second factor on. Accessible in both themes, and
+    within a 390 px phone."""
+    import cv2
+    import numpy
+
+    from accounts import totp
+
+    page = browser.new_context(color_scheme=scheme, viewport={"width": 390, "height": 844}
+                               ).new_page()
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/account/")
+    page.get_by_role("button", name="Set up a second factor").click()
+    qr = page.get_by_role("img", name="QR code of the setup URI")
+    expect(qr).to_be_visible()
+    shot = numpy.frombuffer(qr.screenshot(), dtype=numpy.uint8)
+    uri, _, _ = cv2.QRCodeDetector().detectAndDecode(cv2.imdecode(shot, cv2.IMREAD_GRAYSCALE))
+    assert uri == page.locator("#otpauth-uri").inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert_accessible(page)
+    secret = uri.split("secret=")[1].split("&")[0]
+    page.fill("#totp-confirm input[name=code]", totp.code_at(secret, time.time()))
+    page.click("#totp-confirm button[type=submit]")
+    expect(page.locator("#recovery-codes li")).to_have_count(10)
+    expect(qr).to_have_count(0)

@@ -7,8 +7,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from replication import services
+from replication.engine.store import Record
 from replication.models import ReplicaLink
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
+from replication.services.messages import messages_produce
 from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in
@@ -21,6 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def scene(owner, activity, activity_ny, newyork):
     """A replicated pair, a paused one, and one waiting for approval: every state on a page."""
     off_loop(topic_create, actor=owner, stream=activity, name="clicks", partitions=2)
+    off_loop(messages_produce, actor=owner, stream=activity, topic="clicks", records=[
+        Record(b'{"page": "/home"}', key=b"u1", partition=0), Record(None, key=b"u2", partition=0),
+        Record(b"", key=None, partition=1, headers=(("trace", b"\xff\x00"),))])  # browser rows
     link = off_loop(replica_add, actor=owner, source=activity, replica=activity_ny)
     off_loop(upstream_add, actor=owner, replica=activity_ny, source=activity)
     paused_to = StreamFactory(cluster=newyork, name="archive", created_by=owner)
@@ -41,7 +46,8 @@ def _job(activity) -> int:
 
 
 PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages/",
-         "/streams/{a}/groups/", "/groups/", "/streams/{a}/topics/", "/streams/{a}/replication/",
+         "/streams/{a}/messages/clicks/0/0/", "/streams/{a}/groups/", "/groups/",
+         "/streams/{a}/topics/", "/streams/{a}/replication/",
          "/streams/{a}/settings/", "/streams/{a}/access/?who=alice",
          "/streams/{a}/topics/clicks/delete/",
          "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/",

@@ -14,15 +14,25 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 from knox.models import AuthToken
 
-from accounts.models import Invitation, Membership, Role, SignInSession, Tenant, TokenInfo
+from accounts.models import (
+    Invitation,
+    Membership,
+    Plan,
+    Role,
+    SignInSession,
+    Tenant,
+    TokenInfo,
+)
 from accounts.tokens import issue_token
 from operations.models import AuditEvent
 from portal.rest.commands import REGISTRY, Command
 from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamPath
 from portal.web import urls as web_urls
 from replication import services
+from replication.engine.store import Record
 from replication.models import Cluster, Gateway, Job, ReplicaLink, Stream, Topic, Upstream
 from replication.services.members import invitation_create
+from replication.services.messages import messages_produce
 from tests.factories import StreamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +50,8 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
     """acme: activity (topic clicks) replicating to activity_ny, agreed; activity -> waiting
     (registered, not approved); a copystream job. globex: mallory's own stream."""
     services.topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=[Record(b"acme's click", key=b"acme")])  # a permalink's message
     pair = services.replica_add(actor=owner, source=activity, replica=activity_ny)
     services.upstream_add(actor=owner, replica=activity_ny, source=activity)
     spare = StreamFactory(cluster=newyork, name="spare", created_by=owner)
@@ -189,7 +201,7 @@ def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     values = {"pk": _pk_for(pattern.name, world), "link_pk": world["pair"].pk,
               "action": "pause", "decision": "approve", "source_pk": world["activity"].pk,
               "replica_pk": world["ny"].pk, "number": 2, "token_id": world["token_id"],
-              "name": "clicks"}
+              "name": "clicks", "topic": "clicks", "partition": 0, "offset": 0}
     names = list(pattern.pattern.converters)
     missing = [n for n in names if n not in values]
     assert not missing, f"{pattern.name}: add a value for {missing} to _page_kwargs"
@@ -234,3 +246,28 @@ def test_pages_without_an_object_show_an_outsider_nothing_of_acme(world):
     for name in ("overview", "streams", "approvals", "jobs", "audit"):
         body = client.get(reverse(name)).content.decode()
         assert world["activity"].path not in body and "acme" not in body, name
+
+
+def test_an_outsider_neither_sees_nor_revokes_acmes_tokens_nor_reads_its_plan(api, world):
+    """The API's and the CLI's token commands and `tenant plan list` answer an outsider with
+    its own rows only; alice's token id answers as absent and stays."""
+    alice_plan = Tenant.objects.get(name="acme")
+    alice_plan.plan = Plan.objects.create(name="acme-gold")
+    alice_plan.save()
+    client = api(world["outsider"])
+    issue_token(world["outsider"], name="mallory's")
+    assert [r["name"] for r in client.get("/api/v1/tokens/").json()] == ["mallory's"]
+    listed = client.post("/rest/user/token/list").json()["data"]
+    assert [r["name"] for r in listed] == ["mallory's"]
+    before = snapshot()
+    gone = client.delete(f"/api/v1/tokens/{world['token_id']}/")
+    assert gone.status_code == 404 and "alice" not in gone.content.decode()
+    refused = client.post("/rest/user/token/revoke", urlencode({"id": world["token_id"]}),
+                          content_type="application/x-www-form-urlencoded").json()
+    assert refused["status"] == "ERROR" and refused["errors"][0]["id"] == 2
+    assert snapshot() == before
+    plans = client.post("/rest/tenant/plan/list").content.decode()
+    assert "acme" not in plans and "gold" not in plans and "globex" in plans
+    audit = client.post("/rest/audit/list", urlencode({"type": "plan"}),
+                        content_type="application/x-www-form-urlencoded").json()["data"]
+    assert audit == []

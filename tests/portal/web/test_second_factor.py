@@ -165,3 +165,45 @@ def test_another_users_code_does_not_turn_off_alices(owner, outsider):
     refused = signed_in(outsider).post("/account/totp/disable/", {"code": code(secret, 1)})
     assert refused.status_code == 400
     assert TotpDevice.objects.filter(user=owner, confirmed=True).exists()
+
+
+def qr_modules(svg: str) -> list[list[int]]:
+    """The dark modules of segno's inline SVG (one path of runs: M/m moves, h draws a run on
+    the row y - 0.5), as a grid of 0 (light) and 1 (dark)."""
+    size = int(re.search(r'd="M0 0h(\d+)v', svg).group(1))
+    runs = re.search(r'class="qrline"[^>]* d="([^"]+)"', svg).group(1)
+    grid = [[0] * size for _ in range(size)]
+    x = y = 0.0
+    for op, a, b in re.findall(r"([Mmh])(-?[\d.]+)(?: (-?[\d.]+))?", runs):
+        if op == "M":
+            x, y = float(a), float(b)
+        elif op == "m":
+            x, y = x + float(a), y + float(b)
+        else:
+            for column in range(int(x), int(x + float(a))):
+                grid[int(y)][column] = 1
+            x += float(a)
+    return grid
+
+
+def decoded(svg: str) -> str:
+    """What a QR reader (OpenCV's) reads from the code drawn as the SVG says."""
+    import cv2
+    import numpy
+
+    image = (1 - numpy.array(qr_modules(svg), dtype=numpy.uint8)) * 255
+    image = cv2.resize(image, None, fx=8, fy=8, interpolation=cv2.INTER_NEAREST)
+    text, _, _ = cv2.QRCodeDetector().detectAndDecode(image)
+    return text
+
+
+def test_setting_up_shows_a_qr_code_of_the_uri_drawn_inline(owner):
+    client = signed_in(owner)
+    client.post("/account/totp/start/")
+    device = TotpDevice.objects.get(user=owner)
+    page = client.get("/account/").content.decode()
+    svg = re.search(r'<svg role="img" id="totp-qr".*?</svg>', page, re.S).group(0)
+    assert "<title>QR code of the setup URI" in svg and "http" not in svg  # nothing fetched
+    assert decoded(svg) == totp.provisioning_uri(device.secret, account="alice")
+    client.post("/account/totp/confirm/", {"code": code(device.secret)})
+    assert 'id="totp-qr"' not in client.get("/account/").content.decode()  # once on: gone
