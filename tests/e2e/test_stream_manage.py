@@ -13,7 +13,8 @@ from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
 from replication.models import KafkaGroup, Topic
 from replication.services import topic_create
-from replication.services.messages import cursor_commit, messages_produce
+from replication.services.cursors import cursor_commit
+from replication.services.messages import messages_produce
 from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in

@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from operations.models import AuditEvent
-from replication.services.messages import cursor_commit
+from replication.services.cursors import cursor_commit
 from replication.stores import store_for
 from tests.portal.web.test_groups import clicks, publish_group  # noqa: F401 (fixture)
 
