@@ -1,0 +1,159 @@
+"""Kafka transactions on a batch store (issue 31), with confluent-kafka's transactional
+producer against real listener processes: commit and abort with markers, read_committed and
+read_uncommitted consumers, offsets committed with the transaction, fencing by epoch, a
+listener killed -9 mid-transaction, another tenant refused the transactional id."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from replication.models import KafkaTransaction, TxnState
+from replication.stores import store_for
+from tests.factories import ClusterFactory, StreamFactory, TopicFactory
+
+pytestmark = pytest.mark.slow
+NAME = "/mapr/ktxn/apps:orders"
+
+
+@pytest.fixture
+def txn_topic(owner, settings):
+    settings.STORE_LAYOUT = "batches"
+    stream = StreamFactory(cluster=ClusterFactory(name="ktxn"), name="apps", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    topic = TopicFactory(stream=stream, name="orders", partitions=2)
+    store = store_for(stream.cluster)
+    assert store.KEEPS_BATCHES
+    store.ensure_topic(stream.uuid, "orders", 2)
+    return topic
+
+
+def _producer(kafka, tid: str, **extra: object) -> Producer:
+    producer = Producer(kafka.confluent(**{"transactional.id": tid, **extra}))
+    producer.init_transactions(30)
+    return producer
+
+
+def _values(kafka, isolation: str, expect: int) -> list[bytes]:
+    consumer = Consumer(kafka.confluent(**{"group.id": f"r-{uuid.uuid4().hex[:6]}",
+                                           "isolation.level": isolation,
+                                           "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(NAME, p, 0) for p in (0, 1)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(got) <= expect:
+        got += [m.value() for m in consumer.consume(100, timeout=1) if m.error() is None]
+        if len(got) == expect:  # and nothing more within a second
+            got += [m.value() for m in consumer.consume(100, timeout=1) if m.error() is None]
+            break
+    consumer.close()
+    return sorted(got)
+
+
+def test_read_committed_sees_committed_transactions_only_and_offsets_commit_with_them(
+        kafka, txn_topic):
+    producer = _producer(kafka, "billing-tx")
+    group = Consumer(kafka.confluent(**{"group.id": "billing", "enable.auto.commit": False}))
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce(NAME, b"kept-%d" % p, partition=p)
+    producer.send_offsets_to_transaction([TopicPartition(NAME, 0, 7)],
+                                         group.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce(NAME, b"dropped-%d" % p, partition=p)
+    producer.send_offsets_to_transaction([TopicPartition(NAME, 0, 99)],
+                                         group.consumer_group_metadata(), 30)
+    producer.abort_transaction(30)
+    assert _values(kafka, "read_committed", 2) == [b"kept-0", b"kept-1"]
+    assert _values(kafka, "read_uncommitted", 4) == [b"dropped-0", b"dropped-1", b"kept-0",
+                                                      b"kept-1"]
+    committed = group.committed([TopicPartition(NAME, 0)], timeout=20)
+    group.close()
+    assert committed[0].offset == 7  # the aborted transaction's 99 never landed
+    stream = txn_topic.stream
+    stored = store_for(stream.cluster).fetch(stream.uuid, "orders", 0, 0, 1 << 20).data
+    assert len(stored) > 0 and _control_types(stored) == [1, 0]  # COMMIT, then ABORT
+
+
+def _control_types(data: bytes) -> list[int]:
+    """The control records' types (1 commit, 0 abort) of the stored batches, in order."""
+    from replication.engine.stored import records_of
+    from tests.batches import split_batches
+
+    out = []
+    for raw in split_batches(data):
+        if int.from_bytes(raw[21:23], "big") & 0x20:
+            out.append(int.from_bytes(records_of(raw)[1][0].key[2:4], "big"))
+    return out
+
+
+def test_an_open_transaction_holds_read_committed_at_its_first_offset(kafka, txn_topic):
+    plain = Producer(kafka.confluent())
+    plain.produce(NAME, b"before", partition=0)
+    plain.flush(10)
+    producer = _producer(kafka, "open-tx")
+    producer.begin_transaction()
+    producer.produce(NAME, b"pending", partition=0)
+    producer.flush(10)
+    plain.produce(NAME, b"after", partition=0)
+    plain.flush(10)
+    assert _values(kafka, "read_committed", 1) == [b"before"]  # stops at the open one
+    lister = Consumer(kafka.confluent(**{"group.id": "lso", "isolation.level": "read_committed"}))
+    low, high = lister.get_watermark_offsets(TopicPartition(NAME, 0), timeout=10, cached=False)
+    lister.close()
+    assert (low, high) == (0, 1)  # the last stable offset
+    producer.commit_transaction(30)
+    assert _values(kafka, "read_committed", 3) == [b"after", b"before", b"pending"]
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(kafka, txn_topic):
+    first = _producer(kafka, "fence-tx")
+    first.begin_transaction()
+    first.produce(NAME, b"zombie", partition=0)
+    first.flush(10)
+    second = _producer(kafka, "fence-tx")  # aborts the first's open transaction
+    second.begin_transaction()
+    second.produce(NAME, b"fresh", partition=1)
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as fenced:
+        first.commit_transaction(30)
+    assert fenced.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                           KafkaError.INVALID_PRODUCER_EPOCH)
+    assert _values(kafka, "read_committed", 1) == [b"fresh"]
+
+
+def test_a_listener_killed_mid_transaction_leaves_it_aborted_by_its_timeout(
+        kafka_listeners, kafka, txn_topic):
+    victim = kafka_listeners.start("k2")
+    endpoint = type(kafka)(victim, kafka.username, kafka.password, kafka_listeners)
+    producer = _producer(endpoint, "crash-tx", **{"transaction.timeout.ms": 3000})
+    producer.begin_transaction()
+    producer.produce(NAME, b"lost", partition=0)
+    producer.flush(10)
+    kafka_listeners.stop("k2", kill=True)
+    deadline = time.monotonic() + 30
+    while KafkaTransaction.objects.get(transactional_id="crash-tx").state != \
+            TxnState.COMPLETE_ABORT:
+        assert time.monotonic() < deadline, "the surviving listener did not abort it"
+        time.sleep(0.2)
+    plain = Producer(kafka.confluent())
+    plain.produce(NAME, b"later", partition=0)
+    plain.flush(10)
+    assert _values(kafka, "read_committed", 1) == [b"later"]
+    stream = txn_topic.stream
+    stored = store_for(stream.cluster).fetch(stream.uuid, "orders", 0, 0, 1 << 20).data
+    assert _control_types(stored) == [0]  # one ABORT marker, written once
+
+
+def test_another_tenants_user_is_refused_the_transactional_id(kafka, txn_topic, outsider):
+    _producer(kafka, "owned-tx")
+    theirs = Producer(kafka.as_user(outsider).confluent(**{"transactional.id": "owned-tx"}))
+    with pytest.raises(KafkaException) as refused:
+        theirs.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert KafkaTransaction.objects.get(transactional_id="owned-tx").epoch == 0
