@@ -28,6 +28,7 @@ from replication.errors import InvalidInput, StreamgateError
 from replication.grants import grants_require
 from replication.models import KafkaProducerId, KafkaTransaction, Stream, TxnState
 from replication.services.cursors import cursors_check
+from replication.services.messages import _check_group
 from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
 
@@ -59,6 +60,10 @@ class TxnNotOngoing(StreamgateError, kafka_error="invalid_txn_state"):
     pass
 
 
+class TxnBadId(InvalidInput, kafka_error="invalid_request"):
+    pass
+
+
 class TxnTimeout(InvalidInput, kafka_error="invalid_transaction_timeout"):
     pass
 
@@ -81,6 +86,10 @@ def _tenant_of(actor: AbstractBaseUser) -> int | None:
 def _owned(actor: AbstractBaseUser, transactional_id: str, *, lock: bool = True,
            ) -> KafkaTransaction | None:
     """The id's row (locked till the commit), refused when another tenant's."""
+    if not transactional_id or len(transactional_id) > 255 or \
+            not transactional_id.isprintable():
+        raise TxnBadId("a transactional id is 1-255 printable characters",
+                       field="transactional_id")
     rows = KafkaTransaction.objects.filter(transactional_id=transactional_id)
     txn = (rows.select_for_update() if lock else rows).first()
     if txn is not None and txn.tenant_id != _tenant_of(actor):
@@ -215,6 +224,7 @@ def _addable(actor: AbstractBaseUser, stream: Stream, topic: str,
 
 def txn_add_offsets(*, actor: AbstractBaseUser, who: TxnProducer, group: str) -> None:
     """AddOffsetsToTxn: the group's offsets will be committed with the transaction."""
+    _check_group(group)
     with transaction.atomic():
         txn = _current(actor, who)
         _begin(txn)
@@ -229,6 +239,10 @@ def txn_offset_commit(*, actor: AbstractBaseUser, who: TxnProducer, group: str, 
     """TxnOffsetCommit: offsets checked now (consumeperm, partition, offset), written only when
     the transaction commits."""
     results = cursors_check(actor=actor, stream=stream, group=group, commits=commits)
+    for topic, partition, _, metadata in commits:
+        if "\x00" in metadata:  # the control database's JSON cannot keep it
+            results[(topic, partition)] = InvalidInput(
+                "commit metadata with a NUL character: send text", field="metadata")
     good = [c for c in commits if results[(c[0], c[1])] is None]
     with transaction.atomic():
         txn = _current(actor, who)
