@@ -283,6 +283,7 @@ class BatchLayout(TransactionRanges):
             end = todo[-1].last_offset + 1 if todo else nxt
             if todo:
                 self._copy(conn, pid, todo)
+                self._track_ranges(conn, pid, todo)
                 conn.execute(self._sql(ADVANCE_ONE), (end, written, size, pid))
             conn.execute(self._sql(LINK_CURSOR), (pid, link, batches[-1].last_offset + 1))
         return Applied({key: max(end, nxt)}, {key: written}, size)

@@ -25,7 +25,7 @@ from replication.engine.recordbatch import CONTROL, TRANSACTIONAL, encode_body, 
 from replication.engine.statements import ADVANCE_ONE
 from replication.engine.store import Record, now_ms
 from replication.engine.storebase import Connection, MessageStore
-from replication.engine.stored import Fetched, StoredBatch
+from replication.engine.stored import Fetched, StoredBatch, records_of
 
 TXN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS txn_ranges (
@@ -90,6 +90,11 @@ def control_batch(base_offset: int, producer_id: int, epoch: int, commit: bool, 
                        crc, origin.bytes, None, len(value) + len(key), data)
 
 
+def control_type(data: bytes) -> int:
+    """A control batch's record type: ABORT or COMMIT (its key's second int16)."""
+    return int.from_bytes(records_of(data)[1][0].key[2:4], "big")  # type: ignore[index]
+
+
 def transactional_starts(rows: Iterable[tuple[int, StoredBatch]]) -> list[tuple[int, int, int]]:
     """(pid, producer id, first offset) of each partition's first transactional data batch
     among `rows` (pid, numbered batch) of an append: the ranges it may open."""
@@ -114,6 +119,19 @@ class TransactionRanges(MessageStore):
         starts = transactional_starts(rows)
         if starts:
             conn.cursor().executemany(self._sql(OPEN_RANGE), starts)
+
+    def _track_ranges(self, conn: Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
+        """Replicated batches (copied as they are, in offset order): the ranges their
+        transactional batches open and their markers close, as at the origin, so a
+        read_committed consumer of a replica sees what one of the origin sees (invariant 13)."""
+        for b in batches:
+            if not b.attributes & TRANSACTIONAL:
+                continue
+            if b.attributes & CONTROL:
+                conn.execute(self._sql(CLOSE_RANGE), (b.base_offset, control_type(b.data) == ABORT,
+                                                      pid, b.producer_id))
+            else:
+                conn.execute(self._sql(OPEN_RANGE), (pid, b.producer_id, b.base_offset))
 
     def write_marker(self, stream: UUID, topic: str, partition: int, *, producer_id: int,
                      epoch: int, commit: bool, origin: UUID) -> int | None:
