@@ -26,7 +26,7 @@ from accounts.models import Membership
 from replication.engine.store import PartitionOutOfRange, UnknownTopic
 from replication.errors import InvalidInput, StreamgateError
 from replication.grants import grants_require
-from replication.models import KafkaProducerId, KafkaTransaction, Stream, TxnState
+from replication.models import KafkaProducerId, KafkaTransaction, Stream, Topic, TxnState
 from replication.services.cursors import cursors_check
 from replication.services.messages import _check_group
 from replication.services.wakeups import cursors_wake
@@ -349,3 +349,34 @@ def txn_visible(*, actor: AbstractBaseUser, ids: Sequence[str] | None = None,
     tenant's are not even confirmed."""
     rows = KafkaTransaction.objects.filter(tenant_id=_tenant_of(actor))
     return list(rows if ids is None else rows.filter(transactional_id__in=ids))
+
+
+@dataclass(frozen=True)
+class PartitionTxns:
+    """A partition's last stable offset and its open transactions (producer id, first offset,
+    and the transactional id when it is the stream's tenant's)."""
+
+    partition: int
+    last_stable_offset: int
+    open: list[tuple[int, int, str | None]]
+
+
+def topic_transactions(*, topic: Topic) -> list[PartitionTxns]:
+    """What `stream topic info` and the API show of a topic's transactions (the caller has
+    checked the user may see the topic)."""
+    store = store_for(topic.stream.cluster)
+    try:
+        marks = store.watermarks(topic.stream.uuid, topic.name)
+    except UnknownTopic:  # nothing produced yet: the store has not heard of the topic
+        marks = {}
+    opened: dict[int, list[tuple[int, int]]] = {}
+    if store.KEEPS_BATCHES and marks:
+        opened = store.open_transactions(  # type: ignore[attr-defined]
+            topic.stream.uuid, topic.name, sorted(marks))
+    pids = {pid for ranges in opened.values() for pid, _ in ranges}
+    names = dict(KafkaTransaction.objects.filter(
+        producer_id__in=pids, tenant_id=topic.stream.tenant_id).values_list(
+        "producer_id", "transactional_id"))
+    return [PartitionTxns(p, min([f for _, f in opened.get(p, [])], default=marks.get(
+        p, (0, 0))[1]), [(pid, first, names.get(pid)) for pid, first in opened.get(p, [])])
+        for p in range(topic.partitions)]

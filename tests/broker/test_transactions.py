@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from rest_framework.test import APIClient
 
 from replication.models import KafkaTransaction, TxnState
 from replication.stores import store_for
@@ -92,7 +93,8 @@ def _control_types(data: bytes) -> list[int]:
     return out
 
 
-def test_an_open_transaction_holds_read_committed_at_its_first_offset(kafka, txn_topic):
+def test_an_open_transaction_holds_read_committed_at_its_first_offset(kafka, txn_topic, owner,
+                                                                     outsider):
     plain = Producer(kafka.confluent())
     plain.produce(NAME, b"before", partition=0)
     plain.flush(10)
@@ -107,8 +109,27 @@ def test_an_open_transaction_holds_read_committed_at_its_first_offset(kafka, txn
     low, high = lister.get_watermark_offsets(TopicPartition(NAME, 0), timeout=10, cached=False)
     lister.close()
     assert (low, high) == (0, 1)  # the last stable offset
+    assert _shown(txn_topic, owner, outsider) == (1, [1])
     producer.commit_transaction(30)
+    assert _shown(txn_topic, owner, outsider) == (4, [])  # the marker took offset 3
     assert _values(kafka, "read_committed", 3) == [b"after", b"before", b"pending"]
+
+
+def _shown(topic, owner, outsider) -> tuple[int, list[int]]:  # type: ignore[no-untyped-def]
+    """Partition 0's last stable offset and open transactions' first offsets, as `stream topic
+    info` (/rest, the CLI) and the API show them alike; the outsider sees no such topic."""
+    client = APIClient()
+    client.force_authenticate(owner)
+    rest = client.get("/rest/stream/topic/info", {"path": topic.stream.path,
+                                                  "topic": topic.name}).json()["data"][0]
+    url = f"/api/v1/streams/{topic.stream.uuid}/topics/{topic.name}/transactions/"
+    api = client.get(url).json()[0]
+    assert (api["last_stable_offset"], [t["first_offset"] for t in api["open_transactions"]]) \
+        == (rest["laststableoffset"], [t["firstoffset"] for t in rest["opentransactions"]])
+    assert all(t["transactionalid"] == "open-tx" for t in rest["opentransactions"])
+    client.force_authenticate(outsider)
+    assert client.get(url).status_code == 404
+    return rest["laststableoffset"], [t["firstoffset"] for t in rest["opentransactions"]]
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_first(kafka, txn_topic):
