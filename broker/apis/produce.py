@@ -185,7 +185,8 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     refused = await produce_refusal(session, request, topics) if transactional else None
     if refused is not None:  # KIP-890: not in the producer's ongoing transaction
         answers: list[list[PartitionAnswer]] | None = [
-            [PartitionAnswer(p.index, *refused) for p in t.partition_data] for _, t in topics]
+            [PartitionAnswer(p.index, refused[0], message=refused[1]) for p in t.partition_data]
+            for _, t in topics]
     else:  # acks=0 expects no answer: its client may close as soon as it has sent the request.
         answers = await session.run_sync(
             produce_request, session.user, topics,

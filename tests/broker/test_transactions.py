@@ -178,3 +178,34 @@ def test_another_tenants_user_is_refused_the_transactional_id(kafka, txn_topic, 
         theirs.init_transactions(30)
     assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert KafkaTransaction.objects.get(transactional_id="owned-tx").epoch == 0
+
+
+def test_a_transactional_batch_to_a_partition_not_added_is_refused_and_not_stored(
+        kafka, txn_topic):
+    from tests.broker.wire import Wire
+    from tests.replication.engine.test_batchstore import _transactional
+
+    wire = Wire(kafka.bootstrap)
+    wire.authenticate(kafka.username, kafka.password)
+    init = wire.call(22, 4, transactional_id="raw-tx", transaction_timeout=60_000,
+                     producer_id=-1, producer_epoch=-1)
+    assert init.error_code == 0
+    batch = _transactional(1, init.producer_id, 0)[0].data
+
+    def produce(tid: str | None) -> tuple[int, str | None]:
+        answer = wire.call(0, 8, transactional_id=tid, acks=-1, timeout_ms=30_000, topic_data=[
+            {"name": NAME, "partition_data": [{"index": 0, "records": batch}]}])
+        found = answer.responses[0].partition_responses[0]
+        return found.error_code, found.error_message
+
+    assert produce("raw-tx")[0] == KafkaError.INVALID_TXN_STATE  # not added (KIP-890)
+    assert produce(None)[0] == KafkaError.INVALID_MSG  # CORRUPT_MESSAGE: transactional, no id
+    added = wire.call(24, 3, v3_and_below_transactional_id="raw-tx",
+                      v3_and_below_producer_id=init.producer_id, v3_and_below_producer_epoch=0,
+                      v3_and_below_topics=[{"name": NAME, "partitions": [0]}])
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
+        == 0
+    assert produce("raw-tx")[0] == 0
+    wire.close()
+    stream = txn_topic.stream
+    assert store_for(stream.cluster).watermarks(stream.uuid, "orders")[0] == (0, 1)
