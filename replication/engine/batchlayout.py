@@ -206,6 +206,7 @@ class BatchLayout(TransactionRanges):
                 self._copy(conn, pid, [kept])
                 count, size = count - kept.records, size - kept.size
             conn.execute(self._sql(TRUNCATE), (offset, offset, count, size, pid))
+            self._truncate_ranges(conn, pid, offset)
             for statement in TRUNCATE_CURSORS:
                 conn.execute(self._sql(statement), (offset, pid, offset))
         return nxt - offset

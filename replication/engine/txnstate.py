@@ -63,6 +63,17 @@ OPEN_RANGES = """
 SELECT producer_id, first_offset FROM txn_ranges
 WHERE pid = %s AND marker_offset IS NULL ORDER BY first_offset
 """
+# An open range's producer and the epoch of its latest batch there (a marker carries it).
+OPEN_EPOCHS = """
+SELECT r.producer_id, (SELECT b.epoch FROM batches b WHERE b.pid = r.pid
+                       AND b.producer_id = r.producer_id ORDER BY b.last_offset DESC LIMIT 1)
+FROM txn_ranges r WHERE r.pid = %s AND r.marker_offset IS NULL
+"""
+TRUNCATE_OPENED = "DELETE FROM txn_ranges WHERE pid = %s AND first_offset >= %s"
+TRUNCATE_CLOSED = """
+UPDATE txn_ranges SET marker_offset = NULL, aborted = false
+WHERE pid = %s AND marker_offset >= %s
+"""
 ABORT, COMMIT = 0, 1  # a control record's type (its key's second int16)
 
 
@@ -153,6 +164,25 @@ class TransactionRanges(MessageStore):
                 # here too: its late batches are refused, not left past the marker.
                 self._put_state(conn, pid, producer_id, ProducerState(epoch, (-1,), (-1,), (-1,)))
         return nxt
+
+    def abort_open(self, stream: UUID, topic: str) -> int:
+        """An ABORT marker for every open transaction of the topic (a promoted replica: their
+        coordinator served the old origin, whose partitions they were added as); how many."""
+        aborted = 0
+        for partition in range(self.partitions(stream, topic)):
+            with self._reading() as conn:
+                pid = self._pid(conn, stream, topic, partition)
+                found = self._all(conn, OPEN_EPOCHS, (pid,))
+            for producer_id, epoch in found:
+                aborted += self.write_marker(
+                    stream, topic, partition, producer_id=producer_id, epoch=max(epoch or 0, 0),
+                    commit=False, origin=stream) is not None
+        return aborted
+
+    def _truncate_ranges(self, conn: Connection, pid: int, offset: int) -> None:
+        """A truncate at `offset`: the ranges opened from it go, those closed from it reopen."""
+        conn.execute(self._sql(TRUNCATE_OPENED), (pid, offset))
+        conn.execute(self._sql(TRUNCATE_CLOSED), (pid, offset))
 
     def txn_view(self, stream: UUID, topic: str, partition: int, offset: int,
                  high: int) -> TxnView:

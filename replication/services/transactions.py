@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import structlog
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -32,6 +33,7 @@ from replication.services.messages import _check_group
 from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
 
+log = structlog.get_logger(__name__)
 MAX_EPOCH = 32766
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default (15 minutes)
 TAKE_OVER_SECONDS = 5.0  # a decided transaction left this long is completed by another
@@ -380,3 +382,23 @@ def topic_transactions(*, topic: Topic) -> list[PartitionTxns]:
     return [PartitionTxns(p, min([f for _, f in opened.get(p, [])], default=marks.get(
         p, (0, 0))[1]), [(pid, first, names.get(pid)) for pid, first in opened.get(p, [])])
         for p in range(topic.partitions)]
+
+
+def txn_abort_promoted(*, stream: Stream, topics: Sequence[str]) -> int:
+    """After a failover: the transactions left open in the promoted stream's topics are
+    aborted there (their coordinator wrote to the old origin, which no longer feeds it), so
+    its read_committed consumers are not held at them for ever. A store that does not answer
+    is logged: the failover stands."""
+    store = store_for(stream.cluster)
+    if not store.KEEPS_BATCHES:
+        return 0
+    aborted = 0
+    for topic in topics:
+        try:
+            aborted += store.abort_open(stream.uuid, topic)  # type: ignore[attr-defined]
+        except UnknownTopic:
+            continue  # nothing of it reached the replica
+        except Exception as error:
+            log.warning("txn_abort_promoted_failed", stream=stream.path, topic=topic,
+                        error=str(error))
+    return aborted

@@ -364,3 +364,21 @@ def test_a_replica_keeps_the_origins_transactions_so_read_committed_reads_alike(
     replica.apply_from(source, stream, target, "t", 0, 0, 10, link="l")
     assert replica.txn_view(target, "t", 0, 0, 10) == origin_view
     assert replica.fetch(target, "t", 0, 0, 1 << 20) == source.fetch(stream, "t", 0, 0, 1 << 20)
+
+
+def test_a_promoted_replica_aborts_the_transactions_left_open_and_a_truncate_reopens_them(
+        store, stream):
+    target = uuid.uuid4()
+    store.ensure_topic(stream, "t", 1)
+    store.append_batches(stream, "t", {0: _transactional(3, 51, 0)}, origin=ORIGIN)
+    store.apply_from(store, stream, target, "t", 0, 0, 3, link="l")
+    assert store.txn_view(target, "t", 0, 0, 3) == (0, [])  # open: read_committed waits
+    assert store.abort_open(target, "t") == 1
+    assert store.abort_open(target, "t") == 0  # once
+    assert store.txn_view(target, "t", 0, 0, 4) == (4, [(51, 0)])
+    assert store.truncate(target, "t", 0, 3) == 1  # the marker goes: the range is open again
+    assert store.txn_view(target, "t", 0, 0, 3) == (0, [])
+    assert store.truncate(target, "t", 0, 0) == 3
+    assert store.txn_view(target, "t", 0, 0, 0) == (0, [])
+    store.append(target, "t", [Record(b"plain")], origin=target)
+    assert store.txn_view(target, "t", 0, 0, 1) == (1, [])  # no range left behind
