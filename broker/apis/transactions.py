@@ -177,7 +177,9 @@ def _described(actor: AbstractBaseUser, ids: list[str]) -> list[dict[str, Any]]:
 
 
 def _ms(when: datetime.datetime | None) -> datetime.datetime:
-    return when or datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
+    # No start (not found, or not begun): the epoch, not Kafka's -1, which kio cannot write
+    # back for every client library that decodes with it; clients ignore it then.
+    return when or datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 
 
 @handles(65, 0, 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -209,3 +210,30 @@ def test_a_transactional_batch_to_a_partition_not_added_is_refused_and_not_store
     wire.close()
     stream = txn_topic.stream
     assert store_for(stream.cluster).watermarks(stream.uuid, "orders")[0] == (0, 1)
+
+
+def test_describe_and_list_transactions_show_the_tenants_own_only(kafka, txn_topic, outsider):
+    from tests.broker.wire import Wire
+
+    producer = _producer(kafka, "listed-tx")
+    producer.begin_transaction()
+    producer.produce(NAME, b"x", partition=1)
+    producer.flush(10)
+
+    def ask(endpoint) -> tuple[list, Any]:  # type: ignore[no-untyped-def]
+        wire = Wire(kafka.bootstrap)
+        wire.authenticate(endpoint.username, endpoint.password)
+        listed = wire.call(66, 0, state_filters=[], producer_id_filters=[])
+        described = wire.call(65, 0, transactional_ids=["listed-tx"])
+        wire.close()
+        return ([(t.transactional_id, t.transaction_state) for t in listed.transaction_states],
+                described.transaction_states[0])
+
+    listed, described = ask(kafka)
+    assert listed == [("listed-tx", "Ongoing")]
+    assert (described.error_code, described.transaction_state,
+            [(t.topic, list(t.partitions)) for t in described.topics]) == (
+        0, "Ongoing", [("orders", [1])])
+    listed, described = ask(kafka.as_user(outsider))
+    assert listed == [] and described.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+    producer.abort_transaction(30)
