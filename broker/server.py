@@ -28,6 +28,7 @@ import structlog
 from django.conf import settings
 
 import broker.apis  # noqa: F401  (registers the handlers)
+from broker.apis.transactions import TransactionTimeouts
 from broker.dispatch import MAX_THROTTLE_MS, dispatch
 from broker.errors import CloseConnection
 from broker.limits import ConnectionGate, Limits, Refused, address_of
@@ -232,7 +233,7 @@ async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> 
     listener = make_listener(options, bound)
     holder.append(listener)
     await server.start_serving()
-    async with server, Beacon(listener), RevocationWatch(listener):
+    async with server, Beacon(listener), RevocationWatch(listener), TransactionTimeouts(listener):
         log.info("kafka_listening", listen=f"{host}:{bound}", node_id=listener.node_id,
                  advertise=f"{listener.host}:{listener.port}", cluster=options.cluster,
                  tls=settings.KAFKA_TLS_CERT != "")

@@ -159,7 +159,10 @@ async def _fetch_group(session: Session, group: str, topics: Any) -> list[dict[s
 def _fetched(partition: int, cursor: Committed | None, code: int) -> dict[str, Any]:
     return {"partition_index": partition,
             "committed_offset": -1 if cursor is None else cursor.offset,
-            "committed_leader_epoch": -1, "metadata": "" if cursor is None else cursor.metadata,
+            # Every stored batch carries partition leader epoch 0 (producers write it, and a
+            # partition never changes leader): a consumer commits its position with epoch 0.
+            "committed_leader_epoch": -1 if cursor is None else 0,
+            "metadata": "" if cursor is None else cursor.metadata,
             "error_code": code}
 
 

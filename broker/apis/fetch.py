@@ -40,7 +40,8 @@ class TopicFetch:
     records: dict[int, bytes] = field(default_factory=dict)
 
 
-def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> int:
+def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int,
+                committed: bool = False) -> int:
     """Read one topic's partitions; returns the bytes of records gathered."""
     fetch.codes.clear()
     fetch.records.clear()
@@ -53,7 +54,7 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
     try:
         messages_fetch_partitions(actor=actor, stream=fetch.resolved.stream,
                                   topic=fetch.resolved.topic, reads=fetch.reads,
-                                  max_bytes=max_bytes)
+                                  max_bytes=max_bytes, committed=committed)
     except Exception as error:  # the whole topic refused (consumeperm, topic gone)
         code = error_of(error)
         for read in fetch.reads:
@@ -71,12 +72,13 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int) -> i
     return total
 
 
-def fetch_once(actor: AbstractBaseUser, fetches: list[TopicFetch], max_bytes: int
-               ) -> tuple[int, bool]:
-    """Read every topic (in the thread pool): (bytes gathered, whether a partition failed)."""
+def fetch_once(actor: AbstractBaseUser, fetches: list[TopicFetch], max_bytes: int,
+               committed: bool = False) -> tuple[int, bool]:
+    """Read every topic (in the thread pool): (bytes gathered, whether a partition failed);
+    `committed`: read_committed."""
     total = 0
     for fetch in fetches:
-        total += _read_topic(actor, fetch, max(max_bytes - total, 0))
+        total += _read_topic(actor, fetch, max(max_bytes - total, 0), committed)
     return total, any(f.codes for f in fetches)
 
 
@@ -84,8 +86,10 @@ def _partition_entry(fetch: TopicFetch, read: PartitionRead) -> dict[str, Any]:
     code, message = fetch.codes.get(read.partition, (errors.NONE, None))
     del message  # Fetch responses carry no per-partition message; the listener logs it
     return {"partition_index": read.partition, "error_code": code,
-            "high_watermark": read.high, "last_stable_offset": read.high,
-            "log_start_offset": read.low, "aborted_transactions": (),
+            "high_watermark": read.high, "last_stable_offset": read.stable,
+            "log_start_offset": read.low,
+            "aborted_transactions": [{"producer_id": p, "first_offset": f}
+                                     for p, f in read.aborted],
             "preferred_read_replica": -1, "records": fetch.records.get(read.partition, b"")}
 
 
@@ -101,7 +105,8 @@ async def fetch(session: Session, header: RequestHeader, request: Any) -> Any:
     max_bytes = max(request.max_bytes, 1)
     keys = [(f.resolved.stream.uuid, f.resolved.topic) for f in fetches if f.resolved]
     while True:
-        total, failed = await session.run_sync(fetch_once, session.user, fetches, max_bytes)
+        total, failed = await session.run_sync(fetch_once, session.user, fetches, max_bytes,
+                                               request.isolation_level == 1)
         left = deadline - time.monotonic()
         if total >= request.min_bytes or failed or left <= 0 or not keys:
             break

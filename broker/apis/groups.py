@@ -37,10 +37,7 @@ from replication.groups.board import Placement, split_key
 from replication.groups.model import Err
 
 log = structlog.get_logger(__name__)
-# Kafka's answer to a transaction coordinator lookup it may not serve. Not retriable, so a
-# transactional producer fails at once with Kafka's own error instead of retrying until its
-# timeout (COORDINATOR_NOT_AVAILABLE would make librdkafka retry).
-NO_TRANSACTIONS = errors.ErrorCode.transactional_id_authorization_failed
+INVALID_REQUEST = errors.ErrorCode.invalid_request
 INVALID_GROUP_ID = errors.ErrorCode.invalid_group_id
 NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN)
 # Kafka's AclOperation codes on a group a user who sees it may perform: READ (commit, join),
@@ -89,10 +86,12 @@ async def find_coordinator(session: Session, header: RequestHeader, request: Any
     found = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        if key_type != 0:
-            entry |= {"error_code": NO_TRANSACTIONS,
-                      "error_message": "transactions are not supported here (idempotent "
-                                       "producers are): only group coordinators exist"}
+        if key_type not in (0, 1):
+            entry |= {"error_code": INVALID_REQUEST,
+                      "error_message": f"key type {key_type}: 0 (group) or 1 (transaction)"}
+        elif key_type == 1:  # any listener serves any transaction: its state is the database's
+            node = coordinator_node(session, "txn:" + key)
+            entry |= {"node_id": node.node_id, "host": node.host, "port": node.port}
         elif not key:
             entry |= {"error_code": INVALID_GROUP_ID, "error_message": "empty group id"}
         else:

@@ -20,6 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from kio.schema.errors import ErrorCode
 
 from broker import errors
+from broker.apis.transactions import produce_refusal
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import data_arrived
@@ -63,7 +64,7 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
 
 
 def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
-            ) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
+            transactional: bool = False) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
     """The partitions' batches decoded into writes (an idempotent producer's batch each its
     own write), and answers for those that failed to decode or are over the `budget`. For a
     store that keeps batches as sent, they are checked, not decoded."""
@@ -71,7 +72,8 @@ def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
     for data in partitions:
         try:
             if keeps_batches:
-                writes += _batch_writes(data.index, check_batches(data.records, budget))
+                writes += _batch_writes(data.index, check_batches(
+                    data.records, budget, transactional=transactional))
                 continue
             batches = decode_batches(data.records, data.index, budget)
         except (CorruptRecord, BatchTooLarge) as error:
@@ -109,9 +111,9 @@ def _batch_writes(partition: int, batches: list[RawBatch]) -> list[PartitionWrit
 
 def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
                   budget: Budget, abandoned: Callable[[], bool] | None = None,
-                  ) -> list[PartitionAnswer]:
+                  transactional: bool = False) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
-    writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream))
+    writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional)
     writes = [w for w in writes if w.records or w.batches]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
@@ -141,7 +143,7 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
 
 
 def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
-                    abandoned: Callable[[], bool] = lambda: False,
+                    abandoned: Callable[[], bool] = lambda: False, transactional: bool = False,
                     ) -> list[list[PartitionAnswer]] | None:
     """The answers to a Produce request (in the thread pool), or None when its client left
     before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
@@ -158,7 +160,8 @@ def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | 
                                         message="no such topic, or not visible to you")
                         for p in data.partition_data])
         else:
-            out.append(produce_topic(actor, resolved, data.partition_data, budget, abandoned))
+            out.append(produce_topic(actor, resolved, data.partition_data, budget, abandoned,
+                                     transactional))
     return out
 
 
@@ -174,16 +177,20 @@ def _entry(answer: PartitionAnswer) -> dict[str, Any]:
 
 @handles(0, 3, 9)
 async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
-    if request.transactional_id is not None:
-        raise errors.KafkaError(ErrorCode.transactional_id_authorization_failed,
-                                "transactions are not supported by this listener")
     if request.acks not in (0, 1, -1):
         raise errors.KafkaError(errors.INVALID_REQUIRED_ACKS,
                                 f"acks {request.acks}: use 0, 1 or -1 (all)")
     topics = [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
-    # acks=0 expects no answer: its client may close as soon as it has sent the request.
-    answers = await session.run_sync(produce_request, session.user, topics,
-                                     session.peer_left if request.acks != 0 else lambda: False)
+    transactional = request.transactional_id is not None
+    refused = await produce_refusal(session, request, topics) if transactional else None
+    if refused is not None:  # KIP-890: not in the producer's ongoing transaction
+        answers: list[list[PartitionAnswer]] | None = [
+            [PartitionAnswer(p.index, refused[0], message=refused[1]) for p in t.partition_data]
+            for _, t in topics]
+    else:  # acks=0 expects no answer: its client may close as soon as it has sent the request.
+        answers = await session.run_sync(
+            produce_request, session.user, topics,
+            session.peer_left if request.acks != 0 else lambda: False, transactional)
     if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None

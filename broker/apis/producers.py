@@ -1,6 +1,6 @@
 """InitProducerId (key 22): producer ids for idempotent producers, from the control database's
-sequence (unique across listeners and restarts). Transactions are not supported: a
-transactional id is refused, and their APIs are not advertised."""
+sequence (unique across listeners and restarts); a transactional producer's from its
+transaction coordinator (broker/apis/transactions.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from kio.schema.errors import ErrorCode
 
+from broker.apis.transactions import init_transactional
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.session import Session
@@ -30,8 +31,7 @@ def _owns(actor: AbstractBaseUser, producer_id: int) -> bool:
 async def init_producer_id(session: Session, header: RequestHeader, request: Any) -> Any:
     response = response_class(request)
     if request.transactional_id is not None:
-        return build(response, throttle_time=0, producer_id=-1, producer_epoch=-1,
-                     error_code=ErrorCode.transactional_id_authorization_failed)
+        return await init_transactional(session, request)
     old_id = getattr(request, "producer_id", -1)
     old_epoch = getattr(request, "producer_epoch", -1)
     if old_id >= 0 and 0 <= old_epoch < MAX_EPOCH and await session.run_sync(

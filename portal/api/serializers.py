@@ -227,6 +227,18 @@ class TopicSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class PartitionTxnsSerializer(serializers.Serializer):
+    """A partition's last stable offset and open Kafka transactions."""
+
+    partition = serializers.IntegerField()
+    last_stable_offset = serializers.IntegerField()
+    open_transactions = serializers.SerializerMethodField()
+
+    def get_open_transactions(self, found: Any) -> list[dict[str, Any]]:
+        return [{"producer_id": pid, "first_offset": first, "transactional_id": name}
+                for pid, first, name in found.open]
+
+
 class TopicEditSerializer(StrictSerializer):
     partitions = serializers.IntegerField(required=False)
     timestamptype = serializers.ChoiceField(choices=TimestampType.choices, required=False)

@@ -25,6 +25,7 @@ from portal.api.jobs import JobSerializer
 from portal.api.viewsets import ReadOnlyViewSet, StreamChildViewSet, TenantScopedViewSet
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.services.transactions import topic_transactions
 
 NO_CONTENT = {204: OpenApiResponse(description="done")}
 
@@ -183,6 +184,14 @@ class TopicViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
         topic = self.get_object()
         services.topic_delete(actor=request.user, stream=self.parent, name=topic.name)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses=s.PartitionTxnsSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def transactions(self, request: Request, stream_uuid: str, name: str) -> Response:
+        """Each partition's last stable offset (where read_committed consumers stop) and its
+        open Kafka transactions."""
+        found = topic_transactions(topic=self.get_object())
+        return Response(s.PartitionTxnsSerializer(found, many=True).data)
 
 
 # --- replicas and upstreams ---------------------------------------------------------------

@@ -33,6 +33,7 @@ from replication.models import (
     Topic,
 )
 from replication.services.cursors import CursorStanding
+from replication.services.transactions import topic_transactions
 from replication.stores import store_for
 from replication.transport import transport
 
@@ -107,7 +108,9 @@ def topic_rows(stream: Stream) -> list[Row]:
 
 
 def partition_rows(topic: Topic) -> list[Row]:
-    """`stream topic info`: one row per partition."""
+    """`stream topic info`: one row per partition, with its last stable offset and open
+    Kafka transactions (what a read_committed consumer reads up to, and why)."""
+    txns = topic_transactions(topic=topic)
     return [
         {
             "partitionid": index,
@@ -119,6 +122,10 @@ def partition_rows(topic: Topic) -> list[Row]:
             "maxtimestamp": mapr_time(p.maxtimestamp),
             "mintimestampacrossconsumers": mapr_time(p.mintimestampacrossconsumers),
             "timestamptype": topic.timestamptype,
+            "laststableoffset": txns[index].last_stable_offset,
+            "opentransactions": [{"producerid": pid, "firstoffset": first,
+                                  "transactionalid": name}
+                                 for pid, first, name in txns[index].open],
         }
         for index, p in enumerate(storage_figures([topic])[topic.pk])
     ]

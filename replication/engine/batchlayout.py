@@ -8,8 +8,6 @@ SQLite's); the rules no dialect touches are batchrules.py's."""
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Unpack
 from uuid import UUID
@@ -63,9 +61,10 @@ from replication.engine.stored import (
     message_batch,
     messages_of,
 )
+from replication.engine.txnstate import TransactionRanges
 
 
-class BatchLayout(MessageStore):
+class BatchLayout(TransactionRanges):
     """What a batch store does the same on either database. Put before the row store in the
     bases, so these methods take the row store's place."""
 
@@ -79,10 +78,6 @@ class BatchLayout(MessageStore):
         """Something with `execute` that returns bytea columns as bytes (PostgreSQL: a
         binary cursor, so batches are not sent as hex)."""
         return conn
-
-    @abstractmethod
-    def _copy(self, conn: Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
-        """Insert the batches into partition `pid` (in the caller's transaction)."""
 
     def _lock_many(self, conn: Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
         """(low, next offset) of each partition, locked until the commit, in id order so two
@@ -211,6 +206,7 @@ class BatchLayout(MessageStore):
                 self._copy(conn, pid, [kept])
                 count, size = count - kept.records, size - kept.size
             conn.execute(self._sql(TRUNCATE), (offset, offset, count, size, pid))
+            self._truncate_ranges(conn, pid, offset)
             for statement in TRUNCATE_CURSORS:
                 conn.execute(self._sql(statement), (offset, pid, offset))
         return nxt - offset
@@ -288,6 +284,7 @@ class BatchLayout(MessageStore):
             end = todo[-1].last_offset + 1 if todo else nxt
             if todo:
                 self._copy(conn, pid, todo)
+                self._track_ranges(conn, pid, todo)
                 conn.execute(self._sql(ADVANCE_ONE), (end, written, size, pid))
             conn.execute(self._sql(LINK_CURSOR), (pid, link, batches[-1].last_offset + 1))
         return Applied({key: max(end, nxt)}, {key: written}, size)

@@ -26,6 +26,7 @@ from replication.engine.store import (
     plan_partitions,
 )
 from replication.engine.stored import RawBatch, StoredBatch, place
+from replication.engine.txnstate import TXN_SCHEMA
 
 # The columns of PostgreSQL's `batches` (pgbatch/schema.py), keyed by partition id and last
 # offset: a fetch from any offset is one range scan of that key. A rowid table, unlike the
@@ -61,7 +62,7 @@ Numbered = Callable[[object, int], StoredBatch]  # a batch to store, given its b
 class SqliteBatchStore(BatchLayout, SqliteStore):
     """MessageStore on a SQLite file, a batch a row. Thread-safe: one connection per thread."""
 
-    TABLES = COMMON_SCHEMA + BATCHES
+    TABLES = COMMON_SCHEMA + BATCHES + TXN_SCHEMA
 
     def _upgrade(self) -> None:
         """Nothing to bring up to date: the batch layout began after the row store's changes
@@ -124,9 +125,10 @@ class SqliteBatchStore(BatchLayout, SqliteStore):
             pid, at = ends[p]
             firsts[p] = at
             for b in bs:
-                rows.append((pid, *numbered(b, at)))
+                rows.append((pid, numbered(b, at)))
                 at += b.records
             advance.append((at, at - firsts[p], sum(b.size for b in bs), pid))
-        conn.executemany(INSERT, rows)
+        conn.executemany(INSERT, [(pid, *b) for pid, b in rows])
+        self._open_ranges(conn, rows)
         conn.executemany(self._sql(ADVANCE_ONE), advance)
         return firsts

@@ -78,24 +78,31 @@ class RawBatch(NamedTuple):
     size: int
 
 
-def check_batches(data: bytes | None, budget: Budget | None = None) -> list[RawBatch]:
+def check_batches(data: bytes | None, budget: Budget | None = None, *,
+                  transactional: bool = False) -> list[RawBatch]:
     """Every batch of a Produce partition's `records`, checked without decoding a record:
     framing, magic, CRC32C, the record count against the offset deltas, and what a compressed
     records section takes decompressed (against `budget`: a bomb is refused before it
-    expands)."""
+    expands). Transactional batches only from a `transactional` producer's request; control
+    batches never (the transaction coordinator writes them)."""
     budget = budget or Budget()
-    return [_check_one(data[pos:end], head, budget) for data, pos, end, head in frames(data)]
+    return [_check_one(data[pos:end], head, budget, transactional)
+            for data, pos, end, head in frames(data)]
 
 
-def _check_one(data: bytes, head: tuple, budget: Budget) -> RawBatch:
+def _check_one(data: bytes, head: tuple, budget: Budget, transactional: bool) -> RawBatch:
     (_, _, _, magic, crc, attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq,
      count) = head
     if magic != MAGIC:
         raise CorruptRecord(f"record batch magic {magic}: only magic 2 (Kafka 0.11+) is taken")
     if crc32c(data[_CRC_FROM:]) != crc:
         raise CorruptRecord("the record batch's CRC32C does not match its contents")
-    if attributes & (TRANSACTIONAL | CONTROL):
-        raise CorruptRecord("transactional and control batches are not supported")
+    if attributes & CONTROL:
+        raise CorruptRecord("a control batch comes from the transaction coordinator (EndTxn), "
+                            "never from a producer")
+    if attributes & TRANSACTIONAL and not transactional:
+        raise CorruptRecord("a transactional batch in a produce request without a "
+                            "transactional id: set transactional.id and begin a transaction")
     if count < 1 or last_delta != count - 1:
         raise CorruptRecord(f"a batch of {count} records whose last offset delta is "
                             f"{last_delta}: a producer's batch numbers its records 0..n-1")

@@ -5,7 +5,7 @@ producer ids and consumer groups (kafka.py). One Django app, `replication`: the 
 defined in its submodules and registered when this package is imported."""
 
 from replication.models.jobs import DefaultStream, Job
-from replication.models.kafka import KafkaGroup, KafkaProducerId
+from replication.models.kafka import KafkaGroup, KafkaProducerId, KafkaTransaction, TxnState
 from replication.models.links import (
     Failover,
     ModeSwitch,
@@ -39,6 +39,7 @@ __all__ = [
     "Job",
     "KafkaGroup",
     "KafkaProducerId",
+    "KafkaTransaction",
     "ModeSwitch",
     "MovingLink",
     "ReplicaLink",
@@ -47,6 +48,7 @@ __all__ = [
     "SyncMode",
     "TimestampType",
     "Topic",
+    "TxnState",
     "Upstream",
     "carried_topics",
     "link_is_stalled",

@@ -50,3 +50,42 @@ class KafkaGroup(models.Model):
 
     def __str__(self) -> str:
         return self.group_id
+
+
+class TxnState(models.TextChoices):
+    """Kafka's transaction states (TransactionState.scala), as DescribeTransactions names them."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+class KafkaTransaction(models.Model):
+    """A transactional id's coordinator state (issue 31), in the control database so that any
+    listener takes over a transaction another left (killed mid-way): its producer id and epoch,
+    state, the partitions and consumer offsets it holds, its timeout. A Prepare* state is the
+    decision, taken before any marker is written; completing it again writes nothing twice
+    (the stores' transaction ranges: replication/engine/txnstate.py). The id is the tenant's
+    whose user used it first."""
+
+    transactional_id = models.CharField(max_length=255, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    producer_id = models.BigIntegerField()
+    epoch = models.IntegerField(default=0)
+    state = models.CharField(max_length=16, choices=TxnState.choices, default=TxnState.EMPTY)
+    timeout_ms = models.IntegerField(default=60_000)
+    started = models.DateTimeField(null=True, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+    # [stream id, topic, partition] each; [stream id, group, topic, partition, offset, metadata]
+    partitions = models.JSONField(default=list, blank=True)
+    offsets = models.JSONField(default=list, blank=True)
+    groups = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["transactional_id"]
+
+    def __str__(self) -> str:
+        return self.transactional_id

@@ -81,14 +81,10 @@ def _check_group(group: str) -> None:
         raise InvalidInput("consumer group must be 1-255 printable characters", field="group")
 
 
-def cursors_commit(
-    *, actor: AbstractBaseUser, stream: Stream, group: str,
-    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
-) -> dict[PartitionKey, StreamgateError | None]:
-    """Commit a group's (topic, partition, offset[, metadata]) in one store transaction, each
-    offset exactly as given (Kafka keeps any: back, or past the end). Returns each partition's
-    refusal (None when committed): one bad partition does not fail the rest, as Kafka answers
-    per partition."""
+def _checked(actor: AbstractBaseUser, stream: Stream, group: str,
+             commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+             ) -> tuple[dict[PartitionKey, StreamgateError | None],
+                        dict[PartitionKey, tuple[int, str]], dict[str, Topic]]:
     # Committing writes: a read-only token consumes but does not move the group's cursors.
     scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
                   stream=True)
@@ -103,6 +99,27 @@ def cursors_commit(
         results[(name, partition)] = problem
         if problem is None:  # the last of duplicates wins, as in Kafka
             accepted[(name, partition)] = (offset, metadata[0] if metadata else "")
+    return results, accepted, topics
+
+
+def cursors_check(
+    *, actor: AbstractBaseUser, stream: Stream, group: str,
+    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+) -> dict[PartitionKey, StreamgateError | None]:
+    """`cursors_commit`'s checks without the commit (a transaction's offsets, written when
+    it commits): each partition's refusal, None when it would be committed."""
+    return _checked(actor, stream, group, commits)[0]
+
+
+def cursors_commit(
+    *, actor: AbstractBaseUser, stream: Stream, group: str,
+    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+) -> dict[PartitionKey, StreamgateError | None]:
+    """Commit a group's (topic, partition, offset[, metadata]) in one store transaction, each
+    offset exactly as given (Kafka keeps any: back, or past the end). Returns each partition's
+    refusal (None when committed): one bad partition does not fail the rest, as Kafka answers
+    per partition."""
+    results, accepted, topics = _checked(actor, stream, group, commits)
     if accepted:
         store = store_for(stream.cluster)
         rows = [(t, p, o, m) for (t, p), (o, m) in accepted.items()]

@@ -47,6 +47,7 @@ from replication.models import (
 )
 from replication.services.apply import batch_apply
 from replication.services.common import check_origins, topology_lock
+from replication.services.transactions import txn_abort_promoted
 from replication.services.wakeups import stream_wake
 from replication.stores import store_for
 
@@ -361,7 +362,8 @@ def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseU
     fenced = _into_takeover(link)
     try:
         _end_in_stores(fenced)
-        return _switch_now(link, fenced, tail=tail, forced=forced, actor=actor, topics=topics)
+        failover = _switch_now(link, fenced, tail=tail, forced=forced, actor=actor,
+                               topics=topics)
     except BaseException:
         for each in fenced:
             try:
@@ -369,6 +371,8 @@ def _switch(link: ReplicaLink, *, tail: Tail, forced: bool, actor: AbstractBaseU
             except Exception as error:  # its store away: the failover's retry ends or reopens it
                 log.warning("reopen_link_failed", link=each.pk, error=str(error))
         raise
+    txn_abort_promoted(stream=link.replica, topics=failover.topics)
+    return failover
 
 
 def _into_takeover(link: ReplicaLink) -> list[ReplicaLink]:

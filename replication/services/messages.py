@@ -33,6 +33,7 @@ from replication.engine.store import (
     value_sizes,
 )
 from replication.engine.stored import RawBatch
+from replication.engine.txnstate import fetched_below
 from replication.errors import (
     Hint,
     InvalidInput,
@@ -219,6 +220,8 @@ class PartitionRead:
     low: int = -1
     high: int = -1
     error: Exception | None = None
+    stable: int = -1  # the last stable offset (read_committed), else the high watermark
+    aborted: list[tuple[int, int]] = field(default_factory=list)  # (producer id, first offset)
 
 
 def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
@@ -434,16 +437,18 @@ def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> No
 
 def messages_fetch_partitions(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, reads: Sequence[PartitionRead],
-    max_bytes: int = 50 << 20,
+    max_bytes: int = 50 << 20, committed: bool = False,
 ) -> Topic:
     """messages_consume for several partitions of one topic (consumeperm checked), with each
     partition's watermarks; reads stop adding batches once `max_bytes` (of record batches as
     they go on the wire) is reached. As Kafka, only the first partition with data may go past
     it, by its first batch, so a consumer never stalls on a batch larger than its fetch
-    size."""
+    size. `committed` (Kafka's read_committed): each partition read up to its last stable
+    offset, with the aborted transactions of what is read."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
     marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
+    committed = committed and store.KEEPS_BATCHES  # a row store holds no transaction
     left, count, nbytes = max_bytes, 0, 0
     for read in reads:
         if read.partition not in marks:
@@ -451,11 +456,18 @@ def messages_fetch_partitions(
                                   f"partitions 0 to {target.partitions - 1}")
             continue
         read.low, read.high = marks[read.partition]
+        read.stable = read.high
         if not read.low <= read.offset <= read.high:
             read.error = OffsetOutOfRange(read.offset, read.low, read.high)
-        elif read.offset < read.high and left > 0:
+            continue
+        if committed:
+            read.stable, read.aborted = store.txn_view(  # type: ignore[attr-defined]
+                stream.uuid, target.name, read.partition, read.offset, read.high)
+        if read.offset < read.stable and left > 0:
             fetched = store.fetch(stream.uuid, target.name, read.partition, read.offset,
                                   min(read.max_bytes, left))
+            if read.stable < read.high:
+                fetched = fetched_below(fetched, read.stable)
             if count and len(fetched.data) > left:
                 continue  # a lone oversized batch: only the first partition may send one
             read.data, left = fetched.data, left - len(fetched.data)
@@ -472,11 +484,13 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 def partition_offsets(
     *, actor: AbstractBaseUser, stream: Stream, topic: str, queries: Sequence[tuple[int, int]],
+    committed: bool = False,
 ) -> list[tuple[int, Exception | None, int, int]]:
     """Kafka's ListOffsets for one topic (consumeperm): per (partition, timestamp) the
     (partition, error, offset, timestamp) of the earliest (-2) or next (-1) offset, of the
     message with the largest timestamp (-3), or of the first message at or after the
-    timestamp (offset -1 when none is)."""
+    timestamp (offset -1 when none is). `committed` (read_committed): latest is the last
+    stable offset."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
     marks = topic_watermarks(target)
@@ -486,6 +500,11 @@ def partition_offsets(
             out.append((partition, NotFound(f"partition {partition} does not exist: {target} "
                                             f"has partitions 0 to {target.partitions - 1}"),
                         -1, -1))
+        elif ts == LATEST and committed and store.KEEPS_BATCHES:  # read_committed: the LSO
+            high = marks[partition][1]
+            stable = store.txn_view(  # type: ignore[attr-defined]
+                stream.uuid, target.name, partition, high, high).stable
+            out.append((partition, None, stable, -1))
         elif ts in (EARLIEST, LATEST):
             out.append((partition, None, marks[partition][ts == LATEST], -1))
         elif ts == MAX_TIMESTAMP:

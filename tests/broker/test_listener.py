@@ -156,18 +156,23 @@ def test_listener_defaultstream_serves_plain_names_on_a_single_tenant_site(kafka
 TRANSACTION_APIS = {24, 25, 26, 28}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
 
 
-def test_transactions_are_not_advertised_so_a_transactional_producer_fails_with_kafkas_error(
-        kafka):
+def test_a_transactional_producer_on_row_stores_fails_at_once_naming_convertstores(
+        kafka, owner, settings):
     from tests.broker.wire import Wire
 
+    settings.STORE_LAYOUT = "rows"
+    stream = StreamFactory(cluster=ClusterFactory(name="krows"), name="apps", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    TopicFactory(stream=stream, name="orders")
     wire = Wire(kafka.bootstrap)
     keys = {k.api_key for k in wire.call(18, 3, client_software_name="t",
                                          client_software_version="1").api_keys}
     wire.close()
-    assert {0, 1, 2, 3, 22} <= keys and not keys & TRANSACTION_APIS
+    assert {0, 1, 2, 3, 22} | TRANSACTION_APIS <= keys
     producer = Producer(kafka.confluent(**{"transactional.id": "billing-tx"}))
     started = time.monotonic()
     with pytest.raises(KafkaException) as failed:
         producer.init_transactions(30)
     assert time.monotonic() - started < 25  # Kafka's own error, not a timeout
     assert failed.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "manage.py convertstores" in kafka.listeners.log()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from replication.engine.pg.schema import COMMON_SCHEMA
 from replication.engine.statements import BATCH_COLUMNS
+from replication.engine.txnstate import TXN_SCHEMA
 
 # The batch's bytes are stored EXTERNAL: out of line when large, never compressed again (the
 # producer compressed them already, or chose not to).
@@ -29,7 +30,7 @@ CREATE TABLE IF NOT EXISTS batches (
     data bytea NOT NULL,
     PRIMARY KEY (pid, last_offset)
 );
-"""
+""" + TXN_SCHEMA
 STORAGE_UNSET = """
 SELECT attstorage <> 'e' FROM pg_attribute
 WHERE attrelid = 'batches'::regclass AND attname = 'data'

@@ -140,11 +140,14 @@ class PgBatchStore(BatchLayout, PostgresStore):
                     raise _Retried(retried)  # rolls back: the reserved offsets are given back
             if admit is not None:
                 admit()  # under the partitions' locks: see fence_appends
+            rows = []
             with cur.copy(s.COPY_IN) as copy:
                 copy.set_types(s.COPY_TYPES)
                 for p, bs in batches.items():
                     at = firsts[p]
                     for b in bs:
-                        copy.write_row((pids[p], *numbered(b, at)))
+                        rows.append((pids[p], numbered(b, at)))
+                        copy.write_row((pids[p], *rows[-1][1]))
                         at += b.records
+            self._open_ranges(conn, rows)
         return firsts

@@ -141,4 +141,6 @@ def test_api_versions_advertise_the_admin_apis_served_and_no_others(kafka, owner
         15: (0, 5), 16: (0, 5), 21: (0, 2), 42: (0, 2), 47: (0, 0), 60: (0, 1), 61: (0, 0)}
     assert {key: keys[key] for key in (29, 30, 31)} == {29: (1, 3), 30: (1, 3), 31: (1, 3)}
     assert {key: keys[key] for key in (68, 69)} == {68: (1, 1), 69: (0, 0)}  # KIP-848
-    assert not keys.keys() & {48, 49, 65, 66}  # client quotas, transactions
+    assert {key: keys[key] for key in (24, 25, 26, 28, 65, 66)} == {  # transactions
+        24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1)}
+    assert not keys.keys() & {48, 49}  # client quotas

@@ -330,3 +330,55 @@ def test_a_batch_store_replica_refuses_batches_that_would_leave_a_gap(store, str
         store.apply_from(store, stream, lagging, "t", 0, 2, 15, link="l")
     assert (caught.value.expected, caught.value.got) == (2, 5)
     assert store.watermarks(lagging, "t") == {0: (2, 2)}
+
+
+def _transactional(n: int, pid: int, seq: int) -> list:
+    """A transactional producer's batch of `n` records, checked as the listener checks it."""
+    data = bytearray(encode_batch([Record(b"t%d" % i, timestamp_ms=1_000) for i in range(n)],
+                                  producer_id=pid, producer_epoch=0, base_sequence=seq))
+    data[22] |= 0x10  # attributes' transactional bit (the CRC covers it: computed again)
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return check_batches(bytes(data), transactional=True)
+
+
+@pytest.mark.parametrize("kinds", [("postgres", "postgres"), ("postgres", "sqlite")],
+                         ids="->".join)
+def test_a_replica_keeps_the_origins_transactions_so_read_committed_reads_alike(
+        kinds, stream, request):
+    source, replica = (open_store(request.getfixturevalue(f"{_prefix(kind)}_batch_url"))
+                       for kind in kinds)
+    request.addfinalizer(source.close)
+    request.addfinalizer(replica.close)
+    target = uuid.uuid4()
+    source.ensure_topic(stream, "t", 1)
+    source.append_batches(stream, "t", {0: _transactional(3, 41, 0)}, origin=ORIGIN)
+    assert source.write_marker(stream, "t", 0, producer_id=41, epoch=0, commit=False,
+                               origin=ORIGIN) == 3
+    assert source.write_marker(stream, "t", 0, producer_id=41, epoch=0, commit=False,
+                               origin=ORIGIN) is None  # written once, however often asked
+    source.append_batches(stream, "t", {0: _transactional(2, 41, 3)}, origin=ORIGIN)
+    source.append_batches(stream, "t", {0: _transactional(2, 42, 0)}, origin=ORIGIN)
+    source.write_marker(stream, "t", 0, producer_id=41, epoch=0, commit=True, origin=ORIGIN)
+    origin_view = source.txn_view(stream, "t", 0, 0, 10)
+    assert origin_view == (6, [(41, 0)])  # 42's transaction is open from offset 6
+    replica.apply_from(source, stream, target, "t", 0, 0, 10, link="l")
+    assert replica.txn_view(target, "t", 0, 0, 10) == origin_view
+    assert replica.fetch(target, "t", 0, 0, 1 << 20) == source.fetch(stream, "t", 0, 0, 1 << 20)
+
+
+def test_a_promoted_replica_aborts_the_transactions_left_open_and_a_truncate_reopens_them(
+        store, stream):
+    target = uuid.uuid4()
+    store.ensure_topic(stream, "t", 1)
+    store.append_batches(stream, "t", {0: _transactional(3, 51, 0)}, origin=ORIGIN)
+    store.apply_from(store, stream, target, "t", 0, 0, 3, link="l")
+    assert store.txn_view(target, "t", 0, 0, 3) == (0, [])  # open: read_committed waits
+    assert store.abort_open(target, "t") == 1
+    assert store.abort_open(target, "t") == 0  # once
+    assert store.txn_view(target, "t", 0, 0, 4) == (4, [(51, 0)])
+    assert store.truncate(target, "t", 0, 3) == 1  # the marker goes: the range is open again
+    assert store.txn_view(target, "t", 0, 0, 3) == (0, [])
+    assert store.truncate(target, "t", 0, 0) == 3
+    assert store.txn_view(target, "t", 0, 0, 0) == (0, [])
+    store.append(target, "t", [Record(b"plain")], origin=target)
+    assert store.txn_view(target, "t", 0, 0, 1) == (1, [])  # no range left behind

@@ -350,3 +350,24 @@ def test_the_kafka_produce_path_is_fenced_too(owner, pair):
     assert isinstance(write.error, Conflict)  # answered per partition: a retriable error
     assert f"failed over to {replica.path}" in str(write.error)
     assert write.base_offset == -1 and sum(ends(source).values()) == 0  # nothing was stored
+
+
+@pytest.mark.parametrize("layout", ["batches"], indirect=True)
+def test_a_transaction_open_at_a_failover_is_aborted_on_the_promoted_replica(
+        layout, owner, pair):
+    from tests.replication.engine.test_batchstore import _transactional
+
+    source, replica = pair
+    Producer(owner, source)(3)
+    store = store_for(source.cluster)
+    store.append_batches(source.uuid, "clicks", {0: _transactional(2, 77, 0)},
+                         origin=source.uuid)
+    replicate(source, replica)
+    promoted = store_for(replica.cluster)
+    high = ends(replica)[0]
+    first = promoted.txn_view(replica.uuid, "clicks", 0, 0, high).stable
+    assert first < high  # open: a read_committed consumer stops at it
+    replica_failover(replica=replica, actor=owner)
+    after = ends(replica)[0]
+    assert after == high + 1  # the ABORT marker
+    assert promoted.txn_view(replica.uuid, "clicks", 0, 0, after) == (after, [(77, first)])
