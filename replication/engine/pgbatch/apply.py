@@ -72,8 +72,10 @@ def apply_locked(conn: psycopg.Connection, pid: int, key: Key, source: Source, *
             base, last = head
             if base < nxt:  # the replica ends inside it: keep its tail
                 kept = kept_suffix(source.batch(last), nxt)
-                copy_batches(conn, pid, [kept])
-                records, size, start = kept.records, kept.size, last + 1
+                if kept is not None:  # None: a compacted batch with no record there
+                    copy_batches(conn, pid, [kept])
+                    records, size = kept.records, kept.size
+                start = last + 1
             elif base > nxt:  # a fresh partition begins where the origin does, or Misordered
                 start = fresh_start(key, base, low, nxt, origin_low)
                 cur.execute(START, ([pid], [start]))
