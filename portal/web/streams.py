@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.hints import refusal
-from portal.web.templatetags.human import row_key
+from portal.web.templatetags.human import compaction_line, row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import StreamgateError
@@ -39,6 +39,7 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
+from replication.services.compaction import compaction_summary
 from replication.services.replicas import LINK_OPTIONS
 from replication.stores import store_for
 
@@ -145,6 +146,9 @@ def _info(stream: Stream, show_aces: bool) -> dict[str, Any]:
             "defaultpartitions": stream.defaultpartitions, "ttl": stream.ttl,
             "compression": stream.compression, "autocreate": stream.autocreate, **aces,
             "ischangelog": False, "defaulttimestamptype": stream.defaulttimestamptype,
+            "compact": stream.compact, "mincompactionlag": stream.mincompactionlag,
+            "deleteretention": stream.deleteretention,
+            "compaction": compaction_line(compaction_summary(stream)),
             "cluster": stream.cluster.name, "tenant": stream.tenant.name,
             "uuid": str(stream.uuid)}
 
