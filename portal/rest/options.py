@@ -112,7 +112,7 @@ class Int(Option):
 class Ratio(Option):
     """A number from 0 to 1."""
 
-    metavar: ClassVar[str] = "<0..1>"
+    metavar: ClassVar[str] = "<number>"
     kind: ClassVar[str] = "number"
 
     def convert(self, raw: str) -> float:

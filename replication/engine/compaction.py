@@ -22,6 +22,7 @@ from crc32c import crc32c
 
 from replication.engine.recordbatch import _CRC_FROM, _HEAD, HEAD_SIZE, _zigzag_bytes, compress
 from replication.engine.recordscan import Entry, entries
+from replication.engine.store import Message
 from replication.engine.stored import StoredBatch
 
 _COUNT_AT = HEAD_SIZE - 4  # the records count, the header's last field
@@ -124,3 +125,27 @@ def dirty_ratio(cleaned_end: int, end: int, low: int) -> float:
     if total <= 0:
         return 0.0
     return (end - max(cleaned_end, low)) / total
+
+
+def kept_view(messages: Iterable[Message]) -> dict[bytes, Message]:
+    """What a compacted partition stands for: each key's latest record, a key whose latest
+    is a tombstone absent (whether the tombstone itself is still held or already expired),
+    keyless records left out (compaction drops them). Two copies compacted at different
+    moments hold different records but the same view."""
+    view: dict[bytes, Message] = {}
+    for m in messages:
+        if m.key is None:
+            continue
+        if m.value is None:
+            view.pop(m.key, None)
+        else:
+            view[m.key] = m
+    return view
+
+
+def view_difference(a: dict[bytes, Message], b: dict[bytes, Message]) -> int | None:
+    """The lowest offset where two views differ (a key's latest record not the same on both
+    sides, or held on one side only); None when they are equal."""
+    found = [min(m.offset for m in (a.get(k), b.get(k)) if m is not None)
+             for k in a.keys() | b.keys() if a.get(k) != b.get(k)]
+    return min(found, default=None)

@@ -13,6 +13,7 @@ from replication.services import replica_add, stream_edit, topic_create, upstrea
 from replication.services.compaction import compacted_streams, compaction_summary, stream_compact
 from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
+from replication.services.verify import link_verify
 from replication.stores import store_for
 from workers.replication.applier import batch_serve
 from workers.tasks import compact_streams_task
@@ -130,3 +131,25 @@ def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, activ
 def test_bad_compaction_settings_are_refused(owner, activity, changes, message):
     with pytest.raises(InvalidInput, match=message):
         stream_edit(actor=owner, stream=activity, **changes)
+
+
+@BATCHES
+def test_verification_compares_what_compacted_copies_stand_for_not_their_records(
+        owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"b", None)])
+    replicate(source, replica, 4)
+    stream_compact(stream=source, now_ms=LATER)  # the replica has not compacted yet
+    assert kept(source) == [(2, b"a", b"2")] and len(kept(replica)) == 4
+    link = ReplicaLink.objects.select_related("source__cluster", "replica__cluster").get()
+    assert link_verify(link=link)["firstDifference"] is None
+    # A real divergence: the replica's latest value of a is not its origin's.
+    store = store_for(replica.cluster)
+    store.truncate(replica.uuid, "clicks", 0, 2)
+    store.append(replica.uuid, "clicks", [Record(b"evil", key=b"a", partition=0)],
+                 origin=source.uuid)
+    store.append(replica.uuid, "clicks", [Record(None, key=b"b", partition=0)],
+                 origin=source.uuid)
+    ReplicaLink.objects.filter(pk=link.pk).update(verified_upto={})  # verify it all again
+    assert link_verify(link=link)["firstDifference"] == {
+        "topic": "clicks", "partition": 0, "offset": 2}
