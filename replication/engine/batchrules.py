@@ -119,7 +119,8 @@ def fetched(rows: Sequence[tuple], offset: int) -> Fetched:
         return Fetched(b"", 0, 0)
     first = rows[0][1]
     return Fetched(b"".join(bytes(row[0]) for row in rows),
-                   sum(map(itemgetter(2), rows)) - max(offset - first, 0),
+                   # a compacted first batch (issue 31) may hold fewer records than it skips
+                   max(sum(map(itemgetter(2), rows)) - max(offset - first, 0), 0),
                    sum(map(itemgetter(3), rows)))
 
 

@@ -97,16 +97,17 @@ def _scan(actor: AbstractBaseUser, stream: Stream, q: BrowseQuery, partition: in
     while lo < hi and len(found) < q.limit and scanned < budget:
         size = min(CHUNK, hi - lo, budget - scanned)
         start = hi - size if q.newest_first else lo
-        chunk = messages_consume(actor=actor, stream=stream, topic=q.topic, partition=partition,
-                                 offset=start, limit=size)
-        chunk = [m for m in chunk if m.offset < start + size]
+        read = messages_consume(actor=actor, stream=stream, topic=q.topic, partition=partition,
+                                offset=start, limit=size)
+        chunk = [m for m in read if m.offset < start + size]
         scanned += max(len(chunk), 1)
         hits = [m for m in chunk if _matches(m, key, text)]
         found += reversed(hits) if q.newest_first else hits
         if q.newest_first:
             hi = start
         else:
-            lo = (chunk[-1].offset + 1) if chunk else hi
+            # A compacted partition's gaps (issue 31): an empty window is passed, not the end.
+            lo = (chunk[-1].offset + 1) if chunk else (start + size if read else hi)
     return found[: q.limit], scanned
 
 

@@ -100,7 +100,8 @@ ONE = f"SELECT {BATCH_COLUMNS.replace('origin', 'uuid_send(origin)')} FROM batch
 # What the relay wrote, seen in the replica's transaction: a contiguous run from `start`,
 # and none of it from the replica's own stream (invariant 3).
 WRITTEN = """SELECT count(*), coalesce(sum(records), 0)::int8, coalesce(sum(size), 0)::int8,
-    min(base_offset), max(last_offset), coalesce(bool_or(origin = %s), false)
+    min(base_offset), max(last_offset), coalesce(bool_or(origin = %s), false),
+    coalesce(sum(last_offset + 1 - base_offset), 0)::int8
 FROM batches WHERE pid = %s AND last_offset >= %s"""
 
 
@@ -128,12 +129,13 @@ class Relayed:
         query = sql.SQL(RELAY_OUT).format(rpid=pid, pid=self.pid, start=start, end=self.end)
         with conn.cursor() as cur:
             relayed = relay(self.conn, query.as_bytes(self.conn), cur, s.COPY_IN)
-            count, records, size, first, last, home = cur.execute(
+            count, records, size, first, last, home, spanned = cur.execute(
                 WRITTEN, (self.stream, pid, start)).fetchone()
         if home:
             raise ReturnToOrigin(f"its messages originate in stream {self.stream}, and a "
                                  "message is never replicated back to its origin")
-        if count != relayed.rows or (count and (first != start or records != last + 1 - start)):
+        # Offsets the batches span, not records: a compacted batch keeps its span (issue 31).
+        if count != relayed.rows or (count and (first != start or spanned != last + 1 - start)):
             raise Gone(f"the source no longer holds all of offsets {start}..{self.end - 1}")
         return records, size, (last + 1 if count else start)
 

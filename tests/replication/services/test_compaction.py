@@ -10,6 +10,7 @@ from replication.engine.store import Record
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink
 from replication.services import replica_add, stream_edit, topic_create, upstream_add
+from replication.services.browse import BrowseQuery, messages_browse
 from replication.services.compaction import compacted_streams, compaction_summary, stream_compact
 from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
@@ -153,3 +154,16 @@ def test_verification_compares_what_compacted_copies_stand_for_not_their_records
     ReplicaLink.objects.filter(pk=link.pk).update(verified_upto={})  # verify it all again
     assert link_verify(link=link)["firstDifference"] == {
         "topic": "clicks", "partition": 0, "offset": 2}
+
+
+@BATCHES
+def test_the_message_browser_reads_past_the_gaps_compaction_leaves(owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"%d" % i) for i in range(1000)])
+    produce(owner, source, [(b"b", b"last")])
+    replicate(source, replica, 1001)
+    stream_compact(stream=source, now_ms=LATER)
+    for newest_first in (False, True):
+        found = messages_browse(actor=owner, stream=source, q=BrowseQuery(
+            topic="clicks", partition=0, newest_first=newest_first)).messages
+        assert sorted((m.offset, m.value) for m in found) == [(999, b"999"), (1000, b"last")]
