@@ -61,10 +61,12 @@ def stream_list(request: HttpRequest) -> HttpResponse:
     form: dict[str, str] = {}
     errors: dict[str, str] = {}
     if request.method == "POST":
-        form = {key: request.POST.get(key, "") for key in ("path", *PERMISSIONS)}
+        form = {key: request.POST.get(key, "") for key in ("path", "compact", *PERMISSIONS)}
+        compaction = {"compact": True} if form["compact"] else {}  # -compact (issue 31)
         try:
             stream = stream_create(actor=request.user, path=form["path"].strip(),
-                                   tenant=tenant.name if tenant else None, **_aces(form))
+                                   tenant=tenant.name if tenant else None, **_aces(form),
+                                   **compaction)
         except StreamgateError as err:
             errors = field_errors(err, form)
         else:

@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from replication.engine.store import Record
+from replication.models import Stream
 from replication.services import topic_create
 from replication.services.compaction import stream_compact
 from replication.services.messages import messages_produce
@@ -53,3 +54,17 @@ def test_the_stream_page_has_a_line_on_compaction(owner, compacted):
     info = re.search(r'id="stream-info">(.*?)</table>', page, re.S).group(1)
     assert re.search(r"Compaction so far.*?<td>1 passes over 1 partitions: 8 msgs removed, "
                      r"80 bytes reclaimed</td>", info, re.S), info
+
+
+def test_the_stream_form_creates_a_compacted_stream_or_names_the_conversion(owner, settings):
+    settings.STORE_LAYOUT = "batches"
+    ClusterFactory(name="compactland")
+    client = signed_in(owner)
+    made = client.post("/streams/", {"path": "/mapr/compactland/kv", "compact": "on"})
+    assert made.status_code == 302
+    assert Stream.objects.get(path="/mapr/compactland/kv").compact
+    settings.STORE_LAYOUT = "rows"
+    ClusterFactory(name="rowland")
+    refused = client.post("/streams/", {"path": "/mapr/rowland/kv", "compact": "on"})
+    assert refused.status_code == 400 and "manage.py convertstores" in refused.content.decode()
+    assert not Stream.objects.filter(path="/mapr/rowland/kv").exists()
