@@ -25,10 +25,23 @@ DOCS = {
                         "topic of the stream",
     "message.timestamp.type": "the topic's -timestamptype",
     "max.message.bytes": "the largest message the listener accepts (STREAMGATE_MAX_MESSAGE_BYTES)",
-    "cleanup.policy": "messages are deleted after the retention time; no compaction",
+    "cleanup.policy": "the stream's -compact (compact: the latest message per key kept, "
+                      "and -ttl 0; compact,delete: with the stream's -ttl; delete: no "
+                      "compaction); setting it on a topic sets it for every topic of the stream",
+    "min.compaction.lag.ms": "the stream's -mincompactionlag; setting it on a topic sets it "
+                             "for every topic of the stream",
+    "delete.retention.ms": "the stream's -deleteretention; setting it on a topic sets it for "
+                           "every topic of the stream",
+    "min.cleanable.dirty.ratio": "the stream's -mincleanabledirtyratio; setting it on a topic "
+                                 "sets it for every topic of the stream",
 }
-STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression"}
+# Kafka's per-topic configs that are a stream's settings here (MapR-ES compacts per stream).
+STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression",
+               "cleanup.policy": "compact", "min.compaction.lag.ms": "mincompactionlag",
+               "delete.retention.ms": "deleteretention",
+               "min.cleanable.dirty.ratio": "mincleanabledirtyratio"}
 SETTABLE = {*STREAM_WIDE, "message.timestamp.type"}
+POLICIES = ("compact", "compact,delete", "delete")
 # Kafka 3.x ignores message.format.version (KIP-724: records stay in the format v2 the clients
 # send); it is accepted, as Kafka 3.x accepts it, when it names a Kafka version.
 IGNORED = {"message.format.version"}
@@ -44,16 +57,30 @@ def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
         "compression.type": COMPRESSION.get(stream.compression, stream.compression),
         "message.timestamp.type": TIMESTAMP[TimestampType(kind)],
         "max.message.bytes": str(settings.MAX_MESSAGE_BYTES),
-        "cleanup.policy": "delete",
+        "cleanup.policy": _policy(stream),
+        "min.compaction.lag.ms": str(stream.mincompactionlag),
+        "delete.retention.ms": str(stream.deleteretention),
+        "min.cleanable.dirty.ratio": _ratio(stream.mincleanabledirtyratio),
     }
+
+
+def _policy(stream: Stream) -> str:
+    if not stream.compact:
+        return "delete"
+    return "compact,delete" if stream.ttl else "compact"
+
+
+def _ratio(value: float) -> str:
+    return repr(float(value))
 
 
 def default_configs(stream: Stream) -> dict[str, str]:
     """What AlterConfigs reverts an omitted config to and IncrementalAlterConfigs' DELETE sets:
     a new stream's ttl and compression, the stream's default timestamp type."""
-    fresh = Stream(ttl=Stream._meta.get_field("ttl").default,
-                   compression=Stream._meta.get_field("compression").default,
-                   defaulttimestamptype=stream.defaulttimestamptype)
+    fields = ("ttl", "compression", "compact", "mincompactionlag", "deleteretention",
+              "mincleanabledirtyratio")
+    fresh = Stream(defaulttimestamptype=stream.defaulttimestamptype,
+                   **{name: Stream._meta.get_field(name).default for name in fields})
     return topic_configs(fresh, None)
 
 
@@ -81,8 +108,11 @@ def settings_for(stream: Stream, topic: Topic | None,
     reason for the first config that cannot be set as asked."""
     current = topic_configs(stream, topic)
     wanted = Settings()
-    for name, value in configs.items():
-        if name in IGNORED:
+    # cleanup.policy last, even unchanged: compact decides the ttl whatever retention.ms says.
+    for name, value in sorted(configs.items(), key=lambda item: item[0] == "cleanup.policy"):
+        if name == "cleanup.policy":
+            wanted.stream.update(_policy_settings(stream, value, configs))
+        elif name in IGNORED:
             _check_version(name, value)
         elif name not in current:
             raise InvalidInput(f"config {name} is not supported: topics here take "
@@ -126,7 +156,28 @@ def _timestamptype(value: str | None) -> str:
     return str(chosen)
 
 
+def _policy_settings(stream: Stream, value: str | None,
+                     configs: dict[str, str | None]) -> dict[str, Any]:
+    """cleanup.policy as the stream's -compact (and its -ttl: a compact-only topic keeps
+    messages until compaction removes them, Kafka's retention ignored)."""
+    policy = ",".join(sorted(item.strip() for item in (value or "").split(",") if item.strip()))
+    if policy not in POLICIES:
+        raise InvalidInput(f"cleanup.policy {value!r} is not one of {', '.join(POLICIES)}",
+                           field="configs")
+    if policy == "delete":
+        return {"compact": False} if stream.compact else {}
+    if policy == "compact":
+        return {"compact": True, "ttl": 0}
+    if "retention.ms" in configs:  # compact,delete with the retention asked
+        return {"compact": True}
+    return {"compact": True, "ttl": stream.ttl or Stream._meta.get_field("ttl").default}
+
+
 def _stream_value(name: str, value: str) -> Any:
+    if name in ("min.compaction.lag.ms", "delete.retention.ms"):
+        return _millis(name, value)
+    if name == "min.cleanable.dirty.ratio":
+        return _dirty_ratio(value)
     if name == "compression.type":
         chosen = {v: k for k, v in COMPRESSION.items()}.get(value)
         if chosen is None:
@@ -146,7 +197,32 @@ def _stream_value(name: str, value: str) -> Any:
     return ms // 1000
 
 
-CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7}  # else STRING
+def _millis(name: str, value: str) -> int:
+    try:
+        ms = int(value)
+    except ValueError:
+        ms = -1
+    if ms < 0:
+        raise InvalidInput(f"{name}={value}: give a whole number of milliseconds, 0 or more",
+                           field="configs")
+    return ms
+
+
+def _dirty_ratio(value: str) -> float:
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    if not 0 <= ratio <= 1:
+        raise InvalidInput(f"min.cleanable.dirty.ratio={value}: give a number from 0 to 1",
+                           field="configs")
+    return ratio
+
+
+# DescribeConfigs' config_type (Kafka's ConfigType): LONG 5, INT 3, LIST 7, DOUBLE 6.
+CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7,
+                "min.compaction.lag.ms": 5, "delete.retention.ms": 5,
+                "min.cleanable.dirty.ratio": 6}  # else STRING
 
 
 def config_entries(stream: Stream, configs: dict[str, str],

@@ -23,7 +23,8 @@ USAGE = "usage: streamgate <command> [-option value]... [-json] [-noheader] [-he
 def usage_of(option: Row) -> str:
     """An option as the usage line shows it; options refused with a reason are left out."""
     metavar = {
-        "boolean": "true|false", "integer": "<number>", "stream path": "<stream path>",
+        "boolean": "true|false", "integer": "<number>", "number": "<number>",
+        "stream path": "<stream path>",
         "access control expression": "<ACE>", "choice": "|".join(option.get("choices", ())),
     }.get(option["type"], "<text>")
     if option["type"] == "not supported":

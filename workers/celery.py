@@ -22,6 +22,9 @@ app.conf.beat_scheduler = "django_celery_beat.schedulers:DatabaseScheduler"
 app.conf.beat_schedule = {
     # Retention (ttl): frequent small passes keep each delete batch short.
     "expire-messages": {"task": "workers.tasks.expire_messages_task", "schedule": 60.0},
+    # Log compaction of compacted topics (issue 31): a pass only rewrites what became dirty.
+    "compact-streams": {"task": "workers.tasks.compact_streams_task", "schedule": 60.0,
+                        "options": {"expires": 60.0}},
     # Bulk jobs whose worker died are run again (idempotent) once their record stops moving.
     "resume-jobs": {"task": "workers.tasks.resume_jobs_task", "schedule": 60.0},
     # Lag over time for the portal's charts; a run that waited past the next one is dropped.

@@ -12,6 +12,7 @@ from django.db import connection
 from operations.throughput import throughput_record
 from replication.lag_history import gateways_record, lag_record
 from replication.models import Stream
+from replication.services.compaction import compacted_streams, stream_compact
 from replication.services.jobs import jobs_stale
 from replication.services.purge import stream_expire
 from replication.services.verify import links_verify_due
@@ -38,6 +39,30 @@ def expire_messages_task() -> int:
     ids = list(Stream.objects.exclude(ttl=0).values_list("pk", flat=True))
     for stream_id in ids:
         expire_stream_task.delay(stream_id)
+    return len(ids)
+
+
+@shared_task(name="workers.tasks.compact_stream_task", acks_late=True)
+def compact_stream_task(stream_id: int) -> int:
+    """One compaction pass over a stream (replication/services/compaction.py); safe to run
+    twice: a second pass finds nothing more to remove."""
+    stream = Stream.objects.select_related("cluster").filter(pk=stream_id).first()
+    if stream is None:
+        return 0  # deleted since it was queued
+    done = stream_compact(stream=stream)
+    if done.removed or done.skipped:
+        log.info("compaction", stream=stream.path, partitions=done.partitions,
+                 removed=done.removed, reclaimed=done.reclaimed, skipped=done.skipped)
+    return done.removed
+
+
+@shared_task(name="workers.tasks.compact_streams_task")
+def compact_streams_task() -> int:
+    """Beat's entry: one compaction task per stream with a compacted topic, so a big stream
+    delays no other."""
+    ids = list(compacted_streams().values_list("pk", flat=True))
+    for stream_id in ids:
+        compact_stream_task.delay(stream_id)
     return len(ids)
 
 

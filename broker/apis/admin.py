@@ -25,7 +25,10 @@ from replication.services.topics import topic_create, topic_delete, topic_edit
 
 FIELD_CODES = {"partitions": errors.INVALID_PARTITIONS, "configs": errors.INVALID_CONFIG,
                "topic": errors.INVALID_TOPIC_EXCEPTION,
-               "replication": errors.INVALID_REPLICATION_FACTOR}
+               "replication": errors.INVALID_REPLICATION_FACTOR,
+               # the stream settings compaction configs map onto (broker/topicconfig.py)
+               **dict.fromkeys(("compact", "mincompactionlag", "deleteretention",
+                                "mincleanabledirtyratio"), errors.INVALID_CONFIG)}
 
 
 def code_for(error: StreamgateError) -> errors.ErrorCode:

@@ -22,6 +22,8 @@ from kio.schema.errors import ErrorCode
 from broker import errors
 from broker.apis.transactions import produce_refusal
 from broker.codec import build
+from broker.compacted import MESSAGE as KEYLESS
+from broker.compacted import RecordErrors, keyless_decoded, keyless_raw
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import data_arrived
 from broker.session import Session, forget_connection
@@ -36,6 +38,7 @@ from replication.services.names import ResolvedTopic
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
 INVALID_PRODUCER_EPOCH = ErrorCode.invalid_producer_epoch
+INVALID_RECORD = ErrorCode.invalid_record
 _NO_TIME = None  # log_append_time -1: the topic keeps the producer's create time
 
 
@@ -46,6 +49,7 @@ class PartitionAnswer:
     base_offset: int = -1
     message: str | None = None
     log_append_time: int = -1
+    record_errors: RecordErrors | None = None  # Produce v8+: the records that refused it
 
 
 def error_of(error: Exception) -> tuple[ErrorCode, str]:
@@ -64,16 +68,21 @@ def error_of(error: Exception) -> tuple[ErrorCode, str]:
 
 
 def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
-            transactional: bool = False) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
+            transactional: bool = False, compact: bool = False,
+            ) -> tuple[list[PartitionWrite], list[PartitionAnswer]]:
     """The partitions' batches decoded into writes (an idempotent producer's batch each its
-    own write), and answers for those that failed to decode or are over the `budget`. For a
-    store that keeps batches as sent, they are checked, not decoded."""
+    own write), and answers for those that failed to decode, are over the `budget` or hold
+    a keyless record on a `compact` topic. For a store that keeps batches as sent, they are
+    checked, not decoded."""
     writes, failed = [], []
     for data in partitions:
         try:
             if keeps_batches:
-                writes += _batch_writes(data.index, check_batches(
-                    data.records, budget, transactional=transactional))
+                checked = check_batches(data.records, budget, transactional=transactional)
+                if compact and (keyless := keyless_raw([b.data for b in checked])):
+                    failed.append(_keyless(data.index, keyless))
+                    continue
+                writes += _batch_writes(data.index, checked)
                 continue
             batches = decode_batches(data.records, data.index, budget)
         except (CorruptRecord, BatchTooLarge) as error:
@@ -81,6 +90,10 @@ def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
                 count_refusal("batch_too_large")
             code, message = error_of(error)
             failed.append(PartitionAnswer(data.index, code, message=message))
+            continue
+        if compact and (keyless := keyless_decoded([[r.key for r in b.records]
+                                                    for b in batches])):
+            failed.append(_keyless(data.index, keyless))
             continue
         plain: list = []
         for batch in batches:
@@ -93,6 +106,11 @@ def _writes(partitions: Any, budget: Budget, keeps_batches: bool = False,
         if plain or not batches:
             writes.append(PartitionWrite(data.index, plain))
     return writes, failed
+
+
+def _keyless(partition: int, keyless: RecordErrors) -> PartitionAnswer:
+    count_refusal("keyless_record_on_compacted_topic")
+    return PartitionAnswer(partition, INVALID_RECORD, message=KEYLESS, record_errors=keyless)
 
 
 def _batch_writes(partition: int, batches: list[RawBatch]) -> list[PartitionWrite]:
@@ -113,7 +131,8 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
                   budget: Budget, abandoned: Callable[[], bool] | None = None,
                   transactional: bool = False) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
-    writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional)
+    writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional,
+                              resolved.stream.compact)
     writes = [w for w in writes if w.records or w.batches]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
@@ -169,6 +188,9 @@ def _entry(answer: PartitionAnswer) -> dict[str, Any]:
     entry: dict[str, Any] = {"index": answer.index, "error_code": answer.code,
                              "base_offset": answer.base_offset, "log_start_offset": -1,
                              "error_message": answer.message, "log_append_time": _NO_TIME}
+    if answer.record_errors:
+        entry["record_errors"] = [{"batch_index": i, "batch_index_error_message": text}
+                                  for i, text in answer.record_errors]
     if answer.log_append_time >= 0:
         entry["log_append_time"] = datetime.datetime.fromtimestamp(
             answer.log_append_time / 1000, tz=datetime.UTC)

@@ -29,9 +29,11 @@ from replication.models import (
     Topic,
     Upstream,
 )
+from replication.services.compaction import compaction_summary
 
 METADATA_FIELDS = ("defaultpartitions", "ttl", "compression", "autocreate",
-                   "defaulttimestamptype")
+                   "defaulttimestamptype", "compact", "mincompactionlag", "deleteretention",
+                   "mincleanabledirtyratio")
 
 
 class StreamAccess:
@@ -169,12 +171,22 @@ class StreamSerializer(serializers.ModelSerializer):
     topicperm = _ace_field("topicperm")
     copyperm = _ace_field("copyperm")
     adminperm = _ace_field("adminperm")
+    compaction = serializers.SerializerMethodField(
+        help_text="what log compaction did (partitions, passes, messagesremoved, "
+                  "bytesreclaimed, lastrun in ms); on a single stream's page, null when none "
+                  "of its topics is compacted")
 
     class Meta:
         model = Stream
         fields = ["uuid", "path", "cluster", "tenant", "created", "numtopics",
-                  *METADATA_FIELDS, *PERMISSIONS]
+                  *METADATA_FIELDS, *PERMISSIONS, "compaction"]
         read_only_fields = ["created", *METADATA_FIELDS]
+
+    def get_compaction(self, instance: Stream) -> dict[str, Any] | None:
+        view = self.context.get("view")
+        if getattr(view, "action", None) != "retrieve":
+            return None  # a list would ask every stream's store
+        return compaction_summary(instance)
 
     def to_representation(self, instance: Stream) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -195,6 +207,12 @@ class StreamMetadataSerializer(StrictSerializer):
     autocreate = serializers.BooleanField(required=False)
     defaulttimestamptype = serializers.ChoiceField(choices=TimestampType.choices,
                                                    required=False)
+    compact = serializers.BooleanField(required=False, help_text="log compaction")
+    mincompactionlag = serializers.IntegerField(required=False, min_value=0,
+                                                max_value=2**63 - 1, help_text="ms")
+    deleteretention = serializers.IntegerField(required=False, min_value=0,
+                                               max_value=2**63 - 1, help_text="ms")
+    mincleanabledirtyratio = serializers.FloatField(required=False, min_value=0, max_value=1)
     produceperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     consumeperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     topicperm = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)

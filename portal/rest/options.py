@@ -109,6 +109,24 @@ class Int(Option):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Ratio(Option):
+    """A number from 0 to 1."""
+
+    metavar: ClassVar[str] = "<number>"
+    kind: ClassVar[str] = "number"
+
+    def convert(self, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            value = -1.0
+        if not 0 <= value <= 1:
+            raise InvalidInput(f"-{self.name} {raw!r} is not a number from 0 to 1",
+                               field=self.name)
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
 class Choice(Option):
     choices: Sequence[str]
     kind: ClassVar[str] = "choice"

@@ -32,6 +32,7 @@ from replication.models import (
     SyncMode,
     Topic,
 )
+from replication.services.compaction import compaction_summary
 from replication.services.cursors import CursorStanding
 from replication.services.transactions import topic_transactions
 from replication.stores import store_for
@@ -64,7 +65,12 @@ def stream_info(stream: Stream, show_aces: bool) -> Row:
     row.update({
         "ischangelog": False,  # change-data-capture streams are refused at creation
         "defaulttimestamptype": stream.defaulttimestamptype,
+        "compact": stream.compact,
+        "mincompactionlag": stream.mincompactionlag,
+        "deleteretention": stream.deleteretention,
         # streamgate's own fields, after MapR's.
+        "mincleanabledirtyratio": stream.mincleanabledirtyratio,
+        "compaction": compaction_summary(stream),
         "cluster": stream.cluster.name,
         "tenant": stream.tenant.name,
         "uuid": str(stream.uuid),

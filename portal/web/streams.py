@@ -26,7 +26,7 @@ from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.hints import refusal
 from portal.web.stream_health import TAB_URLS, stream_attention
-from portal.web.templatetags.human import row_key
+from portal.web.templatetags.human import compaction_line, row_key
 from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import InvalidInput, StreamgateError
@@ -41,6 +41,7 @@ from replication.services import (
     stream_create,
     stream_edit,
 )
+from replication.services.compaction import compaction_summary
 from replication.services.replicas import LINK_OPTIONS
 from replication.stores import store_for
 
@@ -62,10 +63,12 @@ def stream_list(request: HttpRequest) -> HttpResponse:
     form: dict[str, str] = {}
     errors: dict[str, str] = {}
     if request.method == "POST":
-        form = {key: request.POST.get(key, "") for key in ("path", *PERMISSIONS)}
+        form = {key: request.POST.get(key, "") for key in ("path", "compact", *PERMISSIONS)}
+        compaction = {"compact": True} if form["compact"] else {}  # -compact (issue 31)
         try:
             stream = stream_create(actor=request.user, path=form["path"].strip(),
-                                   tenant=tenant.name if tenant else None, **_aces(form))
+                                   tenant=tenant.name if tenant else None, **_aces(form),
+                                   **compaction)
         except StreamgateError as err:
             errors = field_errors(err, form)
         else:
@@ -147,6 +150,9 @@ def _info(stream: Stream, show_aces: bool) -> dict[str, Any]:
             "defaultpartitions": stream.defaultpartitions, "ttl": stream.ttl,
             "compression": stream.compression, "autocreate": stream.autocreate, **aces,
             "ischangelog": False, "defaulttimestamptype": stream.defaulttimestamptype,
+            "compact": stream.compact, "mincompactionlag": stream.mincompactionlag,
+            "deleteretention": stream.deleteretention,
+            "compaction": compaction_line(compaction_summary(stream)),
             "cluster": stream.cluster.name, "tenant": stream.tenant.name,
             "uuid": str(stream.uuid)}
 

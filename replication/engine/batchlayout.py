@@ -21,6 +21,7 @@ from replication.engine.batchrules import (
     latest_in,
     take_batches,
 )
+from replication.engine.compactstore import FIRST_BATCH, CompactionMethods
 from replication.engine.recordbatch import Budget
 from replication.engine.sequences import ProducerBatch
 from replication.engine.statements import (
@@ -64,7 +65,7 @@ from replication.engine.stored import (
 from replication.engine.txnstate import TransactionRanges
 
 
-class BatchLayout(TransactionRanges):
+class BatchLayout(TransactionRanges, CompactionMethods):
     """What a batch store does the same on either database. Put before the row store in the
     bases, so these methods take the row store's place."""
 
@@ -112,8 +113,12 @@ class BatchLayout(TransactionRanges):
             low, high = self._range(conn, stream, topic, pid)
             if not low <= offset <= high:
                 raise OffsetOutOfRange(offset, low, high)
+            # A compacted partition's offsets have gaps (issue 31): `limit` counts from the
+            # first batch at or after `offset`, so a read never comes back empty before the end.
+            first = self._one(conn, FIRST_BATCH, (pid, offset))
+            start = max(offset, first[0]) if first else offset
             rows = self._binary(conn).execute(self._sql(READ_BATCHES), (
-                pid, offset, offset + limit, max_bytes, offset)).fetchall()
+                pid, offset, start + limit, max_bytes, start)).fetchall()
         out, total = [], 0
         for m in messages_of(rows, topic, partition, offset, limit, self._origins):
             total += record_size(m)
@@ -244,18 +249,25 @@ class BatchLayout(TransactionRanges):
         messages)."""
         if not isinstance(source, BatchLayout):
             return None
-        batches, low = source._source_batches(source_stream, topic, partition, start, end)
-        if not batches:
-            return Applied({})
+        batches, low, high = source._source_batches(source_stream, topic, partition, start,
+                                                    end)
         if any(UUID(bytes=b.origin) == stream for b in batches):
             raise ReturnToOrigin(f"{topic}:{partition}: its messages originate in stream "
                                  f"{stream}, and a message is never replicated back to its "
                                  "origin")
-        return self._apply_batches(stream, (topic, partition), batches, link, low)
+        # The source holds no record in [start, the first batch) (or in all of [start, end)
+        # when none came) though it retains them: compaction removed them (issue 31), and
+        # the replica's copy has the same gap, as a Kafka follower's log has its leader's.
+        gap = start if start >= low else None
+        if not batches:
+            return Applied({}) if gap is None else self._skip_gap(
+                stream, (topic, partition), gap, min(end, high), link)
+        return self._apply_batches(stream, (topic, partition), batches, link, low, gap)
 
     def _source_batches(self, stream: UUID, topic: str, partition: int, start: int,
-                        end: int) -> tuple[list[StoredBatch], int]:
-        """This store's batches of [start, end) as a source, and its low watermark."""
+                        end: int) -> tuple[list[StoredBatch], int, int]:
+        """This store's batches of [start, end) as a source, and its low and high
+        watermarks."""
         with self._reading() as conn:
             try:
                 pid = self._pid(conn, stream, topic, partition)
@@ -267,15 +279,28 @@ class BatchLayout(TransactionRanges):
             rows = self._binary(conn).execute(self._sql(SOURCE_BATCHES), (
                 pid, max(start, low), min(end, high))).fetchall()
         return [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                for row in rows], low
+                for row in rows], low, high
+
+    def _skip_gap(self, stream: UUID, key: Key, start: int, end: int, link: str) -> Applied:
+        """A source range compaction emptied: the replica partition's end moves past it
+        (when it reached the range), as its origin's did."""
+        with self._writing() as conn:
+            pid = self._apply_pids(conn, stream, {key: []})[key]
+            nxt = self._lock(conn, pid)[1]
+            self._refuse_ended(conn, link)
+            if start <= nxt < end:
+                conn.execute(self._sql(ADVANCE_ONE), (end, 0, 0, pid))
+                nxt = end
+            conn.execute(self._sql(LINK_CURSOR), (pid, link, end))
+        return Applied({key: nxt})
 
     def _apply_batches(self, stream: UUID, key: Key, batches: list[StoredBatch], link: str,
-                       origin_low: int) -> Applied:
+                       origin_low: int, gap: int | None = None) -> Applied:
         with self._writing() as conn:
             pid = self._apply_pids(conn, stream, {key: []})[key]
             low, nxt = self._lock(conn, pid)
             self._refuse_ended(conn, link)
-            todo, start = take_batches(key, batches, low, nxt, origin_low)
+            todo, start = take_batches(key, batches, low, nxt, origin_low, gap)
             if start is not None:
                 nxt = start
                 conn.execute(self._sql(START_AT), (start, start, pid))

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import itemgetter
 
+from replication.engine.compaction import cut
+from replication.engine.recordscan import gapless
 from replication.engine.store import Key, Misordered, Plan, Produce, Record, now_ms
-from replication.engine.stored import Fetched, StoredBatch, batch_of, records_of
+from replication.engine.stored import Fetched, StoredBatch, batch_of, numbered, records_of
 
 
 def record_batches(records: Sequence[Record], plan: Plan,
@@ -47,7 +49,8 @@ def renumbered(batch: StoredBatch, base: int) -> StoredBatch:
 
 
 def take_batches(key: Key, batches: list[StoredBatch], low: int, nxt: int,
-                 origin_low: int) -> tuple[list[StoredBatch], int | None]:
+                 origin_low: int, gap: int | None = None
+                 ) -> tuple[list[StoredBatch], int | None]:
     """Invariant 2 for batches copied from a batch store, given the replica partition's (low,
     next offset) read under its lock: the batches it lacks (one it ends inside keeps its
     tail, re-encoded), and the offset a fresh partition starts at (None: where it is). A
@@ -57,13 +60,19 @@ def take_batches(key: Key, batches: list[StoredBatch], low: int, nxt: int,
     0, and only with the batch holding the origin's low watermark `origin_low` (what came
     before it expired at the origin and can never be sent): a batch beginning past that
     would leave a gap at the replica, as would any start of a partition that held messages
-    once (its own retention emptied it: what follows its end may still come)."""
+    once (its own retention emptied it: what follows its end may still come).
+
+    `gap`: the source holds no record from there to the first batch, though it retains
+    that range (compaction removed them): a first batch past the replica's end, when `gap`
+    is at or below it, is taken, leaving the origin's gap."""
     todo = [b for b in batches if b.last_offset >= nxt]
     if not todo or todo[0].base_offset == nxt:
         return todo, None
     first = todo[0].base_offset
     if first < nxt:
-        todo[0] = kept_suffix(todo[0], nxt)
+        kept = kept_suffix(todo[0], nxt)
+        return (todo[1:] if kept is None else [kept, *todo[1:]]), None
+    if gap is not None and gap <= nxt:
         return todo, None
     return todo, fresh_start(key, first, low, nxt, origin_low)
 
@@ -81,6 +90,8 @@ def kept_prefix(base: int, data: bytes, origin: bytes, producer: str | None,
                 offset: int) -> StoredBatch | None:
     """The records of a stored batch (base offset, bytes) below `offset`, as a batch of their
     own with the same origin and producer; None when there are none."""
+    if not gapless(data):  # compacted: its records keep their offsets
+        return cut(data, origin, producer, base, offset)
     _, records = records_of(bytes(data))
     kept = records[: offset - base]
     if not kept:
@@ -89,8 +100,11 @@ def kept_prefix(base: int, data: bytes, origin: bytes, producer: str | None,
                     producer=producer)
 
 
-def kept_suffix(batch: StoredBatch, offset: int) -> StoredBatch:
-    """The records of `batch` from `offset` on, as a batch of their own."""
+def kept_suffix(batch: StoredBatch, offset: int) -> StoredBatch | None:
+    """The records of `batch` from `offset` on, as a batch of their own (None: a compacted
+    batch with none there)."""
+    if not gapless(batch.data):
+        return cut(batch.data, batch.origin, batch.producer, offset, batch.last_offset + 1)
     base, records = records_of(batch.data)
     kept = records[offset - base:]
     return batch_of(kept, offset, kept[0].timestamp_ms or 0, origin=batch.origin,
@@ -105,24 +119,23 @@ def fetched(rows: Sequence[tuple], offset: int) -> Fetched:
         return Fetched(b"", 0, 0)
     first = rows[0][1]
     return Fetched(b"".join(bytes(row[0]) for row in rows),
-                   sum(map(itemgetter(2), rows)) - max(offset - first, 0),
+                   # a compacted first batch (issue 31) may hold fewer records than it skips
+                   max(sum(map(itemgetter(2), rows)) - max(offset - first, 0), 0),
                    sum(map(itemgetter(3), rows)))
 
 
 def first_at_time(data: bytes, low: int, timestamp_ms: int) -> tuple[int, int] | None:
     """(offset, timestamp) of a stored batch's first retained record at or after the time."""
-    base, records = records_of(bytes(data))
-    for i, r in enumerate(records):
-        if base + i >= low and r.timestamp_ms >= timestamp_ms:
-            return base + i, r.timestamp_ms
+    for at, r in numbered(bytes(data)):
+        if at >= low and r.timestamp_ms >= timestamp_ms:
+            return at, r.timestamp_ms
     return None
 
 
 def latest_in(data: bytes, low: int) -> tuple[int, int]:
     """(offset, timestamp) of a stored batch's retained record with the largest timestamp,
     the earliest of equals (KIP-734)."""
-    base, records = records_of(bytes(data))
-    kept = [(r.timestamp_ms, -(base + i)) for i, r in enumerate(records) if base + i >= low]
+    kept = [(r.timestamp_ms, -at) for at, r in numbered(bytes(data)) if at >= low]
     ts, neg = max(kept)
     return -neg, ts
 

@@ -15,6 +15,7 @@ from uuid import UUID
 
 from replication.engine.batchlayout import BatchLayout
 from replication.engine.batchrules import placed, record_batches, renumbered
+from replication.engine.compactstore import STATE_TABLE
 from replication.engine.sequences import ProducerBatch, sequenced_partition
 from replication.engine.sqlitestore import COMMON_SCHEMA, SqliteStore
 from replication.engine.statements import ADVANCE_ONE, BATCH_COLUMNS
@@ -62,7 +63,7 @@ Numbered = Callable[[object, int], StoredBatch]  # a batch to store, given its b
 class SqliteBatchStore(BatchLayout, SqliteStore):
     """MessageStore on a SQLite file, a batch a row. Thread-safe: one connection per thread."""
 
-    TABLES = COMMON_SCHEMA + BATCHES + TXN_SCHEMA
+    TABLES = COMMON_SCHEMA + BATCHES + TXN_SCHEMA + STATE_TABLE
 
     def _upgrade(self) -> None:
         """Nothing to bring up to date: the batch layout began after the row store's changes

@@ -36,6 +36,7 @@ from replication.engine.recordbatch import (
     frame_batch,
     frames,
 )
+from replication.engine.recordscan import entries, gapless
 from replication.engine.store import Message, Record, build_message
 
 _BASE = struct.Struct(">q")  # baseOffset, the batch's first 8 bytes
@@ -177,6 +178,14 @@ def records_of(data: bytes, partition: int | None = None) -> tuple[int, list[Rec
     return base, records
 
 
+def numbered(data: bytes, partition: int | None = None) -> list[tuple[int, Record]]:
+    """A stored batch's records with their offsets, gaps included (a compacted batch)."""
+    base, records = records_of(bytes(data), partition)
+    if gapless(data):
+        return [(base + i, r) for i, r in enumerate(records)]
+    return [(e.offset, r) for e, r in zip(entries(data), records, strict=True)]
+
+
 class Fetched(NamedTuple):
     """A partition's part of a Kafka Fetch: record batches as they go on the wire."""
 
@@ -193,12 +202,11 @@ def messages_of(rows: Sequence[tuple[bytes, bytes, str | None]], topic: str, par
         origin = origins.get(origin_bytes)
         if origin is None:
             origin = origins[origin_bytes] = UUID(bytes=bytes(origin_bytes))
-        base, records = records_of(bytes(data))
-        for i, r in enumerate(records):
-            if base + i < offset:
+        for at, r in numbered(bytes(data)):
+            if at < offset:
                 continue
             if limit <= 0:
                 return
             limit -= 1
-            yield build_message(topic, partition, base + i, r.timestamp_ms, r.key, r.value,
+            yield build_message(topic, partition, at, r.timestamp_ms, r.key, r.value,
                                 r.headers, origin, producer)

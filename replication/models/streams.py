@@ -113,6 +113,15 @@ class Stream(titled("path")):
     defaulttimestamptype = models.CharField(
         max_length=16, choices=TimestampType.choices, default=TimestampType.CREATETIME
     )
+    # Log compaction (MapR-ES 6.1's -compact, -mincompactionlag, -deleteretention; issue 31),
+    # for every topic of the stream; Kafka's topic configs map onto these.
+    compact = models.BooleanField(default=False)
+    mincompactionlag = models.PositiveBigIntegerField(
+        default=0, help_text="ms a message stays uncompacted")
+    deleteretention = models.PositiveBigIntegerField(
+        default=86_400_000, help_text="ms a tombstone is kept once compaction reaches it")
+    mincleanabledirtyratio = models.FloatField(
+        default=0.5, help_text="share of a partition not yet compacted before a pass runs")
     produceperm = models.TextField()
     consumeperm = models.TextField()
     topicperm = models.TextField()

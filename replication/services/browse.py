@@ -150,16 +150,17 @@ def _scan(actor: AbstractBaseUser, stream: Stream, q: BrowseQuery, partition: in
     while lo < hi and len(found) < q.limit and scanned < budget:
         size = min(CHUNK, hi - lo, budget - scanned)
         start = hi - size if down else lo
-        chunk = messages_consume(actor=actor, stream=stream, topic=q.topic, partition=partition,
-                                 offset=start, limit=size)
-        chunk = [m for m in chunk if m.offset < start + size]
+        read = messages_consume(actor=actor, stream=stream, topic=q.topic, partition=partition,
+                                offset=start, limit=size)
+        chunk = [m for m in read if m.offset < start + size]
         scanned += max(len(chunk), 1)
         hits = [m for m in chunk if _matches(m, key, text)]
         found += reversed(hits) if down else hits
         if down:
             hi = start
         else:
-            lo = (chunk[-1].offset + 1) if chunk else hi
+            # A compacted partition's gaps (issue 31): an empty window is passed, not the end.
+            lo = (chunk[-1].offset + 1) if chunk else (start + size if read else hi)
     if len(found) > q.limit:  # the chunk's last matches are left for the next page
         last = found[q.limit - 1].offset
         return _Scanned(found[: q.limit], scanned, last if down else last + 1)

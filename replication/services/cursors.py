@@ -42,7 +42,7 @@ def cursor_commit(
     scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
                   stream=True)
     target = _readable_topic(actor, stream, topic, partition)
-    _check_group(group)
+    check_group(group)
     check_commit(offset, metadata)
     store = store_for(stream.cluster)
     _on_store(target, lambda: store.commit_cursors(
@@ -76,7 +76,7 @@ def check_commit(offset: int, metadata: str) -> None:
                            field="metadata")
 
 
-def _check_group(group: str) -> None:
+def check_group(group: str) -> None:
     if not group or len(group) > 255 or not group.isprintable():
         raise InvalidInput("consumer group must be 1-255 printable characters", field="group")
 
@@ -89,7 +89,7 @@ def _checked(actor: AbstractBaseUser, stream: Stream, group: str,
     scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
                   stream=True)
     stream.require(actor, "consumeperm", action="commit consumer cursors")
-    _check_group(group)
+    check_group(group)
     topics = {t.name: t for t in stream.topics.filter(name__in={c[0] for c in commits})}
     results: dict[PartitionKey, StreamgateError | None] = {}
     accepted: dict[PartitionKey, tuple[int, str]] = {}
@@ -151,7 +151,7 @@ def cursors_fetch(
     """A group's committed cursors in the stream, with their metadata: of the partitions
     asked (None where nothing is committed), or all it has."""
     stream.require(actor, "consumeperm", action="read consumer cursors")
-    _check_group(group)
+    check_group(group)
     committed = {(c.topic, c.partition): c for c in store_for(stream.cluster).commits(stream.uuid)
                  if c.group == group}
     if partitions is None:
@@ -183,7 +183,7 @@ def cursor_delete(
                   stream=True)
     stream.require(actor, *DELETE_PERMS, action="delete consumer cursors")
     if group is not None:
-        _check_group(group)
+        check_group(group)
     _filters(stream, topic, partition)
     return store_for(stream.cluster).delete_cursors(stream.uuid, group=group, topic=topic,
                                                     partition=partition)

@@ -21,7 +21,7 @@ from replication.errors import Conflict, InvalidInput, NoSuchPartition
 from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
 from replication.scopes import scope_require
 from replication.services.browse import offset_for_time
-from replication.services.cursors import _check_group
+from replication.services.cursors import check_group
 from replication.services.messages import _on_store
 from replication.services.topics import topic_of
 from replication.services.wakeups import cursors_wake
@@ -214,7 +214,7 @@ def _plan(
     scope_require(actor, TokenScope.PRODUCE, stream=True,
                   action=f"reset consumer group offsets on {stream.path}")
     stream.require(actor, "consumeperm", action="reset consumer group offsets")
-    _check_group(group)
+    check_group(group)
     if to not in RESET_TO:
         raise InvalidInput(f"reset to one of {', '.join(RESET_TO)}, not {to!r}", field="to")
     target = topic_of(stream, topic)

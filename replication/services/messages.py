@@ -258,6 +258,16 @@ def connect_receivers() -> None:
     post_delete.connect(forget_topics, sender=Topic, dispatch_uid="topics-delete")
 
 
+def _check_keys(write: PartitionWrite) -> None:
+    """A compacted stream keeps the latest record per key: a keyless record is refused (the
+    Kafka listener checks stored-as-sent batches itself, broker/compacted.py)."""
+    keyless = [i for i, r in enumerate(write.records) if r.key is None]
+    if keyless:
+        raise InvalidInput(f"record {keyless[0]} has no key: a compacted stream keeps the latest "
+                           "record per key, so every record needs one; give each record a key",
+                           field="records")
+
+
 def _check_write(write: PartitionWrite, topic: Topic) -> None:
     """The one record check of every produce: records there, their partitions existing, none
     over the maximum message size (key, value and headers: `record_size`). A write whose
@@ -351,6 +361,8 @@ def messages_append(
     for write in writes:
         try:
             _check_write(write, target)
+            if stream.compact and write.batches is None:
+                _check_keys(write)
             good.append(write)
         except InvalidInput as error:
             write.error = error

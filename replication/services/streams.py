@@ -23,7 +23,9 @@ from replication.scopes import scope_require
 from replication.stores import store_for
 
 MAX_PARTITIONS = 4096
-METADATA = ("defaultpartitions", "ttl", "compression", "autocreate", "defaulttimestamptype")
+COMPACTION = ("compact", "mincompactionlag", "deleteretention", "mincleanabledirtyratio")
+METADATA = ("defaultpartitions", "ttl", "compression", "autocreate", "defaulttimestamptype",
+            *COMPACTION)
 CREATING_ROLES = (Role.ADMIN, Role.MEMBER)
 
 
@@ -42,10 +44,37 @@ def clean_metadata(values: dict[str, Any]) -> dict[str, Any]:
                            "messages forever)", field="ttl")
     _choice(values, "compression", Compression.values)
     _choice(values, "defaulttimestamptype", TimestampType.values)
+    _clean_compaction(values)
     for perm in PERMISSIONS:
         if perm in values:
             cleaned[perm] = clean_ace(values[perm], field=perm)
     return cleaned
+
+
+def _clean_compaction(values: dict[str, Any]) -> None:
+    if "compact" in values and not isinstance(values["compact"], bool):
+        raise InvalidInput("-compact must be true or false", field="compact")
+    for key in ("mincompactionlag", "deleteretention"):
+        value = values.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+            raise InvalidInput(f"-{key} must be a whole number of milliseconds, 0 or more",
+                               field=key)
+    ratio = values.get("mincleanabledirtyratio", 0.5)
+    if (not isinstance(ratio, int | float) or isinstance(ratio, bool)
+            or not 0 <= ratio <= 1):
+        raise InvalidInput("-mincleanabledirtyratio must be a number from 0 to 1 (the share "
+                           "of a partition not yet compacted before compaction runs)",
+                           field="mincleanabledirtyratio")
+
+
+def compaction_possible(cluster: Cluster) -> None:
+    """A compacted stream needs its cluster's store in the batch layout (compaction rewrites
+    stored record batches): InvalidInput naming the conversion otherwise."""
+    if not store_for(cluster).KEEPS_BATCHES:
+        raise InvalidInput(f"-compact true needs cluster {cluster.name}'s message store in the "
+                           "batch layout: an operator converts it with `manage.py "
+                           "convertstores` (docs/operations.md), then compaction can be set",
+                           field="compact")
 
 
 def clean_partitions(value: Any, *, field: str = "partitions") -> int:
@@ -157,6 +186,8 @@ def stream_create(
         template.require(actor, "adminperm", action="copy metadata")
         values.update({k: getattr(template, k) for k in (*METADATA, *PERMISSIONS)})
     values.update(clean_metadata(metadata))
+    if values.get("compact"):
+        compaction_possible(cluster)
     return Stream.objects.create(
         path=str(where), cluster=cluster, name=where.name, tenant=owner, created_by=actor,
         **values,
@@ -170,6 +201,8 @@ def stream_edit(*, actor: AbstractBaseUser, stream: Stream, **changes: Any) -> S
         raise InvalidInput("nothing to change: give at least one attribute, e.g. -ttl 3600")
     for key, value in clean_metadata(changes).items():
         setattr(stream, key, value)
+    if changes.get("compact"):
+        compaction_possible(stream.cluster)
     stream.save()
     return stream
 

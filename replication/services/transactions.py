@@ -28,8 +28,7 @@ from replication.engine.store import PartitionOutOfRange, UnknownTopic
 from replication.errors import InvalidInput, StreamgateError
 from replication.grants import grants_require
 from replication.models import KafkaProducerId, KafkaTransaction, Stream, Topic, TxnState
-from replication.services.cursors import cursors_check
-from replication.services.messages import _check_group
+from replication.services.cursors import check_group, cursors_check
 from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
 
@@ -226,7 +225,7 @@ def _addable(actor: AbstractBaseUser, stream: Stream, topic: str,
 
 def txn_add_offsets(*, actor: AbstractBaseUser, who: TxnProducer, group: str) -> None:
     """AddOffsetsToTxn: the group's offsets will be committed with the transaction."""
-    _check_group(group)
+    check_group(group)
     with transaction.atomic():
         txn = _current(actor, who)
         _begin(txn)

@@ -8,15 +8,16 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest import rows
 from portal.rest.commands.registry import ANY_PERM, Row, command, given, stream_at
-from portal.rest.options import Ace, Bool, Choice, Int, Refused, Str, StreamPath
+from portal.rest.options import Ace, Bool, Choice, Int, Ratio, Refused, Str, StreamPath
 from replication import services
 from replication.models import PERMISSIONS, Compression, Stream, TimestampType
 from replication.services.clusters import cluster_by_name
 
 METADATA = ("ttl", "autocreate", "defaultpartitions", "compression", "defaulttimestamptype",
+            "compact", "mincompactionlag", "deleteretention", "mincleanabledirtyratio",
             *PERMISSIONS)
-NO_COMPACTION = ("log compaction is not supported: streamgate keeps every message until its "
-                 "ttl expires, so compaction settings would have no effect")
+NO_PID_EXPIRY = ("idempotent producers' state is kept with each partition for as long as the "
+                 "partition: there is no producer id expiry to set")
 
 METADATA_OPTIONS = (
     Int("ttl", "seconds a message is kept; 0 keeps it forever (default 604800)"),
@@ -26,15 +27,19 @@ METADATA_OPTIONS = (
            choices=tuple(Compression.values)),
     Choice("defaulttimestamptype", "timestamp type of new topics (default createtime)",
            choices=tuple(TimestampType.values)),
+    Bool("compact", "log compaction: keep the latest message per key (default false); "
+         "needs the cluster's store in the batch layout"),
+    Int("mincompactionlag", "ms a message stays uncompacted (default 0)", min=0),
+    Int("deleteretention", "ms a tombstone (null value) is kept once compaction reaches it "
+        "(default 86400000)", min=0),
+    Ratio("mincleanabledirtyratio", "share of a partition not yet compacted before a "
+          "compaction pass runs (default 0.5)"),
     *(Ace(perm, f"who holds {perm} (default u:<you>)") for perm in PERMISSIONS),
 )
 UNSUPPORTED_OPTIONS = (
     Refused("ischangelog", accepts_false=True,
             reason="change-data-capture (changelog) streams are not supported"),
-    Refused("compact", accepts_false=True, reason=NO_COMPACTION),
-    Refused("mincompactionlag", reason=NO_COMPACTION),
-    Refused("deleteretention", reason=NO_COMPACTION),
-    Refused("pidexpirysecs", reason=NO_COMPACTION),
+    Refused("pidexpirysecs", reason=NO_PID_EXPIRY),
 )
 PATH = StreamPath("path", "the stream, e.g. /mapr/sanfrancisco/activity", required=True)
 

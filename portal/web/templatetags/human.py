@@ -124,11 +124,26 @@ def ttl(seconds: int | None) -> str:
     return duration_ms(seconds * 1000)
 
 
+def compaction_line(summary: dict[str, Any] | None) -> str:
+    """The stream page's line on what log compaction did: passes, messages removed, space
+    reclaimed (the logical bytes of what was removed)."""
+    if summary is None:
+        return "not compacted"
+    if not summary["passes"]:
+        return "no pass yet"
+    return (f"{summary['passes']} passes over {summary['partitions']} partitions: "
+            f"{count(summary['messagesremoved'])} removed, {size(summary['bytesreclaimed'])} "
+            "reclaimed")
+
+
 INFO_LABELS = {
     "path": "Path", "physicalsize": "Size on disk", "logicalsize": "Size of the data",
     "numtopics": "Topics", "defaultpartitions": "Partitions of a new topic",
     "ttl": "Messages kept for", "compression": "Compression", "autocreate": "Topics created on use",
-    "ischangelog": "Change log", "defaulttimestamptype": "Timestamps", "cluster": "Cluster",
+    "ischangelog": "Change log", "defaulttimestamptype": "Timestamps",
+    "compact": "Log compaction", "mincompactionlag": "Uncompacted for at least (ms)",
+    "deleteretention": "Tombstones kept for (ms)", "compaction": "Compaction so far",
+    "cluster": "Cluster",
     "tenant": "Tenant", "uuid": "Stream id",
 }
 

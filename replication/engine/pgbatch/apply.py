@@ -72,8 +72,10 @@ def apply_locked(conn: psycopg.Connection, pid: int, key: Key, source: Source, *
             base, last = head
             if base < nxt:  # the replica ends inside it: keep its tail
                 kept = kept_suffix(source.batch(last), nxt)
-                copy_batches(conn, pid, [kept])
-                records, size, start = kept.records, kept.size, last + 1
+                if kept is not None:  # None: a compacted batch with no record there
+                    copy_batches(conn, pid, [kept])
+                    records, size = kept.records, kept.size
+                start = last + 1
             elif base > nxt:  # a fresh partition begins where the origin does, or Misordered
                 start = fresh_start(key, base, low, nxt, origin_low)
                 cur.execute(START, ([pid], [start]))
@@ -98,7 +100,8 @@ ONE = f"SELECT {BATCH_COLUMNS.replace('origin', 'uuid_send(origin)')} FROM batch
 # What the relay wrote, seen in the replica's transaction: a contiguous run from `start`,
 # and none of it from the replica's own stream (invariant 3).
 WRITTEN = """SELECT count(*), coalesce(sum(records), 0)::int8, coalesce(sum(size), 0)::int8,
-    min(base_offset), max(last_offset), coalesce(bool_or(origin = %s), false)
+    min(base_offset), max(last_offset), coalesce(bool_or(origin = %s), false),
+    coalesce(sum(last_offset + 1 - base_offset), 0)::int8
 FROM batches WHERE pid = %s AND last_offset >= %s"""
 
 
@@ -126,12 +129,13 @@ class Relayed:
         query = sql.SQL(RELAY_OUT).format(rpid=pid, pid=self.pid, start=start, end=self.end)
         with conn.cursor() as cur:
             relayed = relay(self.conn, query.as_bytes(self.conn), cur, s.COPY_IN)
-            count, records, size, first, last, home = cur.execute(
+            count, records, size, first, last, home, spanned = cur.execute(
                 WRITTEN, (self.stream, pid, start)).fetchone()
         if home:
             raise ReturnToOrigin(f"its messages originate in stream {self.stream}, and a "
                                  "message is never replicated back to its origin")
-        if count != relayed.rows or (count and (first != start or records != last + 1 - start)):
+        # Offsets the batches span, not records: a compacted batch keeps its span (issue 31).
+        if count != relayed.rows or (count and (first != start or spanned != last + 1 - start)):
             raise Gone(f"the source no longer holds all of offsets {start}..{self.end - 1}")
         return records, size, (last + 1 if count else start)
 

@@ -5,6 +5,7 @@ batch stores run are statements.py's; these are PostgreSQL's own."""
 
 from __future__ import annotations
 
+from replication.engine.compactstore import STATE_TABLE
 from replication.engine.pg.schema import COMMON_SCHEMA
 from replication.engine.statements import BATCH_COLUMNS
 from replication.engine.txnstate import TXN_SCHEMA
@@ -30,7 +31,7 @@ CREATE TABLE IF NOT EXISTS batches (
     data bytea NOT NULL,
     PRIMARY KEY (pid, last_offset)
 );
-""" + TXN_SCHEMA
+""" + TXN_SCHEMA + STATE_TABLE
 STORAGE_UNSET = """
 SELECT attstorage <> 'e' FROM pg_attribute
 WHERE attrelid = 'batches'::regclass AND attname = 'data'

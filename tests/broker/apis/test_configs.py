@@ -96,7 +96,10 @@ def test_incremental_alter_sets_and_deletes_each_config(kafka, apps):
     ("max.message.bytes", "10", "STREAMGATE_MAX_MESSAGE_BYTES"),
     ("retention.ms", "1500", "whole seconds"),
     ("compression.type", "zstd", "is not one a stream keeps"),
-    ("cleanup.policy", "compact", "no compaction"),
+    ("cleanup.policy", "compact", "manage.py convertstores"),  # a row store
+    ("cleanup.policy", "shred", "is not one of compact, compact,delete, delete"),
+    ("min.compaction.lag.ms", "-5", "whole number of milliseconds"),
+    ("min.cleanable.dirty.ratio", "1.5", "from 0 to 1"),
     ("segment.bytes", "1024", "is not supported"),
     ("message.format.version", "banana", "is not a Kafka version"),
 ])

@@ -1,0 +1,164 @@
+"""Log compaction of a batch store's partition (issue 31), written once for PostgreSQL and
+SQLite (the rules are compaction.py's).
+
+A pass reads the cleanable batches twice without a lock (first each key's latest offset,
+then the batches to rewrite, a page at a time) and writes each page's changes in a short
+transaction under the partition's lock, so producers wait for a page's writes at most, never
+for the reading. A batch is replaced only if it is still the one that was read (same last
+offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
+batches below the cleanable end are touched, and offsets never move: the partition's low and
+next offsets stay, its record and byte counters go down by what was removed.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+from uuid import UUID
+
+from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
+from replication.engine.storebase import Connection, MessageStore
+from replication.engine.stored import StoredBatch
+
+COLUMNS = ("base_offset, last_offset, records, first_ts, max_ts, producer_id, epoch, "
+           "base_sequence, attributes, crc, uuid_send(origin), producer, size, data")
+# What a compaction pass has done on each partition (shown by `stream info` and the API).
+STATE_TABLE = """
+CREATE TABLE IF NOT EXISTS compaction_state (
+    pid integer PRIMARY KEY,
+    cleaned_end bigint NOT NULL,
+    runs bigint NOT NULL,
+    removed bigint NOT NULL,
+    reclaimed bigint NOT NULL,
+    last_run bigint NOT NULL
+);
+"""
+FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s "
+               "ORDER BY last_offset LIMIT 1")
+FIRST_YOUNG = """
+SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s AND max_ts >= %s
+ORDER BY last_offset LIMIT 1
+"""
+PAGE = f"""
+SELECT {COLUMNS} FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
+ORDER BY last_offset LIMIT %s
+"""
+DROP_BATCH = ("DELETE FROM batches WHERE pid = %s AND last_offset = %s AND crc = %s "
+              "RETURNING records, size")
+SHRINK = "UPDATE partitions SET rows = rows - %s, bytes = bytes - %s WHERE id = %s"
+STATE = "SELECT cleaned_end, runs, removed, reclaimed, last_run FROM compaction_state " \
+        "WHERE pid = %s"
+SAVE_STATE = """
+INSERT INTO compaction_state (pid, cleaned_end, runs, removed, reclaimed, last_run)
+VALUES (%s, %s, 1, %s, %s, %s)
+ON CONFLICT (pid) DO UPDATE SET cleaned_end = excluded.cleaned_end,
+    runs = compaction_state.runs + 1, removed = compaction_state.removed + excluded.removed,
+    reclaimed = compaction_state.reclaimed + excluded.reclaimed, last_run = excluded.last_run
+"""
+STREAM_STATE = """
+SELECT p.topic, p.partition, s.cleaned_end, s.runs, s.removed, s.reclaimed, s.last_run
+FROM compaction_state s JOIN partitions p ON p.id = s.pid
+WHERE p.stream = %s ORDER BY p.topic, p.partition
+"""
+
+
+class Policy(NamedTuple):
+    """A compacted topic's settings (Kafka's names), in milliseconds."""
+
+    min_lag_ms: int = 0  # min.compaction.lag.ms
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms
+    min_dirty_ratio: float = 0.0  # min.cleanable.dirty.ratio (0: compact whenever dirty)
+
+
+class Compacted(NamedTuple):
+    """What one pass did on one partition."""
+
+    end: int  # the cleanable end it compacted below (its low offset when it skipped)
+    removed: int  # records removed
+    reclaimed: int  # logical bytes removed
+    rewritten: int  # batches rewritten or dropped
+    ran: bool  # False: nothing was cleanable, or too little was dirty
+
+
+class CompactionState(NamedTuple):
+    """A partition's compaction record, as `compaction_state` returns it."""
+
+    topic: str
+    partition: int
+    cleaned_end: int
+    runs: int
+    removed: int
+    reclaimed: int
+    last_run_ms: int
+
+
+class CompactionMethods(MessageStore):
+    """Compaction of a batch store's partitions (mixed into BatchLayout)."""
+
+    PAGE_BATCHES = 500
+
+    def compact(self, stream: UUID, topic: str, partition: int, *, policy: Policy,
+                now_ms: int, replicated: int) -> Compacted:
+        """One pass over the partition: below the cleanable end (the first batch younger
+        than the lag, what every replica confirmed: `replicated`, the high watermark), each
+        key's latest record kept, and its tombstone until older than the delete retention."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            low, high = self._range(conn, stream, topic, pid)
+            young = self._one(conn, FIRST_YOUNG, (pid, low, now_ms - policy.min_lag_ms))
+            end = cleanable_end(young and young[0], high, replicated)
+            state = self._one(conn, STATE, (pid,))
+        cleaned = state[0] if state else low
+        if end <= low or dirty_ratio(cleaned, end, low) < policy.min_dirty_ratio:
+            return Compacted(low, 0, 0, 0, False)
+        keys: dict[bytes, int] = {}
+        for page in self._pages(pid, low, end):
+            latest(page, end, keys)
+        rules = Rules(end, now_ms - policy.delete_retention_ms)
+        removed = reclaimed = rewritten = 0
+        for page in self._pages(pid, low, end):
+            changes = [(b, compacted(b, keys, rules)) for b in page]
+            n, size, count = self._write_page(pid, [c for c in changes if c[1] is not False])
+            removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
+        with self._writing() as conn:
+            conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
+        return Compacted(end, removed, reclaimed, rewritten, True)
+
+    def compaction_state(self, stream: UUID) -> list[CompactionState]:
+        """Every compacted partition's record of the stream."""
+        with self._reading() as conn:
+            rows = self._all(conn, STREAM_STATE, (self._key(stream),))
+        return [CompactionState(*row) for row in rows]
+
+    def _pages(self, pid: int, low: int, end: int):
+        start = low
+        while True:
+            with self._reading() as conn:
+                rows = self._binary(conn).execute(self._sql(PAGE), (
+                    pid, start, end, self.PAGE_BATCHES)).fetchall()
+            if not rows:
+                return
+            yield [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+                   for row in rows]
+            start = rows[-1][1] + 1
+
+    def _write_page(self, pid: int, changes: list[tuple[StoredBatch, StoredBatch | None]]
+                    ) -> tuple[int, int, int]:
+        """Replace each batch still as it was read by its compacted self (or by nothing):
+        (records removed, logical bytes removed, batches changed)."""
+        if not changes:
+            return 0, 0, 0
+        removed = reclaimed = count = 0
+        with self._writing() as conn:
+            self._lock(conn, pid)
+            for old, new in changes:
+                if self._drop_if_same(conn, pid, old):
+                    if new is not None:
+                        self._copy(conn, pid, [new])
+                    removed += old.records - (new.records if new else 0)
+                    reclaimed += old.size - (new.size if new else 0)
+                    count += 1
+            conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
+        return removed, reclaimed, count
+
+    def _drop_if_same(self, conn: Connection, pid: int, batch: StoredBatch) -> bool:
+        return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))

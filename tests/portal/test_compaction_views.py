@@ -1,0 +1,70 @@
+"""A compacted stream's settings and what compaction did, as the interfaces show them (issue
+31): `stream info` on /rest, the API's stream, the line on the stream page; another tenant
+sees none of it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from replication.engine.store import Record
+from replication.models import Stream
+from replication.services import topic_create
+from replication.services.compaction import stream_compact
+from replication.services.messages import messages_produce
+from tests.clients import signed_in
+from tests.factories import ClusterFactory, StreamFactory
+from tests.portal.test_rest import call, ok
+
+
+@pytest.fixture
+def compacted(db, owner, settings):
+    settings.STORE_LAYOUT = "batches"  # the cluster's new store is a batch store
+    stream = StreamFactory(cluster=ClusterFactory(name="compactland"), name="state",
+                           created_by=owner, compact=True, deleteretention=5,
+                           mincleanabledirtyratio=0.0)
+    topic_create(actor=owner, stream=stream, name="t", partitions=1)
+    messages_produce(actor=owner, stream=stream, topic="t", records=[
+        Record(b"%d" % i, key=b"k%d" % (i % 2), partition=0, timestamp_ms=1_000 + i)
+        for i in range(10)])
+    stream_compact(stream=stream, now_ms=1 << 45)
+    return stream
+
+
+def test_stream_info_shows_the_settings_and_what_compaction_removed(api, owner, compacted):
+    info = ok(call(api(owner), "stream/info", path=compacted.path))[0]
+    assert (info["compact"], info["mincompactionlag"], info["deleteretention"]) == (True, 0, 5)
+    assert info["compaction"]["passes"] == 1 and info["compaction"]["messagesremoved"] == 8
+
+
+def test_the_api_shows_compaction_on_a_stream_and_an_outsider_gets_404(api, owner, outsider,
+                                                                      compacted):
+    where = reverse("api:stream-detail", kwargs={"uuid": compacted.uuid})
+    body = api(owner).get(where).json()
+    assert body["compact"] is True and body["compaction"]["messagesremoved"] == 8
+    assert api(outsider).get(where).status_code == 404
+    edited = api(owner).patch(where, {"deleteretention": -1}, format="json")
+    assert edited.status_code == 400 and "deleteretention" in edited.json()
+
+
+def test_the_stream_page_has_a_line_on_compaction(owner, compacted):
+    page = signed_in(owner).get(f"/streams/{compacted.pk}/").content.decode()
+    info = re.search(r'id="stream-info">(.*?)</table>', page, re.S).group(1)
+    assert re.search(r"Compaction so far.*?<td>1 passes over 1 partitions: 8 msgs removed, "
+                     r"80 bytes reclaimed</td>", info, re.S), info
+
+
+def test_the_stream_form_creates_a_compacted_stream_or_names_the_conversion(owner, settings):
+    settings.STORE_LAYOUT = "batches"
+    ClusterFactory(name="compactland")
+    client = signed_in(owner)
+    made = client.post("/streams/", {"path": "/mapr/compactland/kv", "compact": "on"})
+    assert made.status_code == 302
+    assert Stream.objects.get(path="/mapr/compactland/kv").compact
+    settings.STORE_LAYOUT = "rows"
+    ClusterFactory(name="rowland")
+    refused = client.post("/streams/", {"path": "/mapr/rowland/kv", "compact": "on"})
+    assert refused.status_code == 400 and "manage.py convertstores" in refused.content.decode()
+    assert not Stream.objects.filter(path="/mapr/rowland/kv").exists()

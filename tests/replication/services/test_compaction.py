@@ -1,0 +1,169 @@
+"""Compacted streams in the domain (issue 31): the settings, the produce rule, the pass over a
+stream (bounded by what its replicas received), what it reports, and a replica compacting
+its copy by its origin's rule to the same latest value per key at the same offsets."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication.engine.store import Record
+from replication.errors import InvalidInput
+from replication.models import ReplicaLink
+from replication.services import replica_add, stream_edit, topic_create, upstream_add
+from replication.services.browse import BrowseQuery, messages_browse
+from replication.services.compaction import compacted_streams, compaction_summary, stream_compact
+from replication.services.messages import messages_consume, messages_produce
+from replication.services.purge import watermarks
+from replication.services.verify import link_verify
+from replication.stores import store_for
+from workers.replication.applier import batch_serve
+from workers.tasks import compact_streams_task
+
+BATCHES = pytest.mark.parametrize("layout", ["batches"], indirect=True)
+LATER = 1 << 45  # a clock far past every record: the lag and tombstone retention have passed
+
+
+@pytest.fixture
+def compacted(layout, owner, activity, activity_ny):
+    """alice's activity, compacted, with topic clicks (1 partition) replicated to
+    activity_ny (agreed, running)."""
+    stream_edit(actor=owner, stream=activity, compact=True, deleteretention=1_000,
+                mincleanabledirtyratio=0.0)
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1)
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    return activity, activity_ny
+
+
+def produce(owner, stream, pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+    messages_produce(actor=owner, stream=stream, topic="clicks", records=[
+        Record(value, key=key, partition=0, timestamp_ms=1_000 + i)
+        for i, (key, value) in enumerate(pairs)])
+
+
+def kept(stream) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(m.offset, m.key, m.value) for m in messages_consume(
+        actor=stream.created_by, stream=stream, topic="clicks", partition=0, offset=0,
+        limit=100)]
+
+
+def replicate(source, replica, end: int) -> None:
+    link = ReplicaLink.objects.get(source=source, replica=replica)
+    start = watermarks(store_for(replica.cluster), replica.uuid, "clicks").get(0, (0, 0))[1]
+    batch_serve(link_id=link.pk, topic="clicks", partition=0, start=start, end=end)
+
+
+@BATCHES
+def test_a_pass_keeps_the_latest_value_per_key_and_reports_what_it_removed(owner, compacted):
+    source, _ = compacted
+    produce(owner, source, [(b"a", b"1"), (b"b", b"1")])
+    produce(owner, source, [(b"a", b"2"), (b"b", None)])
+    produce(owner, source, [(b"c", b"1")])
+    replicate(*compacted, 5)
+    done = stream_compact(stream=source, now_ms=LATER)
+    assert (done.partitions, done.removed) == (1, 3)
+    assert kept(source) == [(2, b"a", b"2"), (4, b"c", b"1")]  # the tombstone expired too
+    summary = compaction_summary(source)
+    assert summary["passes"] == 1 and summary["messagesremoved"] == 3
+    assert summary["bytesreclaimed"] > 0 and summary["lastrun"] == LATER
+
+
+@BATCHES
+def test_what_a_replica_has_not_received_is_not_compacted(owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"1")])
+    produce(owner, source, [(b"a", b"2")])
+    produce(owner, source, [(b"a", b"3")])
+    replicate(source, replica, 2)  # the replica holds offsets 0 and 1 only
+    stream_compact(stream=source, now_ms=LATER)
+    assert [o for o, _, _ in kept(source)] == [1, 2]  # a2 and a3 wait for the replica
+    replicate(source, replica, 3)
+    stream_compact(stream=source, now_ms=LATER)
+    assert [o for o, _, _ in kept(source)] == [2]
+
+
+@BATCHES
+def test_a_replica_compacts_its_copy_by_its_origins_rule_to_the_same_result(owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2")])
+    replicate(source, replica, 3)
+    stream_compact(stream=source, now_ms=LATER)
+    produce(owner, source, [(b"b", b"2")])
+    replicate(source, replica, 4)
+    assert set(compacted_streams()) == {source, replica}  # the replica is not -compact itself
+    for stream in (source, replica):
+        stream_compact(stream=stream, now_ms=LATER)
+    assert kept(replica) == kept(source) == [(2, b"a", b"2"), (3, b"b", b"2")]
+    assert store_for(replica.cluster).watermarks(replica.uuid, "clicks") == {0: (0, 4)}
+
+
+@BATCHES
+def test_a_keyless_record_is_refused_on_a_compacted_stream_and_nothing_is_written(
+        owner, compacted):
+    source, _ = compacted
+    with pytest.raises(InvalidInput, match="record 1 has no key: a compacted stream"):
+        produce(owner, source, [(b"a", b"1"), (None, b"x")])
+    assert kept(source) == []
+
+
+@BATCHES
+def test_the_beat_task_queues_a_pass_per_compacted_stream(owner, compacted, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"1"), (b"a", b"2")])
+    replicate(source, replica, 2)
+    assert compact_streams_task() == 2
+    assert [o for o, _, _ in kept(source)] == [1]
+
+
+def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, activity):
+    with pytest.raises(InvalidInput, match=r"manage\.py convertstores"):
+        stream_edit(actor=owner, stream=activity, compact=True)
+    activity.refresh_from_db()
+    assert not activity.compact
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"compact": "yes"}, "-compact must be true or false"),
+    ({"mincompactionlag": -1}, "-mincompactionlag must be a whole number of milliseconds"),
+    ({"deleteretention": 1.5}, "-deleteretention must be a whole number"),
+    ({"mincleanabledirtyratio": 2}, "-mincleanabledirtyratio must be a number from 0 to 1"),
+])
+def test_bad_compaction_settings_are_refused(owner, activity, changes, message):
+    with pytest.raises(InvalidInput, match=message):
+        stream_edit(actor=owner, stream=activity, **changes)
+
+
+@BATCHES
+def test_verification_compares_what_compacted_copies_stand_for_not_their_records(
+        owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"b", None)])
+    replicate(source, replica, 4)
+    stream_compact(stream=source, now_ms=LATER)  # the replica has not compacted yet
+    assert kept(source) == [(2, b"a", b"2")] and len(kept(replica)) == 4
+    link = ReplicaLink.objects.select_related("source__cluster", "replica__cluster").get()
+    assert link_verify(link=link)["firstDifference"] is None
+    # A real divergence: the replica's latest value of a is not its origin's.
+    store = store_for(replica.cluster)
+    store.truncate(replica.uuid, "clicks", 0, 2)
+    store.append(replica.uuid, "clicks", [Record(b"evil", key=b"a", partition=0)],
+                 origin=source.uuid)
+    store.append(replica.uuid, "clicks", [Record(None, key=b"b", partition=0)],
+                 origin=source.uuid)
+    ReplicaLink.objects.filter(pk=link.pk).update(verified_upto={})  # verify it all again
+    assert link_verify(link=link)["firstDifference"] == {
+        "topic": "clicks", "partition": 0, "offset": 2}
+
+
+@BATCHES
+def test_the_message_browser_reads_past_the_gaps_compaction_leaves(owner, compacted):
+    source, replica = compacted
+    produce(owner, source, [(b"a", b"%d" % i) for i in range(1000)])
+    produce(owner, source, [(b"b", b"last")])
+    replicate(source, replica, 1001)
+    stream_compact(stream=source, now_ms=LATER)
+    for newest_first in (False, True):
+        found = messages_browse(actor=owner, stream=source, q=BrowseQuery(
+            topic="clicks", partition=0, newest_first=newest_first)).messages
+        assert sorted((m.offset, m.value) for m in found) == [(999, b"999"), (1000, b"last")]
