@@ -49,8 +49,8 @@ def test_the_api_shows_compaction_on_a_stream_and_an_outsider_gets_404(api, owne
     assert edited.status_code == 400 and "deleteretention" in edited.json()
 
 
-def test_the_stream_page_has_a_line_on_compaction(owner, compacted):
-    page = signed_in(owner).get(f"/streams/{compacted.pk}/").content.decode()
+def test_the_stream_settings_tab_has_a_line_on_compaction(owner, compacted):
+    page = signed_in(owner).get(f"/streams/{compacted.pk}/settings/").content.decode()
     info = re.search(r'id="stream-info">(.*?)</table>', page, re.S).group(1)
     assert re.search(r"Compaction so far.*?<td>1 passes over 1 partitions: 8 msgs removed, "
                      r"80 bytes reclaimed</td>", info, re.S), info
