@@ -87,7 +87,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint
 ifeq ($(PYTEST_ARGS),)
-	$(PYTEST) $(PYTEST_OPTS) --ignore=tests/e2e
+	$(PYTEST) $(PYTEST_OPTS) --ignore=tests/e2e --ignore=tests/ha
 	$(PYTEST) $(PYTEST_OPTS) tests/e2e
 else
 	$(PYTEST) $(PYTEST_ARGS)
