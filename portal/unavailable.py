@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from urllib.parse import urlsplit
 
 import psycopg
 import redis
 from django.conf import settings
 
+from replication.engine.redisurl import address
 from replication.errors import ServiceUnavailable
 
 logger = logging.getLogger(__name__)
@@ -58,9 +58,8 @@ def retry_headers(exc: Exception) -> dict[str, str] | None:
 
 
 def redis_address() -> str:
-    """host:port of REDIS_URL, never its password."""
-    parts = urlsplit(settings.REDIS_URL)
-    return f"{parts.hostname}:{parts.port or 6379}"
+    """host:port of REDIS_URL (or its sentinels), never its password."""
+    return address(settings.REDIS_URL)
 
 
 def _first_line(exc: Exception) -> str:
