@@ -25,6 +25,7 @@ from replication.engine.batches import (
     group_runs,
     messages_from_rows,
 )
+from replication.engine.copies import StoreGroup
 from replication.engine.recordbatch import encode_rows
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
@@ -186,6 +187,9 @@ class MessageStore(CursorMethods, ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    @abstractmethod
+    def group(self) -> StoreGroup: ...  # its servers and the copies a commit is on
 
     def _sql(self, statement: str) -> str:
         key = (self.DIALECT, statement)

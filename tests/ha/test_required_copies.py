@@ -1,0 +1,31 @@
+"""A cluster's required copies against its store's Patroni group: two are accepted where the
+group has a primary and a synchronous standby, more than its members are refused, and
+`cluster info` shows each member's role and lag."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication import services
+from replication.errors import InvalidInput
+from replication.models import Cluster
+from replication.services.clusters import cluster_info
+from replication.stores import close_stores
+
+pytestmark = pytest.mark.slow
+
+
+def test_required_copies_accepted_up_to_the_group_and_shown(operator, ha_group):
+    url = ha_group.url("store_copies")
+    with pytest.raises(InvalidInput, match="has 3 member"):
+        services.cluster_create(actor=operator, name="big", store_url=url, required_copies=4)
+    assert not Cluster.objects.filter(name="big").exists()
+    cluster = services.cluster_create(actor=operator, name="ha", store_url=url,
+                                      required_copies=2)
+    info = cluster_info(cluster)
+    close_stores()
+    assert (info["requiredcopies"], info["copies"], info["copiesOk"]) == (2, 2, True)
+    roles = sorted(m["role"] for m in info["members"])
+    assert roles == ["async_standby", "primary", "sync_standby"]
+    primary = next(m for m in info["members"] if m["role"] == "primary")
+    assert primary["name"].endswith(str(ha_group.ports.pg(int(ha_group.primary()[2:]))))
