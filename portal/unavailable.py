@@ -17,6 +17,7 @@ from types import TracebackType
 
 import psycopg
 import redis
+from django import db
 from django.conf import settings
 
 from replication.engine.redisurl import address
@@ -30,6 +31,9 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 # Django wraps the control database's errors in its own classes: a bare psycopg error comes
 # from a message store's connection (replication/engine/pg), or its pool's timeout.
 STORE_DOWN = (psycopg.OperationalError,)
+# The control database out of reach, as Django reports it: no server answers (a Patroni group
+# between a primary's death and a standby's promotion), or a pooled connection died with it.
+CONTROL_DOWN = (db.OperationalError, db.InterfaceError)
 COMMIT_HOOKS = frozenset({"on_commit", "run_and_clear_commit_hooks"})
 
 
@@ -37,10 +41,14 @@ def as_unavailable(exc: Exception) -> ServiceUnavailable | None:
     """The 503 to answer for `exc`, or None when it is no outage (or came after a commit)."""
     if isinstance(exc, ServiceUnavailable):
         return exc
-    if not isinstance(exc, REDIS_DOWN + STORE_DOWN) or _after_commit(exc.__traceback__):
+    if not isinstance(exc, REDIS_DOWN + STORE_DOWN + CONTROL_DOWN) or \
+            _after_commit(exc.__traceback__):
         return None
     reason = _first_line(exc)
-    if isinstance(exc, REDIS_DOWN):
+    if isinstance(exc, CONTROL_DOWN):
+        desc = (f"the control database did not answer ({reason}): retry in a few seconds "
+                "(a replicated one is electing a new primary)")
+    elif isinstance(exc, REDIS_DOWN):
         desc = (f"the control plane's Redis at {redis_address()} is unreachable ({reason}): "
                 "retry in a few seconds")
     else:
