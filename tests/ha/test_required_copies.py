@@ -29,3 +29,28 @@ def test_required_copies_accepted_up_to_the_group_and_shown(operator, ha_group):
     assert roles == ["async_standby", "primary", "sync_standby"]
     primary = next(m for m in info["members"] if m["role"] == "primary")
     assert primary["name"].endswith(str(ha_group.ports.pg(int(ha_group.primary()[2:]))))
+
+
+def test_a_group_short_of_copies_raises_the_alarm_until_its_standbys_return(
+        operator, ha_group):
+    from operations.alarms import alarms_evaluate
+    from operations.models import Alarm, AlarmKind
+
+    services.cluster_create(actor=operator, name="short", store_url=ha_group.url("store_short"),
+                            required_copies=2)
+    alarms_evaluate()
+    assert not Alarm.objects.open().filter(kind=AlarmKind.COPIES_SHORT).exists()
+    standbys = [n for n in ha_group.names() if n.startswith("pg") and n != ha_group.primary()]
+    for name in standbys:
+        ha_group.kill(name)
+    try:
+        alarms_evaluate()
+        (alarm,) = Alarm.objects.open().filter(kind=AlarmKind.COPIES_SHORT)
+        assert "requires 2 copies" in alarm.description and "are on 1 now" in alarm.description
+    finally:
+        for name in standbys:
+            ha_group.start(name)
+        ha_group.wait_healthy(120)
+        close_stores()
+    alarms_evaluate()
+    assert not Alarm.objects.open().filter(kind=AlarmKind.COPIES_SHORT).exists()
