@@ -17,7 +17,8 @@ TEST_ENV := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/str
 	SECRET_KEY=$${SECRET_KEY:-test-secret-key-not-for-production-use-0123456789abcdef} \
 	STREAMGATE_DATA_DIR=$${STREAMGATE_DATA_DIR:-$(CURDIR)/var/test}
 
-.PHONY: run test install install-test lint prod bench chaos conformance screenshots clean clihelp vendor-js
+.PHONY: run test install install-test lint prod bench chaos conformance screenshots clean clihelp vendor-js \
+	ha-up ha-down ha-status test-ha
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,7 +87,7 @@ TEST_WORKERS ?= 2
 PYTEST := $(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: lint
 ifeq ($(PYTEST_ARGS),)
-	$(PYTEST) $(PYTEST_OPTS) --ignore=tests/e2e
+	$(PYTEST) $(PYTEST_OPTS) --ignore=tests/e2e --ignore=tests/ha
 	$(PYTEST) $(PYTEST_OPTS) tests/e2e
 else
 	$(PYTEST) $(PYTEST_ARGS)
@@ -130,3 +131,25 @@ screenshots: install-test
 ## clihelp: regenerate streamgate/commands.json (the CLI's offline help) from the /rest registry
 clihelp: install
 	$(TEST_ENV) $(BIN)/python -m portal.rest.clihelp
+
+# The replicated group (docs/scaling.md): Debian's Patroni, etcd and Redis Sentinel, installed
+# only for the targets below, which alone need them.
+HA_PACKAGES := /usr/bin/patroni /usr/bin/etcd /usr/bin/redis-sentinel
+$(HA_PACKAGES):
+	apt-get update -qq && apt-get install -y -qq patroni etcd-server redis-sentinel
+
+## ha-up: three etcd, three PostgreSQL under Patroni (a synchronous standby), two Redis and three
+## sentinels on loopback (var/ha, ports from HA_BASE=25400), started until healthy; prints the
+## DATABASE_URL and REDIS_URL to use (`make prod` runs on them). ha-down stops, ha-status shows.
+HA_BASE ?= 25400
+HA := $(BIN)/python -m bench.hagroup --root var/ha --base $(HA_BASE)
+ha-up: install $(HA_PACKAGES)
+	$(HA) up
+ha-down:
+	$(HA) down
+ha-status:
+	$(HA) status
+
+## test-ha: the failover proofs on a group of their own (minutes; not part of `make test`)
+test-ha: install-test $(HA_PACKAGES)
+	$(TEST_ENV) $(BIN)/python -m pytest -p no:cacheprovider tests/ha $(PYTEST_OPTS)

@@ -8,6 +8,7 @@ import sys
 from bench import (
     conformance,
     failback,
+    ha,
     kafka,
     pages,
     produce,
@@ -37,6 +38,8 @@ COMMANDS = {
                          "the topology page under 200 link events/s"),
     "sasl": (sasl, "a Kafka connection's sign-in: SASL/PLAIN beside SCRAM-SHA-256 and -512"),
     "quotas": (quotas, "one tenant at its produce quota beside another: the other's latency"),
+    "ha": (ha, "the replicated group: produce latency with a synchronous standby beside a single "
+               "server, and time from a primary's (and Redis master's) death to the next ack"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

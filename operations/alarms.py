@@ -28,6 +28,7 @@ from replication.engine.storebase import MessageStore
 from replication.events import publish_after_commit
 from replication.figures import pending_figures
 from replication.models import (
+    Cluster,
     Failover,
     Gateway,
     ReplicaLink,
@@ -82,7 +83,8 @@ def _conditions() -> tuple[dict[tuple[str, str], Condition], set[str]]:
                  .select_related("source__cluster", "replica__cluster"))
     found: dict[tuple[str, str], Condition] = {}
     unknown: set[str] = set()
-    for condition in [*_link_conditions(links, unknown), *_cluster_conditions(links)]:
+    for condition in [*_link_conditions(links, unknown), *_cluster_conditions(links),
+                      *_copies_conditions(unknown)]:
         found[(condition.kind, condition.key)] = condition
     return found, unknown
 
@@ -152,6 +154,27 @@ def _cluster_conditions(links: list[ReplicaLink]) -> Iterator[Condition]:
                         f"no live gateway on cluster {cluster.name}, so nothing replicates to "
                         f"its replicas: {state}", cluster_id=cluster.pk,
                         tenant_ids=_cluster_tenants(cluster.pk))
+
+
+def _copies_conditions(unknown: set[str]) -> Iterator[Condition]:
+    """Clusters whose store's group acknowledges commits on fewer servers than the cluster
+    requires (a standby lost, or not yet caught up): an acks=all produce then waits, or, with
+    Patroni's non-strict synchronous mode, is acknowledged on fewer copies (invariant 11)."""
+    for cluster in Cluster.objects.filter(required_copies__gt=1):
+        key = f"cluster:{cluster.pk}:copies"
+        try:
+            group = store_for(cluster).group()
+        except Exception as error:  # a store that is down must not stop the other alarms
+            log.warning("alarm_store_group_unavailable", cluster=cluster.name, error=str(error))
+            unknown.add(key)
+            continue
+        if group.copies < cluster.required_copies:
+            roles = ", ".join(f"{m.name} {m.role} {m.state}" for m in group.members)
+            yield Condition(AlarmKind.COPIES_SHORT, key, cluster.name, (
+                f"cluster {cluster.name} requires {cluster.required_copies} copies of every "
+                f"acknowledged message but its store's commits are on {group.copies} now "
+                f"({roles}): start the lost standby (it rejoins by itself)"),
+                cluster_id=cluster.pk, tenant_ids=_cluster_tenants(cluster.pk))
 
 
 def _cluster_tenants(cluster_id: int) -> frozenset[int]:

@@ -25,11 +25,13 @@ class AlarmKind(models.TextChoices):
     RETENTION_UNREPLICATED = ("STREAM_ALARM_RETENTION_UNREPLICATED",
                               "Retention deleted unreplicated messages")
     DIVERGED = "STREAM_ALARM_REPLICA_DIVERGED", "A replica differs from its source"
+    COPIES_SHORT = ("CLUSTER_ALARM_STORE_COPIES_SHORT",
+                    "A cluster's store keeps fewer copies than the cluster requires")
     # An event, not a state: raised by a failover, open until someone clears it.
     FAILOVER = "STREAM_ALARM_REPLICA_FAILOVER", "A replica took over from its source"
 
 
-CLUSTER_KINDS = frozenset({AlarmKind.GATEWAYS_DOWN})
+CLUSTER_KINDS = frozenset({AlarmKind.GATEWAYS_DOWN, AlarmKind.COPIES_SHORT})
 
 
 class AlarmQuerySet(RestrictedQuerySet):

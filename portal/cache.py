@@ -13,6 +13,8 @@ from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 
+from replication.engine.redisurl import parse_sentinel, sentinel_pool
+
 
 class _ReusingClient(RedisCacheClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -25,6 +27,14 @@ class _ReusingClient(RedisCacheClient):
         if client is None:
             client = self._clients[id(pool)] = self._client(connection_pool=pool)
         return client
+
+
+    def _get_connection_pool(self, write: bool) -> Any:
+        # A sentinel URL's pool asks the sentinels for the master on each new connection.
+        index = self._get_connection_pool_index(write)
+        if index not in self._pools and parse_sentinel(self._servers[index]):
+            self._pools[index] = sentinel_pool(self._servers[index], **self._pool_options)
+        return super()._get_connection_pool(write)
 
 
 class ReusingRedisCache(RedisCache):

@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal.filemodes import make_private, restrict_new_files
 from portal.logging import configure_structlog, logging_config
+from replication.engine.redisurl import celery_broker, channel_host, parse_sentinel
 
 # Before any file is written: every process of the product imports these settings first
 # (portal/filemodes.py), so what it writes is its owner's alone.
@@ -196,10 +197,16 @@ def channel_layers(redis_url: str, prefix: str) -> dict[str, dict]:
     published hear it; nothing is queued for later, which the pages cover by re-fetching on
     (re)connect. It has no capacity or expiry: it ignores those options."""
     return {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                        "CONFIG": {"hosts": [redis_url], "prefix": prefix}}}
+                        "CONFIG": {"hosts": [channel_host(redis_url)], "prefix": prefix}}}
 
 
+# redis://host:port/db, or Redis Sentinel's group: sentinel://host:port,host:port/master/db
+# (replication/engine/redisurl.py), which every Redis client here follows through a failover.
 REDIS_URL = env.str("REDIS_URL", default="")
+try:
+    parse_sentinel(REDIS_URL)
+except ValueError as _bad:
+    raise ImproperlyConfigured(f"REDIS_URL: {_bad}") from None
 # Prefix of the engine's Redis keys, Celery queues and channel-layer groups, so deployments
 # (and test runs) can share one Redis without hearing each other.
 STREAMGATE_NAMESPACE = env.str("STREAMGATE_NAMESPACE", default="")
@@ -208,7 +215,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(REDIS_URL or "memory://")
 # Embedded mode has no broker process: tasks run where they are enqueued, and
 # `manage.py runembedded` runs the beat schedule in a thread (workers/embedded.py).
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
@@ -226,7 +233,7 @@ SPARK_MASTER_URL = env.str("SPARK_MASTER_URL", default="")
 # throttle letting it through: portal/unavailable.py) rather than holding it forever.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "portal.cache.ReusingRedisCache",
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache",
+                          "LOCATION": [REDIS_URL], "KEY_PREFIX": f"{STREAMGATE_NAMESPACE}cache",
                           "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

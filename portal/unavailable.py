@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from urllib.parse import urlsplit
 
 import psycopg
 import redis
+from django import db
 from django.conf import settings
 
+from replication.engine.redisurl import address
 from replication.errors import ServiceUnavailable
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 # Django wraps the control database's errors in its own classes: a bare psycopg error comes
 # from a message store's connection (replication/engine/pg), or its pool's timeout.
 STORE_DOWN = (psycopg.OperationalError,)
+# The control database out of reach, as Django reports it: no server answers (a Patroni group
+# between a primary's death and a standby's promotion), or a pooled connection died with it.
+CONTROL_DOWN = (db.OperationalError, db.InterfaceError)
 COMMIT_HOOKS = frozenset({"on_commit", "run_and_clear_commit_hooks"})
 
 
@@ -37,10 +41,14 @@ def as_unavailable(exc: Exception) -> ServiceUnavailable | None:
     """The 503 to answer for `exc`, or None when it is no outage (or came after a commit)."""
     if isinstance(exc, ServiceUnavailable):
         return exc
-    if not isinstance(exc, REDIS_DOWN + STORE_DOWN) or _after_commit(exc.__traceback__):
+    if not isinstance(exc, REDIS_DOWN + STORE_DOWN + CONTROL_DOWN) or \
+            _after_commit(exc.__traceback__):
         return None
     reason = _first_line(exc)
-    if isinstance(exc, REDIS_DOWN):
+    if isinstance(exc, CONTROL_DOWN):
+        desc = (f"the control database did not answer ({reason}): retry in a few seconds "
+                "(a replicated one is electing a new primary)")
+    elif isinstance(exc, REDIS_DOWN):
         desc = (f"the control plane's Redis at {redis_address()} is unreachable ({reason}): "
                 "retry in a few seconds")
     else:
@@ -58,9 +66,8 @@ def retry_headers(exc: Exception) -> dict[str, str] | None:
 
 
 def redis_address() -> str:
-    """host:port of REDIS_URL, never its password."""
-    parts = urlsplit(settings.REDIS_URL)
-    return f"{parts.hostname}:{parts.port or 6379}"
+    """host:port of REDIS_URL (or its sentinels), never its password."""
+    return address(settings.REDIS_URL)
 
 
 def _first_line(exc: Exception) -> str:

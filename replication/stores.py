@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import connection
@@ -31,8 +32,29 @@ def default_store_url(cluster_name: str) -> str:
     # The live connection's settings, not DATABASE_URL: under test they name the test database.
     params = connection.settings_dict
     auth = params["USER"] + (f":{params['PASSWORD']}" if params["PASSWORD"] else "")
-    host = f"{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}"
-    return f"postgresql://{auth}@{host}/{params['NAME']}_store_{safe}"
+    return f"postgresql://{auth}@{_hosts(params)}/{params['NAME']}_store_{safe}{_query(params)}"
+
+
+# libpq's connection options a control-database URL may carry that its stores' URLs keep:
+# above all target_session_attrs, so a store beside a replicated control database follows
+# its primary too.
+_LIBPQ_OPTIONS = ("target_session_attrs", "load_balance_hosts", "sslmode", "sslrootcert",
+                  "connect_timeout")
+
+
+def _hosts(params: dict) -> str:
+    """host:port, or libpq's multi-host list (a replicated group: HOST "a,b,c" and PORT
+    "p1,p2,p3" as django-environ parses postgresql://a:p1,b:p2,c:p3/...)."""
+    hosts = (params["HOST"] or "127.0.0.1").split(",")
+    ports = str(params["PORT"] or 5432).split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    return ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
+
+
+def _query(params: dict) -> str:
+    options = params.get("OPTIONS") or {}
+    kept = {k: options[k] for k in _LIBPQ_OPTIONS if k in options}
+    return f"?{urlencode(kept)}" if kept else ""
 
 
 def store_url(cluster: Cluster) -> str:

@@ -28,6 +28,7 @@ from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import data_arrived
 from broker.session import Session, forget_connection
 from replication.counters import count_refusal
+from replication.engine.durability import primary_commit_only
 from replication.engine.recordbatch import BatchTooLarge, Budget, CorruptRecord, decode_batches
 from replication.engine.sequences import ProducerBatch
 from replication.engine.store import now_ms
@@ -162,8 +163,18 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
 
 
 def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
-                    abandoned: Callable[[], bool] = lambda: False, transactional: bool = False,
+                    abandoned: Callable[[], bool] = lambda: False, acks: int = -1,
+                    transactional: bool = False,
                     ) -> list[list[PartitionAnswer]] | None:
+    """`produce_topics` committing as `acks` asks: acks=all on the synchronous standby too,
+    acks=0 and 1 on the primary alone (replication/engine/durability.py)."""
+    with primary_commit_only(acks != -1):
+        return produce_topics(actor, topics, abandoned, transactional)
+
+
+def produce_topics(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
+                   abandoned: Callable[[], bool] = lambda: False, transactional: bool = False,
+                   ) -> list[list[PartitionAnswer]] | None:
     """The answers to a Produce request (in the thread pool), or None when its client left
     before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
     closes the connection when a request times out, retries the batches, maybe renumbered
@@ -212,7 +223,8 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     else:  # acks=0 expects no answer: its client may close as soon as it has sent the request.
         answers = await session.run_sync(
             produce_request, session.user, topics,
-            session.peer_left if request.acks != 0 else lambda: False, transactional)
+            session.peer_left if request.acks != 0 else lambda: False, request.acks,
+            transactional)
     if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None

@@ -137,7 +137,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
-        fields = ["name", "state", "created", "gateways"]
+        fields = ["name", "state", "created", "required_copies", "gateways"]
 
 
 class ClusterCreateSerializer(StrictSerializer):
@@ -145,6 +145,10 @@ class ClusterCreateSerializer(StrictSerializer):
     store_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
                                       help_text="the cluster's message store; empty for the "
                                                 "default of the mode")
+    required_copies = serializers.IntegerField(
+        required=False, min_value=1, max_value=9,
+        help_text="servers every acknowledged produce is on; refused where the store's group "
+                  "has fewer members")
 
 
 class GatewaySetSerializer(StrictSerializer):

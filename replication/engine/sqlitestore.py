@@ -18,6 +18,7 @@ from pathlib import Path
 from uuid import UUID
 
 from replication.engine.batches import Ends, Trimmed, layout_apply, layout_batch, trim_runs
+from replication.engine.copies import StoreGroup, single
 from replication.engine.sequences import (
     ProducerState,
     sequenced_partition,
@@ -220,6 +221,9 @@ class SqliteStore(MessageStore):
                 conn.close()
             self._connections.clear()
         self._local = threading.local()
+
+    def group(self) -> StoreGroup:
+        return single(str(self._path))  # a file on one disk: one copy
 
     # --- topics ------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from replication.engine.batches import (
     group_runs,
     messages_from_rows,
 )
+from replication.engine.copies import StoreGroup
 from replication.engine.recordbatch import encode_rows
 from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
@@ -181,6 +182,9 @@ class MessageStore(CursorMethods, RetentionMethods, ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    @abstractmethod
+    def group(self) -> StoreGroup: ...  # its servers and the copies a commit is on
 
     def _sql(self, statement: str) -> str:
         key = (self.DIALECT, statement)

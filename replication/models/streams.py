@@ -37,6 +37,9 @@ class Cluster(titled("name")):
     name = models.CharField(max_length=63, unique=True)
     # Where the cluster's message store lives; empty means the default for the mode.
     store_url = models.CharField(max_length=1024, blank=True)
+    # Servers an acknowledged acks=all (and REST) produce must be on (invariant 11): refused at
+    # creation where the store's group has fewer members (replication/services/clusters.py).
+    required_copies = models.PositiveSmallIntegerField(default=1)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
     created = models.DateTimeField(auto_now_add=True)
 

@@ -7,6 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from accounts.models import TokenScope
+from replication.engine.copies import StoreGroup
 from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
@@ -33,20 +34,60 @@ def cluster_by_name(name: str, *, field: str = "dstcluster") -> Cluster:
     return cluster
 
 
-def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "") -> Cluster:
+MAX_COPIES = 9
+
+
+def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "",
+                   required_copies: int = 1) -> Cluster:
     _operator_only(actor, "create clusters")
     validate_cluster_name(name)
+    if not 1 <= required_copies <= MAX_COPIES:
+        raise InvalidInput(f"-requiredcopies {required_copies}: give 1 to {MAX_COPIES}",
+                           field="requiredcopies")
     if Cluster.objects.filter(name=name).exists():
         raise AlreadyExists(f"cluster {name} already exists", field="name")
     try:
         # Each cluster has its own message store: created now, before the cluster's row
         # exists, so no transaction waits on the store's server meanwhile (invariant 14).
-        store_for(Cluster(name=name, store_url=store_url))
+        group = store_for(Cluster(name=name, store_url=store_url)).group()
     except (StoreError, OSError, psycopg.Error) as err:
         raise InvalidInput(f"cannot create the message store of cluster {name} at "
                            f"{store_url or 'the default location'}: {err}; fix -storeurl",
                            field="storeurl") from err
-    return Cluster.objects.create(name=name, store_url=store_url)
+    _require_copies(name, group, required_copies)
+    return Cluster.objects.create(name=name, store_url=store_url,
+                                  required_copies=required_copies)
+
+
+def _require_copies(name: str, group: StoreGroup, required: int) -> None:
+    """Refuse a requirement the store's group cannot meet: fewer members than copies, or
+    fewer synchronous ones (a commit acknowledged on one server when two were asked for is
+    the loss invariant 11 forbids)."""
+    if len(group.members) < required:
+        raise InvalidInput(
+            f"cluster {name} would require {required} copies of every acknowledged message but "
+            f"its message store's group has {len(group.members)} member(s): run the store as a "
+            "replicated group (Patroni with synchronous_mode: docs/scaling.md) and give its "
+            "multi-host URL as -storeurl, or lower -requiredcopies", field="requiredcopies")
+    if group.copies < required:
+        raise InvalidInput(
+            f"cluster {name} would require {required} copies but a commit on its message store "
+            f"waits for {group.copies}: turn on synchronous replication (Patroni's "
+            "synchronous_mode) or lower -requiredcopies", field="requiredcopies")
+
+
+def cluster_info(cluster: Cluster) -> dict:
+    """The cluster's required copies beside its store group as it is now (members, roles,
+    lag); `copiesOk` false is what the operator must act on."""
+    info = {"name": cluster.name, "state": cluster.state,
+            "requiredcopies": cluster.required_copies}
+    try:
+        group = store_for(cluster).group()
+    except (StoreError, OSError, psycopg.Error) as err:
+        return {**info, "copies": 0, "copiesOk": False, "members": [],
+                "storeError": str(err).strip().splitlines()[0]}
+    return {**info, "copies": group.copies, "copiesOk": group.copies >= cluster.required_copies,
+            "members": group.as_rows()}
 
 
 def validate_gateway_address(address: str, *, field: str = "gateways") -> str:

@@ -8,6 +8,8 @@ from functools import cache
 import redis
 from django.conf import settings
 
+from replication.engine.redisurl import redis_from_url
+
 
 def namespace() -> str:
     return settings.STREAMGATE_NAMESPACE
@@ -17,7 +19,7 @@ def namespace() -> str:
 def redis_client(url: str) -> redis.Redis:
     # A connect timeout, so a produce never hangs on an unreachable Redis (it logs and goes on);
     # no read timeout, which would cut the replicator's long BLMPOP.
-    return redis.Redis.from_url(url, health_check_interval=30, socket_connect_timeout=2)
+    return redis_from_url(url, health_check_interval=30, socket_connect_timeout=2)
 
 
 # Seconds a wake-up, an acknowledgement or a gateway's batch list outlives its last push: a

@@ -296,7 +296,16 @@ def test_operator_creates_a_cluster(api, operator):
     response = api(operator).post(url("cluster-list"), {"name": "tokyo"}, format="json")
     assert response.status_code == 201
     assert response.json() | {"created": None} == {"name": "tokyo", "state": "ONLINE",
-                                                   "created": None, "gateways": []}
+                                                   "created": None, "required_copies": 1,
+                                                   "gateways": []}
+
+
+def test_a_cluster_requiring_more_copies_than_its_store_has_is_refused(api, operator):
+    response = api(operator).post(url("cluster-list"), {"name": "tokyo", "required_copies": 2},
+                                  format="json")
+    assert response.status_code == 400
+    assert "group has 1 member(s)" in str(response.json())
+    assert not Cluster.objects.filter(name="tokyo").exists()
 
 
 def test_a_cluster_whose_store_cannot_be_created_is_refused(api, operator):

@@ -342,6 +342,17 @@ def test_cluster_create_and_list(api, world, tmp_path):
     assert mallory["newyork"]["streams"] == 0
 
 
+def test_cluster_info_shows_required_copies_and_the_store_group(api, world, tmp_path):
+    store = f"sqlite:///{tmp_path}/tokyo.sqlite3"
+    ok(call(api(world.users["ops"]), "cluster/create", "post", name="tokyo", storeurl=store,
+            requiredcopies="1"))
+    (info,) = ok(call(api(world.users["alice"]), "cluster/info", name="tokyo"))
+    assert info == {"name": "tokyo", "state": "ONLINE", "requiredcopies": 1, "copies": 1,
+                    "copiesOk": True, "members": [{"name": f"{tmp_path}/tokyo.sqlite3",
+                                                   "role": "primary", "state": "serving",
+                                                   "lagBytes": 0}]}
+
+
 def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):
     ops = api(world.users["ops"])
     ok(call(ops, "cluster/gateway/set", "post", dstcluster="newyork", gateways="gw1 gw2:7660"))
@@ -486,6 +497,14 @@ BAD_INPUTS = [
      "cluster 'nowhere' does not exist"),
     ("non-operator-cluster-create", "alice", "cluster/create", {"name": "tokyo"}, 403,
      "only cluster operators may create clusters"),
+    ("cluster-create-more-copies-than-members", "ops", "cluster/create",
+     {"name": "tokyo", "requiredcopies": "2"}, 400,
+     "would require 2 copies of every acknowledged message but its message store's group has "
+     "1 member(s)"),
+    ("cluster-create-copies-out-of-range", "ops", "cluster/create",
+     {"name": "tokyo", "requiredcopies": "0"}, 400, "-requiredcopies 0 is out of range"),
+    ("cluster-info-unknown", "alice", "cluster/info", {"name": "nowhere"}, 404,
+     "cluster 'nowhere' does not exist"),
     ("non-operator-gateway-set", "alice", "cluster/gateway/set",
      {"dstcluster": "newyork", "gateways": "gw1"}, 403, "only cluster operators"),
     ("member-edits-without-adminperm", "bob", "stream/edit", {"path": SF, "ttl": "1"}, 403,

@@ -199,3 +199,29 @@ def test_produce_while_the_store_restarts_is_a_503_then_works(api, owner, privat
     assert statuses[-1] == 201, statuses
     values = [m.value for m in messages_consume(actor=owner, stream=stream, topic="clicks")]
     assert values == [b"before", b"after"]
+
+
+def test_a_control_database_connection_lost_mid_request_is_a_503_not_a_500(
+        transactional_db, api, owner):
+    """As when the control database's primary dies (a Patroni group promoting a standby):
+    the request's connection is cut by the server, and the answer says to retry."""
+    import psycopg
+    from django.db import connection
+
+    client = api(owner)
+    assert client.get("/api/v1/streams/").status_code == 200
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        backend = connection.connection.info.backend_pid
+        cursor.execute("SELECT 1")
+    params = connection.settings_dict
+    with psycopg.connect(host=params["HOST"] or "127.0.0.1", port=params["PORT"] or 5432,
+                         user=params["USER"], dbname="postgres", autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    try:
+        response = client.get("/api/v1/streams/")
+    finally:
+        connection.close()  # the test's flush opens a new one
+    assert response.status_code == 503, response.content
+    assert response["Retry-After"]
+    assert "the control database did not answer" in response.json()["detail"]

@@ -1,4 +1,4 @@
-"""cluster create|list and cluster gateway set|get|list|resolve|delete.
+"""cluster create|list|info and cluster gateway set|get|list|resolve|delete.
 
 Clusters and gateways belong to no tenant: any signed-in user may read them (a stream owner
 needs the cluster names to write paths); only operators change them (the services check).
@@ -12,10 +12,11 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest import rows
 from portal.rest.commands.registry import Row, command
-from portal.rest.options import Refused, Str
+from portal.rest.options import Int, Refused, Str
 from replication import services
 from replication.models import Cluster, Stream
-from replication.services.clusters import cluster_by_name
+from replication.services.clusters import MAX_COPIES, cluster_by_name
+from replication.services.clusters import cluster_info as services_info
 
 # MapR's -cluster picks the source cluster whose gateway table to use; streamgate has one.
 ONE_TABLE = Refused(
@@ -27,11 +28,22 @@ DSTCLUSTER = Str("dstcluster", "the cluster where the gateways run", required=Tr
 
 
 @command("cluster/create", Str("name", "the cluster's name", required=True),
-         Str("storeurl", "where its message store lives (default: the mode's default)",
-             default=""),
+         Str("storeurl", "where its message store lives (default: the mode's default); a "
+             "replicated group as libpq's multi-host URL", default=""),
+         Int("requiredcopies", "servers every acknowledged acks=all or REST produce is on "
+             "(default 1); refused where the store's group has fewer", min=1, max=MAX_COPIES,
+             default=1),
          summary="Create a cluster (operators only).", changes=True)
 def cluster_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
-    services.cluster_create(actor=user, name=opts["name"], store_url=opts["storeurl"])
+    services.cluster_create(actor=user, name=opts["name"], store_url=opts["storeurl"],
+                            required_copies=opts["requiredcopies"])
+
+
+@command("cluster/info", Str("name", "the cluster's name", required=True),
+         summary="A cluster's required copies and its message store's group: members, roles, "
+                 "replication lag.", changes=False)
+def cluster_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return [services_info(cluster_by_name(opts["name"], field="name"))]
 
 
 @command("cluster/list", summary="List clusters, their gateways and your streams on them.",

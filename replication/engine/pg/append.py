@@ -11,6 +11,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from replication.engine.batches import layout_batch
+from replication.engine.durability import LOCAL_COMMIT, local_commit
 from replication.engine.pg.catalog import Catalog
 from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_PUT
 from replication.engine.sequences import (
@@ -41,6 +42,8 @@ def _committing(conn: psycopg.Connection) -> Iterator[None]:
         if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             conn.execute("ROLLBACK")
         raise
+    if local_commit():  # acks=0/1: the primary's own commit answers (engine/durability.py)
+        conn.execute(LOCAL_COMMIT)
     conn.execute("COMMIT")
 
 

@@ -10,6 +10,7 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from replication.engine.copies import StoreGroup, pg_group
 from replication.engine.pg.schema import (
     CURSOR_METADATA_ADD,
     CURSOR_METADATA_MISSING,
@@ -76,6 +77,11 @@ class Catalog(MessageStore):
 
     def close(self) -> None:
         self._pool.close()
+
+    def group(self) -> StoreGroup:
+        """The replicated group the store's primary serves: members, roles, lag, copies."""
+        with self._pool.connection() as conn:
+            return pg_group(conn)
 
     def _ensure(self, stream: UUID, topic: str, partitions: int) -> None:
         with self._pool.connection() as conn:
