@@ -41,3 +41,13 @@ class ReusingRedisCache(RedisCache):
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = _ReusingClient
+
+    def incr_many(self, amounts: dict[str, int]) -> None:
+        """Add to several counters in one round trip (replication/counters.py), where Django's
+        `incr` takes two per counter (EXISTS, then INCRBY) and `add` a third for a new one.
+        INCRBY makes a missing key from 0, without expiry, as `add(key, 0, timeout=None)` did;
+        the cache stores integers as their digits, so `get` reads the count back as an int."""
+        pipe = self._cache.get_client(write=True).pipeline(transaction=False)
+        for key, amount in amounts.items():
+            pipe.incrby(self.make_and_validate_key(key), amount)
+        pipe.execute()

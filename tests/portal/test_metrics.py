@@ -154,3 +154,32 @@ def test_job_progress_of_active_jobs_only(client, operator, owner, activity, act
     assert got[("streamgate_job_bytes_total", job)] == 2000
     assert [key for key in got if key[0] == "streamgate_job_percent"] == [
         ("streamgate_job_percent", job)]
+
+
+def test_traffic_counts_add_up_on_the_shared_redis_cache(settings):
+    """The counters' one-round-trip form on Redis (portal/cache.py `incr_many`): a new
+    stream's counts start from zero, keep no expiry, and add up across requests."""
+    from django.core.cache import caches
+
+    from replication.counters import (
+        PRODUCED,
+        count_refusal,
+        count_traffic,
+        refusal_totals,
+        traffic_totals,
+    )
+
+    settings.CACHES = {"default": {"BACKEND": "portal.cache.ReusingRedisCache",
+                                   "LOCATION": settings.REDIS_URL,
+                                   "KEY_PREFIX": f"test-counters-{uuid.uuid4().hex}"}}
+    stream = uuid.uuid4()
+    count_traffic(direction=PRODUCED, stream=stream, messages=3, nbytes=600)
+    count_traffic(direction=PRODUCED, stream=stream, messages=2, nbytes=10)
+    count_refusal("batch_too_large")
+    assert traffic_totals(PRODUCED, [stream]) == {stream: (5, 610)}
+    assert refusal_totals()["batch_too_large"] == 1
+    cache = caches["default"]
+    key = cache.make_and_validate_key(f"metrics:{PRODUCED}:messages:{stream}")
+    client = cache._cache.get_client(write=True)
+    assert client.ttl(key) == -1  # kept for good, as `add(key, 0, timeout=None)` did
+    client.delete(*client.keys(f"{cache.key_prefix}*"))
