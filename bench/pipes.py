@@ -80,8 +80,9 @@ def drop_row_source(conn: psycopg.Connection, table: str) -> None:
 
 def _pipe(src: psycopg.Connection, dst: psycopg.Connection, create: sql.Composable,
           chunks: Callable[[int, int], list[sql.Composable]], copy_in: str,
-          ends: list[tuple[int, int]], session: str | None) -> float:
-    """Seconds to relay every chunk of every partition into sgbench_pipe, a commit each."""
+          ends: list[tuple[int, int]], session: str | None, counted: str) -> float:
+    """Seconds to relay every chunk of every partition into sgbench_pipe, a commit each; then
+    (untimed) RuntimeError unless `counted` (SQL of sgbench_pipe) finds every message."""
     for conn in (src, dst):
         if session:
             conn.execute(session)
@@ -96,6 +97,9 @@ def _pipe(src: psycopg.Connection, dst: psycopg.Connection, create: sql.Composab
                 src.commit()
                 dst.commit()
     elapsed = time.perf_counter() - start
+    got = dst.execute(counted).fetchone()[0] or 0
+    if got != sum(high for _, high in ends):
+        raise RuntimeError(f"the pipe copied {got} of {sum(high for _, high in ends)} messages")
     dst.execute("DROP TABLE sgbench_pipe")
     dst.commit()
     return elapsed
@@ -119,7 +123,7 @@ def row_pipe(src_url: str, dst_url: str, stream: object, layout: str, chunk: int
         try:
             elapsed = _pipe(src, dst, sql.SQL(ROWS_DDL).format(sql.Identifier("sgbench_pipe")),
                             chunks, f"COPY sgbench_pipe ({ROW_COLUMNS}) FROM STDIN (FORMAT BINARY)",
-                            ends, session)
+                            ends, session, "SELECT count(*) FROM sgbench_pipe")
         finally:
             src.rollback()
             drop_row_source(src, table)
@@ -142,5 +146,6 @@ def batch_pipe(src_url: str, dst_url: str, stream: object, chunk: int | None,
                     for first in range(0, high, step)]
 
         elapsed = _pipe(src, dst, sql.SQL("CREATE TABLE sgbench_pipe (LIKE batches INCLUDING ALL)"),
-                        chunks, "COPY sgbench_pipe FROM STDIN (FORMAT BINARY)", ends, session)
+                        chunks, "COPY sgbench_pipe FROM STDIN (FORMAT BINARY)", ends, session,
+                        "SELECT sum(records) FROM sgbench_pipe")
     return elapsed, sum(high for _, high in ends)
