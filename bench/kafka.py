@@ -18,7 +18,11 @@ the other on the same database:
   produce() to the end of flush();
 - Kafka consume: a librdkafka consumer assigned every partition at the run's first offsets,
   until it has every message of the run;
-- REST produce: four client processes posting 50-message calls to the API for a few seconds.
+- REST produce: four client processes posting 50-message calls to the API for a few seconds;
+- compression (issue 30): the same Kafka produce of JSON-like VALUE_BYTES values (bench/values.py),
+  once uncompressed and once with librdkafka's compression.type=lz4; the store keeps batches as
+  sent, so the growth of the layout's table (pg_table_size: heap and TOAST, not the index)
+  divided by the messages is what a message costs on disk, against the value's own size.
 The listener's CPU (user + system, /proc/<pid>/stat) is taken around the Kafka phases and
 printed per 1,000 messages.
 """
@@ -38,9 +42,12 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from bench.pgserver import PrivatePostgres
+from bench.pipes import add_layout_argument, stored_table
 from bench.produce import Portal, _free_port, produce_run, setup_stream, start_portal
+from bench.values import json_values
 
 ROOT = Path(__file__).resolve().parent.parent
 VALUE_BYTES = 200
@@ -66,8 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=1_000_000, help="per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rest-seconds", type=float, default=5.0)
-    parser.add_argument("--layout", choices=("rows", "batches"), default="rows",
-                        help="the message store's layout (STREAMGATE_STORE_LAYOUT, issue 30)")
+    add_layout_argument(parser)
     parser.add_argument("--profile", default="",
                         help="write py-spy's collapsed stacks of the listener here (FILE.txt)")
 
@@ -115,7 +121,7 @@ def _kafka_config(bootstrap: str, token: str) -> dict:
 
 
 def _produce(config: dict, messages: int, out: multiprocessing.Queue,
-             topic: str = TOPIC) -> None:
+             topic: str = TOPIC, values: list[bytes] | None = None) -> None:
     from confluent_kafka import Producer
 
     failed = [0]
@@ -124,15 +130,15 @@ def _produce(config: dict, messages: int, out: multiprocessing.Queue,
         if err is not None:
             failed[0] += 1
 
-    producer = Producer({**config, "acks": "all", "linger.ms": 5,
-                         "queue.buffering.max.messages": 1_000_000, "on_delivery": report})
+    producer = Producer({"acks": "all", "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+                         **config, "on_delivery": report})
     producer.list_topics(topic, timeout=20)  # connected and the metadata known before timing
-    value = os.urandom(VALUE_BYTES)
+    values = values or [os.urandom(VALUE_BYTES)]
     start = time.perf_counter()
     for n in range(messages):
         while True:
             try:
-                producer.produce(topic, value)
+                producer.produce(topic, values[n % len(values)])
                 break
             except BufferError:
                 producer.poll(0.005)
@@ -142,9 +148,10 @@ def _produce(config: dict, messages: int, out: multiprocessing.Queue,
     out.put((messages / (time.perf_counter() - start), failed[0] + left))
 
 
-def kafka_produce(config: dict, messages: int, topic: str = TOPIC) -> float:
+def kafka_produce(config: dict, messages: int, topic: str = TOPIC,
+                  values: list[bytes] | None = None) -> float:
     out: multiprocessing.Queue = multiprocessing.Queue()
-    worker = multiprocessing.Process(target=_produce, args=(config, messages, out, topic))
+    worker = multiprocessing.Process(target=_produce, args=(config, messages, out, topic, values))
     worker.start()
     rate, failed = out.get()
     worker.join()
@@ -245,7 +252,26 @@ def ends(store_url: str) -> dict[int, int]:
 # --- the run -------------------------------------------------------------------------------------
 
 MEASURES = ("raw", "raw_batches", "mock", "produce", "consume", "rest", "cpu_produce",
-            "cpu_consume")
+            "cpu_consume", "json", "lz4", "bytes_json", "bytes_lz4")
+CODECS = (("json", "none"), ("lz4", "lz4"))  # figure -> librdkafka's compression.type
+
+
+def stored_bytes(store_url: str, layout: str) -> int:
+    """The layout's table on disk: heap and TOAST (pg_table_size), not its index."""
+    with psycopg.connect(store_url) as conn:
+        return conn.execute(sql.SQL("SELECT pg_table_size({})").format(
+            sql.Literal(stored_table(layout)))).fetchone()[0]
+
+
+def compression_runs(config: dict, store_url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Messages/s and stored bytes per message of JSON-like values, uncompressed then lz4."""
+    values, result = json_values(1000, VALUE_BYTES), {}
+    for key, codec in CODECS:
+        before = stored_bytes(store_url, args.layout)
+        result[key] = kafka_produce({**config, "compression.type": codec}, args.messages,
+                                    values=values)
+        result[f"bytes_{key}"] = (stored_bytes(store_url, args.layout) - before) / args.messages
+    return result
 
 
 def one_run(portal: Portal, listener: Listener, token: str, stream: str,
@@ -264,7 +290,7 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
     result["consume"] = kafka_consume(config, starts, args.messages)
     result["cpu_consume"] = (listener.cpu_seconds() - cpu) * 1e6 / args.messages
     result["rest"] = produce_run(portal.url, token, stream, 4, args.rest_seconds, REST_BATCH)
-    return result
+    return {**result, **compression_runs(config, store_url, args)}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -287,7 +313,9 @@ def main(args: argparse.Namespace) -> int:
                       f"produce {got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  "
                       "consume "
                       f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
-                      f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k",
+                      f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k; JSON "
+                      f"{got['json']:,.0f}/s {got['bytes_json']:.0f} B/msg, lz4 "
+                      f"{got['lz4']:,.0f}/s {got['bytes_lz4']:.0f} B/msg",
                       flush=True)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -341,4 +369,27 @@ def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
         f"{med['cpu_consume']:.2f} ms (medians; each run: "
         f"{', '.join(f'{v:.2f}' for v in results['cpu_produce'])} / "
         f"{', '.join(f'{v:.2f}' for v in results['cpu_consume'])}).",
+        "", *compression_table(results, med),
     ])
+
+
+def compression_table(results: dict[str, list[float]], med: dict[str, float]) -> list[str]:
+    def ratios(of: str, to: str | float) -> str:
+        pairs = zip(results[of], results[to] if isinstance(to, str) else [to] * len(results[of]),
+                    strict=True)
+        each = [a / b for a, b in pairs]
+        return f"{statistics.median(each):.2f}x ({', '.join(f'{r:.2f}' for r in each)})"
+
+    return [
+        f"JSON-like {VALUE_BYTES} B values (1,000 distinct), the same producer; stored = growth "
+        "of the layout's table (heap + TOAST) per message:",
+        "",
+        "| produce | messages/s (median) | each run | vs uncompressed | stored B/message "
+        f"(median) | stored / {VALUE_BYTES} B value |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
+        f"| uncompressed (compression.type=none) | {med['json']:,.0f} | {_each(results['json'])} "
+        f"| 1.00x | {med['bytes_json']:.0f} | {ratios('bytes_json', VALUE_BYTES)} |",
+        f"| lz4 (compression.type=lz4) | {med['lz4']:,.0f} | {_each(results['lz4'])} | "
+        f"{ratios('lz4', 'json')} | {med['bytes_lz4']:.0f} | "
+        f"{ratios('bytes_lz4', VALUE_BYTES)} |",
+    ]

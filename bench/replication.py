@@ -32,12 +32,10 @@ import requests
 from psycopg import sql
 
 from bench.deployment import (
-    COLUMNS,
     LOAD_BATCH,
     MESSAGES_DDL,
     PARTITIONS,
     PIPE_BATCH,
-    PIPE_IN,
     REPLICA,
     SOURCE,
     TOPIC,
@@ -55,7 +53,7 @@ from bench.deployment import (
     with_db,
 )
 from bench.pgserver import PrivatePostgres
-from replication.engine.pg.relay import relay
+from bench.pipes import add_layout_argument, batch_pipe, row_pipe, stored_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--skip", default="", help="comma-separated: catchup,steady,idle")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    add_layout_argument(parser)
 
 
 # --- 1. backlog catch-up -----------------------------------------------------------------------
@@ -100,37 +99,6 @@ def source_pids(conn: psycopg.Connection, stream: uuid.UUID) -> list[int]:
         (stream, TOPIC)).fetchall()]
 
 
-def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> tuple[float, int]:
-    """Binary COPY of the stream's rows out of the source store into a same-shaped table of
-    the replica database, streamed through the engine's relay (the gateways' own), one
-    transaction per PIPE_BATCH rows of a partition."""
-    with psycopg.connect(src_url) as src, psycopg.connect(dst_url) as dst:
-        dst.execute("DROP TABLE IF EXISTS sgbench_pipe")
-        dst.execute("CREATE TABLE sgbench_pipe (LIKE messages INCLUDING ALL)")
-        dst.commit()
-        ranges = [(pid, high) for pid, high in src.execute(
-            "SELECT id, next_offset FROM partitions WHERE stream = %s AND topic = %s",
-            (stream, TOPIC)).fetchall()]
-        src.commit()
-        rows = 0
-        start = time.perf_counter()
-        with dst.cursor() as into:
-            for pid, high in ranges:
-                for first in range(0, high, PIPE_BATCH):
-                    copy_out = sql.SQL(
-                        "COPY (SELECT {} FROM messages WHERE pid = {} AND \"offset\" >= {} "
-                        "AND \"offset\" < {} ORDER BY \"offset\") TO STDOUT (FORMAT BINARY)"
-                    ).format(sql.SQL(COLUMNS), pid, first, first + PIPE_BATCH)
-                    relay(src, copy_out.as_bytes(src), into, PIPE_IN)
-                    src.commit()
-                    dst.commit()
-                    rows += min(PIPE_BATCH, high - first)
-        elapsed = time.perf_counter() - start
-        dst.execute("DROP TABLE sgbench_pipe")
-        dst.commit()
-    return elapsed, rows
-
-
 def logical_setup(source_url: str) -> tuple[str, str, PrivatePostgres | None]:
     """(publisher URL, subscriber URL, the private instance or None)."""
     with psycopg.connect(with_db(source_url, "postgres")) as conn:
@@ -146,27 +114,46 @@ def logical_setup(source_url: str) -> tuple[str, str, PrivatePostgres | None]:
     return with_db(source_url, "sgbench_pub"), with_db(source_url, "sgbench_sub"), private
 
 
-def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -> tuple[float, int]:
-    """Load the stream's rows into the publisher (untimed), then time a subscription with
-    copy_data=true until the subscriber holds them all."""
+def stored_ddl(table: str) -> str:
+    """The CREATE TABLE of the store's `table` (messages or batches), for the publisher and
+    subscriber databases."""
+    if table == "messages":
+        return MESSAGES_DDL
+    from replication.engine.pg.schema import COMMON_SCHEMA
+    from replication.engine.pgbatch.schema import SCHEMA, STORAGE_SET
+
+    return SCHEMA.removeprefix(COMMON_SCHEMA) + ";" + STORAGE_SET
+
+
+def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str,
+                table: str = "messages") -> tuple[float, int]:
+    """Load the stream's rows of the store's `table` (messages, or batches: a row per record
+    batch) into the publisher (untimed), then time a subscription with copy_data=true until
+    the subscriber holds them all; returns (seconds, messages)."""
     with psycopg.connect(pub_url, autocommit=True) as pub, \
             psycopg.connect(sub_url, autocommit=True) as sub:
         with contextlib.suppress(psycopg.Error):
             sub.execute("DROP SUBSCRIPTION IF EXISTS sgbench_sub")
         for conn in (pub, sub):
-            conn.execute("DROP TABLE IF EXISTS messages")
-            conn.execute(MESSAGES_DDL)
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+            conn.execute(stored_ddl(table))
         with psycopg.connect(store_url) as src, src.cursor() as out, pub.cursor() as into:
             pids = source_pids(src, stream)
-            with out.copy(sql.SQL("COPY (SELECT {} FROM messages WHERE pid = ANY({})) TO STDOUT "
-                                  "(FORMAT BINARY)").format(sql.SQL(COLUMNS), pids)) as reader, \
-                    into.copy(f"COPY messages ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as writer:
+            copy_out = sql.SQL("COPY (SELECT * FROM {} WHERE pid = ANY({})) TO STDOUT "
+                               "(FORMAT BINARY)").format(sql.Identifier(table), pids)
+            with out.copy(copy_out) as reader, \
+                    into.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(
+                        sql.Identifier(table))) as writer:
                 for chunk in reader:
                     writer.write(chunk)
-        expected = pub.execute("SELECT count(*) FROM messages").fetchone()[0]
+        expected, messages = pub.execute(
+            sql.SQL("SELECT count(*), {} FROM {}").format(
+                sql.SQL("sum(records)" if table == "batches" else "count(*)"),
+                sql.Identifier(table))).fetchone()
         pub.execute("DROP PUBLICATION IF EXISTS sgbench_pub")
         pub.execute("CHECKPOINT")
-        pub.execute("CREATE PUBLICATION sgbench_pub FOR TABLE messages")
+        pub.execute(sql.SQL("CREATE PUBLICATION sgbench_pub FOR TABLE {}").format(
+            sql.Identifier(table)))
         parts = urlsplit(pub_url)
         conninfo = (f"host={parts.hostname} port={parts.port or 5432} "
                     f"dbname={parts.path.lstrip('/')} user=postgres")
@@ -183,7 +170,8 @@ def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -
         while True:
             state = sub.execute("SELECT srsubstate FROM pg_subscription_rel").fetchone()
             if state and state[0] in ("r", "s") and sub.execute(
-                    "SELECT count(*) FROM messages").fetchone()[0] >= expected:
+                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+            ).fetchone()[0] >= expected:
                 break
             if time.perf_counter() - start > 600:
                 raise RuntimeError("logical replication did not finish in 600 s")
@@ -196,8 +184,8 @@ def logical_run(store_url: str, stream: uuid.UUID, pub_url: str, sub_url: str) -
         _drop_slot(pub)
         pub.execute("DROP PUBLICATION sgbench_pub")
         for conn in (pub, sub):
-            conn.execute("DROP TABLE messages")
-    return elapsed, expected
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+    return elapsed, int(messages)
 
 
 def _drop_slot(pub: psycopg.Connection) -> None:
@@ -212,11 +200,12 @@ def _drop_slot(pub: psycopg.Connection) -> None:
 
 
 def measure_catchup(deploy: Deployment, client, args: argparse.Namespace) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
-    from replication.engine.pg import PostgresStore
+    from replication.engine.factory import open_store
 
-    src_store, dst_store = (PostgresStore(deploy.store_url(c)) for c in (SOURCE, REPLICA))
+    src_store, dst_store = (open_store(deploy.store_url(c), layout=args.layout)
+                            for c in (SOURCE, REPLICA))
     pub_url, sub_url, private = logical_setup(args.url)
-    results: dict[str, list[float]] = {"sg": [], "copy": [], "logical": []}
+    results: dict[str, list[float]] = {"sg": [], "copy": [], "batch_copy": [], "logical": []}
     try:
         for n in range(args.runs):
             name = f"activity{'' if n == 0 else n + 1}"
@@ -229,12 +218,20 @@ def measure_catchup(deploy: Deployment, client, args: argparse.Namespace) -> dic
             with profiling(deploy, f"catchup{n + 1}"):
                 elapsed = catch_up(client, src_store, dst_store, src, dst, paths)
             results["sg"].append(total / elapsed)
-            copy_s, rows = copy_pipe(deploy.store_url(SOURCE), deploy.store_url(REPLICA), src)
+            urls = (deploy.store_url(SOURCE), deploy.store_url(REPLICA))
+            copy_s, rows = row_pipe(*urls, src, args.layout, PIPE_BATCH)
             results["copy"].append(rows / copy_s)
-            logical_s, lrows = logical_run(deploy.store_url(SOURCE), src, pub_url, sub_url)
+            if args.layout == "batches":
+                batch_s, batched = batch_pipe(*urls, src, PIPE_BATCH)
+                results["batch_copy"].append(batched / batch_s)
+            logical_s, lrows = logical_run(urls[0], src, pub_url, sub_url,
+                                           stored_table(args.layout))
             results["logical"].append(lrows / logical_s)
+            batch_text = (f"; batch COPY pipe {results['batch_copy'][-1]:,.0f}/s"
+                          if results["batch_copy"] else "")
             print(f"catch-up run {n + 1}: streamgate {total:,} in {elapsed:.1f} s "
-                  f"= {total / elapsed:,.0f}/s; COPY pipe {rows / copy_s:,.0f}/s; logical "
+                  f"= {total / elapsed:,.0f}/s; row COPY pipe {rows / copy_s:,.0f}/s"
+                  f"{batch_text}; logical "
                   f"{lrows / logical_s:,.0f}/s; load {os.getloadavg()[0]:.1f}", flush=True)
             with contextlib.suppress(Exception):  # keep the stores small for the next run
                 client.call("stream delete", {"path": paths[1]})
@@ -384,6 +381,7 @@ def measure_idle(deploy: Deployment, args: argparse.Namespace) -> dict:
 def main(args: argparse.Namespace) -> int:
     skip = set(filter(None, args.skip.split(",")))
     deploy = Deployment(args.url)
+    deploy.env["STREAMGATE_STORE_LAYOUT"] = args.layout  # the portal's and the engine's stores
     catchup = steady = idle = None
     try:
         token = deploy.start()
@@ -415,28 +413,8 @@ def main(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace, catchup: dict | None, steady: dict | None,
            idle: dict | None) -> str:
     lines: list[str] = []
-
-    def each(values: list[float]) -> str:
-        return ", ".join(f"{v / 1000:,.0f}k" for v in values)
-
     if catchup:
-        sg, cp, lg = (statistics.median(catchup[k]) for k in ("sg", "copy", "logical"))
-        where = ("a private PostgreSQL 15 instance (wal_level=logical, both databases on it)"
-                 if catchup["logical_where"][0] else "the same server")
-        r_copy = [a / b for a, b in zip(catchup["sg"], catchup["copy"], strict=True)]
-        r_log = [a / b for a, b in zip(catchup["sg"], catchup["logical"], strict=True)]
-        lines += [
-            f"Backlog catch-up: {args.messages:,} messages of {VALUE_BYTES} B in {PARTITIONS} "
-            f"partitions, link paused while loading, then resumed; medians of {args.runs} runs. "
-            f"Logical replication on {where}.", "",
-            "| measure | messages/s (median) | each run | streamgate / this (median) |",
-            "| --- | ---: | --- | ---: |",
-            f"| streamgate catch-up (resume -> replica watermarks = source) | {sg:,.0f} | "
-            f"{each(catchup['sg'])} | 1.00x |",
-            f"| raw binary COPY pipe, commit per {PIPE_BATCH:,} rows | {cp:,.0f} | "
-            f"{each(catchup['copy'])} | {statistics.median(r_copy):.2f}x |",
-            f"| PostgreSQL logical replication, copy_data=true | {lg:,.0f} | "
-            f"{each(catchup['logical'])} | {statistics.median(r_log):.2f}x |", ""]
+        lines += catchup_table(args, catchup)
     if steady:
         lines += [
             f"Steady state: {args.producers} producer processes, each posting a batch of "
@@ -464,3 +442,31 @@ def report(args: argparse.Namespace, catchup: dict | None, steady: dict | None,
               for label, v in used.items()),
             f"| total (target < 5 %) | {total:.2f} | {100 * total / idle['wall']:.1f} % |"]
     return "\n".join(lines)
+
+
+def catchup_table(args: argparse.Namespace, catchup: dict) -> list[str]:
+    """The catch-up figures: streamgate, the row pipe, the batch pipe (batch layout), logical
+    replication of the layout's table; medians, each run, and streamgate's ratio to each."""
+    where = ("a private PostgreSQL 15 instance (wal_level=logical, both databases on it)"
+             if catchup["logical_where"][0] else "the same server")
+    table = stored_table(args.layout)
+    rows = [("sg", "streamgate catch-up (resume -> replica watermarks = source)"),
+            ("copy", f"raw binary COPY pipe of the same messages as `messages` rows, commit per "
+                     f"{PIPE_BATCH:,} rows"),
+            ("batch_copy", "raw binary COPY pipe of the same batches (`batches` rows as stored), "
+                           f"commit per {PIPE_BATCH:,} offsets"),
+            ("logical", f"PostgreSQL logical replication of `{table}`, copy_data=true")]
+    lines = [f"Backlog catch-up, {args.layout} store layout: {args.messages:,} messages of "
+             f"{VALUE_BYTES} B in {PARTITIONS} partitions, appended {LOAD_BATCH:,} records a "
+             f"call, link paused while loading, then resumed; medians of {args.runs} runs. "
+             f"Logical replication on {where}.", "",
+             "| measure | messages/s (median) | each run | streamgate / this (median) |",
+             "| --- | ---: | --- | ---: |"]
+    for key, label in rows:
+        if not catchup[key]:
+            continue
+        ratio = statistics.median(a / b for a, b in zip(catchup["sg"], catchup[key], strict=True))
+        each = ", ".join(f"{v / 1000:,.0f}k" for v in catchup[key])
+        lines.append(f"| {label} | {statistics.median(catchup[key]):,.0f} | {each} | "
+                     f"{ratio:.2f}x |")
+    return [*lines, ""]

@@ -49,8 +49,8 @@ from psycopg import sql
 
 from bench import replication
 from bench.peers import warm_run
+from bench.pipes import add_layout_argument, batch_pipe, row_pipe, stored_table
 from bench.produce import ROOT
-from replication.engine.pg.relay import relay
 from workers.spark.jobs import Spec
 from workers.spark.pg import SESSION
 
@@ -61,7 +61,8 @@ LOAD_BATCH = 5000
 PARTS = ("pipe", "cold", "warm", "gateways", "cluster")
 # figure -> (the part measuring it, its row in the table)
 ROWS = {
-    "pipe": ("pipe", "raw binary COPY pipe"),
+    "pipe": ("pipe", "raw binary COPY pipe of the messages as `messages` rows"),
+    "batch_pipe": ("pipe", "raw binary COPY pipe of the same batches (`batches` rows as stored)"),
     "copystream": ("cold", "streamgate copystream, fresh process (Spark start-up included)"),
     "copystream_warm": ("warm", "streamgate copystream, warm context"),
     "gateways": ("gateways", "the same copy by the gateways (2 gateways + replicator; own "
@@ -96,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "loopback for the cluster rows")
     parser.add_argument("--database-url", default=os.environ.get(
         "DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    add_layout_argument(parser)
 
 
 def _url(base: str, name: str) -> str:
@@ -123,29 +125,15 @@ def load(store, stream: uuid.UUID, messages: int) -> int:  # type: ignore[no-unt
     return messages // LOAD_BATCH * LOAD_BATCH
 
 
-def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
-    with psycopg.connect(src_url) as src, psycopg.connect(dst_url) as dst:
-        # The jobs' session settings (an index scan in offset order, no sort, no JIT), so the
-        # pipe is the physical limit of the same plan rather than a slower plan.
-        for conn in (src, dst):
-            conn.execute(SESSION)
-        dst.execute("DROP TABLE IF EXISTS sgbench_pipe")
-        dst.execute("CREATE TABLE sgbench_pipe (LIKE messages INCLUDING ALL)")
-        dst.commit()
-        pids = [pid for (pid,) in src.execute(
-            "SELECT id FROM partitions WHERE stream = %s ORDER BY id", (stream,)).fetchall()]
-        start = time.perf_counter()
-        for pid in pids:
-            out = sql.SQL('COPY (SELECT {} FROM messages WHERE pid = {} ORDER BY "offset") '
-                          "TO STDOUT (FORMAT BINARY)").format(sql.SQL(replication.COLUMNS), pid)
-            with dst.cursor() as into:
-                relay(src, out.as_bytes(src), into, replication.PIPE_IN)
-            src.commit()
-            dst.commit()
-        elapsed = time.perf_counter() - start
-        dst.execute("DROP TABLE sgbench_pipe")
-        dst.commit()
-    return elapsed
+def copy_pipe(src_url: str, dst_url: str, stream: uuid.UUID, layout: str) -> float:
+    """Seconds of the row pipe, a transaction per partition, in the jobs' session settings (an
+    index scan in offset order, no sort, no JIT): the physical limit of the same plan."""
+    return row_pipe(src_url, dst_url, stream, layout, None, SESSION)[0]
+
+
+def copy_batches(src_url: str, dst_url: str, stream: uuid.UUID) -> float:
+    """Seconds of the batch pipe (the `batches` rows as stored), a transaction per partition."""
+    return batch_pipe(src_url, dst_url, stream, None, SESSION)[0]
 
 
 def spark_job(entry: str, spec: Spec, master: dict[str, str] | None = None
@@ -181,9 +169,10 @@ def _checked(what: str, result: dict, messages: int) -> None:
 
 def measure_gateways(args: argparse.Namespace) -> list[float]:
     """Seconds per run of the same copy by the replication engine as deployed."""
-    from replication.engine.pg import PostgresStore
+    from replication.engine.factory import open_store
 
     deploy = replication.Deployment(_url(args.database_url, "postgres"))
+    deploy.env["STREAMGATE_STORE_LAYOUT"] = args.layout
     # 625,000 messages a partition is past the default hand-off of a large backlog to a Spark
     # job (STREAMGATE_CATCHUP_THRESHOLD), which no Celery worker here would run: turned off,
     # the gateways copy everything.
@@ -193,7 +182,7 @@ def measure_gateways(args: argparse.Namespace) -> list[float]:
         client = replication.setup(deploy, deploy.start())
         deploy.start_engine()
         deploy.wait_engine()
-        stores = [PostgresStore(deploy.store_url(cluster))
+        stores = [open_store(deploy.store_url(cluster), layout=args.layout)
                   for cluster in (replication.SOURCE, replication.REPLICA)]
         try:
             for run in range(1, args.runs + 1):
@@ -240,7 +229,7 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]],
     spark = None
     try:
         create_database(src_url)
-        source, stream = open_store(src_url), uuid.uuid4()
+        source, stream = open_store(src_url, layout=args.layout), uuid.uuid4()
         print(f"loading {args.messages:,} messages of {VALUE_BYTES} B in {PARTITIONS} "
               "partitions", flush=True)
         messages = load(source, stream, args.messages)
@@ -249,7 +238,7 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]],
             # Hint bits set and dirty pages written now, as autovacuum and checkpoints would
             # have on any source of this size: otherwise the first run's first reader (the
             # pipe) pays for them alone.
-            conn.execute("VACUUM messages")
+            conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(stored_table(args.layout))))
             conn.execute("CHECKPOINT")
         if "warm" not in args.skip:
             spark = spark_context()  # once, before the runs: the warm rows do not count it
@@ -258,14 +247,17 @@ def measure_spark(args: argparse.Namespace, figures: dict[str, list[float]],
             """An empty destination database and a new destination stream in it."""
             _drop(args.database_url, names[1])
             create_database(dst_url)
-            open_store(dst_url).close()  # the store's schema, as a cluster's store has it
+            # the store's schema, as a cluster's store has it
+            open_store(dst_url, layout=args.layout).close()
             return Spec(Side(src_url, str(stream)), Side(dst_url, str(uuid.uuid4())),
                         {TOPIC: PARTITIONS})
 
         for run in range(1, args.runs + 1):
             spec = fresh()
             if "pipe" not in args.skip:
-                figures["pipe"].append(copy_pipe(src_url, dst_url, stream))
+                figures["pipe"].append(copy_pipe(src_url, dst_url, stream, args.layout))
+                if args.layout == "batches":
+                    figures["batch_pipe"].append(copy_batches(src_url, dst_url, stream))
             if "cold" not in args.skip:
                 for key, entry in (("copystream", "copystream_job.py"),
                                    ("diffstreams", "diffstreams_job.py")):
@@ -315,6 +307,8 @@ def _master(args: argparse.Namespace) -> Iterator[dict[str, str] | None]:
 
 
 def main(args: argparse.Namespace) -> int:
+    # The jobs open stores too (a fresh process, a warm context here): the same layout.
+    os.environ["STREAMGATE_STORE_LAYOUT"] = args.layout
     if args.master is None and args.cluster is None:
         args.skip = {*args.skip, "cluster"}
     figures: dict[str, list[float]] = {k: [] for k, (part, _) in ROWS.items()
@@ -327,15 +321,16 @@ def main(args: argparse.Namespace) -> int:
         with _master(args) as master:
             messages = measure_spark(args, figures, master)
     print()
-    print(report(messages, figures, load_before, os.getloadavg()))
+    print(report(messages, figures, load_before, os.getloadavg(), args.layout))
     return 0
 
 
 def report(messages: int, figures: dict[str, list[float]], load_before: tuple[float, ...],
-           load_after: tuple[float, ...]) -> str:
+           load_after: tuple[float, ...], layout: str = "batches") -> str:
     median = {k: statistics.median(v) for k, v in figures.items() if v}
     runs = max(map(len, figures.values()), default=0)
-    lines = [f"{messages:,} messages of {VALUE_BYTES} B, {PARTITIONS} partitions, medians of "
+    lines = [f"{messages:,} messages of {VALUE_BYTES} B, {PARTITIONS} partitions, {layout} "
+             f"store layout, medians of "
              f"{runs} runs; load average {load_before[0]:.1f} at the start, "
              f"{load_after[0]:.1f} at the end", "",
              "| path | median s | messages/s | vs COPY pipe | each run (s) |",
@@ -354,6 +349,9 @@ def report(messages: int, figures: dict[str, list[float]], load_before: tuple[fl
         lines += [f"| {n + 1} | " + " | ".join(
             f"{figures['pipe'][n] / figures[k][n]:.2f}x" for k in paired) + " |"
             for n in range(len(figures["pipe"]))]
+    if "batch_pipe" in median:
+        lines += ["", "Against the batch pipe (medians of messages/s): " + "; ".join(
+            f"{key} {median['batch_pipe'] / median[key]:.2f}x" for key in paired)]
     if "gateways" in median:
         lines += ["", "The gateways' runs load their own messages of the same shape into their "
                   "own deployment (a separate phase before the Spark runs)."]
