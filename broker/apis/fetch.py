@@ -25,7 +25,7 @@ from broker.notify import wait_for_data
 from broker.session import Session
 from replication.engine.store import OffsetOutOfRange
 from replication.quotas import FETCH
-from replication.services.messages import PartitionRead, messages_fetch_partitions
+from replication.services.fetching import PartitionRead, messages_fetch_partitions
 from replication.services.names import ResolvedTopic
 
 POLL_SECONDS = 0.05  # how soon data produced elsewhere is seen by a waiting fetch

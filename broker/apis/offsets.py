@@ -13,7 +13,7 @@ from broker.apis.produce import error_of
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.session import Session
-from replication.services.messages import partition_offsets
+from replication.services.fetching import partition_offsets
 from replication.services.names import ResolvedTopic
 
 
