@@ -15,11 +15,20 @@ from operations.tasks import evaluate_alarms_task, rollup_tenant_usage_task
 from replication.engine.store import Record
 from replication.lag_history import lag_history
 from replication.models import ReplicaLink
+from replication.services import stream_edit, topic_create
+from replication.services.compaction import compaction_summary
+from replication.services.messages import messages_consume, messages_produce
 from replication.stores import store_for
+from tests.factories import ClusterFactory, StreamFactory
 from tests.operations.test_alarms import produce
 from workers.celery import app
 from workers.replication.applier import batch_serve
-from workers.tasks import expire_stream_task, record_lag_task, verify_links_task
+from workers.tasks import (
+    compact_stream_task,
+    expire_stream_task,
+    record_lag_task,
+    verify_links_task,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +56,8 @@ def test_every_beat_entry_is_one_of_the_tasks_checked_here():
     tasks = {entry["task"] for entry in app.conf.beat_schedule.values()}
     assert tasks == {"workers.tasks.expire_messages_task", "workers.tasks.resume_jobs_task",
                      "workers.tasks.record_lag_task", "operations.tasks.evaluate_alarms_task",
-                     "workers.tasks.verify_links_task", "operations.tasks.rollup_usage_task"}
+                     "workers.tasks.verify_links_task", "operations.tasks.rollup_usage_task",
+                     "workers.tasks.compact_streams_task"}
 
 
 def test_alarm_evaluation_run_twice_at_once_opens_one_alarm(link, live_gateway):
@@ -64,6 +74,23 @@ def test_retention_run_twice_at_once_deletes_the_expired_messages_once(owner, ac
     deleted = twice_at_once(lambda: expire_stream_task(activity.pk))
     assert sorted(deleted) == [0, 5]
     assert store_for(activity.cluster).watermarks(activity.uuid, "clicks") == {0: (5, 8)}
+
+
+def test_compaction_run_twice_at_once_removes_each_old_value_once(owner, settings):
+    settings.STORE_LAYOUT = "batches"  # compaction needs the batch layout (issue 31)
+    stream = StreamFactory(cluster=ClusterFactory(name="twiceland"), name="kv",
+                           created_by=owner)
+    stream_edit(actor=owner, stream=stream, compact=True, deleteretention=1_000,
+                mincleanabledirtyratio=0.0)
+    topic_create(actor=owner, stream=stream, name="clicks", partitions=1)
+    for n in range(3):  # three values of each key, in batches of their own
+        messages_produce(actor=owner, stream=stream, topic="clicks", records=[
+            Record(b"%d" % n, key=key, partition=0, timestamp_ms=1_000 + n)
+            for key in (b"a", b"b")])
+    twice_at_once(lambda: compact_stream_task(stream.pk))
+    kept = messages_consume(actor=owner, stream=stream, topic="clicks", partition=0, limit=100)
+    assert [(m.offset, m.key, m.value) for m in kept] == [(4, b"a", b"2"), (5, b"b", b"2")]
+    assert compaction_summary(stream)["messagesremoved"] == 4
 
 
 def test_usage_rollup_run_twice_at_once_counts_the_traffic_once(owner, activity, clicks):

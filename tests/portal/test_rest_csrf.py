@@ -80,7 +80,7 @@ def world(owner, outsider, clicks, agreed, activity_ny):
 VALUES = {"path": SF, "replica": NY, "upstream": SF, "source": SF, "src": SF, "dst": NY,
           "copymetafrom": SF, "topic": "clicks", "name": "tokyo", "dstcluster": "newyork",
           "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing",
-          "mechanism": "scram-sha-256", "password": "p", "tenant": "acme"}
+          "mechanism": "scram-sha-256", "password": "p", "tenant": "acme", "plan": "team"}
 OWN_VALUES = {
     "stream/create": {"path": "/mapr/sanfrancisco/fresh"},
     "stream/edit": EDIT,
@@ -94,6 +94,7 @@ OWN_VALUES = {
     "cluster/gateway/local": {"cluster": "newyork"},
     "stream/purge": {"all": "true"},
     "tenant/quota/set": {"producebytes": "100"},
+    "cluster/info": {"name": "sanfrancisco"},
 }
 
 
