@@ -16,6 +16,7 @@ from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
 from replication.services.verify import link_verify
 from replication.stores import store_for
+from workers.celery import app
 from workers.replication.applier import batch_serve
 from workers.tasks import compact_streams_task
 
@@ -106,9 +107,18 @@ def test_a_keyless_record_is_refused_on_a_compacted_stream_and_nothing_is_writte
     assert kept(source) == []
 
 
+@pytest.fixture
+def eager():
+    """Tasks run where they are sent (no worker in this test). Set on Celery's app itself:
+    Django's CELERY_TASK_ALWAYS_EAGER is read once, when the app first configures, which an
+    earlier test in the same process may have done."""
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
 @BATCHES
-def test_the_beat_task_queues_a_pass_per_compacted_stream(owner, compacted, settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
+def test_the_beat_task_queues_a_pass_per_compacted_stream(owner, compacted, eager):
     source, replica = compacted
     produce(owner, source, [(b"a", b"1"), (b"a", b"2")])
     replicate(source, replica, 2)
