@@ -61,13 +61,13 @@ from replication.engine.store import (
 )
 from replication.engine.storecursors import CursorMethods
 from replication.engine.stored import Fetched, RawBatch, records_of
+from replication.engine.storehooks import Connection
 from replication.engine.storeretention import RetentionMethods
 
 if TYPE_CHECKING:
     from replication.engine.batches import Ends
     from replication.engine.producers import ProducerBatch, ProducerState
 
-Connection = Any  # a DB-API connection: psycopg's or sqlite3's (both have .execute)
 
 class MessageStore(CursorMethods, RetentionMethods, ABC):
     """The message store of one cluster. Streams are named by UUID, partitions by number."""

@@ -6,7 +6,6 @@ store (`merge_cursors`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from replication.engine.statements import (
@@ -18,24 +17,11 @@ from replication.engine.statements import (
     STREAM_MARKS,
 )
 from replication.engine.store import Committed
-
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-Connection = Any  # a DB-API connection: psycopg's or sqlite3's
+from replication.engine.storehooks import StoreHooks
 
 
-class CursorMethods:
+class CursorMethods(StoreHooks):
     """Mixed into MessageStore, which provides the hooks declared here."""
-
-    if TYPE_CHECKING:
-        def _reading(self) -> AbstractContextManager[Connection]: ...
-        def _writing(self) -> AbstractContextManager[Connection]: ...
-        def _key(self, stream: UUID) -> Any: ...
-        def _sql(self, statement: str) -> str: ...
-        def _pid(self, conn: Connection, stream: UUID, topic: str, partition: int) -> int: ...
-        def _one(self, conn: Connection, statement: str, args: Sequence) -> tuple | None: ...
-        def _all(self, conn: Connection, statement: str, args: Sequence) -> list[tuple]: ...
 
     def commit_cursor(
         self, stream: UUID, group: str, topic: str, partition: int, offset: int

@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from replication.engine.batches import expire_end
@@ -16,24 +15,13 @@ from replication.engine.statements import (
     TRUNCATE,
     TRUNCATE_CURSORS,
 )
-
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-Connection = Any  # a DB-API connection: psycopg's or sqlite3's
+from replication.engine.storehooks import Connection, StoreHooks
 
 
-class RetentionMethods:
+class RetentionMethods(StoreHooks):
     """Mixed into MessageStore, which provides the hooks declared here."""
 
     if TYPE_CHECKING:
-        def _reading(self) -> AbstractContextManager[Connection]: ...
-        def _writing(self) -> AbstractContextManager[Connection]: ...
-        def _key(self, stream: UUID) -> Any: ...
-        def _sql(self, statement: str) -> str: ...
-        def _pid(self, conn: Connection, stream: UUID, topic: str, partition: int) -> int: ...
-        def _one(self, conn: Connection, statement: str, args: Sequence) -> tuple | None: ...
-        def _all(self, conn: Connection, statement: str, args: Sequence) -> list[tuple]: ...
         def _marks(self, conn: Connection, pid: int) -> tuple[int, int]: ...
         def _lock(self, conn: Connection, pid: int) -> tuple[int, int]: ...
         def _delete_range(self, conn: Connection, pid: int, low: int,
