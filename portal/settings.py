@@ -383,7 +383,7 @@ FAILOVER_PROBE_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_PROBE_SECONDS
 STORE_WAIT_SECONDS = _positive(env.float, "STREAMGATE_STORE_WAIT_SECONDS", 5.0)
 # The layout of a new PostgreSQL message store (issue 30): "rows" (a message a row) or
 # "batches" (Kafka's record batches kept as sent). A store keeps the layout it was made with.
-STORE_LAYOUT = env.str("STREAMGATE_STORE_LAYOUT", default="rows")
+STORE_LAYOUT = env.str("STREAMGATE_STORE_LAYOUT", default="batches")
 if STORE_LAYOUT not in ("rows", "batches"):
     raise ImproperlyConfigured(f"STREAMGATE_STORE_LAYOUT={STORE_LAYOUT!r}: use rows or batches")
 # Messages below which a comparison (failback's common prefix, verification) or a failback's

@@ -24,7 +24,7 @@ def sqlite_path(url: str) -> Path:
 # The layout of a new store (PostgreSQL or SQLite) when the caller names none (the Django processes
 # pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 passes the chaos soak
 # (docs/operations.md, "Message store layout").
-default_layout = "rows"
+default_layout = "batches"
 
 
 def open_store(url: str, *, wait: float = 5.0, layout: str | None = None) -> MessageStore:
