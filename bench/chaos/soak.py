@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from bench.chaos import availability
@@ -169,20 +170,44 @@ def check_all(result: Result) -> None:
     assert topology is not None and acked is not None
     reports = []
     for origin, stream, topics in topology.pairs():
+        copies = {"origin": (store_for(origin.cluster), origin.uuid),
+                  "replica": (store_for(stream.cluster), stream.uuid)}
         reports.append((f"{stream.path} vs {origin.path}", check_replica(
-            store_for(origin.cluster), origin.uuid, store_for(stream.cluster), stream.uuid,
-            list(topics), acknowledged=acked.offsets[origin.cluster.name])))
+            *copies["origin"], *copies["replica"], list(topics),
+            acknowledged=acked.offsets[origin.cluster.name]), copies))
     # By id too: each acknowledged message of sanfrancisco's topics once, in them or kept aside.
     reports.append((f"{topology.streams[FAILED].path} and its divergence topics",
-                    check_failback(topology, acked)))
-    for where, report in reports:
+                    check_failback(topology, acked), {}))
+    for where, report, copies in reports:
         result.checked += report.checked
         result.acked_twice += sum(literal_id(a.detail) in result.acked_ids
                                   for a in report.duplicates)
         for kind in ANOMALIES:
             found = getattr(report, kind)
             result.anomalies[kind] += len(found)
-            result.examples += [f"{where}: {a}" for a in found[:3]]
+            result.examples += [f"{where}: {a}{writers(a, copies) if kind == 'duplicates' else ''}"
+                                for a in found[:3]]
+
+
+def writers(anomaly: Any, copies: dict[str, tuple[Any, Any]]) -> str:
+    """For a duplicate on a batch store, the Kafka producer id, epoch and sequence each copy
+    was written with: a second copy under a new epoch was re-sent by the client after its
+    epoch bump (no broker can tell it apart), one under the same epoch and sequence is the
+    store's fault."""
+    name = anomaly.detail.split(":", 1)[0]
+    store, stream = copies.get(name, (None, None))
+    found = re.search(r"already at \((\d+), (\d+)\)", anomaly.detail)
+    if not hasattr(store, "batch_holding") or found is None or anomaly.offset is None:
+        return ""
+    notes = []
+    for partition, offset in ((int(found.group(1)), int(found.group(2))),
+                              (anomaly.partition, anomaly.offset)):
+        b = store.batch_holding(stream, anomaly.topic, partition, offset)
+        notes.append("?" if b is None else
+                     f"{partition}@{offset}: producer {b.producer_id} epoch {b.epoch} seq "
+                     f"{b.base_sequence + offset - b.base_offset} (batch {b.base_offset}-"
+                     f"{b.last_offset})")
+    return " [" + "; ".join(notes) + "]"
 
 
 def literal_id(detail: str) -> bytes | None:

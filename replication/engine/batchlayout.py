@@ -161,6 +161,13 @@ class BatchLayout(TransactionRanges, CompactionMethods):
                                              (pid, pid, low)).fetchone()
         return None if row is None else latest_in(row[0], low)
 
+    def batch_holding(self, stream: UUID, topic: str, partition: int,
+                      offset: int) -> StoredBatch | None:
+        """The stored batch holding `offset`, header and bytes (None if none does): which
+        producer, epoch and sequence wrote a message, for diagnosis."""
+        batches, _, _ = self._source_batches(stream, topic, partition, offset, offset + 1)
+        return batches[0] if batches else None
+
     def partition_stats(self, stream: UUID, topic: str) -> list[PartitionStats]:
         with self._reading() as conn:
             rows = self._all(conn, BATCH_PARTITION_STATS, (self._key(stream), topic))
