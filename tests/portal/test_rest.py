@@ -19,7 +19,7 @@ from portal.rest.commands import REGISTRY
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, Stream, Topic, Upstream
 from replication.transport import transport
-from tests.factories import GatewayFactory, StreamFactory, TopicFactory
+from tests.factories import ClusterFactory, GatewayFactory, StreamFactory, TopicFactory
 
 PASSWORD = "correct horse battery staple"  # tests.factories.UserFactory's
 TIMEOFDAY = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} GMT[+-]\d{4} (AM|PM)$")
@@ -473,9 +473,6 @@ BAD_INPUTS = [
     ("ischangelog", "alice", "stream/create",
      {"path": "/mapr/sanfrancisco/x", "ischangelog": "true"}, 501,
      "-ischangelog true: change-data-capture (changelog) streams are not supported"),
-    ("compact-on-a-row-store", "alice", "stream/edit", {"path": SF, "compact": "true"}, 400,
-     "needs cluster sanfrancisco's message store in the batch layout: an operator converts "
-     "it with `manage.py convertstores`"),
     ("mincompactionlag", "alice", "stream/create",
      {"path": "/mapr/sanfrancisco/x", "mincompactionlag": "-1"}, 400,
      "-mincompactionlag -1 is out of range"),
@@ -536,6 +533,18 @@ def test_bad_input_is_refused_with_its_reason_and_changes_nothing(
     response = call(api(world.users[user]), command, method, **params)
     assert response.status_code == status, response.json()
     assert expected in error_of(response)
+    assert snapshot() == before
+
+
+def test_compaction_on_a_row_store_names_the_conversion(api, world, settings):
+    settings.STORE_LAYOUT = "rows"  # a cluster whose store predates the batch layout
+    ClusterFactory(name="rowland")
+    before = snapshot()
+    response = call(api(world.users["alice"]), "stream/create", path="/mapr/rowland/kv",
+                    compact="true")
+    assert response.status_code == 400, response.json()
+    assert ("needs cluster rowland's message store in the batch layout: an operator converts "
+            "it with `manage.py convertstores`") in error_of(response)
     assert snapshot() == before
 
 

@@ -58,10 +58,14 @@ def _with_db(url: str, name: str) -> str:
     return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
-def _scratch_database() -> Iterator[str]:
+def _scratch_database(layout: str | None = "rows") -> Iterator[str]:
+    """A database of its own holding an empty store of `layout` (none if None): the tests
+    that name no layout are the row layout's, kept for conversion (batches are the default)."""
     name = f"sgstore_test_{os.getpid()}_{next(_databases)}"
     url = _with_db(_server_url(), name)
     create_database(url)
+    if layout is not None:
+        open_store(url, layout=layout).close()
     yield url
     with psycopg.connect(_with_db(_server_url(), "postgres"), autocommit=True) as conn:
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
@@ -82,16 +86,14 @@ def pg_url_b() -> Iterator[str]:
 
 @pytest.fixture
 def fresh_pg_url() -> Iterator[str]:
-    """A database of the test's own, for tests that alter the schema."""
-    yield from _scratch_database()
+    """An empty database of the test's own, for tests that make a store of their own."""
+    yield from _scratch_database(None)
 
 
 @pytest.fixture(scope="module")
 def pg_batch_url() -> Iterator[str]:
     """A fresh PostgreSQL database for the module holding a batch store (issue 30)."""
-    for url in _scratch_database():
-        open_store(url, layout="batches").close()
-        yield url
+    yield from _scratch_database("batches")
 
 
 @pytest.fixture
@@ -105,10 +107,8 @@ def sqlite_batch_url(tmp_path) -> str:
 @pytest.fixture
 def batch_net() -> Iterator["Net"]:
     """Streams spread over two clusters' batch stores, databases of the test's own."""
-    for first in _scratch_database():
-        for second in _scratch_database():
-            for url in (first, second):
-                open_store(url, layout="batches").close()
+    for first in _scratch_database("batches"):
+        for second in _scratch_database("batches"):
             yield from _open_net([first, second])
 
 
@@ -120,7 +120,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
         return request.getfixturevalue("pg_batch_url")
     if request.param == "sqlite-batches":
         return request.getfixturevalue("sqlite_batch_url")
-    return f"sqlite:///{tmp_path / 'cluster.sqlite3'}"
+    return sqlite_rows(tmp_path / "cluster.sqlite3")
+
+
+def sqlite_rows(path) -> str:
+    """A SQLite file holding an empty row store."""
+    url = f"sqlite:///{path}"
+    open_store(url, layout="rows").close()
+    return url
 
 
 @pytest.fixture
@@ -259,7 +266,7 @@ def net(request: pytest.FixtureRequest, tmp_path) -> Iterator[Net]:
     if request.param == "postgres":
         urls = [request.getfixturevalue("pg_url"), request.getfixturevalue("pg_url_b")]
     else:
-        urls = [f"sqlite:///{tmp_path / name}.sqlite3" for name in ("east", "west", "north")]
+        urls = [sqlite_rows(tmp_path / f"{name}.sqlite3") for name in ("east", "west", "north")]
     yield from _open_net(urls)
 
 
@@ -272,4 +279,5 @@ def pg_net(pg_url: str, pg_url_b: str) -> Iterator[Net]:
 @pytest.fixture
 def fresh_pg_net(fresh_pg_url: str, pg_url_b: str) -> Iterator[Net]:
     """Like pg_net, its first store on a database of the test's own."""
+    open_store(fresh_pg_url, layout="rows").close()
     yield from _open_net([fresh_pg_url, pg_url_b])

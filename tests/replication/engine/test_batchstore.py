@@ -31,7 +31,7 @@ from replication.engine.store import (
 )
 from replication.engine.stored import check_batches
 from tests.batches import split_batches
-from tests.replication.engine.conftest import _open_net
+from tests.replication.engine.conftest import _open_net, sqlite_rows
 
 ORIGIN = uuid.UUID("0b1f6f0e-8d7c-4a6e-9d0a-5b0e0f4c2a11")
 
@@ -75,10 +75,11 @@ def test_a_store_keeps_the_layout_it_was_made_with(pg_batch_url, pg_url):
 
 
 def test_a_sqlite_file_keeps_its_layout_and_a_new_one_gets_the_one_asked(tmp_path):
-    rows, batches = (f"sqlite:///{tmp_path / name}.sqlite3" for name in ("rows", "batches"))
-    for url, asked, kept in ((rows, None, "messages"), (batches, "batches", "batches"),
+    rows, batches, default = (f"sqlite:///{tmp_path / name}.sqlite3"
+                              for name in ("rows", "batches", "default"))
+    for url, asked, kept in ((rows, "rows", "messages"), (batches, "batches", "batches"),
                              (rows, "batches", "messages"), (batches, "rows", "batches"),
-                             (batches, None, "batches")):
+                             (rows, None, "messages"), (default, None, "batches")):
         opened = open_store(url, layout=asked)
         opened.ensure_topic(ORIGIN, "t", 1)
         opened.append(ORIGIN, "t", [Record(b"v")], origin=ORIGIN)
@@ -279,7 +280,7 @@ def test_the_replicator_copies_batches_between_postgresql_and_sqlite_both_ways(b
 def mixed_layout_net(request, sqlite_batch_url, tmp_path):
     """A SQLite batch store and a row store (PostgreSQL's or SQLite's), in turn."""
     rows = (request.getfixturevalue("pg_url") if request.param == "postgres"
-            else f"sqlite:///{tmp_path / 'rows.sqlite3'}")
+            else sqlite_rows(tmp_path / "rows.sqlite3"))
     yield from _open_net([sqlite_batch_url, rows])
 
 

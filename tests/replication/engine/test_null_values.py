@@ -13,7 +13,7 @@ from replication.engine.checker import check_replica
 from replication.engine.pg.schema import SCHEMA as PG_SCHEMA
 from replication.engine.sqlitestore import SCHEMA as SQLITE_SCHEMA
 from replication.engine.store import decode_headers, encode_headers, headers_size, record_size
-from tests.replication.engine.conftest import _open_net
+from tests.replication.engine.conftest import _open_net, sqlite_rows
 from tests.replication.engine.test_store import rows_only
 
 ORIGIN = uuid.UUID("6a4e1c1e-2b7f-4c55-9a8e-1d2c3b4a5f60")
@@ -92,7 +92,7 @@ def test_apply_keeps_a_null_value_and_counts_it_as_zero_bytes(store, stream):
 @pytest.fixture
 def mixed_net(pg_url, tmp_path):
     """A PostgreSQL cluster and a SQLite one: rows cross as messages, not piped."""
-    yield from _open_net([pg_url, f"sqlite:///{tmp_path / 'mixed.sqlite3'}"])
+    yield from _open_net([pg_url, sqlite_rows(tmp_path / "mixed.sqlite3")])
 
 
 def _replicate_nulls(net) -> None:

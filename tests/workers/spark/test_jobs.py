@@ -58,7 +58,7 @@ def stores(request, db, tmp_path):
         urls = pg_urls("src", "dst")
     for url in urls:
         create_database(url)
-    layout = "batches" if request.param.endswith("batches") else None
+    layout = "batches" if request.param.endswith("batches") else "rows"
     opened = [open_store(url, layout=layout) for url in urls]
     yield urls, opened
     for store in opened:
@@ -312,7 +312,7 @@ def test_checksums_and_copies_read_the_index_in_offset_order_without_sorting(db)
 
     url = default_store_url(f"spark_plan_{uuid.uuid4().hex[:8]}")
     create_database(url)
-    store, stream = open_store(url), uuid.uuid4()
+    store, stream = open_store(url, layout="rows"), uuid.uuid4()
     fill(store, stream, 3000)
     store.close()
     with pg.connect(url) as conn:
