@@ -165,6 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cli", action="store_true",
                         help="no producer through the command line (it goes through the portal)")
     parser.add_argument("--no-failover", action="store_true", help="no failover/failback cycle")
+    parser.add_argument("--kafka-timeout", type=float, default=60.0,
+                        help="the Kafka producer's message.timeout.ms, in seconds: shorter "
+                             "makes librdkafka time messages out (and bump its epoch) at each "
+                             "listener kill")
     parser.add_argument("--availability-strict", action="store_true",
                         help="fail the run when an interface misses the availability goal")
     parser.add_argument("--deadline", type=float, default=0.0,
@@ -227,7 +231,7 @@ class Run:
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,
                           portal=not args.no_portal, kafka=not args.no_kafka,
                           cli=not args.no_cli, failover=not args.no_failover, say=say,
-                          watchdog=watchdog)
+                          kafka_timeout=args.kafka_timeout, watchdog=watchdog)
         if args.seed is not None:
             options.seed = args.seed
         return options

@@ -22,6 +22,7 @@ class Options:
     spark_every: float = 30.0  # at least this long between two (a JVM starts for each)
     portal: bool = True  # a producer through a portal process, killed -9 under it
     kafka: bool = True  # an idempotent Kafka producer through a listener, killed -9 under it
+    kafka_timeout: float = 60.0  # its message.timeout.ms, in seconds
     cli: bool = True  # a producer through the command line (with the portal only)
     cli_interval: float = 0.5  # between its calls: each starts a Python process
     failover: bool = True  # failover/failback cycles of newyork from sanfrancisco

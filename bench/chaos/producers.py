@@ -198,7 +198,8 @@ class KafkaProducer(Producer):
         from confluent_kafka import Producer as Librdkafka
 
         self.client = Librdkafka({**config, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 60000,
+                                  "linger.ms": 5,
+                                  "message.timeout.ms": int(self.options.kafka_timeout * 1000),
                                   "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500,
                                   "log_level": 2})  # not each refused connection on stderr
         self.lock = threading.Lock()
