@@ -212,9 +212,9 @@ class ReplicaWatch:
     until `finish()`: partition -> [(monotonic time, high)]."""
 
     def __init__(self, deploy: Deployment, stream: uuid.UUID) -> None:
-        from replication.engine.pg import PostgresStore
+        from replication.engine.factory import open_store
 
-        self.store, self.stream = PostgresStore(deploy.store_url(REPLICA)), stream
+        self.store, self.stream = open_store(deploy.store_url(REPLICA)), stream  # its layout
         self.seen: dict[int, list[tuple[float, int]]] = {p: [(0.0, 0)] for p in range(PARTITIONS)}
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, daemon=True)

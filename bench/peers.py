@@ -38,6 +38,7 @@ from pathlib import Path
 from bench import kafka_steady, replication
 from bench.deployment import add_load_arguments
 from bench.pgserver import PrivatePostgres
+from bench.pipes import add_layout_argument
 from bench.processes import stop_process
 from bench.produce import start_portal
 
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "call (streamgate) or per burst (NATS)")
     parser.add_argument("--skip", default="",
                         help="comma-separated: streamgate,steady,nats")
+    add_layout_argument(parser)
     parser.add_argument("--nats-server", default=shutil.which("nats-server") or "nats-server")
     parser.add_argument("--url", default="",
                         help="a PostgreSQL server for streamgate, the COPY pipe and logical "
@@ -236,10 +238,10 @@ def measure_copystream(deploy: replication.Deployment, client, args: argparse.Na
     store into a paused replica; messages/s per run, or why there is no figure."""
     if importlib.util.find_spec("workers.spark") is None:
         return NOT_BUILT
-    from replication.engine.pg import PostgresStore
+    from replication.engine.factory import open_store
     from workers.spark import Side, Spec, copystream, spark_context
 
-    src_store = PostgresStore(deploy.store_url(replication.SOURCE))
+    src_store = open_store(deploy.store_url(replication.SOURCE))  # the layout the portal made
     spark = spark_context()  # the JVM starts once, outside the timings
     rates: list[float] = []
     try:
@@ -274,6 +276,7 @@ def measure_streamgate(args: argparse.Namespace, skip: set[str]
     if {"streamgate", "steady"} <= skip:
         return catchup, copy, steady
     deploy = replication.Deployment(args.url)
+    deploy.env["STREAMGATE_STORE_LAYOUT"] = args.layout  # the portal's and the engine's stores
     # Another session's clean-up removes /tmp/sgbench-logs-*: keep the logs under our own name.
     shutil.rmtree(deploy.logs, ignore_errors=True)
     deploy.logs = Path(tempfile.mkdtemp(prefix="sgpeers-logs-"))
