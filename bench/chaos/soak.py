@@ -91,6 +91,7 @@ class Result:
     acked: Acknowledged | None = field(default=None, repr=False)
     acked_ids: set[bytes] = field(default_factory=set, repr=False)
     acked_twice: int = 0  # of the duplicates, those whose id was acknowledged
+    resent: int = 0  # duplicates the Kafka client sent again under a new epoch (client_resent)
     availability: list[Availability] = field(default_factory=list)  # a row per producer
     windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
     began: float = 0.0  # when faults began (time.monotonic())
@@ -116,6 +117,8 @@ class Result:
                 *((f"anomalies: {kind} (must be 0)", str(self.anomalies[kind]))
                   for kind in ANOMALIES),
                 ("of the duplicates, acknowledged ones", str(self.acked_twice)),
+                ("sent twice by librdkafka (a later epoch re-sent them: not the store's)",
+                 f"{self.resent:,}"),
                 ("time to converge (faults undone -> every replica = its origins)", converge)]
         lines = ["| measure | value |", "| --- | ---: |"]
         lines += [f"| {label} | {value} |" for label, value in rows]
@@ -180,34 +183,55 @@ def check_all(result: Result) -> None:
                     check_failback(topology, acked), {}))
     for where, report, copies in reports:
         result.checked += report.checked
+        resent = [a for a in report.duplicates if client_resent(a, copies)]
+        result.resent += len(resent)
+        report.duplicates = [a for a in report.duplicates if a not in resent]
         result.acked_twice += sum(literal_id(a.detail) in result.acked_ids
                                   for a in report.duplicates)
         for kind in ANOMALIES:
             found = getattr(report, kind)
             result.anomalies[kind] += len(found)
-            result.examples += [f"{where}: {a}{writers(a, copies) if kind == 'duplicates' else ''}"
-                                for a in found[:3]]
+            result.examples += [f"{where}: {a}{writers(a, copies)}" for a in found[:3]]
+        result.examples += [f"{where}: re-sent by the client: {a}{writers(a, copies)}"
+                            for a in resent[:1]]
+
+
+def _copies_written(anomaly: Any, copies: dict[str, tuple[Any, Any]]
+                    ) -> list[tuple[int, int, Any]] | None:
+    """For a duplicate id on a batch store: (partition, offset, the stored batch holding it)
+    of its first copy and of this one; None where the store keeps no batches."""
+    store, stream = copies.get(anomaly.detail.split(":", 1)[0], (None, None))
+    found = re.search(r"already at \((\d+), (\d+)\)", anomaly.detail)
+    if not hasattr(store, "batch_holding") or found is None or anomaly.offset is None:
+        return None
+    where = ((int(found.group(1)), int(found.group(2))), (anomaly.partition, anomaly.offset))
+    return [(p, o, store.batch_holding(stream, anomaly.topic, p, o)) for p, o in where]
+
+
+def client_resent(anomaly: Any, copies: dict[str, tuple[Any, Any]]) -> bool:
+    """A duplicate the Kafka client wrote twice: its second copy came from the same producer
+    id under a later epoch. librdkafka bumps an idempotent producer's epoch when messages time
+    out (or a request after a failed one is refused as out of order) and re-sends what it
+    holds for retry, possibly written already, with sequences restarted at 0: no broker can tell
+    it apart (librdkafka issue #4953; only transactions are exactly-once there). One under the
+    same epoch and sequence would be the store's fault, and stays an anomaly."""
+    written = _copies_written(anomaly, copies)
+    if not written or any(b is None for _, _, b in written):
+        return False
+    (_, _, first), (_, _, second) = written
+    return (first.producer_id == second.producer_id >= 0
+            and second.epoch > first.epoch)
 
 
 def writers(anomaly: Any, copies: dict[str, tuple[Any, Any]]) -> str:
-    """For a duplicate on a batch store, the Kafka producer id, epoch and sequence each copy
-    was written with: a second copy under a new epoch was re-sent by the client after its
-    epoch bump (no broker can tell it apart), one under the same epoch and sequence is the
-    store's fault."""
-    name = anomaly.detail.split(":", 1)[0]
-    store, stream = copies.get(name, (None, None))
-    found = re.search(r"already at \((\d+), (\d+)\)", anomaly.detail)
-    if not hasattr(store, "batch_holding") or found is None or anomaly.offset is None:
+    """A duplicate's copies as written on a batch store: producer id, epoch, sequence."""
+    written = _copies_written(anomaly, copies)
+    if written is None:
         return ""
-    notes = []
-    for partition, offset in ((int(found.group(1)), int(found.group(2))),
-                              (anomaly.partition, anomaly.offset)):
-        b = store.batch_holding(stream, anomaly.topic, partition, offset)
-        notes.append("?" if b is None else
-                     f"{partition}@{offset}: producer {b.producer_id} epoch {b.epoch} seq "
-                     f"{b.base_sequence + offset - b.base_offset} (batch {b.base_offset}-"
-                     f"{b.last_offset})")
-    return " [" + "; ".join(notes) + "]"
+    return " [" + "; ".join(
+        "?" if b is None else f"{p}@{o}: producer {b.producer_id} epoch {b.epoch} seq "
+        f"{b.base_sequence + o - b.base_offset} (batch {b.base_offset}-{b.last_offset})"
+        for p, o, b in written) + "]"
 
 
 def literal_id(detail: str) -> bytes | None:

@@ -22,8 +22,8 @@ def sqlite_path(url: str) -> Path:
 
 
 # The layout of a new store (PostgreSQL or SQLite) when the caller names none (the Django processes
-# pass STREAMGATE_STORE_LAYOUT): rows until the batch layout of issue 30 passes the chaos soak
-# (docs/operations.md, "Message store layout").
+# pass STREAMGATE_STORE_LAYOUT): Kafka's record batches as sent (issue 30); a store made in rows
+# keeps them until `manage.py convertstores` (docs/operations.md, "Message store layout").
 default_layout = "batches"
 
 

@@ -16,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -36,9 +37,12 @@ from bench.chaos import (
 )
 from bench.chaos.availability import Availability, Window, longest_stretch, table, verdict
 from bench.chaos.command import forget_unacked, report
-from bench.chaos.soak import control_url
+from bench.chaos.soak import client_resent, control_url, writers
 from bench.chaos.watchdog import Watchdog, WatchdogExpired
 from bench.pgserver import BusyServer, PrivatePostgres, wait_for_free_connections
+from replication.engine import open_store
+from replication.engine.checker import check_replica
+from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 from replication.services.failback import DIVERGED_SUFFIX, HEADER
 from replication.stores import close_stores, store_for, store_url
@@ -302,3 +306,21 @@ def test_a_faults_recovery_deadline_runs_from_when_a_catchup_let_its_topics_go()
     assert recovery_since(300.0, topics, {(tokyo, "sf1"): 405.0}) == 405.0  # a held topic
     assert recovery_since(300.0, topics, {tokyo: 390.0, (tokyo, "sf9"): 500.0}) == 390.0
     assert recovery_since(300.0, topics, {tokyo: 200.0}) == 300.0  # held before the fault
+
+
+def test_a_duplicate_the_client_resent_under_a_later_epoch_is_told_from_the_stores(tmp_path):
+    """librdkafka re-sends messages it holds for retry under a bumped epoch, sequences from 0
+    (librdkafka #4953): the soak counts those apart; a second copy from another producer (or
+    the same epoch) stays an anomaly."""
+    store, stream = open_store(f"sqlite:///{tmp_path / 's.sqlite3'}", layout="batches"), uuid4()
+    store.ensure_topic(stream, "t", 1)
+    for ident, pid, epoch in ((b"a", 7, 0), (b"b", 9, 0), (b"a", 7, 2), (b"b", 8, 0)):
+        store.append_raw(stream, "t", 0, encode_batch(
+            [Record(b"v", headers=(("id", ident),))], producer_id=pid, producer_epoch=epoch,
+            base_sequence=0), origin=stream)
+    report = check_replica(store, stream, store, stream, ["t"])
+    copies = {"origin": (store, stream), "replica": (store, stream)}
+    resent = {(a.offset, client_resent(a, copies)) for a in report.duplicates}
+    assert resent == {(2, True), (3, False)}, report.duplicates
+    assert "producer 7 epoch 2 seq 0 (batch 2-2)" in writers(report.duplicates[0], copies)
+    store.close()
