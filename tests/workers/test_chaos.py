@@ -149,15 +149,16 @@ def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak, engine):
     # soak whose replicas lost anything would not pass.
     tokyo = soak.topology.streams["tokyo"]
     with psycopg.connect(store_url(tokyo.cluster), autocommit=True) as conn:
-        removed = conn.execute(
-            'DELETE FROM messages WHERE ctid = (SELECT ctid FROM messages WHERE "offset" = 3 '
-            'LIMIT 1)').rowcount
-    assert removed == 1
+        [(removed,)] = conn.execute(  # a batch store loses the whole batch holding offset 3
+            "DELETE FROM batches WHERE ctid = (SELECT ctid FROM batches WHERE base_offset <= 3 "
+            "AND last_offset >= 3 LIMIT 1) RETURNING records").fetchall()
     # And a message of sanfrancisco's both in its topic and in the divergence topic: twice.
     keep_twice(soak.topology.streams[FAILED])
     recheck = Result(soak.seed, soak.seconds, topology=soak.topology, acked=soak.acked)
     check_all(recheck)
-    assert recheck.anomalies["lost"] == 1 and set(recheck.anomalies) <= set(ANOMALIES)
+    # Each of its acknowledged messages (those a killed call wrote unanswered are not).
+    assert 1 <= recheck.anomalies["lost"] <= removed, recheck.examples
+    assert set(recheck.anomalies) <= set(ANOMALIES)
     assert recheck.anomalies["duplicates"] == 1, recheck.examples
 
 
