@@ -1,0 +1,196 @@
+"""Confluent Schema Registry's endpoints. Each view finds the request's tenant (the URL's, or
+the user's first) and calls the domain; the answers keep Confluent's field names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.tokens import BasicTokenAuthentication
+from portal.registry.rendering import (
+    MEDIA_TYPE,
+    PARSERS,
+    AlwaysRegistryJSON,
+    RegistryRenderer,
+    exception_handler,
+)
+from replication.models import RegisteredSchema, SubjectVersion
+from replication.schemas.errors import SubjectNotFound
+from replication.schemas.formats import TYPES
+from replication.services import registry, registryreads
+from replication.services.registryreads import Access
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() == "true"
+
+
+def schema_fields(schema: RegisteredSchema) -> dict[str, Any]:
+    """The schema as Confluent shows it: schemaType left out for Avro, references when any."""
+    shown: dict[str, Any] = {"schema": schema.text, "guid": str(schema.guid)}
+    if schema.schema_type != "AVRO":
+        shown["schemaType"] = schema.schema_type
+    if schema.references:
+        shown["references"] = schema.references
+    return shown
+
+
+def version_fields(found: SubjectVersion) -> dict[str, Any]:
+    return {"subject": found.subject, "version": found.version, "id": found.schema_id,
+            **schema_fields(found.schema)}
+
+
+def raw(schema: RegisteredSchema) -> HttpResponse:
+    """The schema text itself (.../schema endpoints), not wrapped in an object."""
+    return HttpResponse(schema.text, content_type=MEDIA_TYPE)
+
+
+class RegistryView(APIView):
+    authentication_classes = [BasicTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+    renderer_classes = [RegistryRenderer]
+    parser_classes = PARSERS
+    content_negotiation_class = AlwaysRegistryJSON
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def access(self) -> Access:
+        return registryreads.registry_access(actor=self.request.user,
+                                             tenant_name=self.kwargs.get("tenant"))
+
+    def readable(self) -> Access:
+        access = self.access()
+        access.require("read", "reading the schema registry")
+        return access
+
+
+class Root(RegistryView):
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        return Response({})
+
+
+class Subjects(RegistryView):
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        access = self.readable()
+        found = SubjectVersion.objects.filter(tenant=access.tenant)
+        if not _flag(request, "deleted"):
+            found = found.filter(deleted=False)
+        prefix = request.query_params.get("subjectPrefix", "")
+        if prefix and prefix != ":*:":
+            found = found.filter(subject__startswith=prefix)
+        return Response(sorted(set(found.values_list("subject", flat=True))))
+
+
+class Subject(RegistryView):
+    def post(self, request: Request, subject: str, **kwargs: Any) -> Response:
+        found = registry.schema_lookup(access=self.access(), subject=subject,
+                                       candidate=registry.Candidate.of(request.data),
+                                       deleted=_flag(request, "deleted"))
+        return Response(version_fields(found))
+
+    def delete(self, request: Request, subject: str, **kwargs: Any) -> Response:
+        return Response(registry.subject_delete(access=self.access(), subject=subject,
+                                                permanent=_flag(request, "permanent")))
+
+
+class Versions(RegistryView):
+    def get(self, request: Request, subject: str, **kwargs: Any) -> Response:
+        access = self.readable()
+        versions = registryreads.subject_versions(access.tenant, subject,
+                                                  deleted=_flag(request, "deleted"))
+        numbers = sorted(versions.values_list("version", flat=True))
+        if not numbers:
+            raise SubjectNotFound(f"subject {subject!r} not found")
+        return Response(numbers)
+
+    def post(self, request: Request, subject: str, **kwargs: Any) -> Response:
+        made = registry.schema_register(access=self.access(), subject=subject,
+                                        candidate=registry.Candidate.of(request.data))
+        return Response({"id": made.schema_id, "version": made.version,
+                         "guid": str(made.schema.guid)})
+
+
+class Version(RegistryView):
+    def get(self, request: Request, subject: str, version: str, **kwargs: Any) -> Response:
+        access = self.readable()
+        return Response(version_fields(registryreads.subject_version(
+            access.tenant, subject, version, deleted=_flag(request, "deleted"))))
+
+    def delete(self, request: Request, subject: str, version: str, **kwargs: Any) -> Response:
+        return Response(registry.version_delete(access=self.access(), subject=subject,
+                                                version=version,
+                                                permanent=_flag(request, "permanent")))
+
+
+class VersionSchema(RegistryView):
+    def get(self, request: Request, subject: str, version: str, **kwargs: Any) -> HttpResponse:
+        access = self.readable()
+        return raw(registryreads.subject_version(access.tenant, subject, version,
+                                                 deleted=_flag(request, "deleted")).schema)
+
+
+class ReferencedBy(RegistryView):
+    def get(self, request: Request, subject: str, version: str, **kwargs: Any) -> Response:
+        access = self.readable()
+        found = registryreads.subject_version(access.tenant, subject, version)
+        ids = RegisteredSchema.objects.filter(
+            tenant=access.tenant, versions__deleted=False,
+            references__contains=[{"subject": subject, "version": found.version}])
+        return Response(sorted(set(ids.values_list("pk", flat=True))))
+
+
+class SchemaById(RegistryView):
+    def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
+        access = self.readable()
+        return Response(schema_fields(registryreads.schema_by_id(access.tenant, schema_id)))
+
+
+class SchemaText(RegistryView):
+    def get(self, request: Request, schema_id: str, **kwargs: Any) -> HttpResponse:
+        return raw(registryreads.schema_by_id(self.readable().tenant, schema_id))
+
+
+class SchemaSubjects(RegistryView):
+    def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
+        schema = registryreads.schema_by_id(self.readable().tenant, schema_id)
+        versions = schema.versions.all() if _flag(request, "deleted") else \
+            schema.versions.filter(deleted=False)
+        return Response(sorted(set(versions.values_list("subject", flat=True))))
+
+
+class SchemaVersions(RegistryView):
+    def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
+        schema = registryreads.schema_by_id(self.readable().tenant, schema_id)
+        versions = schema.versions.all() if _flag(request, "deleted") else \
+            schema.versions.filter(deleted=False)
+        return Response([{"subject": s, "version": v} for s, v in
+                         versions.order_by("subject", "version").values_list("subject",
+                                                                             "version")])
+
+
+class Types(RegistryView):
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        return Response(list(TYPES))
+
+
+class Contexts(RegistryView):
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        return Response(["."])
+
+
+class Compatibility(RegistryView):
+    def post(self, request: Request, subject: str, version: str | None = None,
+             **kwargs: Any) -> Response:
+        problems = registry.compatibility_test(
+            access=self.access(), subject=subject, version=version,
+            candidate=registry.Candidate.of(request.data))
+        answer: dict[str, Any] = {"is_compatible": not problems}
+        if _flag(request, "verbose"):
+            answer["messages"] = problems
+        return Response(answer)
