@@ -155,3 +155,33 @@ def config_of(tenant: Tenant, subject: str | None, field: str) -> str | None:
 def effective(tenant: Tenant, subject: str, field: str) -> str:
     default = DEFAULT_COMPATIBILITY if field == "compatibility" else DEFAULT_MODE
     return config_of(tenant, subject, field) or config_of(tenant, None, field) or default
+
+
+@dataclass(frozen=True)
+class SubjectSummary:
+    """One subject of a tenant's, as the Schemas page lists it."""
+
+    subject: str
+    versions: list[int]
+    latest_id: int
+    schema_type: str
+    compatibility: str
+
+
+def subject_summaries(tenant: Tenant) -> list[SubjectSummary]:
+    """The tenant's live subjects, by name: two queries whatever their number."""
+    rows: dict[str, list[tuple[int, int, str]]] = {}
+    for subject, version, schema_id, kind in subject_versions_of(tenant).values_list(
+            "subject", "version", "schema_id", "schema__schema_type"):
+        rows.setdefault(subject, []).append((version, schema_id, kind))
+    own = dict(RegistryConfig.objects.filter(tenant=tenant).exclude(compatibility="")
+               .values_list("subject", "compatibility"))
+    default = own.get("", DEFAULT_COMPATIBILITY)
+    return [SubjectSummary(subject, [v for v, _, _ in found], found[-1][1], found[-1][2],
+                           own.get(subject, default))
+            for subject, found in sorted(rows.items())]
+
+
+def subject_versions_of(tenant: Tenant) -> Any:
+    return SubjectVersion.objects.filter(tenant=tenant, deleted=False).order_by("subject",
+                                                                                 "version")
