@@ -9,6 +9,7 @@ import json
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
 
 from portal.web.tenancy import current_tenant, render_page
 from replication.models import SubjectVersion
@@ -26,6 +27,7 @@ def _registry_url(request: HttpRequest, tenant_name: str) -> str:
 
 
 @login_required
+@require_GET
 def schema_subjects(request: HttpRequest) -> HttpResponse:
     tenant = current_tenant(request)
     return render_page(request, "web/schemas.html", {
@@ -35,12 +37,13 @@ def schema_subjects(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def schema_subject(request: HttpRequest, subject: str) -> HttpResponse:
     tenant = current_tenant(request)
     versions = list(SubjectVersion.objects.filter(tenant=tenant, subject=subject, deleted=False)
                     .select_related("schema").order_by("-version")) if tenant else []
     if not versions:
-        raise Http404(f"no subject {subject!r} in this tenant's schema registry")
+        raise Http404("no such subject in this tenant's schema registry")
     rows = [{"v": v, "text": _pretty(v.schema.text, v.schema.schema_type)} for v in versions]
     return render_page(request, "web/schema_subject.html", {
         "subject": subject, "rows": rows,
