@@ -148,27 +148,32 @@ class ReferencedBy(RegistryView):
 class SchemaById(RegistryView):
     def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
         access = self.readable()
-        return Response(schema_fields(registryreads.schema_by_id(access.tenant, schema_id)))
+        return Response(schema_fields(registryreads.schema_by_id(access.tenant, schema_id,
+                                                                 upstream=True)))
 
 
 class SchemaText(RegistryView):
     def get(self, request: Request, schema_id: str, **kwargs: Any) -> HttpResponse:
-        return raw(registryreads.schema_by_id(self.readable().tenant, schema_id))
+        return raw(registryreads.schema_by_id(self.readable().tenant, schema_id, upstream=True))
+
+
+def _versions_of(request: Request, access: Access, schema_id: str) -> Any:
+    """The versions of the tenant's own subjects holding the schema (none for an upstream
+    tenant's schema: its subjects are that tenant's)."""
+    schema = registryreads.schema_by_id(access.tenant, schema_id, upstream=True)
+    versions = schema.versions.filter(tenant=access.tenant)
+    return versions if _flag(request, "deleted") else versions.filter(deleted=False)
 
 
 class SchemaSubjects(RegistryView):
     def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
-        schema = registryreads.schema_by_id(self.readable().tenant, schema_id)
-        versions = schema.versions.all() if _flag(request, "deleted") else \
-            schema.versions.filter(deleted=False)
+        versions = _versions_of(request, self.readable(), schema_id)
         return Response(sorted(set(versions.values_list("subject", flat=True))))
 
 
 class SchemaVersions(RegistryView):
     def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
-        schema = registryreads.schema_by_id(self.readable().tenant, schema_id)
-        versions = schema.versions.all() if _flag(request, "deleted") else \
-            schema.versions.filter(deleted=False)
+        versions = _versions_of(request, self.readable(), schema_id)
         return Response([{"subject": s, "version": v} for s, v in
                          versions.order_by("subject", "version").values_list("subject",
                                                                              "version")])

@@ -1,7 +1,8 @@
 """Messages framed as Confluent's serializers write them (a zero magic byte, the schema id in
 four big-endian bytes, then the data) decoded by the schema registry's schema for the message
 browser: Avro by the writer's schema, JSON as itself. Only the stream's tenant's schemas are
-looked at, so a message never shows another tenant's schema. Protobuf values are named (id and
+looked at, and those of the tenants replicating into its streams (whose messages its replicas
+hold), so a message never shows an unrelated tenant's schema. Protobuf values are named (id and
 type) but not decoded: that takes the compiled message descriptors."""
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class SchemaDecoder:
     def _schema(self, schema_id: int) -> Any:
         if schema_id not in self._parsed:
             try:
-                self._parsed[schema_id] = parsed_of(schema_by_id(self.tenant, schema_id))
+                self._parsed[schema_id] = parsed_of(schema_by_id(self.tenant, schema_id,
+                                                                 upstream=True))
             except (NotFound, InvalidSchema):
                 self._parsed[schema_id] = None
         return self._parsed[schema_id]

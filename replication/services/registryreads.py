@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import F
 
 from accounts.models import Membership, Role, Tenant, TokenScope
 from replication.errors import NotFound, PermissionDenied
-from replication.models import RegisteredSchema, RegistryConfig, SubjectVersion
+from replication.models import RegisteredSchema, RegistryConfig, ReplicaLink, SubjectVersion
 from replication.schemas import formats
 from replication.schemas.errors import (
     InvalidSchema,
@@ -97,10 +98,28 @@ def subject_version(tenant: Tenant, subject: str, version: str | int, *,
     return found
 
 
-def schema_by_id(tenant: Tenant, schema_id: int | str) -> RegisteredSchema:
+def upstream_tenants(tenant: Tenant) -> set[int]:
+    """The tenant, and the tenants whose streams replicate into its streams with both halves
+    of the agreement (and theirs, up a chain): their messages land in this tenant's replicas
+    carrying their schema ids."""
+    held, frontier = {tenant.pk}, {tenant.pk}
+    while frontier:
+        sources = set(ReplicaLink.objects.filter(
+            replica__tenant__in=frontier, replica__upstreams__source=F("source"),
+        ).values_list("source__tenant_id", flat=True))
+        frontier = sources - held
+        held |= frontier
+    return held
+
+
+def schema_by_id(tenant: Tenant, schema_id: int | str, *,
+                 upstream: bool = False) -> RegisteredSchema:
     """A schema of the tenant's with a version left (a soft-deleted one counts: consumers
-    still read messages written with it)."""
-    found = RegisteredSchema.objects.filter(tenant=tenant, versions__isnull=False)
+    still read messages written with it). `upstream`: also one of the tenants replicating
+    into this tenant's streams, so a consumer of a replica decodes what it reads by the ids
+    the messages carry (by id only: their subjects stay theirs)."""
+    owners = upstream_tenants(tenant) if upstream else {tenant.pk}
+    found = RegisteredSchema.objects.filter(tenant__in=owners, versions__isnull=False)
     key: dict[str, Any] = {"pk": int(schema_id)} if str(schema_id).isdigit() else {}
     if not key:
         try:
