@@ -30,6 +30,23 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() == "true"
 
 
+def _page(request: Request, items: list[Any]) -> list[Any]:
+    """?offset= and ?limit= (-1 or none: all), as Confluent pages its lists."""
+    def number(name: str, default: int) -> int:
+        text = request.query_params.get(name, "")
+        return int(text) if text.lstrip("-").isdigit() else default
+
+    offset, limit = max(0, number("offset", 0)), number("limit", -1)
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
+def _live_filter(request: Request, versions: Any) -> Any:
+    """?deleted=true: soft-deleted versions too; ?deleted_only=true: only those."""
+    if _flag(request, "deleted_only"):
+        return versions.filter(deleted=True)
+    return versions if _flag(request, "deleted") else versions.filter(deleted=False)
+
+
 def schema_fields(schema: RegisteredSchema) -> dict[str, Any]:
     """The schema as Confluent shows it: schemaType left out for Avro, references when any."""
     shown: dict[str, Any] = {"schema": schema.text, "guid": str(schema.guid)}
@@ -78,13 +95,11 @@ class Root(RegistryView):
 class Subjects(RegistryView):
     def get(self, request: Request, **kwargs: Any) -> Response:
         access = self.readable()
-        found = SubjectVersion.objects.filter(tenant=access.tenant)
-        if not _flag(request, "deleted"):
-            found = found.filter(deleted=False)
+        found = _live_filter(request, SubjectVersion.objects.filter(tenant=access.tenant))
         prefix = request.query_params.get("subjectPrefix", "")
         if prefix and prefix != ":*:":
             found = found.filter(subject__startswith=prefix)
-        return Response(sorted(set(found.values_list("subject", flat=True))))
+        return Response(_page(request, sorted(set(found.values_list("subject", flat=True)))))
 
 
 class Subject(RegistryView):
@@ -102,12 +117,12 @@ class Subject(RegistryView):
 class Versions(RegistryView):
     def get(self, request: Request, subject: str, **kwargs: Any) -> Response:
         access = self.readable()
-        versions = registryreads.subject_versions(access.tenant, subject,
-                                                  deleted=_flag(request, "deleted"))
+        versions = _live_filter(request, registryreads.subject_versions(
+            access.tenant, subject, deleted=True))
         numbers = sorted(versions.values_list("version", flat=True))
         if not numbers:
             raise SubjectNotFound(f"subject {subject!r} not found")
-        return Response(numbers)
+        return Response(_page(request, numbers))
 
     def post(self, request: Request, subject: str, **kwargs: Any) -> Response:
         made = registry.schema_register(access=self.access(), subject=subject,
@@ -161,8 +176,7 @@ def _versions_of(request: Request, access: Access, schema_id: str) -> Any:
     """The versions of the tenant's own subjects holding the schema (none for an upstream
     tenant's schema: its subjects are that tenant's)."""
     schema = registryreads.schema_by_id(access.tenant, schema_id, upstream=True)
-    versions = schema.versions.filter(tenant=access.tenant)
-    return versions if _flag(request, "deleted") else versions.filter(deleted=False)
+    return _live_filter(request, schema.versions.filter(tenant=access.tenant))
 
 
 class SchemaSubjects(RegistryView):

@@ -137,6 +137,9 @@ def test_soft_then_permanent_delete(alice, owner):
     assert alice.call("DELETE", "subjects/users-value/versions/2") == (200, 2)
     assert alice.call("GET", "subjects/users-value/versions") == (200, [1])
     assert alice.call("GET", "subjects/users-value/versions?deleted=true") == (200, [1, 2])
+    assert alice.call("GET", "subjects/users-value/versions?deleted_only=true") == (200, [2])
+    assert alice.call("GET", "subjects/users-value/versions?deleted=true&offset=1&limit=1") \
+        == (200, [2])
     # A soft-deleted version's schema still resolves by id (old messages stay readable).
     assert alice.call("GET", f"schemas/ids/{schema_id}")[0] == 200
     assert alice.call("DELETE", "subjects/users-value") == (200, [1])
