@@ -1,5 +1,7 @@
-"""Protobuf schemas (.proto text): valid when proto-schema-parser parses them (syntax only:
-imported types are not resolved). Compatibility, per message of the writer's, by field number:
+"""Protobuf schemas: .proto text, valid when proto-schema-parser parses it (syntax only:
+imported types are not resolved), or a base64 FileDescriptorProto, the form confluent-kafka's
+ProtobufSerializer registers (protodescriptor.py). Either is stored as given. Compatibility,
+per message of the writer's, by field number:
 
 - a message of the writer's missing from the reader (MESSAGE_REMOVED);
 - a field whose type changed, unless both are in one wire-compatible group (int32, uint32,
@@ -20,6 +22,7 @@ from antlr4.error.ErrorListener import ErrorListener
 from proto_schema_parser import ast
 from proto_schema_parser.parser import Parser
 
+from replication.schemas import protodescriptor
 from replication.schemas.errors import InvalidSchema
 
 GROUPS = ({"int32", "uint32", "int64", "uint64", "bool"}, {"sint32", "sint64"},
@@ -52,6 +55,12 @@ class ProtoFile:
 
 
 def parse(text: str, references: Sequence[str]) -> tuple[str, ProtoFile]:
+    described = protodescriptor.from_base64(text)
+    if described is not None:
+        package, messages = described
+        return text.strip(), ProtoFile(package, {
+            name: {n: FieldShape(*shape) for n, shape in fields.items()}
+            for name, fields in messages.items()})
     parsed = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
     package = next((e.name for e in parsed.file_elements if isinstance(e, ast.Package)), "")
     messages: dict[str, dict[int, FieldShape]] = {}
@@ -65,7 +74,8 @@ def _fields(elements: Sequence[Any], oneof: str = "") -> Iterator[FieldShape | t
     for element in elements:
         if isinstance(element, ast.Field):
             cardinality = element.cardinality.value if element.cardinality else ""
-            yield element.number, FieldShape(element.name, element.type, cardinality, oneof)
+            kind = element.type.rsplit(".", 1)[-1]  # a named type as the descriptor form has it
+            yield element.number, FieldShape(element.name, kind, cardinality, oneof)
         elif isinstance(element, ast.MapField):
             kind = f"map<{element.key_type},{element.value_type}>"
             yield element.number, FieldShape(element.name, kind, "MAP", oneof)

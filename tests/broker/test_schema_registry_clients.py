@@ -16,7 +16,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from tests.broker.conftest import KafkaEndpoint, orders_topic, sasl_token
 
@@ -81,6 +83,38 @@ def test_json_serializer_through_the_listener(kafka, live_server, owner):
                      values)
     assert got == values
     assert client.get_latest_version(f"{NAME}-value").schema.schema_type == "JSON"
+
+
+def order_class(qty_type: int = descriptor_pb2.FieldDescriptorProto.TYPE_INT64) -> type:
+    """acme.Order {string id = 1; <qty_type> qty = 2;}, as protoc would generate it."""
+    described = descriptor_pb2.FileDescriptorProto(name="orders.proto", package="acme",
+                                                   syntax="proto3")
+    message = described.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    message.field.add(name="qty", number=2, type=qty_type,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(described)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))
+
+
+def test_protobuf_serializer_through_the_listener(kafka, live_server, owner):
+    orders_topic(owner, 1)
+    client = registry_client(live_server.url, owner, kafka.password)
+    order = order_class()
+    serializer = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    deserializer = ProtobufDeserializer(order, {"use.deprecated.format": False})
+    got = round_trip(kafka, lambda value, ctx: serializer(order(**value), ctx),
+                     deserializer, [{"id": "o-1", "qty": 3}])
+    assert [(m.id, m.qty) for m in got] == [("o-1", 3)]
+    assert client.get_latest_version(f"{NAME}-value").schema.schema_type == "PROTOBUF"
+    # qty as a string now: a changed field type, refused under BACKWARD.
+    retyped = order_class(descriptor_pb2.FieldDescriptorProto.TYPE_STRING)
+    refusing = ProtobufSerializer(retyped, client, {"use.deprecated.format": False})
+    with pytest.raises(SchemaRegistryError, match="type int64 written") as refused:
+        refusing(retyped(id="x", qty="1"), SerializationContext(NAME, MessageField.VALUE))
+    assert refused.value.error_code == 409
 
 
 def test_client_sees_409_and_error_codes(live_server, owner, outsider):
