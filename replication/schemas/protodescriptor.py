@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 
 FieldTuple = tuple[str, str, str, str]
@@ -55,3 +55,59 @@ def _collect(message: descriptor_pb2.DescriptorProto, name: str,
     for nested in message.nested_type:
         if not nested.options.map_entry:
             _collect(nested, f"{name}.{nested.name}", into)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("a truncated varint")
+        byte = data[pos]
+        result |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not byte & 0x80:
+            return result, pos
+
+
+def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
+    value, pos = _varint(data, pos)
+    return (value >> 1) ^ -(value & 1), pos
+
+
+def message_indexes(data: bytes) -> tuple[list[int], int]:
+    """Confluent's message indexes after the schema id (which message of the file, nested):
+    a zigzag count then zigzag indexes, a lone 0 meaning the first message; and where the
+    message's bytes start."""
+    count, pos = _zigzag(data, 0)
+    if count == 0:
+        return [0], pos
+    indexes = []
+    for _ in range(count):
+        index, pos = _zigzag(data, pos)
+        indexes.append(index)
+    return indexes, pos
+
+
+def decode(text: str, framed: bytes) -> dict | None:
+    """The message in `framed` (the value after magic byte and id) as a dict, by the base64
+    FileDescriptorProto `text`; None when it cannot be (.proto text, imports outside the
+    well-known types, bytes that do not parse)."""
+    try:
+        described = descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(text.strip(), validate=True))
+        indexes, start = message_indexes(framed)
+        pool = descriptor_pool.DescriptorPool()
+        for dependency in described.dependency:
+            found = descriptor_pool.Default().FindFileByName(dependency)
+            pool.AddSerializedFile(found.serialized_pb)
+        pool.Add(described)
+        names, level = [], described.message_type
+        for index in indexes:
+            names.append(level[index].name)
+            level = level[index].nested_type
+        full = ".".join([described.package, *names] if described.package else names)
+        kind = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
+        return json_format.MessageToDict(kind.FromString(framed[start:]),
+                                         preserving_proto_field_name=True)
+    except (binascii.Error, ValueError, IndexError, KeyError, TypeError, DecodeError):
+        return None

@@ -2,8 +2,9 @@
 four big-endian bytes, then the data) decoded by the schema registry's schema for the message
 browser: Avro by the writer's schema, JSON as itself. Only the stream's tenant's schemas are
 looked at, and those of the tenants replicating into its streams (whose messages its replicas
-hold), so a message never shows an unrelated tenant's schema. Protobuf values are named (id and
-type) but not decoded: that takes the compiled message descriptors."""
+hold), so a message never shows an unrelated tenant's schema. Protobuf values are decoded when the
+schema was registered as a FileDescriptorProto (as confluent-kafka's serializer does); one
+registered as .proto text is named (id and type) but not decoded: that needs a compiler."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import avro.errors
 import avro.io
 
 from replication.errors import NotFound
+from replication.schemas import protodescriptor
 from replication.schemas.errors import InvalidSchema
 from replication.services.registryreads import parsed_of, schema_by_id
 
@@ -69,7 +71,9 @@ class SchemaDecoder:
             elif parsed.schema_type == "JSON":
                 value = json.loads(payload)
             else:
-                return Decoded(schema_id, parsed.schema_type, None)
+                value = protodescriptor.decode(parsed.text, payload)
+                if value is None:
+                    return Decoded(schema_id, parsed.schema_type, None)
         except (avro.errors.AvroException, ValueError, EOFError, struct.error, TypeError):
             return None
         text = json.dumps(value, indent=2, ensure_ascii=False, default=str)

@@ -18,9 +18,10 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
 from tests.broker.conftest import KafkaEndpoint, orders_topic, sasl_token
+from tests.portal.registry.helpers import order_class
 
 pytestmark = pytest.mark.slow
 NAME = "/mapr/c1/apps:orders"
@@ -83,20 +84,6 @@ def test_json_serializer_through_the_listener(kafka, live_server, owner):
                      values)
     assert got == values
     assert client.get_latest_version(f"{NAME}-value").schema.schema_type == "JSON"
-
-
-def order_class(qty_type: int = descriptor_pb2.FieldDescriptorProto.TYPE_INT64) -> type:
-    """acme.Order {string id = 1; <qty_type> qty = 2;}, as protoc would generate it."""
-    described = descriptor_pb2.FileDescriptorProto(name="orders.proto", package="acme",
-                                                   syntax="proto3")
-    message = described.message_type.add(name="Order")
-    message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-    message.field.add(name="qty", number=2, type=qty_type,
-                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(described)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))
 
 
 def test_protobuf_serializer_through_the_listener(kafka, live_server, owner):

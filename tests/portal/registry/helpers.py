@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from django.test import Client
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from accounts.tokens import issue_token
 
@@ -44,3 +45,17 @@ class Registry:
                  **extra: Any) -> tuple[int, Any]:
         return self.call("POST", f"subjects/{subject}/versions",
                          {"schema": schema, "schemaType": schema_type, **extra})
+
+
+def order_class(qty_type: int = descriptor_pb2.FieldDescriptorProto.TYPE_INT64) -> type:
+    """acme.Order {string id = 1; <qty_type> qty = 2;}, as protoc would generate it."""
+    described = descriptor_pb2.FileDescriptorProto(name="orders.proto", package="acme",
+                                                   syntax="proto3")
+    message = described.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    message.field.add(name="qty", number=2, type=qty_type,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(described)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Order"))

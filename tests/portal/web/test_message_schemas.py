@@ -1,9 +1,11 @@
 """The message browser decodes values that a schema registry serializer framed (magic byte 0,
-the schema id) by the stream's tenant's schema: Avro and JSON as pretty JSON; a schema id of
-another tenant's is not looked at (the bytes show as they are)."""
+the schema id) by the stream's tenant's schema: Avro, JSON and Protobuf (registered as a
+descriptor) as pretty JSON; a schema id of another tenant's is not looked at (the bytes show
+as they are)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import struct
@@ -17,7 +19,7 @@ from replication.services.messages import messages_produce
 from replication.services.registry import Candidate, schema_register
 from replication.services.registryreads import registry_access
 from tests.clients import signed_in
-from tests.portal.registry.helpers import USER_V2
+from tests.portal.registry.helpers import USER_V2, order_class
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}}}
 
@@ -69,3 +71,18 @@ def test_another_tenants_schema_id_is_not_used(owner, outsider, activity):
     page = signed_in(owner).get(f"/streams/{activity.pk}/messages/",
                                 {"topic": "orders"}).content.decode()
     assert "schema id" not in page and "Ann Avro" in page  # UTF-8 text of the raw bytes
+
+
+def test_protobuf_values_are_decoded_by_their_descriptor(owner, activity):
+    topic_create(actor=owner, stream=activity, name="orders", partitions=1)
+    order = order_class()
+    described = base64.b64encode(order.DESCRIPTOR.file.serialized_pb).decode()
+    schema_id = register(owner, "orders-value", described, "PROTOBUF")
+    # After the id, Confluent's message indexes: a lone 0 for the file's first message.
+    value = framed(schema_id, b"\x00" + order(id="o-7", qty=12).SerializeToString())
+    messages_produce(actor=owner, stream=activity, topic="orders",
+                     records=[Record(value, partition=0)])
+    page = signed_in(owner).get(f"/streams/{activity.pk}/messages/",
+                                {"topic": "orders"}).content.decode()
+    assert f"protobuf, schema id {schema_id}" in page
+    assert "&quot;id&quot;: &quot;o-7&quot;" in page and "&quot;qty&quot;: &quot;12&quot;" in page
