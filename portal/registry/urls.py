@@ -30,6 +30,7 @@ endpoints = [
     path(f"{SUBJECT}/versions/<str:version>", views.Version.as_view()),
     path(f"{SUBJECT}/versions", views.Versions.as_view()),
     path(SUBJECT, views.Subject.as_view()),
+    path("schemas", views.Schemas.as_view()),
     path("schemas/types", views.Types.as_view()),
     path("schemas/ids/<str:schema_id>/schema", views.SchemaText.as_view()),
     path("schemas/ids/<str:schema_id>/subjects", views.SchemaSubjects.as_view()),

@@ -160,6 +160,22 @@ class ReferencedBy(RegistryView):
         return Response(sorted(set(ids.values_list("pk", flat=True))))
 
 
+class Schemas(RegistryView):
+    """GET /schemas: the tenant's subject versions with their schemas (?subjectPrefix=,
+    ?deleted=true, ?latestOnly=true, ?offset=, ?limit=)."""
+
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        access = self.readable()
+        found = _live_filter(request, SubjectVersion.objects.filter(tenant=access.tenant))
+        prefix = request.query_params.get("subjectPrefix", "")
+        if prefix:
+            found = found.filter(subject__startswith=prefix)
+        rows = list(found.select_related("schema").order_by("subject", "version"))
+        if _flag(request, "latestOnly"):
+            rows = list({row.subject: row for row in rows}.values())
+        return Response([version_fields(row) for row in _page(request, rows)])
+
+
 class SchemaById(RegistryView):
     def get(self, request: Request, schema_id: str, **kwargs: Any) -> Response:
         access = self.readable()

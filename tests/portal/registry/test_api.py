@@ -48,6 +48,9 @@ def test_versions_latest_lookup_and_raw_schema(alice):
     assert json.loads(alice.call("GET", f"schemas/ids/{first}")[1]["schema"]) == \
         json.loads(USER)
     assert alice.call("GET", "schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
+    listed = alice.call("GET", "schemas?latestOnly=true")[1]
+    assert [(r["subject"], r["version"], r["id"]) for r in listed] == [("users-value", 2, second)]
+    assert len(alice.call("GET", "schemas")[1]) == 2
 
 
 def test_incompatible_schema_is_refused_with_409(alice):
