@@ -154,10 +154,7 @@ class ReferencedBy(RegistryView):
     def get(self, request: Request, subject: str, version: str, **kwargs: Any) -> Response:
         access = self.readable()
         found = registryreads.subject_version(access.tenant, subject, version)
-        ids = RegisteredSchema.objects.filter(
-            tenant=access.tenant, versions__deleted=False,
-            references__contains=[{"subject": subject, "version": found.version}])
-        return Response(sorted(set(ids.values_list("pk", flat=True))))
+        return Response(registryreads.referenced_by(access.tenant, found))
 
 
 class Schemas(RegistryView):

@@ -132,6 +132,16 @@ def schema_by_id(tenant: Tenant, schema_id: int | str, *,
     return schema
 
 
+def referenced_by(tenant: Tenant, target: SubjectVersion) -> list[int]:
+    """The ids of the tenant's live schemas that reference `target`. Compared in Python:
+    SQLite (the embedded mode) has no JSON containment lookup."""
+    schemas = RegisteredSchema.objects.filter(tenant=tenant, versions__deleted=False) \
+        .exclude(references=[]).distinct().values_list("pk", "references")
+    return sorted(pk for pk, references in schemas
+                  if any(r.get("subject") == target.subject and r.get("version") ==
+                         target.version for r in references))
+
+
 def resolve_references(tenant: Tenant, given: Any, depth: int = 0) -> list[formats.Reference]:
     """Each reference with the text of the version it names, the references' own references
     first (named types must be defined before their use)."""
