@@ -31,8 +31,10 @@ from replication.models import (
     Cluster,
     Failover,
     Gateway,
+    RegistryConfig,
     ReplicaLink,
     Stream,
+    SubjectVersion,
     Topic,
     Upstream,
 )
@@ -50,7 +52,8 @@ class AuditContext:
 SYSTEM = AuditContext(Interface.SYSTEM)
 _current: contextvars.ContextVar[AuditContext] = contextvars.ContextVar("audit", default=SYSTEM)
 
-PREFIXES = (("/api/", Interface.API), ("/rest/", Interface.REST), ("/admin/", Interface.ADMIN))
+PREFIXES = (("/api/", Interface.API), ("/rest/", Interface.REST), ("/admin/", Interface.ADMIN),
+            ("/schemas/registry/", Interface.API))
 
 # Fields the engine keeps up to date as it runs: state, not configuration.
 RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
@@ -65,7 +68,8 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
     Invitation: frozenset({"created", "token_hash"}),
 }
 AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Invitation, Cluster, Gateway,
-                                           Stream, Topic, ReplicaLink, Upstream, Failover, Plan)
+                                           Stream, Topic, ReplicaLink, Upstream, Failover, Plan,
+                                           SubjectVersion, RegistryConfig)
 
 
 def interface_of(path: str) -> str:
@@ -129,7 +133,7 @@ def readable(model: type[models.Model], values: dict[str, Any] | None) -> dict[s
 def _tenants(instance: models.Model) -> tuple[int | None, int | None]:
     if isinstance(instance, Tenant):
         return instance.pk, None
-    if isinstance(instance, Stream | Membership | Invitation):
+    if isinstance(instance, Stream | Membership | Invitation | SubjectVersion | RegistryConfig):
         return instance.tenant_id, None
     if isinstance(instance, Topic):
         return _stream_tenant(instance.stream_id), None
@@ -178,6 +182,8 @@ def _action(instance: models.Model, created: bool, changed: dict[str, Any]) -> s
         return AuditAction.FAILOVER
     if isinstance(instance, Tenant) and set(changed) == {"approved"} and instance.approved:
         return AuditAction.APPROVE  # an operator letting a signed-up tenant create streams
+    if isinstance(instance, SubjectVersion) and set(changed) == {"deleted"}:
+        return AuditAction.DELETE  # a soft delete: the version stays readable with ?deleted
     if isinstance(instance, ReplicaLink) and set(changed) == {"paused"}:
         return AuditAction.PAUSE if instance.paused else AuditAction.RESUME
     if created and isinstance(instance, Upstream) and ReplicaLink.objects.filter(

@@ -11,6 +11,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
     path("rest/", include("portal.rest.urls")),
+    path("schemas/registry/", include("portal.registry.urls")),
     path("", include("portal.web.urls")),
 ]
 handler404 = "portal.web.views.not_found"

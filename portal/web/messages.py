@@ -1,5 +1,6 @@
 """The message browser of a stream (consumeperm): filters by partition, offset range, time
-range, key and a text in the value; values decoded as UTF-8, pretty JSON or hex; headers and
+range, key and a text in the value; values decoded as UTF-8, pretty JSON or hex (those a schema
+registry serializer framed, by their schema); headers and
 the origin stream of each message; newest first, with a live tail (the results re-fetched
 every few seconds by htmx); pages older and newer (a position per partition in the URL,
 the filters kept), started at an offset or a time; a permalink per message (its partition
@@ -30,6 +31,7 @@ from replication.errors import InvalidInput, StreamgateError
 from replication.models import Stream
 from replication.services.browse import BrowseQuery, BrowseResult, messages_browse
 from replication.services.messages import messages_produce
+from replication.services.registrydecode import SchemaDecoder
 
 PAGE_SIZES = (10, 50, 100, 500)
 DECODINGS = (("utf8", "UTF-8 text"), ("json", "JSON, pretty"), ("hex", "Hex bytes"))
@@ -125,11 +127,24 @@ def decode(data: bytes | None, how: str) -> dict[str, str] | None:
     return {"text": data.hex(" "), "kind": "hex"}
 
 
+def decode_value(data: bytes | None, how: str, schemas: SchemaDecoder) -> dict[str, str] | None:
+    """A value written by a schema registry serializer (magic byte 0, schema id) decoded by
+    its schema, unless hex was asked for; anything else as `decode` gives it."""
+    found = schemas.decode(data) if how != "hex" else None
+    if found is None:
+        return decode(data, how)
+    kind = f"{found.schema_type.lower()}, schema id {found.schema_id}"
+    if found.text is None:
+        return {"text": data.hex(" ") if data else "", "kind": f"{kind} (not decoded)"}
+    return {"text": found.text, "kind": kind}
+
+
 def _rows(found: list[Message], how: str, stream: Stream) -> list[dict[str, Any]]:
     origins: set[UUID] = {m.origin for m in found}
     paths = dict(Stream.objects.filter(uuid__in=origins).values_list("uuid", "path"))
+    schemas = SchemaDecoder(stream.tenant)
     return [{"m": m, "key": decode(m.key, how if how != "json" else "utf8"),
-             "value": decode(m.value, how),
+             "value": decode_value(m.value, how, schemas),
              "headers": [(k, decode(v, "utf8")) for k, v in m.headers],
              "at": datetime.fromtimestamp(m.timestamp_ms / 1000, tz=UTC),
              "origin": paths.get(m.origin, str(m.origin)),

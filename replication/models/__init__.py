@@ -1,7 +1,8 @@
 """The replication domain's models, by responsibility: clusters, gateways, streams and topics
 (streams.py); links, upstreams, mode switches and failovers (links.py), and what the replicator
 and gateways read of a moving link (moving.py); Spark jobs and default streams (jobs.py); Kafka
-producer ids and consumer groups (kafka.py). One Django app, `replication`: the models are
+producer ids and consumer groups (kafka.py); the schema registry's subjects and schemas
+(schemas.py). One Django app, `replication`: the models are
 defined in its submodules and registered when this package is imported."""
 
 from replication.models.jobs import DefaultStream, Job
@@ -16,6 +17,14 @@ from replication.models.links import (
     link_is_stalled,
 )
 from replication.models.moving import GatewayLink, MovingLink, carried_topics
+from replication.models.schemas import (
+    Compatibility,
+    RegisteredSchema,
+    RegistryConfig,
+    RegistryMode,
+    SchemaType,
+    SubjectVersion,
+)
 from replication.models.streams import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     PERMISSIONS,
@@ -31,6 +40,7 @@ __all__ = [
     "GATEWAY_HEARTBEAT_TIMEOUT",
     "PERMISSIONS",
     "Cluster",
+    "Compatibility",
     "Compression",
     "DefaultStream",
     "Failover",
@@ -42,9 +52,14 @@ __all__ = [
     "KafkaTransaction",
     "ModeSwitch",
     "MovingLink",
+    "RegisteredSchema",
+    "RegistryConfig",
+    "RegistryMode",
     "ReplicaLink",
     "ReplicaState",
+    "SchemaType",
     "Stream",
+    "SubjectVersion",
     "SyncMode",
     "TimestampType",
     "Topic",

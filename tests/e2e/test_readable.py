@@ -53,7 +53,8 @@ PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages
          "/approvals/", "/audit/", "/setup/", "/jobs/", "/jobs/{job}/",
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",
-         "/approvals/{waiting}/", "/account/", "/members/", "/account/tokens/", "/usage/"]
+         "/approvals/{waiting}/", "/account/", "/members/", "/account/tokens/", "/usage/",
+         "/schemas/"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

@@ -30,15 +30,27 @@ from portal.rest.options import Ace, Bool, Choice, Int, Option, Refused, StreamP
 from portal.web import urls as web_urls
 from replication import services
 from replication.engine.store import Record
-from replication.models import Cluster, Gateway, Job, ReplicaLink, Stream, Topic, Upstream
+from replication.models import (
+    Cluster,
+    Gateway,
+    Job,
+    RegistryConfig,
+    ReplicaLink,
+    Stream,
+    SubjectVersion,
+    Topic,
+    Upstream,
+)
 from replication.services.members import invitation_create
 from replication.services.messages import messages_produce
+from replication.services.registry import Candidate, schema_register
+from replication.services.registryreads import registry_access
 from tests.factories import StreamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 MISSING = "/mapr/newyork/no-such-stream"
 MODELS = (Stream, Topic, ReplicaLink, Upstream, Cluster, Gateway, Tenant, Membership, Invitation,
-          Job, AuditEvent, AuthToken, TokenInfo, SignInSession)
+          Job, AuditEvent, AuthToken, TokenInfo, SignInSession, SubjectVersion, RegistryConfig)
 
 
 def snapshot() -> dict[str, list[dict]]:
@@ -67,9 +79,14 @@ def world(owner, outsider, activity, activity_ny, newyork) -> dict[str, Any]:
     token = issue_token(owner, name="alice's", scope="read")[0]  # the account's own rows
     sign_in = SignInSession.objects.create(user=owner, session_key="k" * 32,
                                            last_seen=timezone.now())
+    # A schema registry subject (not named after the stream: the 404 page repeats the URL).
+    subject = "clicks-value"
+    schema_register(access=registry_access(actor=owner), subject=subject,
+                    candidate=Candidate("AVRO", '"string"', None))
     return {"owner": owner, "outsider": outsider, "activity": activity, "ny": activity_ny,
-            "pair": pair, "waiting": waiting, "job": job, "mine": mine, "membership": bob,
-            "invitation": invitation, "token_id": token.digest[:16], "sign_in": sign_in}
+            "subject": subject, "pair": pair, "waiting": waiting, "job": job, "mine": mine,
+            "membership": bob, "invitation": invitation, "token_id": token.digest[:16],
+            "sign_in": sign_in}
 
 
 # --- /rest: every command that takes a stream path --------------------------------------------
@@ -201,7 +218,8 @@ def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
     values = {"pk": _pk_for(pattern.name, world), "link_pk": world["pair"].pk,
               "action": "pause", "decision": "approve", "source_pk": world["activity"].pk,
               "replica_pk": world["ny"].pk, "number": 2, "token_id": world["token_id"],
-              "name": "clicks", "topic": "clicks", "partition": 0, "offset": 0}
+              "name": "clicks", "topic": "clicks", "partition": 0, "offset": 0,
+              "subject": world["subject"]}
     names = list(pattern.pattern.converters)
     missing = [n for n in names if n not in values]
     assert not missing, f"{pattern.name}: add a value for {missing} to _page_kwargs"

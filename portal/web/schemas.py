@@ -1,0 +1,50 @@
+"""The Schemas page: the current tenant's schema registry subjects (versions, the latest's id
+and type, the compatibility level), and a subject's versions with their schema text. Read
+only: schemas are registered by serializers and tools through the registry's REST API
+(/schemas/registry/, docs/schema-registry.md), whose URL the page shows."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from portal.web.tenancy import current_tenant, render_page
+from replication.models import SubjectVersion
+from replication.services.registryreads import effective, subject_summaries
+
+
+def _pretty(text: str, schema_type: str) -> str:
+    if schema_type == "PROTOBUF":
+        return text
+    return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+
+
+def _registry_url(request: HttpRequest, tenant_name: str) -> str:
+    return request.build_absolute_uri(f"/schemas/registry/tenants/{tenant_name}")
+
+
+@login_required
+@require_GET
+def schema_subjects(request: HttpRequest) -> HttpResponse:
+    tenant = current_tenant(request)
+    return render_page(request, "web/schemas.html", {
+        "subjects": subject_summaries(tenant) if tenant else [],
+        "registry_url": _registry_url(request, tenant.name) if tenant else "",
+        "compatibility": effective(tenant, "", "compatibility") if tenant else ""})
+
+
+@login_required
+@require_GET
+def schema_subject(request: HttpRequest, subject: str) -> HttpResponse:
+    tenant = current_tenant(request)
+    versions = list(SubjectVersion.objects.filter(tenant=tenant, subject=subject, deleted=False)
+                    .select_related("schema").order_by("-version")) if tenant else []
+    if not versions:
+        raise Http404("no such subject in this tenant's schema registry")
+    rows = [{"v": v, "text": _pretty(v.schema.text, v.schema.schema_type)} for v in versions]
+    return render_page(request, "web/schema_subject.html", {
+        "subject": subject, "rows": rows,
+        "compatibility": effective(tenant, subject, "compatibility")})
