@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from replication.models import Topic
 from replication.names import kafka_legal_name
 from replication.services.defaultstreams import default_stream_set
+from replication.stores import store_for
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
@@ -164,6 +165,7 @@ def test_a_transactional_producer_on_row_stores_fails_at_once_naming_convertstor
     stream = StreamFactory(cluster=ClusterFactory(name="krows"), name="apps", created_by=owner,
                            tenant=owner.memberships.get().tenant)
     TopicFactory(stream=stream, name="orders")
+    assert not store_for(stream.cluster).KEEPS_BATCHES  # made here, before the listener opens it
     wire = Wire(kafka.bootstrap)
     keys = {k.api_key for k in wire.call(18, 3, client_software_name="t",
                                          client_software_version="1").api_keys}

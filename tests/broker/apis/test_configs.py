@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
 
 from replication.models import Stream, Topic
 from replication.services.defaultstreams import default_stream_set
+from replication.stores import store_for
 from tests.factories import ClusterFactory, StreamFactory
 
 pytestmark = pytest.mark.slow
@@ -96,7 +97,6 @@ def test_incremental_alter_sets_and_deletes_each_config(kafka, apps):
     ("max.message.bytes", "10", "STREAMGATE_MAX_MESSAGE_BYTES"),
     ("retention.ms", "1500", "whole seconds"),
     ("compression.type", "zstd", "is not one a stream keeps"),
-    ("cleanup.policy", "compact", "manage.py convertstores"),  # a row store
     ("cleanup.policy", "shred", "is not one of compact, compact,delete, delete"),
     ("min.compaction.lag.ms", "-5", "whole number of milliseconds"),
     ("min.cleanable.dirty.ratio", "1.5", "from 0 to 1"),
@@ -111,6 +111,22 @@ def test_a_config_that_cannot_be_set_is_refused_with_the_reason(kafka, apps, con
     assert error.code() == KafkaError.INVALID_CONFIG and reason in error.str()
     apps.refresh_from_db()
     assert (apps.ttl, apps.compression) == (3600, "lz4")
+
+
+def test_compaction_on_a_row_store_is_refused_naming_the_conversion(kafka, owner, settings):
+    settings.STORE_LAYOUT = "rows"  # a cluster whose store predates the batch layout
+    stream = StreamFactory(cluster=ClusterFactory(name="rowsconf"), name="apps",
+                           created_by=owner, tenant=owner.memberships.get().tenant)
+    stream.topics.create(name="orders", origin_uuid=stream.uuid, partitions=1)
+    assert not store_for(stream.cluster).KEEPS_BATCHES  # made here, before the listener opens it
+    admin = AdminClient(kafka.confluent())
+    resource = ConfigResource("topic", "/mapr/rowsconf/apps:orders", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    error = refusal(lambda: next(iter(admin.incremental_alter_configs([resource]).values()))
+                    .result(timeout=30))
+    assert error.code() == KafkaError.INVALID_CONFIG and "manage.py convertstores" in error.str()
+    stream.refresh_from_db()
+    assert not stream.compact
 
 
 def test_append_applies_only_to_list_configs(kafka, apps):

@@ -16,6 +16,7 @@ from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
 from replication.services.verify import link_verify
 from replication.stores import store_for
+from tests.factories import ClusterFactory, StreamFactory
 from workers.celery import app
 from workers.replication.applier import batch_serve
 from workers.tasks import compact_streams_task
@@ -126,11 +127,15 @@ def test_the_beat_task_queues_a_pass_per_compacted_stream(owner, compacted, eage
     assert [o for o, _, _ in kept(source)] == [1]
 
 
-def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, activity):
+def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, settings):
+    settings.STORE_LAYOUT = "rows"  # a cluster whose store predates the batch layout
+    stream = StreamFactory(cluster=ClusterFactory(name="rowscompact"), name="kv",
+                           created_by=owner, tenant=owner.memberships.get().tenant)
+    assert not store_for(stream.cluster).KEEPS_BATCHES
     with pytest.raises(InvalidInput, match=r"manage\.py convertstores"):
-        stream_edit(actor=owner, stream=activity, compact=True)
-    activity.refresh_from_db()
-    assert not activity.compact
+        stream_edit(actor=owner, stream=stream, compact=True)
+    stream.refresh_from_db()
+    assert not stream.compact
 
 
 @pytest.mark.parametrize(("changes", "message"), [
