@@ -32,6 +32,7 @@ from replication.engine.recordbatch import (
     compress,
     decode_records,
     decompress,
+    decompressed_size,
     encode_body,
     frame_batch,
     frames,
@@ -110,8 +111,8 @@ def _check_one(data: bytes, head: tuple, budget: Budget, transactional: bool) ->
     codec, limit = attributes & 0x07, budget.allowed(count)
     size = len(data) - HEAD_SIZE
     if codec:
-        try:  # the check decompresses and drops: memory is the batch plus one check
-            size = len(decompress(codec, data[HEAD_SIZE:], limit))
+        try:  # the check decompresses and drops: memory is the batch plus one step
+            size = decompressed_size(codec, data[HEAD_SIZE:], limit)
         except BatchTooLarge:  # the budget's refusal names the setting and the fix
             raise budget.refusal() from None
     if size > limit:
