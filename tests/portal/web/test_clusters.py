@@ -78,3 +78,17 @@ def test_metrics_show_each_store_groups_members_lag_and_copies(client, operator,
     assert dict(leader)["role"] == "leader" and dict(leader)["state"] == "serving"
     member = (("cluster", "sanfrancisco"), ("member", dict(leader)["member"]))
     assert got[("streamgate_store_member_lag_bytes", member)] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_store_that_does_not_answer_shows_as_down_not_as_an_error(client, operator):
+    from tests.factories import ClusterFactory
+
+    ClusterFactory(name="gone", store_url="postgresql://postgres@127.0.0.1:1/gone_store")
+    client.force_login(operator)
+    page = client.get("/clusters/gone/")
+    assert page.status_code == 200
+    assert 'data-field="store-error"' in page.content.decode()
+    got = samples(client.get("/metrics").content.decode())
+    assert got[("streamgate_store_up", (("cluster", "gone"),))] == 0
+    assert got[("streamgate_store_copies", (("cluster", "gone"),))] == 0
