@@ -144,6 +144,6 @@ def test_compose_runs_the_replicated_group_and_points_every_process_at_it():
         env = service.get("environment", {})
         if "DATABASE_URL" in env:
             assert "@pg-1:5432,pg-2:5432,pg-3:5432/" in env["DATABASE_URL"], name
-            assert env["DATABASE_URL"].endswith("?target_session_attrs=read-write"), name
+            assert "?target_session_attrs=read-write&" in env["DATABASE_URL"], name
             assert env["REDIS_URL"].startswith(
                 "sentinel://sentinel-1:26379,sentinel-2:26379,sentinel-3:26379/"), name
