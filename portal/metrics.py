@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import redis
 from django.db.models import Count
@@ -26,7 +27,17 @@ from operations.models import Alarm, AlarmKind
 from replication.counters import CONSUMED, FIGURES, PRODUCED, refusal_totals, traffic_totals
 from replication.engine.store import UnknownTopic
 from replication.figures import pending_figures, time_lag
-from replication.models import Gateway, Job, ReplicaLink, Stream, SyncMode, Topic, link_is_stalled
+from replication.models import (
+    Cluster,
+    Gateway,
+    Job,
+    ReplicaLink,
+    Stream,
+    SyncMode,
+    Topic,
+    link_is_stalled,
+)
+from replication.services.clusters import cluster_info
 from replication.stores import store_for
 from replication.transport import transport
 from replication.transport.leases import replicator_rows
@@ -113,6 +124,46 @@ def replicator_metrics() -> Iterator[Metric]:
     yield from (live, up, links, age)
 
 
+def store_metrics() -> Iterator[Metric]:
+    """Each cluster's store group as its leader sees it now (replication/engine/copies.py):
+    members, their roles and lag, the copies a commit is on against the cluster's required
+    copies (CLUSTER_ALARM_STORE_COPIES_SHORT while fewer), timeline and last failover."""
+    gauge = {name: GaugeMetricFamily(f"streamgate_store_{name}", help_, labels=["cluster"])
+             for name, help_ in (
+                 ("up", "1 when the cluster's message store answers"),
+                 ("members", "Servers in the store's group (the leader, standbys, and standbys "
+                             "down that still hold a replication slot)"),
+                 ("copies", "Servers an acknowledged acks=all or REST produce is on now"),
+                 ("required_copies", "Copies the cluster requires"),
+                 ("timeline", "The group's PostgreSQL timeline: one more at each failover"),
+                 ("last_failover_timestamp_seconds", "When the current timeline began"))}
+    member = ["cluster", "member"]
+    role = GaugeMetricFamily("streamgate_store_member_role", "1 for each member's current role "
+                             "(leader, sync_standby, replica) and state", labels=[
+                                 *member, "role", "state"])
+    lag_bytes = GaugeMetricFamily("streamgate_store_member_lag_bytes",
+                                  "WAL bytes the member has yet to replay", labels=member)
+    lag_seconds = GaugeMetricFamily("streamgate_store_member_lag_seconds",
+                                    "How long the member's replay is behind", labels=member)
+    for cluster in Cluster.objects.order_by("name"):
+        info, key = cluster_info(cluster), [cluster.name]
+        gauge["up"].add_metric(key, int("storeError" not in info))
+        gauge["members"].add_metric(key, len(info["members"]))
+        gauge["copies"].add_metric(key, info["copies"])
+        gauge["required_copies"].add_metric(key, info["requiredcopies"])
+        if info["timeline"] is not None:
+            gauge["timeline"].add_metric(key, info["timeline"])
+        if info["lastFailover"]:
+            gauge["last_failover_timestamp_seconds"].add_metric(
+                key, datetime.fromisoformat(info["lastFailover"]).timestamp())
+        for row in info["members"]:
+            labels = [cluster.name, row["name"]]
+            role.add_metric([*labels, row["role"], row["state"]], 1)
+            lag_bytes.add_metric(labels, row["lagBytes"])
+            lag_seconds.add_metric(labels, row["lagSeconds"])
+    yield from (*gauge.values(), role, lag_bytes, lag_seconds)
+
+
 def message_metrics() -> Iterator[Metric]:
     labels = ["stream", "topic"]
     produced = CounterMetricFamily("streamgate_messages_produced",
@@ -188,6 +239,7 @@ class Collector:
         yield from replica_metrics()
         yield from gateway_metrics()
         yield from replicator_metrics()
+        yield from store_metrics()
         yield from message_metrics()
         yield from traffic_metrics()
         yield from kafka_metrics()

@@ -37,9 +37,11 @@ def default_store_url(cluster_name: str) -> str:
 
 # libpq's connection options a control-database URL may carry that its stores' URLs keep:
 # above all target_session_attrs, so a store beside a replicated control database follows
-# its primary too.
+# its primary too, and the timeouts that let a connection to a primary cut off by a network
+# partition fail (and libpq try the next host) instead of waiting on TCP for minutes.
 _LIBPQ_OPTIONS = ("target_session_attrs", "load_balance_hosts", "sslmode", "sslrootcert",
-                  "connect_timeout")
+                  "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+                  "keepalives_count", "tcp_user_timeout")
 
 
 def _hosts(params: dict) -> str:

@@ -48,9 +48,17 @@ the step, the busy backends of the control and store databases with the pids blo
 every thread's stack, kills what the run started and exits with a FAILED line: the soak always
 ends by itself.
 
+With `--ha` newyork's store and every process's Redis run on a replicated group of the run's
+own (bench/hagroup: three PostgreSQL members under Patroni, three etcd, Redis with a replica and
+three sentinels, ports from `--ha-base`), and the driver adds that group's faults
+(bench/chaos/hafaults.py) in place of the whole-server PostgreSQL and Redis restarts: the store's
+primary killed -9 with its data folder deleted, an etcd member killed -9, the Redis master
+killed -9, and the primary SIGSTOPped past Patroni's leader lease, one at a time on a healthy
+group.
+
 `python -m bench.chaos [--seconds 180] [--seed N] [--no-spark] [--no-portal] [--no-kafka]
-[--no-cli] [--no-failover] [--availability-strict] [--deadline S]` runs on servers of its own:
-the control database `sgchaos_<pid>` sits on the second private PostgreSQL (or on `--url`),
+[--no-cli] [--no-failover] [--ha] [--availability-strict] [--deadline S]` runs on servers of
+its own: the control database `sgchaos_<pid>` sits on the second private PostgreSQL (or on `--url`),
 Redis is a redis-server of the run's own (the shared one is never restarted); everything it made
 is removed at the end, failure or not. The exit status is non-zero on any anomaly, a step past
 its deadline, and with --availability-strict a missed availability goal.

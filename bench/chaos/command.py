@@ -20,9 +20,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench.chaos.faults import spark_built
+from bench.chaos.hafaults import GroupStore, HaFaults
 from bench.chaos.options import Options
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Result, run_soak
 from bench.chaos.watchdog import DEADLINE, Watchdog
+from bench.hagroup import HaGroup
 from bench.pgserver import PrivatePostgres
 from bench.processes import stop_process
 from bench.redisserver import PrivateRedis
@@ -174,6 +176,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", type=float, default=0.0,
                         help="seconds after which the whole run is stopped and fails "
                              f"(default: --seconds + --converge-timeout + {MARGIN:.0f})")
+    parser.add_argument("--ha", action="store_true",
+                        help="newyork's store and every process's Redis on a replicated group "
+                             "(bench/hagroup: Patroni, etcd, Sentinel), with its faults: the "
+                             "primary killed with its disk or SIGSTOPped past the lease, an "
+                             "etcd member and the Redis master killed (bench/chaos/hafaults.py)")
+    parser.add_argument("--ha-base", type=int, default=27400,
+                        help="the group's first port (--ha; 69 ports from it)")
     parser.add_argument("--url", default="",
                         help="a PostgreSQL server for the control database (default: the "
                              "private one that holds sanfrancisco's and tokyo's stores)")
@@ -190,6 +199,11 @@ class Run:
                                                    settings=SERVER_SETTINGS) for _ in range(2))
         # A Redis of the run's own: the driver kills it, the shared one serves other sessions.
         self.redis = PrivateRedis()
+        self.group: HaGroup | None = None
+        if args.ha:  # newyork's store and Redis on a group instead (not under /tmp's 0700)
+            root = Path(tempfile.mkdtemp(prefix="sgchaos-ha-"))
+            root.chmod(0o755)
+            self.group = HaGroup(root, args.ha_base)
         self.env: dict[str, str] = {}
         self.engine = Processes(self.env, self.logs)
         self.cluster: Any = None
@@ -198,12 +212,16 @@ class Run:
         import psycopg
         from psycopg import sql
 
-        for server in (self.store, self.others):
+        for server in (self.store, self.others) if self.group is None else (self.others,):
             server.launch()
-        self.redis.start()
+        if self.group is None:
+            self.redis.start()
+        else:
+            self.group.up()
+        redis_url = self.redis.url if self.group is None else self.group.redis_url()
         # The control database on the second private server too, unless --url names one.
         url = self.args.url or self.others.url("postgres")
-        self.env |= command_env(url, self.name, self.redis.url)
+        self.env |= command_env(url, self.name, redis_url)
         admin = urlunsplit(urlsplit(url)._replace(scheme="postgresql", path="/postgres"))
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
@@ -255,6 +273,8 @@ class Run:
         removals: list[tuple[str, Callable[[], None]]] = [
             ("newyork's PostgreSQL", self.store.remove),
             ("the other PostgreSQL", self.others.remove), ("Redis", self.redis.remove)]
+        if self.group is not None:
+            removals.append(("the replicated group", self.group.remove))
         if self.args.url and self.env:
             removals.insert(0, ("the control database", lambda: drop_databases(
                 self.args.url, self.name)))
@@ -297,8 +317,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         with watchdog.step("start the servers, migrate, start the Celery worker", 5 * DEADLINE):
             run.start()
-        result = run_soak(run.engine, run.store, run.options(watchdog), run.others,
-                          redis=run.redis, spark_cluster=run.cluster)
+        group = run.group
+        result = run_soak(run.engine, run.store if group is None else GroupStore(group),
+                          run.options(watchdog), run.others,
+                          redis=run.redis if group is None else None, spark_cluster=run.cluster,
+                          ha=None if group is None else HaFaults(group))
     finally:
         with watchdog.step("tear down", 3 * DEADLINE):
             run.teardown(result is not None and result.ok)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import random
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -18,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.chaos.availability import Window
+from bench.chaos.hafaults import HA_KINDS, HaFaults
 from bench.chaos.topology import (
     GATEWAYS,
     RESTARTED,
@@ -38,11 +37,12 @@ if TYPE_CHECKING:
 
 FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
                "replicator kill -9", "Redis restart", "portal kill -9", "Kafka listener kill -9",
-               "Spark worker kill -9", "failover -force", "failback")
+               "Spark worker kill -9", "failover -force", "failback", *HA_KINDS)
 REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
 # How often each kind is drawn once every kind has run (the slow or rare ones are gated).
 WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
-           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1}
+           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1,
+           **dict.fromkeys(HA_KINDS, 2)}  # with --ha only
 # The watchdog's deadline from a fault to replication moving again, where not DEADLINE: a
 # catch-up's JVM takes 20-50 s to start on two busy cores before its link moves.
 RECOVERY = {"Spark catch-up": 180.0, "Spark worker kill -9": 180.0}
@@ -130,22 +130,6 @@ def spark_app_running(cluster: Any) -> bool:
         return False
 
 
-def spark_state(cluster: Any) -> str:
-    """The standalone master's view after a job failed (its workers and applications), and
-    where the master's, workers' and executors' logs were kept for a look."""
-    kept = tempfile.mkdtemp(prefix="sgchaos-spark-")
-    shutil.copytree(cluster.root, kept, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("local", "*.jar"))
-    try:
-        state = cluster.state()
-    except (OSError, ValueError) as error:
-        return f"  the Spark master did not answer ({error}); its logs are in {kept}"
-    workers = [f"{w['id']} {w['state']} cores {w['coresused']}/{w['cores']}"
-               for w in state["workers"]]
-    apps = [f"{a['id']} {a['state']} cores {a['cores']}" for a in state["activeapps"]]
-    return f"  Spark master: workers {workers}; active applications {apps}; logs in {kept}"
-
-
 def catching_up() -> frozenset[str]:
     """The replica streams whose link a running Spark catch-up holds."""
     from replication.models import Job
@@ -158,21 +142,6 @@ def jobs_active() -> bool:
     from replication.models import Job
 
     return Job.objects.filter(state__in=Job.ACTIVE).exists()
-
-
-def spark_jobs(timeout: float, say: Callable[[str], None]) -> Counter[str]:
-    """Wait for the catch-up jobs to end; their states."""
-    if not spark_built():
-        return Counter()
-    from replication.models import Job
-
-    deadline = time.monotonic() + timeout
-    while jobs_active() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for job in Job.objects.exclude(error=""):
-        say(f"  Spark job {job.pk} ({job.kind} {job.source_path} -> {job.destination_path}) "
-            f"{job.state}: {job.error.strip().splitlines()[0][:300]}")
-    return Counter(Job.objects.values_list("state", flat=True))
 
 
 # --- the driver ----------------------------------------------------------------------------------
@@ -212,12 +181,13 @@ class Driver:
     windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
     began: float = 0.0  # when faults began (time.monotonic())
     last_held: dict = field(default_factory=dict)  # what a catch-up held, and when last
-
+    ha: HaFaults | None = None  # the replicated group's faults (--ha), which replace the restart
 
     def say(self, text: str) -> None:
         """A line of the run's log, with its time into the faults (the availability table's
         stretches and the recovery table name the same times)."""
         self.options.say(f"  {time.monotonic() - self.began:6.1f} s  {text}")
+
     def later(self, delay: float, action: Callable[[], None], what: str, kind: str = "",
               seconds: float = DEADLINE) -> None:
         """Run `action` (`what` it does) in `delay` seconds; with `kind`, it undoes a fault of
@@ -235,7 +205,7 @@ class Driver:
 
     def kinds(self) -> list[str]:
         """Every kind this run can inject, the slow ones last (run first: popped)."""
-        kinds = sorted(self.kinds_possible | {"PostgreSQL restart"})
+        kinds = sorted(self.kinds_possible | ({"PostgreSQL restart"} if self.ha is None else set()))
         self.rng.shuffle(kinds)
         if self.spark:  # early: the job's JVM takes a while to start, let it overlap faults
             kinds.append("Spark catch-up")
@@ -262,7 +232,7 @@ class Driver:
         kinds = [kind for kind, weight in WEIGHTS.items() for _ in range(weight)
                  if kind in self.kinds_possible]
         now = time.monotonic()
-        if now >= self.next_restart and "PostgreSQL" not in self.down:
+        if now >= self.next_restart and "PostgreSQL" not in self.down and self.ha is None:
             kinds.append("PostgreSQL restart")
         if self.spark and now >= self.next_spark:
             kinds.append("Spark catch-up")
@@ -280,7 +250,7 @@ class Driver:
     @property
     def kinds_possible(self) -> set[str]:
         return {"gateway kill -9", "replica pause", "replicator kill -9", *self.entrances,
-                *(["Redis restart"] if self.redis else [])}
+                *(["Redis restart"] if self.redis else []), *(self.ha.kinds if self.ha else ())}
 
     @property
     def spark(self) -> bool:
@@ -293,7 +263,8 @@ class Driver:
             "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
             "Redis restart": self.restart_redis, "failover -force": self.fail_over,
             "Spark worker kill -9": self.kill_spark_worker,
-            "Spark catch-up": lambda: spark_catchup(self)}
+            "Spark catch-up": lambda: spark_catchup(self),
+            **(self.ha.actions(self) if self.ha else {})}
         # A failover first undoes the faults pending (each a step of its own).
         with self.watchdog.step(f"inject {kind}",
                                 DEADLINE * (4 if kind == "failover -force" else 1)):
@@ -462,7 +433,8 @@ class Driver:
         self.say("kill -9 Redis (restarted empty)")
 
     def fail_over(self) -> None:
-        if self.cycle is None or self.topology.failed_over or jobs_active():
+        if self.cycle is None or self.topology.failed_over or jobs_active() or (
+                self.ha and not self.ha.ready(self)):
             return
         self.restore()  # links resumed, servers and processes up: the services need them
         at = time.monotonic()

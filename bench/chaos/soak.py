@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import random
 import re
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -30,10 +32,10 @@ from bench.chaos.faults import (
     Engine,
     Restartable,
     Store,
+    jobs_active,
     spark_built,
-    spark_jobs,
-    spark_state,
 )
+from bench.chaos.hafaults import HaFaults
 from bench.chaos.options import Options
 from bench.chaos.producers import Producer, Target
 from bench.chaos.topology import (
@@ -257,13 +259,15 @@ def start_engine(engine: Engine, topology: Topology, say: Callable[[str], None])
 
 def run_soak(engine: Engine, store: Store, options: Options,
              others: Store | None = None, *, redis: Restartable | None = None,
-             spark_cluster: object = None) -> Result:
+             spark_cluster: object = None, ha: HaFaults | None = None) -> Result:
     """Set up the topology, start the engine, produce under faults, converge, check. `store`
     (a PrivatePostgres) holds newyork's message store and is crashed and restarted; `others`,
     if given, the other clusters' stores (else they sit beside the control database); `redis`,
     if given, the Redis every process uses, killed and restarted empty; `spark_cluster`, if
     given, the standalone Spark cluster the Celery worker submits catch-ups to, whose worker
-    is killed mid-job. The caller owns (and stops) the processes and the servers."""
+    is killed mid-job; `ha`, if given, the replicated group's faults (bench/chaos/hafaults.py:
+    `store` is then the group, never restarted whole). The caller owns (and stops) the
+    processes and the servers."""
     say = options.say
     result = Result(options.seed, options.seconds)
     urls = {RESTARTED: store.url(f"{RESTARTED}_store")}
@@ -277,14 +281,15 @@ def run_soak(engine: Engine, store: Store, options: Options,
     watchdog.processes = lambda: {label: p.pid for label, p in list(engine.processes.items())}
     try:
         return soak(engine, store, options, watchdog, result, urls, redis=redis,
-                    spark_cluster=spark_cluster)
+                    spark_cluster=spark_cluster, ha=ha)
     finally:
         if own:
             watchdog.close()
 
 
 def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, result: Result,
-         urls: dict[str, str], *, redis: Restartable | None, spark_cluster: object) -> Result:
+         urls: dict[str, str], *, redis: Restartable | None, spark_cluster: object,
+         ha: HaFaults | None = None) -> Result:
     say = options.say
     with watchdog.step("set up the topology"):
         result.topology = topology = build_topology(urls)
@@ -309,7 +314,7 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
         f"(seed {options.seed})")
     driver = Driver(engine, store, topology, options, random.Random(options.seed), redis=redis,
                     entrances=entrances, cycle=cycle, spark_cluster=spark_cluster,
-                    watchdog=watchdog)
+                    watchdog=watchdog, ha=ha)
     try:
         driver.run(options.seconds)
     finally:
@@ -325,6 +330,37 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
         check_all(result)
     say(f"checked in {time.monotonic() - started:.1f} s")
     return result
+
+
+def spark_state(cluster: Any) -> str:
+    """The standalone master's view after a job failed (its workers and applications), and
+    where the master's, workers' and executors' logs were kept for a look."""
+    kept = tempfile.mkdtemp(prefix="sgchaos-spark-")
+    shutil.copytree(cluster.root, kept, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("local", "*.jar"))
+    try:
+        state = cluster.state()
+    except (OSError, ValueError) as error:
+        return f"  the Spark master did not answer ({error}); its logs are in {kept}"
+    workers = [f"{w['id']} {w['state']} cores {w['coresused']}/{w['cores']}"
+               for w in state["workers"]]
+    apps = [f"{a['id']} {a['state']} cores {a['cores']}" for a in state["activeapps"]]
+    return f"  Spark master: workers {workers}; active applications {apps}; logs in {kept}"
+
+
+def spark_jobs(timeout: float, say: Callable[[str], None]) -> Counter[str]:
+    """Wait for the catch-up jobs to end; their states."""
+    if not spark_built():
+        return Counter()
+    from replication.models import Job
+
+    deadline = time.monotonic() + timeout
+    while jobs_active() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for job in Job.objects.exclude(error=""):
+        say(f"  Spark job {job.pk} ({job.kind} {job.source_path} -> {job.destination_path}) "
+            f"{job.state}: {job.error.strip().splitlines()[0][:300]}")
+    return Counter(Job.objects.values_list("state", flat=True))
 
 
 def control_url() -> str:

@@ -78,16 +78,19 @@ def _require_copies(name: str, group: StoreGroup, required: int) -> None:
 
 def cluster_info(cluster: Cluster) -> dict:
     """The cluster's required copies beside its store group as it is now (members, roles,
-    lag); `copiesOk` false is what the operator must act on."""
+    lag, the timeline and when it began: the last failover or switchover, null if none or
+    unknown); `copiesOk` false is what the operator must act on."""
     info = {"name": cluster.name, "state": cluster.state,
             "requiredcopies": cluster.required_copies}
     try:
         group = store_for(cluster).group()
     except (StoreError, OSError, psycopg.Error) as err:
-        return {**info, "copies": 0, "copiesOk": False, "members": [],
-                "storeError": str(err).strip().splitlines()[0]}
+        return {**info, "copies": 0, "copiesOk": False, "members": [], "timeline": None,
+                "lastFailover": None, "storeError": str(err).strip().splitlines()[0]}
+    failover = group.last_failover
     return {**info, "copies": group.copies, "copiesOk": group.copies >= cluster.required_copies,
-            "members": group.as_rows()}
+            "members": group.as_rows(), "timeline": group.timeline,
+            "lastFailover": failover.isoformat(timespec="seconds") if failover else None}
 
 
 def validate_gateway_address(address: str, *, field: str = "gateways") -> str:

@@ -7,10 +7,12 @@ resumes without a manual step, and the lost member, started again, rejoins as a 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
 
+from replication.services.clusters import cluster_info
 from replication.stores import close_stores
 from tests.broker.test_idempotence import NAME, stored_values
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
@@ -66,8 +68,10 @@ def test_store_primary_killed_with_its_disk_loses_no_acknowledged_message(
     producing = Producing(kafka)
     producing.until(lambda: len(producing.acked) >= 500, 60)
     primary = ha_group.primary()
+    before = cluster_info(topic.stream.cluster)
     ha_group.kill(primary, wipe=True)
     died, first_new = time.monotonic(), b"m%07d" % producing.sent
+    killed_at = datetime.now(UTC).replace(microsecond=0)
 
     # Acknowledgements of messages produced after the kill: the promoted standby wrote them.
     def after() -> list[float]:
@@ -81,6 +85,12 @@ def test_store_primary_killed_with_its_disk_loses_no_acknowledged_message(
 
     assert not producing.failed, producing.failed[:3]
     close_stores()
+    # The operator sees the failover: a new timeline that began after the kill, a new leader.
+    after_info = cluster_info(topic.stream.cluster)
+    assert after_info["timeline"] > before["timeline"]
+    assert datetime.fromisoformat(after_info["lastFailover"]) > killed_at
+    (leader,) = [m for m in after_info["members"] if m["role"] == "leader"]
+    assert leader["name"].endswith(str(ha_group.ports.pg(int(new_primary[2:]))))
     counts = stored_values(topic)
     values = [v for _, v in producing.acked]
     assert len(values) == producing.sent

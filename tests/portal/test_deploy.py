@@ -81,8 +81,7 @@ def compose() -> dict:
 
 def test_compose_runs_every_django_process_from_one_image():
     services = compose()["services"]
-    assert {"postgres", "redis", "web", "beat", "worker", "spark-master",
-            "spark-worker"} <= set(services)
+    assert {"web", "beat", "worker", "spark-master", "spark-worker"} <= set(services)
     images = {services[name]["image"] for name in (*DJANGO_SERVICES, "spark-master",
                                                    "spark-worker")}
     assert len(images) == 1
@@ -120,3 +119,31 @@ def test_compose_and_run_production_start_a_kafka_listener():
     script = (ROOT / "bin" / "run-production").read_text()
     assert 'streamgate kafka run -listen "$KAFKA_LISTEN"' in script
     assert "KAFKA_LISTEN=${KAFKA_LISTEN:-127.0.0.1:9092}" in script
+
+
+def test_compose_runs_the_replicated_group_and_points_every_process_at_it():
+    """Three etcd, three PostgreSQL members under Patroni (a strict synchronous standby), a
+    Redis master and replica, three sentinels, each on a volume of its own; every streamgate
+    process reaches PostgreSQL by libpq's multi-host form and Redis through the sentinels."""
+    services = compose()["services"]
+    group = {name for name in services if name.split("-")[0] in (
+        "etcd", "pg", "redis", "sentinel")}
+    assert group == {"etcd-1", "etcd-2", "etcd-3", "pg-1", "pg-2", "pg-3", "redis-1",
+                     "redis-2", "sentinel-1", "sentinel-2", "sentinel-3"}
+    for name in group:
+        assert services[name]["volumes"] == [f"{name}:" + services[name]["volumes"][0]
+                                             .split(":", 1)[1]], name
+    assert {services[f"pg-{i}"]["environment"]["PATRONI_NAME"] for i in (1, 2, 3)} == {
+        "pg-1", "pg-2", "pg-3"}
+    patroni = yaml.safe_load((ROOT / "deploy" / "ha" / "patroni.yml").read_text())
+    dcs = patroni["bootstrap"]["dcs"]
+    assert dcs["synchronous_mode"] and dcs["synchronous_mode_strict"]
+    assert dcs["loop_wait"] + 2 * dcs["retry_timeout"] <= dcs["ttl"]
+    assert "replicaof redis-1 6379" in " ".join(services["redis-2"]["command"])
+    for name, service in services.items():
+        env = service.get("environment", {})
+        if "DATABASE_URL" in env:
+            assert "@pg-1:5432,pg-2:5432,pg-3:5432/" in env["DATABASE_URL"], name
+            assert "?target_session_attrs=read-write&" in env["DATABASE_URL"], name
+            assert env["REDIS_URL"].startswith(
+                "sentinel://sentinel-1:26379,sentinel-2:26379,sentinel-3:26379/"), name

@@ -232,9 +232,15 @@ def _page_kwargs(pattern: URLPattern, world: dict[str, Any]) -> dict[str, Any]:
 BEARER_LINKS = {"invitation-accept", "password_reset_confirm"}
 
 
+# Objects of no tenant, which every signed-in user reads (as `cluster list` and `cluster info`):
+# a cluster's page shows its store group, never a tenant's streams
+# (tests/portal/web/test_clusters.py).
+SHARED_OBJECTS = {"cluster-detail"}
+
+
 def page_routes() -> list[URLPattern]:
     return [p for p in web_urls.urlpatterns
-            if p.pattern.converters and p.name not in BEARER_LINKS]
+            if p.pattern.converters and p.name not in BEARER_LINKS | SHARED_OBJECTS]
 
 
 def test_every_object_page_answers_an_outsider_404_and_changes_nothing(world):
@@ -261,7 +267,7 @@ def test_every_object_page_answers_an_outsider_404_and_changes_nothing(world):
 def test_pages_without_an_object_show_an_outsider_nothing_of_acme(world):
     client = Client()
     client.force_login(world["outsider"])
-    for name in ("overview", "streams", "approvals", "jobs", "audit"):
+    for name in ("overview", "streams", "approvals", "jobs", "audit", "clusters"):
         body = client.get(reverse(name)).content.decode()
         assert world["activity"].path not in body and "acme" not in body, name
 

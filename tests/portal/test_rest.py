@@ -349,8 +349,9 @@ def test_cluster_info_shows_required_copies_and_the_store_group(api, world, tmp_
     (info,) = ok(call(api(world.users["alice"]), "cluster/info", name="tokyo"))
     assert info == {"name": "tokyo", "state": "ONLINE", "requiredcopies": 1, "copies": 1,
                     "copiesOk": True, "members": [{"name": f"{tmp_path}/tokyo.sqlite3",
-                                                   "role": "primary", "state": "serving",
-                                                   "lagBytes": 0}]}
+                                                   "role": "leader", "state": "serving",
+                                                   "lagBytes": 0, "lagSeconds": 0}],
+                    "timeline": 1, "lastFailover": None, "alarm": None}
 
 
 def test_cluster_gateway_set_get_list_resolve_delete(api, world, settings):

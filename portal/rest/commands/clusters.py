@@ -10,13 +10,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from operations.storegroups import cluster_group
 from portal.rest import rows
 from portal.rest.commands.registry import Row, command
 from portal.rest.options import Int, Refused, Str
 from replication import services
 from replication.models import Cluster, Stream
 from replication.services.clusters import MAX_COPIES, cluster_by_name
-from replication.services.clusters import cluster_info as services_info
 
 # MapR's -cluster picks the source cluster whose gateway table to use; streamgate has one.
 ONE_TABLE = Refused(
@@ -41,9 +41,10 @@ def cluster_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
 
 @command("cluster/info", Str("name", "the cluster's name", required=True),
          summary="A cluster's required copies and its message store's group: members, roles, "
-                 "replication lag.", changes=False)
+                 "replication lag, last failover, and the alarm while copies are short.",
+         changes=False)
 def cluster_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return [services_info(cluster_by_name(opts["name"], field="name"))]
+    return [cluster_group(cluster_by_name(opts["name"], field="name"))]
 
 
 @command("cluster/list", summary="List clusters, their gateways and your streams on them.",

@@ -171,6 +171,7 @@ ALARM_FIXES = {
     "STREAM_ALARM_RETENTION_UNREPLICATED": ("Resume or speed up the replica", "#replicas"),
     "STREAM_ALARM_REPLICA_WAITING_FOR_UPSTREAM": ("Review the approval", "approvals"),
     "CLUSTER_ALARM_GATEWAYS_DOWN": ("Start a gateway of the cluster", "#gateways"),
+    "CLUSTER_ALARM_STORE_COPIES_SHORT": ("See the store group", "cluster"),
 }
 
 
@@ -180,6 +181,8 @@ def alarm_fix(alarm: Any) -> dict[str, str]:
     label, where = ALARM_FIXES.get(alarm.kind, ("Open the overview", "#status"))
     if where == "approvals":
         return {"label": label, "url": reverse("approvals")}
+    if where == "cluster" and alarm.cluster_id is not None:
+        return {"label": label, "url": reverse("cluster-detail", args=[alarm.entity])}
     if where.startswith("#replicas") or where == "#lag-charts":
         link = alarm.link  # one query per alarm shown (at most 50)
         if link is not None:

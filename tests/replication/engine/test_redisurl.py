@@ -52,10 +52,12 @@ def test_a_store_beside_a_replicated_control_database_keeps_its_hosts_and_attrs(
     saved = dict(connection.settings_dict)
     connection.settings_dict.update(HOST="a,b,c", PORT="1,2,3", NAME="ctl", USER="u",
                                     PASSWORD="", OPTIONS={"target_session_attrs": "read-write",
+                                                          "tcp_user_timeout": "15000",
                                                           "pool": {"min_size": 1}})
     try:
         url = default_store_url("NY")
     finally:
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
-    assert url == "postgresql://u@a:1,b:2,c:3/ctl_store_ny?target_session_attrs=read-write"
+    assert url == ("postgresql://u@a:1,b:2,c:3/ctl_store_ny?target_session_attrs=read-write"
+                   "&tcp_user_timeout=15000")
