@@ -9,11 +9,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from broker import errors
-from broker.apis.metadata import topic_id
+from broker.apis.assignments import check_new_partitions, check_new_topic
+from broker.apis.metadata import key_of, topic_id
 from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
-from broker.session import Session
+from broker.session import Node, Session
 from broker.topicconfig import config_entries, timestamptype_from, topic_configs
 from replication.errors import (
     InvalidInput,
@@ -76,17 +77,16 @@ def validating(validate_only: bool) -> None:
 
 @transaction.atomic
 def create_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
-               validate_only: bool) -> dict[str, Any]:
+               validate_only: bool, nodes: list[Node]) -> dict[str, Any]:
     if spec.replication_factor not in (-1, 1):
         raise InvalidInput(f"replication factor {spec.replication_factor}: a stream's store "
                            "keeps each message once per cluster; give 1 or -1 and replicate "
                            "streams to other clusters instead", field="replication")
-    if spec.assignments:
-        raise InvalidInput("manual replica assignments are not supported: leave them out")
+    assigned = check_new_topic(key_of(stream.uuid, name), spec, nodes)
     configs = {c.name: c.value for c in spec.configs}
     created = topic_create(
         actor=actor, stream=stream, name=name,
-        partitions=None if spec.num_partitions == -1 else spec.num_partitions,
+        partitions=assigned or (None if spec.num_partitions == -1 else spec.num_partitions),
         timestamptype=timestamptype_from(configs, stream))
     validating(validate_only)
     return {"num_partitions": created.partitions, "replication_factor": 1,
@@ -96,7 +96,8 @@ def create_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
 
 @handles(19, 2, 7)
 async def create_topics(session: Session, header: RequestHeader, request: Any) -> Any:
-    results = [await _each(session, t.name, create_one, t, request.validate_only)
+    nodes = session.listener.live_nodes()
+    results = [await _each(session, t.name, create_one, t, request.validate_only, nodes)
                for t in request.topics]
     return build(response_class(request), throttle_time=0, topics=results)
 
@@ -116,13 +117,14 @@ async def delete_topics(session: Session, header: RequestHeader, request: Any) -
 
 @transaction.atomic
 def grow_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
-             validate_only: bool) -> dict[str, Any]:
-    if spec.assignments:
-        raise InvalidInput("manual replica assignments are not supported: leave them out")
+             validate_only: bool, nodes: list[Node]) -> dict[str, Any]:
     current = Topic.objects.filter(stream=stream, name=name).values_list("partitions", flat=True)
     if current and spec.count <= current[0]:
         raise InvalidInput(f"topic {name} has {current[0]} partitions: give more than that",
                            field="partitions")
+    if current:
+        check_new_partitions(key_of(stream.uuid, name), current[0], spec.count,
+                             spec.assignments, nodes)
     topic_edit(actor=actor, stream=stream, name=name, partitions=spec.count)
     validating(validate_only)
     return {}
@@ -130,6 +132,7 @@ def grow_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
 
 @handles(37, 0, 3)
 async def create_partitions(session: Session, header: RequestHeader, request: Any) -> Any:
-    results = [await _each(session, t.name, grow_one, t, request.validate_only)
+    nodes = session.listener.live_nodes()
+    results = [await _each(session, t.name, grow_one, t, request.validate_only, nodes)
                for t in request.topics]
     return build(response_class(request), throttle_time=0, results=results)

@@ -27,7 +27,8 @@ from replication.services.names import ResolvedTopic, topic_listing
 
 UNKNOWN = errors.UNKNOWN_TOPIC_OR_PARTITION
 Codes = dict[tuple[str, int], int]  # (client's topic name, partition) -> error code
-Commit = tuple[str, int, int, str]  # (client's topic name, partition, offset, metadata)
+# (client's topic name, partition, offset, metadata, leader epoch)
+Commit = tuple[str, int, int, str, int]
 INPUT_CODES = {"offset": errors.OFFSET_OUT_OF_RANGE,
                "metadata": errors.ErrorCode.offset_metadata_too_large}
 
@@ -58,9 +59,10 @@ async def offset_commit(session: Session, header: RequestHeader, request: Any) -
             instance_id=getattr(request, "group_instance_id", None))
     except KafkaError as error:
         refused = int(error.code)
-    wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+    wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "",
+               getattr(p, "committed_leader_epoch", -1))  # v6 and later carry it
               for t in request.topics for p in t.partitions]
-    codes: Codes = {(n, p): refused for n, p, _, _ in wanted}
+    codes: Codes = {(n, p): refused for n, p, *_ in wanted}
     if not refused:
         codes = await _commit(session, request.group_id, wanted)
     return build(response_class(request), topics=[
@@ -71,24 +73,24 @@ async def offset_commit(session: Session, header: RequestHeader, request: Any) -
 
 
 async def _commit(session: Session, group: str, wanted: list[Commit]) -> Codes:
-    resolved = await _resolve_all(session, [name for name, _, _, _ in wanted])
+    resolved = await _resolve_all(session, [name for name, *_ in wanted])
     codes: Codes = {}
     per_stream: dict[int, list[Commit]] = defaultdict(list)
     streams, names = {}, {}
-    for name, partition, offset, metadata in wanted:
+    for name, partition, *kept in wanted:
         found = resolved[name]
         if found is None:
             codes[(name, partition)] = UNKNOWN
             continue
         streams[found.stream.pk] = found.stream
         names[(found.stream.pk, found.topic)] = name
-        per_stream[found.stream.pk].append((found.topic, partition, offset, metadata))
+        per_stream[found.stream.pk].append((found.topic, partition, *kept))
     for pk, commits in per_stream.items():
         try:
             results = await session.run_sync(cursors_commit, actor=session.user,
                                              stream=streams[pk], group=group, commits=commits)
         except StreamgateError as problem:
-            results = {(t, p): problem for t, p, _, _ in commits}
+            results = {(t, p): problem for t, p, *_ in commits}
         for (topic, partition), problem in results.items():
             codes[(names[(pk, topic)], partition)] = code_of(problem)
     return codes
@@ -159,9 +161,9 @@ async def _fetch_group(session: Session, group: str, topics: Any) -> list[dict[s
 def _fetched(partition: int, cursor: Committed | None, code: int) -> dict[str, Any]:
     return {"partition_index": partition,
             "committed_offset": -1 if cursor is None else cursor.offset,
-            # Every stored batch carries partition leader epoch 0 (producers write it, and a
-            # partition never changes leader): a consumer commits its position with epoch 0.
-            "committed_leader_epoch": -1 if cursor is None else 0,
+            # As committed (a consumer commits its position with the epoch of the batch it
+            # read, 0 here: a partition never changes leader); -1 when none was given.
+            "committed_leader_epoch": -1 if cursor is None else cursor.leader_epoch,
             "metadata": "" if cursor is None else cursor.metadata,
             "error_code": code}
 

@@ -115,8 +115,12 @@ async def _alter(session: Session, resource: Any, desired: Desired,
     try:
         _unique([c.name for c in resource.configs])
         if resource.resource_type == BROKER_RESOURCE:
-            raise KafkaError(errors.INVALID_CONFIG, "a listener has no config a client may "
-                             "set: topics' configs are their streams' and topics' settings")
+            # Kafka checks ALTER_CONFIGS on the cluster first, and nobody holds it here
+            # (DescribeCluster's authorized operations say so).
+            raise KafkaError(errors.CLUSTER_AUTHORIZATION_FAILED,
+                             "altering a listener's configs needs ALTER_CONFIGS on the cluster, "
+                             "which nobody holds: a listener has no config a client may set; "
+                             "topics' configs are their streams' and topics' settings")
         if resource.resource_type != TOPIC_RESOURCE:
             raise KafkaError(errors.INVALID_REQUEST,
                              f"resource type {resource.resource_type}: only topics are altered")

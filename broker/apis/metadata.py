@@ -44,8 +44,13 @@ def leader_of(key: str, partition: int, nodes: list[Node]) -> int:
     return max(nodes, key=lambda n: zlib.crc32(f"{key}/{partition}@{n.node_id}".encode())).node_id
 
 
+def key_of(stream_uuid: uuid.UUID, topic: str) -> str:
+    """What leadership hashes a topic by (its partitions' leaders depend on nothing else)."""
+    return f"{stream_uuid}:{topic}"
+
+
 def topic_key(resolved: ResolvedTopic) -> str:
-    return f"{resolved.stream.uuid}:{resolved.topic}"
+    return key_of(resolved.stream.uuid, resolved.topic)
 
 
 def topic_id(record: Topic | None) -> uuid.UUID:

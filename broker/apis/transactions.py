@@ -137,12 +137,13 @@ async def txn_offset_commit_api(session: Session, header: RequestHeader, request
                 continue
             names[(found.stream.pk, found.topic)] = t.name
             per_stream.setdefault(found.stream.pk, (found, []))[1].append(
-                (found.topic, p.partition_index, p.committed_offset, p.committed_metadata or ""))
+                (found.topic, p.partition_index, p.committed_offset, p.committed_metadata or "",
+                 getattr(p, "committed_leader_epoch", -1)))  # v2 and later carry it
     for pk, (found, commits) in per_stream.items():
         results, code, _ = await _call(session, request, txn_offset_commit, who=_who(request),
                                        group=request.group_id, stream=found.stream,
                                        commits=commits)
-        for topic, p, _, _ in commits:
+        for topic, p, *_ in commits:
             problem = (results or {}).get((topic, p))
             codes[(names[(pk, topic)], p)] = code if results is None else (
                 errors.NONE if problem is None else code_for(problem, request.__version__))

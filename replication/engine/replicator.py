@@ -281,17 +281,18 @@ def sync_cursors(
     replica: MessageStore,
     replica_stream: UUID,
     topics: dict[str, UUID],
-    synced: dict[CursorKey, tuple[int, str]],
+    synced: dict[CursorKey, tuple[int, str, int]],
 ) -> int:
     """Copy the source's committed consumer cursors of the carried topics, with their
-    metadata, to the replica, so a consumer group failing over continues at the same offsets
-    (invariant 1). `synced` holds, per cursor, the (offset, metadata) last copied in full; only
-    cursors that differ are written, and one clamped to the replica's end stays out of it, so
-    later calls advance it as data arrives. Returns how many cursors are still owed to the
-    replica: clamped below what the source holds, or the replica lacks the partition yet (a
-    cursor committed past the source's own end waits for data there, not here)."""
+    metadata and leader epoch, to the replica, so a consumer group failing over continues at
+    the same offsets (invariant 1). `synced` holds, per cursor, the (offset, metadata, epoch)
+    last copied in full; only cursors that differ are written, and one clamped to the
+    replica's end stays out of it, so later calls advance it as data arrives. Returns how many
+    cursors are still owed to the replica: clamped below what the source holds, or the replica
+    lacks the partition yet (a cursor committed past the source's own end waits for data
+    there, not here)."""
     changed = [c for c in source.commits(source_stream)
-               if c.topic in topics and synced.get(c[:3]) != (c.offset, c.metadata)]
+               if c.topic in topics and synced.get(c[:3]) != tuple(c[3:])]
     if not changed:
         return 0
     stored = replica.merge_cursors(replica_stream, changed)
@@ -300,7 +301,7 @@ def sync_cursors(
     for cursor in changed:
         have = stored.get(cursor[:3], -1)
         if have >= cursor.offset:
-            synced[cursor[:3]] = (cursor.offset, cursor.metadata)
+            synced[cursor[:3]] = (cursor.offset, cursor.metadata, cursor.leader_epoch)
             continue
         if cursor.topic not in ends:
             ends[cursor.topic] = source.watermarks(source_stream, cursor.topic)

@@ -78,6 +78,7 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     grp TEXT NOT NULL,
     "offset" INTEGER NOT NULL,
     metadata BLOB,
+    leader_epoch INTEGER NOT NULL DEFAULT -1,
     PRIMARY KEY (pid, grp)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_sequences (
@@ -112,16 +113,22 @@ SET next_offset = max(replication_cursors.next_offset, excluded.next_offset)
 # See the PostgreSQL store's MERGE_CURSORS: clamped to the partition's end, never back, the
 # metadata going with the offset kept.
 MERGE_CURSORS = """
-INSERT INTO consumer_cursors (pid, grp, "offset", metadata)
-SELECT id, ?2, min(?5, next_offset), ?6 FROM partitions WHERE stream = ?1 AND topic = ?3
+INSERT INTO consumer_cursors (pid, grp, "offset", metadata, leader_epoch)
+SELECT id, ?2, min(?5, next_offset), ?6, ?7 FROM partitions WHERE stream = ?1 AND topic = ?3
     AND partition = ?4
 ON CONFLICT (pid, grp) DO UPDATE SET "offset" = max(consumer_cursors."offset", excluded."offset"),
     metadata = CASE WHEN excluded."offset" >= consumer_cursors."offset"
-        THEN excluded.metadata ELSE consumer_cursors.metadata END
+        THEN excluded.metadata ELSE consumer_cursors.metadata END,
+    leader_epoch = CASE WHEN excluded."offset" >= consumer_cursors."offset"
+        THEN excluded.leader_epoch ELSE consumer_cursors.leader_epoch END
 """
-# Stores made before commits kept their metadata gain the column on open.
+# Stores made before commits kept their metadata (or leader epoch) gain the column on open.
 CURSOR_COLUMNS = "SELECT name FROM pragma_table_info('consumer_cursors')"
-CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN metadata BLOB"
+CURSOR_ADDED = {
+    "metadata": "ALTER TABLE consumer_cursors ADD COLUMN metadata BLOB",
+    "leader_epoch": "ALTER TABLE consumer_cursors ADD COLUMN leader_epoch INTEGER NOT NULL "
+                    "DEFAULT -1",
+}
 # A row's logical bytes (key, value, headers; NULLs count 0), as `record_size` counts them.
 SIZE = "coalesce(length(value), 0) + coalesce(length(key), 0) + coalesce(length(headers), 0)"
 # As the PostgreSQL store's READ: stops at max_bytes (the last parameter) in the store.
@@ -179,8 +186,10 @@ class SqliteStore(MessageStore):
             if conn.execute(VALUE_NOT_NULL).fetchone()[0]:
                 for statement in REBUILD:
                     conn.execute(statement)
-            if "metadata" not in {r[0] for r in conn.execute(CURSOR_COLUMNS)}:
-                conn.execute(CURSOR_METADATA_ADD)
+            present = {r[0] for r in conn.execute(CURSOR_COLUMNS)}
+            for column, add in CURSOR_ADDED.items():
+                if column not in present:
+                    conn.execute(add)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -381,8 +390,8 @@ class SqliteStore(MessageStore):
             return {}
         merged = [Committed(*cursor) for cursor in cursors]
         with self._writing() as conn:
-            conn.executemany(MERGE_CURSORS, [(stream.bytes, *c[:4], c.metadata.encode())
-                                             for c in merged])
+            conn.executemany(MERGE_CURSORS, [(stream.bytes, *c[:4], c.metadata.encode(),
+                                              c.leader_epoch) for c in merged])
             rows = conn.execute(
                 'SELECT c.grp, p.topic, p.partition, c."offset" FROM consumer_cursors c '
                 "JOIN partitions p ON p.id = c.pid WHERE p.stream = ?",

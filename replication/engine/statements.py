@@ -41,13 +41,15 @@ REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s
 # A consumer's own commit sets exactly what it committed, back or past the end (as Kafka); only
 # replicated cursors are clamped and never move back (the stores' MERGE_CURSORS).
 COMMIT_CURSOR = (
-    'INSERT INTO consumer_cursors (pid, grp, "offset", metadata) VALUES (%s, %s, %s, %s) '
+    'INSERT INTO consumer_cursors (pid, grp, "offset", metadata, leader_epoch) '
+    "VALUES (%s, %s, %s, %s, %s) "
     'ON CONFLICT (pid, grp) DO UPDATE SET "offset" = excluded."offset", '
-    "metadata = excluded.metadata"
+    "metadata = excluded.metadata, leader_epoch = excluded.leader_epoch"
 )
 FETCH_CURSOR = 'SELECT "offset" FROM consumer_cursors WHERE pid = %s AND grp = %s'
 CURSORS = (
-    'SELECT c.grp, p.topic, p.partition, c."offset", c.metadata FROM consumer_cursors c '
+    'SELECT c.grp, p.topic, p.partition, c."offset", c.metadata, c.leader_epoch '
+    "FROM consumer_cursors c "
     "JOIN partitions p ON p.id = c.pid WHERE p.stream = %s ORDER BY c.grp, p.topic, p.partition"
 )
 # CAST, not PostgreSQL's `::`: a NULL filter matches everything, in both dialects.

@@ -28,14 +28,16 @@ CursorKey = tuple[str, str, int]  # (group, topic, partition)
 
 
 class Committed(NamedTuple):
-    """A consumer group's committed cursor with its commit's metadata string (Kafka's
-    OffsetCommit carries one; it is the consumer's own, kept and handed back as given)."""
+    """A consumer group's committed cursor with its commit's metadata string and leader epoch
+    (Kafka's OffsetCommit carries both; they are the consumer's own, kept and handed back as
+    given; -1: no epoch committed)."""
 
     group: str
     topic: str
     partition: int
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)

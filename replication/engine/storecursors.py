@@ -30,13 +30,15 @@ class CursorMethods(StoreHooks):
 
     def commit_cursors(
         self, stream: UUID, group: str,
-        cursors: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+        cursors: Sequence[tuple[str, int, int] | tuple[str, int, int, str]
+                          | tuple[str, int, int, str, int]],
     ) -> None:
-        """A group's (topic, partition, offset[, metadata]) commits in one transaction (Kafka's
-        OffsetCommit carries many partitions), each stored exactly as given."""
+        """A group's (topic, partition, offset[, metadata[, leader epoch]]) commits in one
+        transaction (Kafka's OffsetCommit carries many partitions), each stored exactly as
+        given."""
         with self._writing() as conn:
             rows = [(self._pid(conn, stream, c.topic, c.partition), group, c.offset,
-                     c.metadata.encode())
+                     c.metadata.encode(), c.leader_epoch)
                     for c in (Committed(group, *cursor) for cursor in cursors)]
             conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
 
@@ -71,7 +73,7 @@ class CursorMethods(StoreHooks):
 
     def commits(self, stream: UUID) -> list[Committed]:
         """Every consumer cursor of the stream with its commit's metadata (stored as bytes:
-        a Kafka string may hold NUL, which PostgreSQL's text refuses)."""
+        a Kafka string may hold NUL, which PostgreSQL's text refuses) and leader epoch."""
         with self._reading() as conn:
             rows = self._all(conn, CURSORS, (self._key(stream),))
-        return [Committed(g, t, p, o, bytes(m or b"").decode()) for g, t, p, o, m in rows]
+        return [Committed(g, t, p, o, bytes(m or b"").decode(), e) for g, t, p, o, m, e in rows]

@@ -26,6 +26,8 @@ from replication.services.wakeups import cursors_wake
 from replication.stores import store_for
 
 PartitionKey = tuple[str, int]  # (topic, partition)
+# (topic, partition, offset[, metadata[, leader epoch]])
+Commit = tuple[str, int, int] | tuple[str, int, int, str] | tuple[str, int, int, str, int]
 # MapR's rule: cursor list and assign list need any of these; cursor delete one of the first two.
 LIST_PERMS = ("consumeperm", "adminperm", "produceperm", "topicperm")
 DELETE_PERMS = ("consumeperm", "adminperm")
@@ -82,9 +84,9 @@ def check_group(group: str) -> None:
 
 
 def _checked(actor: AbstractBaseUser, stream: Stream, group: str,
-             commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+             commits: Sequence[Commit],
              ) -> tuple[dict[PartitionKey, StreamgateError | None],
-                        dict[PartitionKey, tuple[int, str]], dict[str, Topic]]:
+                        dict[PartitionKey, tuple[int, str, int]], dict[str, Topic]]:
     # Committing writes: a read-only token consumes but does not move the group's cursors.
     scope_require(actor, TokenScope.PRODUCE, action=f"commit consumer cursors on {stream.path}",
                   stream=True)
@@ -92,19 +94,20 @@ def _checked(actor: AbstractBaseUser, stream: Stream, group: str,
     check_group(group)
     topics = {t.name: t for t in stream.topics.filter(name__in={c[0] for c in commits})}
     results: dict[PartitionKey, StreamgateError | None] = {}
-    accepted: dict[PartitionKey, tuple[int, str]] = {}
-    for name, partition, offset, *metadata in commits:
-        problem = _commit_problem(stream, topics.get(name), name, partition, offset,
-                                  metadata[0] if metadata else "")
+    accepted: dict[PartitionKey, tuple[int, str, int]] = {}
+    for name, partition, offset, *extra in commits:
+        metadata = str(extra[0]) if extra else ""
+        epoch = int(extra[1]) if len(extra) > 1 else -1
+        problem = _commit_problem(stream, topics.get(name), name, partition, offset, metadata)
         results[(name, partition)] = problem
         if problem is None:  # the last of duplicates wins, as in Kafka
-            accepted[(name, partition)] = (offset, metadata[0] if metadata else "")
+            accepted[(name, partition)] = (offset, metadata, epoch)
     return results, accepted, topics
 
 
 def cursors_check(
     *, actor: AbstractBaseUser, stream: Stream, group: str,
-    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+    commits: Sequence[Commit],
 ) -> dict[PartitionKey, StreamgateError | None]:
     """`cursors_commit`'s checks without the commit (a transaction's offsets, written when
     it commits): each partition's refusal, None when it would be committed."""
@@ -113,16 +116,17 @@ def cursors_check(
 
 def cursors_commit(
     *, actor: AbstractBaseUser, stream: Stream, group: str,
-    commits: Sequence[tuple[str, int, int] | tuple[str, int, int, str]],
+    commits: Sequence[Commit],
 ) -> dict[PartitionKey, StreamgateError | None]:
-    """Commit a group's (topic, partition, offset[, metadata]) in one store transaction, each
-    offset exactly as given (Kafka keeps any: back, or past the end). Returns each partition's
-    refusal (None when committed): one bad partition does not fail the rest, as Kafka answers
-    per partition."""
+    """Commit a group's (topic, partition, offset[, metadata[, leader epoch]]) in one store
+    transaction, each offset exactly as given (Kafka keeps any: back, or past the end), with
+    the commit's metadata and leader epoch (-1: none). Returns each partition's refusal (None
+    when committed): one bad partition does not fail the rest, as Kafka answers per
+    partition."""
     results, accepted, topics = _checked(actor, stream, group, commits)
     if accepted:
         store = store_for(stream.cluster)
-        rows = [(t, p, o, m) for (t, p), (o, m) in accepted.items()]
+        rows = [(t, p, *kept) for (t, p), kept in accepted.items()]
         _on_store_all([topics[t] for t in {t for t, _ in accepted}],
                       lambda: store.commit_cursors(stream.uuid, group, rows))
         cursors_wake(stream=stream.uuid)  # the replicator copies the cursors to the replicas now

@@ -235,12 +235,13 @@ def txn_add_offsets(*, actor: AbstractBaseUser, who: TxnProducer, group: str) ->
 
 
 def txn_offset_commit(*, actor: AbstractBaseUser, who: TxnProducer, group: str, stream: Stream,
-                      commits: Sequence[tuple[str, int, int, str]],
+                      commits: Sequence[tuple[str, int, int, str]
+                                        | tuple[str, int, int, str, int]],
                       ) -> dict[tuple[str, int], StreamgateError | None]:
-    """TxnOffsetCommit: offsets checked now (consumeperm, partition, offset), written only when
-    the transaction commits."""
+    """TxnOffsetCommit: (topic, partition, offset, metadata, leader epoch) checked now
+    (consumeperm, partition, offset), written only when the transaction commits."""
     results = cursors_check(actor=actor, stream=stream, group=group, commits=commits)
-    for topic, partition, _, metadata in commits:
+    for topic, partition, _, metadata, *_ in commits:
         if "\x00" in metadata:  # the control database's JSON cannot keep it
             results[(topic, partition)] = InvalidInput(
                 "commit metadata with a NUL character: send text", field="metadata")
@@ -250,7 +251,7 @@ def txn_offset_commit(*, actor: AbstractBaseUser, who: TxnProducer, group: str, 
         if txn.state != TxnState.ONGOING or group not in txn.groups:
             raise TxnNotOngoing(f"group {group!r} is not in the transaction: call "
                             "send_offsets_to_transaction within a transaction")
-        txn.offsets += [[stream.pk, group, t, p, o, m] for t, p, o, m in good]
+        txn.offsets += [[stream.pk, group, *commit] for commit in good]
         txn.save()
     return results
 
@@ -302,9 +303,10 @@ def _marker(stream: Stream, topic: str, partition: int, txn: KafkaTransaction,
 
 
 def _commit_offsets(streams: dict[int, Stream], offsets: list[list]) -> None:
-    per: dict[tuple[int, str], list[tuple[str, int, int, str]]] = defaultdict(list)
-    for stream_pk, group, topic, partition, offset, metadata in offsets:
-        per[(stream_pk, group)].append((topic, partition, offset, metadata))
+    per: dict[tuple[int, str], list[tuple[str, int, int, str, int]]] = defaultdict(list)
+    # A transaction saved before epochs were kept has none: -1.
+    for stream_pk, group, topic, partition, offset, metadata, *epoch in offsets:
+        per[(stream_pk, group)].append((topic, partition, offset, metadata, *(epoch or [-1])))
     for (stream_pk, group), rows in per.items():
         stream = streams.get(stream_pk)
         if stream is not None:

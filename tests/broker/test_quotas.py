@@ -1,6 +1,7 @@
-"""Tenant quotas on the Kafka listener, as Kafka enforces them (KIP-219): a request over the
-tenant's quota is served, answered with throttle_time_ms, and the connection reads nothing more
-for that long; another tenant's connection is not held back."""
+"""Tenant quotas on the Kafka listener (produce and fetch bytes, requests), as Kafka enforces
+them (KIP-219): a request over the tenant's quota is served, answered with throttle_time_ms,
+and the connection reads nothing more for that long; another tenant's connection is not held
+back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
+from replication.services.messages import messages_produce
 from replication.services.quotas import tenant_quota_set
 from tests.broker.conftest import orders_topic
 from tests.broker.test_idempotence import _call, _frame, _produce_v3, _sasl, stored_values
@@ -49,6 +51,29 @@ def test_a_tenant_over_its_produce_quota_is_throttled_and_its_next_request_waits
         _call(sock, _frame(3, 4, 11, METADATA_V4_ALL))  # read only once the throttle passed
         assert time.monotonic() - began >= throttle / 1000 - 0.2
     assert sum(stored_values(topic).values()) == 150  # throttled, not refused
+
+
+def test_a_tenant_over_its_fetch_quota_is_throttled_and_still_reads_everything(
+        kafka, topic, owner, operator):
+    from confluent_kafka import Consumer
+
+    tenant_quota_set(actor=operator, tenant=owner.memberships.get().tenant.name, fetch=50_000)
+    messages_produce(actor=owner, stream=topic.stream, topic="orders",
+                     records=[Record(b"f" * 1000) for _ in range(150)])  # 150 KB: 3 s' worth
+    throttles: list[float] = []
+    consumer = Consumer(kafka.confluent(**{
+        "group.id": "quota", "auto.offset.reset": "earliest",
+        "throttle_cb": lambda event: throttles.append(event.throttle_time)}))
+    consumer.subscribe(["/mapr/c1/apps:orders"])
+    got, deadline = 0, time.monotonic() + 60
+    try:
+        while got < 150 and time.monotonic() < deadline:
+            got += sum(1 for m in consumer.consume(150, timeout=1) if not m.error())
+        consumer.poll(0.5)  # serves the last throttle callbacks
+    finally:
+        consumer.close()
+    assert got == 150  # throttled, not refused
+    assert throttles and max(throttles) >= 0.5, throttles  # throttle_time_ms (here in seconds)
 
 
 def test_a_tenants_request_quota_throttles_its_connections_and_not_another_tenants(

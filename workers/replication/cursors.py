@@ -19,7 +19,7 @@ log = structlog.get_logger(__name__)
 @dataclass
 class CursorCopies:
     # Per link, each consumer cursor as last copied to the replica (see sync_cursors).
-    synced: dict[int, dict[CursorKey, tuple[int, str]]] = field(default_factory=dict)
+    synced: dict[int, dict[CursorKey, tuple[int, str, int]]] = field(default_factory=dict)
     owed: set[int] = field(default_factory=set)  # links with cursors clamped to the replica end
 
     def due(self, link_id: int, asked: bool) -> bool:

@@ -12,8 +12,8 @@ from psycopg_pool import ConnectionPool
 
 from replication.engine.copies import StoreGroup, pg_group
 from replication.engine.pg.schema import (
-    CURSOR_METADATA_ADD,
-    CURSOR_METADATA_MISSING,
+    CURSOR_ADDED,
+    CURSOR_COLUMNS,
     SCHEMA,
     SCHEMA_LOCK,
     VALUE_DROP_NOT_NULL,
@@ -59,8 +59,10 @@ class Catalog(MessageStore):
     def _create_schema(self, conn: psycopg.Connection) -> None:
         """The tables, made or brought up to date (under the schema lock)."""
         conn.execute(SCHEMA)
-        if conn.execute(CURSOR_METADATA_MISSING).fetchone()[0]:
-            conn.execute(CURSOR_METADATA_ADD)
+        present = {row[0] for row in conn.execute(CURSOR_COLUMNS)}
+        for column, add in CURSOR_ADDED.items():
+            if column not in present:
+                conn.execute(add)
         if conn.execute(VALUE_NOT_NULL).fetchone()[0]:  # a store made before null values
             conn.execute(VALUE_DROP_NOT_NULL)
 

@@ -20,9 +20,9 @@ class Cursors(Catalog):
         if not cursors:
             return {}
         merged = [Committed(*cursor) for cursor in cursors]
-        groups, topics, parts, offsets, metadata = map(list, zip(*merged, strict=True))
+        groups, topics, parts, offsets, metadata, epochs = map(list, zip(*merged, strict=True))
         blobs = [m.encode() for m in metadata]
         with self._pool.connection() as conn:
-            rows = conn.execute(MERGE_CURSORS,
-                                (groups, topics, parts, offsets, blobs, stream)).fetchall()
+            rows = conn.execute(MERGE_CURSORS, (groups, topics, parts, offsets, blobs, epochs,
+                                                stream)).fetchall()
         return {(g, t, p): o for g, t, p, o in rows}

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS consumer_cursors (
     grp text NOT NULL,
     "offset" bigint NOT NULL,
     metadata bytea,
+    leader_epoch integer NOT NULL DEFAULT -1,
     PRIMARY KEY (pid, grp)
 );
 -- Idempotent producers (Kafka's producer id, epoch, sequence): per partition and producer the
@@ -86,12 +87,16 @@ ON CONFLICT (pid, producer_id) DO UPDATE SET epoch = excluded.epoch, firsts = ex
 """
 # Stores made before commits kept their metadata gain the column on open (ALTER only when it
 # is missing: even a no-op ALTER TABLE waits for every reader of the table).
-CURSOR_METADATA_MISSING = """
-SELECT NOT EXISTS (SELECT 1 FROM information_schema.columns
+# The same for the leader epoch (kept since 0081's commits of epochs other than 0).
+CURSOR_COLUMNS = """
+SELECT column_name FROM information_schema.columns
     WHERE table_schema = current_schema() AND table_name = 'consumer_cursors'
-    AND column_name = 'metadata')
 """
-CURSOR_METADATA_ADD = "ALTER TABLE consumer_cursors ADD COLUMN IF NOT EXISTS metadata bytea"
+CURSOR_ADDED = {
+    "metadata": "ALTER TABLE consumer_cursors ADD COLUMN IF NOT EXISTS metadata bytea",
+    "leader_epoch": "ALTER TABLE consumer_cursors ADD COLUMN IF NOT EXISTS leader_epoch integer "
+                    "NOT NULL DEFAULT -1",
+}
 # A store made before null values were kept has `value bytea NOT NULL`: dropped on open, once
 # (the catalog looks first: ALTER TABLE takes an exclusive lock even when there is nothing to
 # drop, and every store open would queue behind the appends in flight).
@@ -135,16 +140,18 @@ SET next_offset = greatest(replication_cursors.next_offset, excluded.next_offset
 # in (pid, grp) order, so two merges cannot deadlock. Returns each merged cursor as stored.
 MERGE_CURSORS = """
 WITH merged AS (
-    INSERT INTO consumer_cursors (pid, grp, "offset", metadata)
-    SELECT p.id, c.grp, least(c.off, p.next_offset), c.meta
-    FROM unnest(%s::text[], %s::text[], %s::int4[], %s::int8[], %s::bytea[])
-        AS c(grp, topic, part, off, meta)
+    INSERT INTO consumer_cursors (pid, grp, "offset", metadata, leader_epoch)
+    SELECT p.id, c.grp, least(c.off, p.next_offset), c.meta, c.epoch
+    FROM unnest(%s::text[], %s::text[], %s::int4[], %s::int8[], %s::bytea[], %s::int4[])
+        AS c(grp, topic, part, off, meta, epoch)
     JOIN partitions p ON p.stream = %s AND p.topic = c.topic AND p.partition = c.part
     ORDER BY p.id, c.grp
     ON CONFLICT (pid, grp) DO UPDATE
     SET "offset" = greatest(consumer_cursors."offset", excluded."offset"),
         metadata = CASE WHEN excluded."offset" >= consumer_cursors."offset"
-            THEN excluded.metadata ELSE consumer_cursors.metadata END
+            THEN excluded.metadata ELSE consumer_cursors.metadata END,
+        leader_epoch = CASE WHEN excluded."offset" >= consumer_cursors."offset"
+            THEN excluded.leader_epoch ELSE consumer_cursors.leader_epoch END
     RETURNING pid, grp, "offset"
 )
 SELECT m.grp, p.topic, p.partition, m."offset" FROM merged m JOIN partitions p ON p.id = m.pid

@@ -1,5 +1,6 @@
-"""CreateAcls, DescribeAcls and DeleteAcls with confluent-kafka's AdminClient: Kafka's ACLs are
-a view of the streams' ACEs (broker/apis/acls.py), changed through the stream's permissions."""
+"""CreateAcls, DescribeAcls and DeleteAcls with confluent-kafka's and kafka-python's
+AdminClients: Kafka's ACLs are a view of the streams' ACEs (broker/apis/acls.py), changed
+through the stream's permissions."""
 
 from __future__ import annotations
 
@@ -130,3 +131,40 @@ def test_another_tenant_and_a_member_without_adminperm_change_no_ace(kafka, apps
         next(iter(admin.delete_acls([EVERY]).values())).result(timeout=30)
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert aces(apps) == before
+
+
+def test_kafka_python_creates_describes_and_deletes_the_same_aces(kafka, apps):  # noqa: F811
+    from kafka import KafkaAdminClient
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as PyResourceType
+    from kafka.errors import InvalidRequestError
+
+    stream = ResourcePattern(PyResourceType.TOPIC, PREFIX, ACLResourcePatternType.PREFIXED)
+    bob = ACL("User:bob", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, stream)
+    literal = ACL("User:bob", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, ResourcePattern(
+        PyResourceType.TOPIC, f"{PREFIX}orders", ACLResourcePatternType.LITERAL))
+    only_bob = ACLFilter("User:bob", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                         ResourcePatternFilter(PyResourceType.TOPIC, PREFIX,
+                                               ACLResourcePatternType.PREFIXED))
+    admin = KafkaAdminClient(**kafka.kafka_python())
+    try:
+        result = admin.create_acls([bob, literal])
+        assert len(result["succeeded"]) == 1 and len(result["failed"]) == 1
+        assert result["failed"][0][1] is InvalidRequestError  # per topic: ACEs are per stream
+        assert aces(apps)["produceperm"] == "u:alice | u:bob"
+        found, _ = admin.describe_acls(only_bob)
+        assert [(a.principal, a.operation) for a in found] == [("User:bob", ACLOperation.WRITE)]
+        [(_, deleted, _)] = admin.delete_acls([only_bob])
+        assert [(a.principal, a.operation) for a, _ in deleted] == [("User:bob",
+                                                                     ACLOperation.WRITE)]
+    finally:
+        admin.close()
+    assert aces(apps)["produceperm"] == "u:alice"

@@ -1,6 +1,6 @@
 """OffsetCommit and OffsetFetch with real clients: any offset a consumer commits is kept as
-committed (past the end, before the start, back), with its metadata string, as Kafka keeps
-them; the REST cursor list shows the same cursor."""
+committed (past the end, before the start, back), with its metadata string and leader epoch,
+as Kafka keeps them; the REST cursor list shows the same cursor."""
 
 from __future__ import annotations
 
@@ -50,6 +50,17 @@ def test_confluent_commit_keeps_any_offset_and_its_metadata(kafka, owner, orders
         consumer.close()
     rows = cursor_report(actor=owner, stream=orders, group="billing")
     assert sorted((r.partition, r.committed) for r in rows) == [(0, 1), (1, 42)]
+
+
+def test_a_commit_keeps_its_leader_epoch_as_kafka_does(kafka, orders):
+    consumer = _consumer(kafka)
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, 0, 3, leader_epoch=2),
+                                 TopicPartition(TOPIC, 1, 7)], asynchronous=False)
+        found = consumer.committed([TopicPartition(TOPIC, p) for p in (0, 1)], timeout=30)
+        assert [(tp.offset, tp.leader_epoch) for tp in found] == [(3, 2), (7, None)]
+    finally:
+        consumer.close()
 
 
 def test_a_commit_before_the_log_start_is_kept(kafka, owner, orders):

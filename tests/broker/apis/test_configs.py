@@ -156,14 +156,21 @@ def test_message_format_version_is_accepted_and_ignored_as_kafka_3_does(kafka, a
     assert (apps.ttl, apps.compression) == (3600, "lz4")
 
 
-def test_broker_configs_are_refused(kafka, apps):
+def test_broker_configs_are_refused_as_kafka_refuses_a_client_without_alter_configs(
+        kafka, apps):
     admin = AdminClient(kafka.confluent())
     [node] = admin.list_topics(timeout=30).brokers  # librdkafka sends it to that broker
     resource = ConfigResource("broker", str(node), set_config={"log.retention.ms": "1000"})
-    [future] = admin.alter_configs([resource]).values()
-    with pytest.raises(KafkaException) as refused:
-        future.result(timeout=30)
-    assert "no config a client may set" in refused.value.args[0].str()
+    incremental = ConfigResource("broker", str(node), incremental_configs=[ConfigEntry(
+        "background.threads", "9", incremental_operation=AlterConfigOpType.SET)])
+    for futures in (admin.alter_configs([resource]), admin.incremental_alter_configs(
+            [incremental])):
+        [future] = futures.values()
+        with pytest.raises(KafkaException) as refused:
+            future.result(timeout=30)
+        error = refused.value.args[0]
+        assert error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        assert "no config a client may set" in error.str()
 
 
 def test_stream_settings_need_adminperm_and_the_topics_topicperm(kafka, apps, member):

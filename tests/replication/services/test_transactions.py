@@ -45,7 +45,7 @@ def ongoing(layout, owner, activity):  # type: ignore[no-untyped-def]
                              origin=activity.uuid)
     txn_add_offsets(actor=owner, who=who, group="g")
     txn_offset_commit(actor=owner, who=who, group="g", stream=activity,
-                      commits=[("clicks", 0, 2, "")])
+                      commits=[("clicks", 0, 2, "", 1)])
     return who
 
 
@@ -67,9 +67,20 @@ def test_a_commit_decided_by_a_listener_that_died_is_completed_once_by_another(
     store = store_for(activity.cluster)
     assert store.txn_view(activity.uuid, "clicks", 0, 0, 3) == (3, [])
     assert [c for c in store.cursors(activity.uuid) if c[0] == "g"] == [("g", "clicks", 0, 2)]
+    assert [c.leader_epoch for c in store.commits(activity.uuid)] == [1]  # as committed
     rows.update(state=TxnState.PREPARE_COMMIT)  # a second listener completing it at once
     txn_complete(pk=rows.get().pk)
     assert _ends(activity) == {0: 3, 1: 3}  # no second marker
+
+
+@BATCHES
+def test_offsets_saved_before_epochs_were_kept_commit_with_none(ongoing, activity):
+    rows = KafkaTransaction.objects.filter(transactional_id="svc-tx")
+    rows.update(state=TxnState.PREPARE_COMMIT, offsets=[[activity.pk, "g", "clicks", 0, 2, ""]],
+                updated=timezone.now() - datetime.timedelta(seconds=30))
+    assert txn_expire() == 1
+    [cursor] = [c for c in store_for(activity.cluster).commits(activity.uuid) if c.group == "g"]
+    assert (cursor.offset, cursor.leader_epoch) == (2, -1)
 
 
 @BATCHES
