@@ -141,8 +141,10 @@ async def _asked(describer: Describer, request: Any) -> list[dict[str, Any]]:
             continue
         if by_id is None:
             by_id = {e["topic_id"]: e for e in await _all_topics(describer)}
+        # A topic's name is nullable from v12 on: before, an unknown id is named "".
+        unknown = None if request.__version__ >= 12 else ""
         entries.append(by_id.get(asked.topic_id) or {
-            **topic_entry(None, errors.ErrorCode.unknown_topic_id), "topic_id": asked.topic_id})
+            **topic_entry(unknown, errors.ErrorCode.unknown_topic_id), "topic_id": asked.topic_id})
     return entries
 
 

@@ -4,10 +4,12 @@ them the same way on each, and moves a dead listener's partitions within seconds
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.broker.wire import Wire
 from tests.factories import ClusterFactory, StreamFactory, TopicFactory
 
 pytestmark = pytest.mark.slow
@@ -59,3 +61,17 @@ def test_a_listener_limited_to_a_cluster_serves_only_its_streams(kafka_listeners
     endpoint = KafkaEndpoint(bootstrap, "alice", sasl_token(owner), kafka_listeners)
     topics = AdminClient(endpoint.confluent()).list_topics(timeout=20).topics
     assert "/mapr/c2/apps:orders" in topics and TOPIC not in topics
+
+
+def test_an_unknown_topic_id_gets_the_name_each_version_can_carry(kafka, orders):
+    """By id (v10+): a topic's name is nullable from v12 on; before, "" (a null name would
+    not encode, and the listener would drop the connection)."""
+    wire = Wire(kafka.bootstrap)
+    assert wire.authenticate(kafka.username, kafka.password).error_code == 0
+    unknown = uuid.uuid4()
+    for version, name in ((10, ""), (11, ""), (12, None)):
+        [topic] = wire.call(3, version, topics=[{"name": None, "topic_id": unknown}],
+                            allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False).topics
+        assert (topic.error_code, topic.name, topic.topic_id) == (100, name, unknown)
+    wire.close()
