@@ -41,3 +41,13 @@ STORAGE_SET = "ALTER TABLE batches ALTER COLUMN data SET STORAGE EXTERNAL"
 COPY_IN = f"COPY batches (pid, {BATCH_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "int4", "int2",
               "int8", "bytea", "text", "int8", "bytea"]
+# An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
+# the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
+# bytes.
+INSERT_BATCHES = f"""
+INSERT INTO batches (pid, {BATCH_COLUMNS})
+SELECT p, bo, lo, r, ft, mt, pr, e, bs, a, c, encode(o, 'hex')::uuid, n, z, d
+FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int4[], %s::int8[], %s::int8[], %s::int8[],
+    %s::int2[], %s::int4[], %s::int2[], %s::int8[], %s::bytea[], %s::text[], %s::int8[],
+    %s::bytea[]) AS u(p, bo, lo, r, ft, mt, pr, e, bs, a, c, o, n, z, d)
+"""
