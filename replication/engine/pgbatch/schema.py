@@ -43,11 +43,11 @@ COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "i
               "int8", "bytea", "text", "int8", "bytea"]
 # An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
 # the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
-# bytes.
+# bytes; in binary (%b): the text form escapes every byte of the batches.
 INSERT_BATCHES = f"""
 INSERT INTO batches (pid, {BATCH_COLUMNS})
 SELECT p, bo, lo, r, ft, mt, pr, e, bs, a, c, encode(o, 'hex')::uuid, n, z, d
-FROM unnest(%s::int4[], %s::int8[], %s::int8[], %s::int4[], %s::int8[], %s::int8[], %s::int8[],
-    %s::int2[], %s::int4[], %s::int2[], %s::int8[], %s::bytea[], %s::text[], %s::int8[],
-    %s::bytea[]) AS u(p, bo, lo, r, ft, mt, pr, e, bs, a, c, o, n, z, d)
+FROM unnest(%b::int4[], %b::int8[], %b::int8[], %b::int4[], %b::int8[], %b::int8[], %b::int8[],
+    %b::int2[], %b::int4[], %b::int2[], %b::int8[], %b::bytea[], %b::text[], %b::int8[],
+    %b::bytea[]) AS u(p, bo, lo, r, ft, mt, pr, e, bs, a, c, o, n, z, d)
 """
