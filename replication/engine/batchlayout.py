@@ -8,6 +8,7 @@ SQLite's); the rules no dialect touches are batchrules.py's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Unpack
 from uuid import UUID
@@ -39,6 +40,7 @@ from replication.engine.statements import (
     TIME_BATCH,
     TRUNCATE,
     TRUNCATE_CURSORS,
+    WATERMARKS,
 )
 from replication.engine.store import (
     Applied,
@@ -50,6 +52,7 @@ from replication.engine.store import (
     ReadBounds,
     ReturnToOrigin,
     StoreError,
+    UnknownTopic,
     encode_headers,
     partition_stats_from,
     record_size,
@@ -143,6 +146,35 @@ class BatchLayout(TransactionRanges, CompactionMethods):
             rows = self._binary(conn).execute(self._sql(FETCH_BATCHES),
                                               (pid, offset, max_bytes, offset)).fetchall()
         return fetched(rows, offset)
+
+    def fetch_partitions(self, stream: UUID, topic: str, reads: Sequence[tuple[int, int, int]],
+                         ) -> tuple[dict[int, tuple[int, int]], list[Fetched]]:
+        """The topic's watermarks, and `fetch` of each (partition, offset, max_bytes) read
+        with them, on one connection (PostgreSQL: in one round trip). A partition the topic
+        lacks fetches nothing; so may an offset outside the watermarks, which the caller
+        refuses from them."""
+        with self._reading() as conn:
+            queries = []
+            for partition, offset, max_bytes in reads:
+                try:
+                    queries.append((self._pid(conn, stream, topic, partition), offset, max_bytes))
+                except PartitionOutOfRange:
+                    queries.append(None)
+            marks, rows = self._fetch_rows(conn, self._key(stream), topic,
+                                           [q for q in queries if q is not None])
+        if not marks:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        found = iter(rows)
+        return ({p: (low, high) for p, low, high in marks},
+                [fetched(next(found), read[1]) if q is not None else Fetched(b"", 0, 0)
+                 for read, q in zip(reads, queries, strict=True)])
+
+    def _fetch_rows(self, conn: Connection, stream: Any, topic: str,
+                    queries: list[tuple[int, int, int]]) -> tuple[list[tuple], list[list]]:
+        """WATERMARKS' rows, and FETCH_BATCHES' of each (pid, offset, max_bytes)."""
+        return (self._all(conn, WATERMARKS, (stream, topic)),
+                [self._binary(conn).execute(self._sql(FETCH_BATCHES), (pid, offset, n, offset))
+                 .fetchall() for pid, offset, n in queries])
 
     def offset_for_time(self, stream: UUID, topic: str, partition: int,
                         timestamp_ms: int) -> tuple[int, int] | None:

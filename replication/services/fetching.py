@@ -12,6 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from replication.counters import CONSUMED, count_traffic
 from replication.engine.store import OffsetOutOfRange
+from replication.engine.stored import Fetched
 from replication.engine.txnstate import fetched_below
 from replication.errors import NotFound
 from replication.models import Stream, Topic
@@ -49,10 +50,17 @@ def messages_fetch_partitions(
     offset, with the aborted transactions of what is read."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
-    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
     committed = committed and store.KEEPS_BATCHES  # a row store holds no transaction
+    together: list[Fetched] | None = None
+    if store.KEEPS_BATCHES and not committed and sum(r.max_bytes for r in reads) <= max_bytes:
+        # The budget cannot stop a partition before its own: every read in one go (and on
+        # PostgreSQL one round trip), the watermarks with them.
+        marks, together = _on_store(target, lambda: store.fetch_partitions(  # type: ignore
+            stream.uuid, target.name, [(r.partition, r.offset, r.max_bytes) for r in reads]))
+    else:
+        marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
     left, count, nbytes = max_bytes, 0, 0
-    for read in reads:
+    for i, read in enumerate(reads):
         if read.partition not in marks:
             read.error = NotFound(f"partition {read.partition} does not exist: {target} has "
                                   f"partitions 0 to {target.partitions - 1}")
@@ -66,8 +74,8 @@ def messages_fetch_partitions(
             read.stable, read.aborted = store.txn_view(  # type: ignore[attr-defined]
                 stream.uuid, target.name, read.partition, read.offset, read.high)
         if read.offset < read.stable and left > 0:
-            fetched = store.fetch(stream.uuid, target.name, read.partition, read.offset,
-                                  min(read.max_bytes, left))
+            fetched = together[i] if together is not None else store.fetch(
+                stream.uuid, target.name, read.partition, read.offset, min(read.max_bytes, left))
             if read.stable < read.high:
                 fetched = fetched_below(fetched, read.stable)
             if count and len(fetched.data) > left:

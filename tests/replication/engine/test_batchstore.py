@@ -117,6 +117,22 @@ def test_fetch_returns_whole_batches_the_first_always_then_while_they_fit(store,
     assert [r.value for r in records] == [b"v%d" % i for i in range(30)]
 
 
+def test_a_fetch_of_several_partitions_at_once_reads_what_each_fetch_would(store, stream):
+    store.ensure_topic(stream, "t", 3)
+    for start in (0, 10, 20):
+        store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
+    store.append_raw(stream, "t", 2, _batch(4), origin=ORIGIN)
+    one = len(store.fetch(stream, "t", 0, 0, 1)[0])
+    reads = [(0, 15, 2 * one), (1, 0, 1 << 20), (2, 1, 1 << 20), (7, 0, 1 << 20)]
+    marks, got = store.fetch_partitions(stream, "t", reads)
+    assert marks == store.watermarks(stream, "t") == {0: (0, 30), 1: (0, 0), 2: (0, 4)}
+    assert got[:3] == [store.fetch(stream, "t", p, o, n) for p, o, n in reads[:3]]
+    assert got[0].records == 15 and got[2].records == 3
+    assert got[3] == (b"", 0, 0)  # a partition the topic lacks: nothing
+    with pytest.raises(UnknownTopic):
+        store.fetch_partitions(stream, "nope", [(0, 0, 1)])
+
+
 def test_corrupt_or_oversized_batches_are_refused_and_nothing_is_written(store, stream):
     store.ensure_topic(stream, "t", 1)
     bad = bytearray(_batch(3))
