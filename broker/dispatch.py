@@ -26,7 +26,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
 from broker import errors
-from broker.codec import build, encode, has_field, reader
+from broker.codec import build, encode_frame, has_field, reader
 from broker.errors import CloseConnection, KafkaError
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _encode(correlation_id: int, response: Any) -> bytes:
     # one before it knows which versions the broker speaks (KIP-511).
     flexible = response.__flexible__ and response.__api_key__ != API_VERSIONS
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
-    return encode(header, response)
+    return encode_frame(header, response)
 
 
 def unsupported_versions(correlation_id: int) -> bytes:
@@ -129,10 +129,11 @@ def _error_response(request: Any, error: KafkaError) -> Any:
 
 
 async def dispatch(session: Session, payload: bytes) -> bytes | None:
-    """The encoded response to one request frame (None: nothing to send); CloseConnection
-    when the connection must be closed without an answer."""
+    """The response frame (its length first) to one request frame (None: nothing to send);
+    CloseConnection when the connection must be closed without an answer."""
     if session.raw_sasl:
-        return await _raw_sasl[0](session, payload)
+        token = await _raw_sasl[0](session, payload)
+        return None if token is None else len(token).to_bytes(4, "big") + token
     api_key, version, correlation_id = _frame_prefix(payload)
     if not supported(api_key, version):
         if api_key == API_VERSIONS:

@@ -168,8 +168,8 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
             else:
                 responses = await dispatch_together(session, frames)
             for response in responses:
-                if response is not None:
-                    writer.write(len(response).to_bytes(4, "big") + response)
+                if response is not None:  # framed already (dispatch)
+                    writer.write(response)
             await writer.drain()
             if session.throttle_seconds > 0:  # over a tenant's quota: muted meanwhile (KIP-219)
                 await asyncio.sleep(min(session.throttle_seconds, MAX_THROTTLE_MS / 1000))
