@@ -33,7 +33,6 @@ from replication.engine.sequences import (
     sequence_next,
     sequenced_partition,
 )
-from replication.engine.statements import FETCH_BATCHES, WATERMARKS
 from replication.engine.store import (
     PartitionOutOfRange,
     Produce,
@@ -60,15 +59,14 @@ class PgBatchStore(BatchLayout, PostgresStore):
     def _binary(self, conn: psycopg.Connection) -> psycopg.Cursor:
         return conn.cursor(binary=True)
 
-    def _fetch_rows(self, conn: psycopg.Connection, stream: UUID, topic: str,
-                    queries: list[tuple[int, int, int]]) -> tuple[list[tuple], list[list]]:
-        # One round trip for a Fetch's topic: its partitions' reads ride a pipeline.
-        marks, reads = conn.cursor(), [self._binary(conn) for _ in queries]
+    def _read_all(self, conn: psycopg.Connection, queries: list[tuple[str, tuple]],
+                  ) -> list[list]:
+        # One round trip for a Fetch's topic: the statements ride a pipeline.
+        cursors = [self._binary(conn) for _ in queries]
         with conn.pipeline():
-            marks.execute(WATERMARKS, (stream, topic))
-            for cur, (pid, offset, max_bytes) in zip(reads, queries, strict=True):
-                cur.execute(FETCH_BATCHES, (pid, offset, max_bytes, offset))
-        return marks.fetchall(), [cur.fetchall() for cur in reads]
+            for cur, (query, args) in zip(cursors, queries, strict=True):
+                cur.execute(query, args)
+        return [cur.fetchall() for cur in cursors]
 
     def _lock_many(self, conn: psycopg.Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
         return {pid: (low, nxt) for pid, low, nxt in conn.execute(LOCK, (sorted(pids),))}
