@@ -124,3 +124,23 @@ def test_the_fence_refuses_every_request_of_the_shared_transaction(kafka, topic)
     answers = _send_held(kafka, topic, [_batch(b"f%d-" % i) for i in range(4)])
     assert answers == [(100 + i, 6, -1) for i in range(4)]  # NOT_LEADER_OR_FOLLOWER: retriable
     assert sum(stored_values(topic).values()) == 0
+
+
+def _produce_acks(batch: bytes, acks: int) -> bytes:
+    body = _produce_v3(batch)  # a null transactional id, then acks
+    return body[:2] + struct.pack(">h", acks) + body[4:]
+
+
+def test_requests_that_cannot_share_a_transaction_are_served_one_by_one_in_order(kafka, topic):
+    """acks differing (each commits as its own asks), or acks=0 (no answer): one by one."""
+    with socket.create_connection(kafka.bootstrap.split(":")) as sock:  # type: ignore[arg-type]
+        _sasl(sock, kafka.username, kafka.password)
+        frames = [_frame(0, 3, 200, _produce_acks(_batch(b"x"), 1)),
+                  _frame(0, 3, 201, _produce_acks(_batch(b"y"), -1)),
+                  _frame(0, 3, 202, _produce_acks(_batch(b"z"), 0)),
+                  _frame(0, 3, 203, _produce_acks(_batch(b"w"), 1))]
+        with _held(topic):
+            sock.sendall(b"".join(frames))
+        answers = _answers(sock, 3)  # acks=0 gets none
+    assert answers == [(200, 0, 0), (201, 0, 3), (203, 0, 9)]
+    assert len(_transactions(topic)) == 4
