@@ -126,3 +126,16 @@ def encode(*entities: Any) -> bytes:
     for entity in entities:
         writer(type(entity))(buffer, entity)
     return buffer.getvalue()
+
+
+def encode_frame(*entities: Any) -> bytes:
+    """`encode`, behind the frame's 4-byte length: a response as the connection sends it,
+    with no second copy of a fetch's megabytes to put the length before them."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    for entity in entities:
+        writer(type(entity))(buffer, entity)
+    size = buffer.tell() - 4
+    buffer.seek(0)
+    buffer.write(size.to_bytes(4, "big"))
+    return buffer.getvalue()

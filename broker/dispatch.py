@@ -26,7 +26,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
 from broker import errors
-from broker.codec import build, encode, has_field, reader
+from broker.codec import build, encode_frame, has_field, reader
 from broker.errors import CloseConnection, KafkaError
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _encode(correlation_id: int, response: Any) -> bytes:
     # one before it knows which versions the broker speaks (KIP-511).
     flexible = response.__flexible__ and response.__api_key__ != API_VERSIONS
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
-    return encode(header, response)
+    return encode_frame(header, response)
 
 
 def unsupported_versions(correlation_id: int) -> bytes:
@@ -129,21 +129,18 @@ def _error_response(request: Any, error: KafkaError) -> Any:
 
 
 async def dispatch(session: Session, payload: bytes) -> bytes | None:
-    """The encoded response to one request frame (None: nothing to send); CloseConnection
-    when the connection must be closed without an answer."""
+    """The response frame (its length first) to one request frame (None: nothing to send);
+    CloseConnection when the connection must be closed without an answer."""
     if session.raw_sasl:
-        return await _raw_sasl[0](session, payload)
+        token = await _raw_sasl[0](session, payload)
+        return None if token is None else len(token).to_bytes(4, "big") + token
     api_key, version, correlation_id = _frame_prefix(payload)
     if not supported(api_key, version):
         if api_key == API_VERSIONS:
             session.note("unsupported_version", api_key=api_key, version=version)
             return unsupported_versions(correlation_id)
         raise CloseConnection(f"API key {api_key} version {version} is not supported")
-    if session.user is None and api_key not in BEFORE_AUTH:
-        raise CloseConnection(f"API key {api_key} before SASL authentication")
-    if api_key not in BEFORE_AUTH and session.expired():
-        raise CloseConnection(f"API key {api_key} after the SASL session expired: re-authenticate"
-                              " before session_lifetime_ms passes (KIP-368)")
+    _check_session(session, api_key)
     header, request = _decode(payload, api_key, version)
     session.client_id = header.client_id or session.client_id
     session.throttle_seconds = 0.0
@@ -155,9 +152,78 @@ async def dispatch(session: Session, payload: bytes) -> bytes | None:
         session.note("request_failed", api_key=api_key, code=error.code.name,
                      message=error.message)
         response = _error_response(request, error)
+    return _answer(session, correlation_id, response)
+
+
+def _check_session(session: Session, api_key: int) -> None:
+    if session.user is None and api_key not in BEFORE_AUTH:
+        raise CloseConnection(f"API key {api_key} before SASL authentication")
+    if api_key not in BEFORE_AUTH and session.expired():
+        raise CloseConnection(f"API key {api_key} after the SASL session expired: re-authenticate"
+                              " before session_lifetime_ms passes (KIP-368)")
+
+
+def _answer(session: Session, correlation_id: int, response: Any) -> bytes | None:
     if response is None:
         return None
     if session.throttle_seconds > 0 and has_field(type(response), "throttle_time"):
         response = dataclasses.replace(response, throttle_time=datetime.timedelta(
             milliseconds=min(int(session.throttle_seconds * 1000), MAX_THROTTLE_MS)))
     return _encode(correlation_id, response)
+
+
+# --- requests served together -------------------------------------------------------------
+
+MAX_TOGETHER = 5  # as many as a Kafka client keeps in flight on a connection (librdkafka's 5)
+TogetherHandler = Callable[["Session", list[Any]], Awaitable[list[Any]]]
+together: dict[int, tuple[Callable[[list[Any]], bool], TogetherHandler]] = {}
+
+
+def handles_together(api_key: int, may: Callable[[list[Any]], bool],
+                     ) -> Callable[[TogetherHandler], TogetherHandler]:
+    """Register the handler of consecutive requests of `api_key` already received on one
+    connection, served at once when `may` says they can be (else one by one); it answers
+    each request, in order."""
+    def register(handler: TogetherHandler) -> TogetherHandler:
+        together[api_key] = (may, handler)
+        return handler
+
+    return register
+
+
+def goes_together(head: bytes) -> bool:
+    """Whether a frame beginning with `head` (its API key first) may be served with the ones
+    of its key that follow it."""
+    return len(head) >= 2 and int.from_bytes(head[:2], "big", signed=True) in together
+
+
+async def dispatch_together(session: Session, payloads: list[bytes]) -> list[bytes | None]:
+    """The responses to consecutive frames of one API key with a handler in `together`, in
+    order: served together when all parse and its `may` agrees, else one by one (each
+    request's checks, quotas and errors as `dispatch` applies them)."""
+    decoded = []
+    if not session.raw_sasl and session.user is not None:
+        for payload in payloads:
+            api_key, version, correlation_id = _frame_prefix(payload)
+            if api_key not in together or not supported(api_key, version):
+                break
+            decoded.append((api_key, correlation_id, *_decode(payload, api_key, version)))
+    keys = {api_key for api_key, *_ in decoded}
+    requests = [request for *_, request in decoded]
+    if len(decoded) < 2 or len(decoded) != len(payloads) or len(keys) != 1 or \
+            not together[keys.pop()][0](requests):
+        return [await dispatch(session, payload) for payload in payloads]
+    api_key = decoded[0][0]
+    _check_session(session, api_key)
+    session.client_id = decoded[-1][2].client_id or session.client_id
+    session.throttle_seconds = 0.0
+    for _ in decoded:
+        await session.charge_request()
+    try:
+        responses = await together[api_key][1](session, requests)
+    except KafkaError as error:
+        session.note("request_failed", api_key=api_key, code=error.code.name,
+                     message=error.message)
+        responses = [_error_response(request, error) for request in requests]
+    return [_answer(session, correlation_id, response)
+            for (_, correlation_id, *_), response in zip(decoded, responses, strict=True)]

@@ -29,7 +29,13 @@ from django.conf import settings
 
 import broker.apis  # noqa: F401  (registers the handlers)
 from broker.apis.transactions import TransactionTimeouts
-from broker.dispatch import MAX_THROTTLE_MS, dispatch
+from broker.dispatch import (
+    MAX_THROTTLE_MS,
+    MAX_TOGETHER,
+    dispatch,
+    dispatch_together,
+    goes_together,
+)
 from broker.errors import CloseConnection
 from broker.limits import ConnectionGate, Limits, Refused, address_of
 from broker.nodes import Beacon
@@ -109,6 +115,25 @@ async def _read_frame(reader: asyncio.StreamReader, listener: Listener, limits: 
     return await _within(reader.readexactly(size), waits)
 
 
+async def _received_with(reader: asyncio.StreamReader, frame: bytes,
+                         listener: Listener) -> list[bytes]:
+    """`frame` and the frames of its API key received whole after it and not read yet, when
+    its requests may be served together (dispatch.goes_together: consecutive Produce
+    requests, which a client sends several of before the first answer): at most
+    MAX_TOGETHER, and only what is there already, never waiting for more."""
+    frames = [frame]
+    if not goes_together(frame[:2]):
+        return frames
+    buffered = reader._buffer  # asyncio keeps what it received and nobody read yet here
+    while len(frames) < MAX_TOGETHER and len(buffered) >= 6:
+        size = int.from_bytes(buffered[:4], "big", signed=True)
+        if not 0 <= size <= listener.max_request_bytes or len(buffered) < 4 + size or \
+                buffered[4:6] != frame[:2]:
+            break
+        frames.append((await reader.readexactly(4 + size))[4:])
+    return frames
+
+
 def _peer_left(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """Whether the client closed the connection (asyncio tells "EOF received" only through this
     flag: at_eof() waits until the requests still buffered are read). Read from the thread
@@ -137,10 +162,15 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
         while True:
             frame = await _read_frame(reader, listener, limits,
                                       None if session.user else sign_in_by)
-            response = await dispatch(session, frame)
-            if response is not None:
-                writer.write(len(response).to_bytes(4, "big") + response)
-                await writer.drain()
+            frames = await _received_with(reader, frame, listener) if session.user else [frame]
+            if len(frames) == 1:
+                responses = [await dispatch(session, frame)]
+            else:
+                responses = await dispatch_together(session, frames)
+            for response in responses:
+                if response is not None:  # framed already (dispatch)
+                    writer.write(response)
+            await writer.drain()
             if session.throttle_seconds > 0:  # over a tenant's quota: muted meanwhile (KIP-219)
                 await asyncio.sleep(min(session.throttle_seconds, MAX_THROTTLE_MS / 1000))
             if session.close_after:  # answered, then closed (a failed sign-in, as Kafka does)

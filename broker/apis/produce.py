@@ -24,7 +24,7 @@ from broker.apis.transactions import produce_refusal
 from broker.codec import build
 from broker.compacted import MESSAGE as KEYLESS
 from broker.compacted import RecordErrors, keyless_decoded, keyless_raw
-from broker.dispatch import RequestHeader, handles, response_class
+from broker.dispatch import RequestHeader, handles, handles_together, response_class
 from broker.notify import data_arrived
 from broker.session import Session, forget_connection
 from replication.counters import count_refusal
@@ -128,25 +128,55 @@ def _batch_writes(partition: int, batches: list[RawBatch]) -> list[PartitionWrit
     return writes
 
 
-def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
-                  budget: Budget, abandoned: Callable[[], bool] | None = None,
-                  transactional: bool = False) -> list[PartitionAnswer]:
-    """One topic of a Produce request (in the thread pool)."""
+@dataclass(slots=True)
+class TopicProduce:
+    """One topic of a Produce request: its writes, the answers of partitions refused before
+    any append, and once appended (with the same topic's writes of the requests served
+    together) the topic or the error that refused it whole."""
+
+    resolved: ResolvedTopic
+    writes: list[PartitionWrite]
+    answers: list[PartitionAnswer]
+    topic: Any = None
+    error: Exception | None = None
+    stamp: int = -1
+
+
+def _prepared(resolved: ResolvedTopic, partitions: Any, budget: Budget,
+              transactional: bool) -> TopicProduce:
     writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional,
                               resolved.stream.compact)
-    writes = [w for w in writes if w.records or w.batches]
+    return TopicProduce(resolved, [w for w in writes if w.records or w.batches], answers)
+
+
+def _append_together(actor: AbstractBaseUser, produces: list[TopicProduce],
+                     abandoned: Callable[[], bool] | None) -> None:
+    """The writes of one topic's produces in one append (one store transaction for the plain
+    batches, in the requests' order), as one request's are."""
+    first = produces[0].resolved
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:
-        topic = messages_append(actor=actor, stream=resolved.stream, topic=resolved.topic,
-                                writes=writes, abandoned=abandoned, throttled=True)
+        topic = messages_append(actor=actor, stream=first.stream, topic=first.topic,
+                                writes=[w for p in produces for w in p.writes],
+                                abandoned=abandoned, throttled=True)
     except Exception as error:  # the whole topic refused: every partition says why
         forget_connection(error)
-        code, message = error_of(error)
+        for p in produces:
+            p.error = error
+        return
+    for p in produces:
+        p.topic, p.stamp = topic, stamp
+
+
+def _answers(produced: TopicProduce) -> list[PartitionAnswer]:
+    answers, writes = produced.answers, produced.writes
+    if produced.error is not None:
+        code, message = error_of(produced.error)
         return answers + [PartitionAnswer(w.partition, code, message=message) for w in writes]
     for w in writes:  # a refusal's traceback holds the records: free them now, not at a GC pass
         if w.error is not None:
             w.error.__traceback__ = None
-    append_time = topic.timestamptype == "LOGAPPENDTIME"
+    append_time = produced.topic.timestamptype == "LOGAPPENDTIME"
     seen: dict[int, PartitionAnswer] = {}
     for w in writes:
         if w.partition in seen:  # several batches of one partition: the first one's offset
@@ -158,41 +188,76 @@ def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: 
             answer.code, answer.message = error_of(w.error)
             answer.base_offset = -1
         elif append_time:
-            answer.log_append_time = stamp
+            answer.log_append_time = produced.stamp
     return answers + list(seen.values())
 
 
-def produce_request(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
+Topics = list[tuple[ResolvedTopic | None, Any]]
+
+
+def _kind(produced: TopicProduce) -> str:
+    sequenced = {w.sequence is not None for w in produced.writes}
+    return "mixed" if len(sequenced) > 1 else "sequenced" if True in sequenced else "plain"
+
+
+def _join(runs: list[list[TopicProduce]], produced: TopicProduce) -> None:
+    """Add a topic's produce to the last run of those appended together, or start one: an
+    append stores plain batches before idempotent ones (each in its own transaction), so
+    only requests holding one kind join, and a partition keeps the requests' order."""
+    kind = _kind(produced)
+    if runs and kind != "mixed" and _kind(runs[-1][-1]) == kind:
+        runs[-1].append(produced)
+    else:
+        runs.append([produced])
+
+
+def produce_request(actor: AbstractBaseUser, topics: Topics,
                     abandoned: Callable[[], bool] = lambda: False, acks: int = -1,
                     transactional: bool = False,
                     ) -> list[list[PartitionAnswer]] | None:
-    """`produce_topics` committing as `acks` asks: acks=all on the synchronous standby too,
-    acks=0 and 1 on the primary alone (replication/engine/durability.py)."""
+    """The answers to a Produce request (in the thread pool): `produce_requests` of one."""
+    answered = produce_requests(actor, [topics], abandoned, acks, transactional)
+    return None if answered is None else answered[0]
+
+
+def produce_requests(actor: AbstractBaseUser, requests: list[Topics],
+                     abandoned: Callable[[], bool] = lambda: False, acks: int = -1,
+                     transactional: bool = False,
+                     ) -> list[list[list[PartitionAnswer]]] | None:
+    """The answers to consecutive Produce requests of one connection (in the thread pool),
+    committing as `acks` asks: acks=all on the synchronous standby too, acks=0 and 1 on the
+    primary alone (replication/engine/durability.py). Each topic's writes of all the
+    requests go in one append, a partition's batches in the requests' order, so they share
+    one store transaction (one commit) and a refusal of it answers each of them.
+
+    None when the client left before they were written (`abandoned`): the answers could not
+    reach it, and librdkafka, which closes the connection when a request times out, retries
+    the batches, maybe renumbered under a bumped epoch; written late they would be stored
+    twice (invariant 10). Unanswered, they were never acknowledged, so writing nothing is
+    what the client was told. Each append checks it again once it holds its partitions (a
+    wait for the store is what times out)."""
+    rows: list[list[TopicProduce | list[PartitionAnswer]]] = []
+    together: dict[tuple[int, str], list[list[TopicProduce]]] = {}
+    for topics in requests:
+        budget = Budget(settings.KAFKA_MAX_BATCH_BYTES, settings.KAFKA_MAX_REQUEST_BYTES)
+        row: list[TopicProduce | list[PartitionAnswer]] = []
+        for resolved, data in topics:
+            if resolved is None:
+                row.append([PartitionAnswer(p.index, errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                            message="no such topic, or not visible to you")
+                            for p in data.partition_data])
+                continue
+            produced = _prepared(resolved, data.partition_data, budget, transactional)
+            _join(together.setdefault((resolved.stream.pk, resolved.topic), []), produced)
+            row.append(produced)
+        rows.append(row)
     with primary_commit_only(acks != -1):
-        return produce_topics(actor, topics, abandoned, transactional)
-
-
-def produce_topics(actor: AbstractBaseUser, topics: list[tuple[ResolvedTopic | None, Any]],
-                   abandoned: Callable[[], bool] = lambda: False, transactional: bool = False,
-                   ) -> list[list[PartitionAnswer]] | None:
-    """The answers to a Produce request (in the thread pool), or None when its client left
-    before it was written (`abandoned`): the answer could not reach it, and librdkafka, which
-    closes the connection when a request times out, retries the batches, maybe renumbered
-    under a bumped epoch; written late they would be stored twice (invariant 10). Unanswered,
-    they were never acknowledged, so writing nothing is what the client was told. Each append
-    checks it again once it holds its partitions (a wait for the store is what times out)."""
-    out, budget = [], Budget(settings.KAFKA_MAX_BATCH_BYTES, settings.KAFKA_MAX_REQUEST_BYTES)
-    for resolved, data in topics:
-        if abandoned():
-            return None
-        if resolved is None:
-            out.append([PartitionAnswer(p.index, errors.UNKNOWN_TOPIC_OR_PARTITION,
-                                        message="no such topic, or not visible to you")
-                        for p in data.partition_data])
-        else:
-            out.append(produce_topic(actor, resolved, data.partition_data, budget, abandoned,
-                                     transactional))
-    return out
+        for runs in together.values():
+            for produces in runs:
+                if abandoned():
+                    return None
+                _append_together(actor, produces, abandoned)
+    return [[x if isinstance(x, list) else _answers(x) for x in row] for row in rows]
 
 
 def _entry(answer: PartitionAnswer) -> dict[str, Any]:
@@ -208,12 +273,16 @@ def _entry(answer: PartitionAnswer) -> dict[str, Any]:
     return entry
 
 
-@handles(0, 3, 9)
-async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
+async def _topics_of(session: Session, request: Any) -> Topics:
     if request.acks not in (0, 1, -1):
         raise errors.KafkaError(errors.INVALID_REQUIRED_ACKS,
                                 f"acks {request.acks}: use 0, 1 or -1 (all)")
-    topics = [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
+    return [(await session.resolve(t.name, create=True), t) for t in request.topic_data]
+
+
+@handles(0, 3, 9)
+async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
+    topics = await _topics_of(session, request)
     transactional = request.transactional_id is not None
     refused = await produce_refusal(session, request, topics) if transactional else None
     if refused is not None:  # KIP-890: not in the producer's ongoing transaction
@@ -228,6 +297,34 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None
+    return await _respond(session, request, topics, answers)
+
+
+def _together(requests: list[Any]) -> bool:
+    """Whether consecutive Produce requests may be served together: all answered (acks 1 or
+    all, the same), none transactional (each must be checked against its transaction)."""
+    return (len({r.acks for r in requests}) == 1 and requests[0].acks in (1, -1)
+            and all(r.transactional_id is None for r in requests))
+
+
+@handles_together(0, _together)
+async def produce_together(session: Session, requests: list[Any]) -> list[Any]:
+    """Consecutive Produce requests of one connection (a client with several in flight, as
+    librdkafka's up to 5) served together: their batches appended in one store transaction
+    per topic, in the requests' order, and each answered in turn as if served alone (a
+    refusal of the shared transaction answers each of them)."""
+    topics = [await _topics_of(session, r) for r in requests]
+    answers = await session.run_sync(produce_requests, session.user, topics, session.peer_left,
+                                     requests[0].acks)
+    if answers is None or session.peer_left():
+        session.note("produce_abandoned", reason="the client closed the connection first")
+        return [None] * len(requests)
+    return [await _respond(session, r, t, a)
+            for r, t, a in zip(requests, topics, answers, strict=True)]
+
+
+async def _respond(session: Session, request: Any, topics: Topics,
+                   answers: list[list[PartitionAnswer]]) -> Any:
     await session.throttle_for({r.stream.tenant_id for r, _ in topics if r is not None}, PRODUCE)
     for (resolved, data), parts in zip(topics, answers, strict=True):
         if resolved is not None and any(a.code == errors.NONE for a in parts):
@@ -241,4 +338,3 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
     return build(response_class(request), throttle_time=0, responses=[
         {"name": t.name, "partition_responses": [_entry(a) for a in parts]}
         for (_, t), parts in zip(topics, answers, strict=True)])
-

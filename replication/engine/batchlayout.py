@@ -8,6 +8,7 @@ SQLite's); the rules no dialect touches are batchrules.py's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Unpack
 from uuid import UUID
@@ -39,6 +40,7 @@ from replication.engine.statements import (
     TIME_BATCH,
     TRUNCATE,
     TRUNCATE_CURSORS,
+    WATERMARKS,
 )
 from replication.engine.store import (
     Applied,
@@ -50,6 +52,7 @@ from replication.engine.store import (
     ReadBounds,
     ReturnToOrigin,
     StoreError,
+    UnknownTopic,
     encode_headers,
     partition_stats_from,
     record_size,
@@ -62,7 +65,13 @@ from replication.engine.stored import (
     message_batch,
     messages_of,
 )
-from replication.engine.txnstate import TransactionRanges
+from replication.engine.txnstate import (
+    ABORTED_FROM,
+    STABLE,
+    TransactionRanges,
+    TxnView,
+    fetched_below,
+)
 
 
 class BatchLayout(TransactionRanges, CompactionMethods):
@@ -143,6 +152,50 @@ class BatchLayout(TransactionRanges, CompactionMethods):
             rows = self._binary(conn).execute(self._sql(FETCH_BATCHES),
                                               (pid, offset, max_bytes, offset)).fetchall()
         return fetched(rows, offset)
+
+    def fetch_partitions(self, stream: UUID, topic: str, reads: Sequence[tuple[int, int, int]],
+                         committed: bool = False,
+                         ) -> tuple[dict[int, tuple[int, int]], list[Fetched], list[TxnView]]:
+        """The topic's watermarks, and `fetch` of each (partition, offset, max_bytes) read
+        with them, on one connection (PostgreSQL: in one round trip, the statements in the
+        order the calls one by one would run them); `committed` (read_committed): each read
+        with `txn_view` (else the high watermark is stable) and stopped at it. A partition
+        the topic lacks fetches nothing; so may an offset outside the watermarks, which the
+        caller refuses from them."""
+        with self._reading() as conn:
+            pids = []
+            for partition, _, _ in reads:
+                try:
+                    pids.append(self._pid(conn, stream, topic, partition))
+                except PartitionOutOfRange:
+                    pids.append(None)
+            queries = [(WATERMARKS, (self._key(stream), topic))]
+            for pid, (_, offset, max_bytes) in zip(pids, reads, strict=True):
+                if pid is not None:
+                    queries += [(STABLE, (pid,)), (ABORTED_FROM, (pid, offset))] if committed \
+                        else []
+                    queries.append((FETCH_BATCHES, (pid, offset, max_bytes, offset)))
+            answers = iter(self._read_all(conn, queries))
+        marks = {p: (low, high) for p, low, high in next(answers)}
+        if not marks:
+            raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
+        found, views = [], []
+        for pid, (partition, offset, _) in zip(pids, reads, strict=True):
+            high = marks.get(partition, (0, 0))[1]
+            view = TxnView(high, [])
+            if pid is not None and committed:
+                first = next(answers)[0][0]
+                stable = high if first is None else min(first, high)
+                view = TxnView(stable, [(int(p), int(f)) for p, f in next(answers)
+                                        if f < stable and offset < stable])
+            got = Fetched(b"", 0, 0) if pid is None else fetched(next(answers), offset)
+            found.append(fetched_below(got, view.stable) if view.stable < high else got)
+            views.append(view)
+        return marks, found, views
+
+    def _read_all(self, conn: Connection, queries: list[tuple[str, tuple]]) -> list[list]:
+        """The rows of each (statement, arguments), bytes in binary."""
+        return [self._binary(conn).execute(self._sql(q), args).fetchall() for q, args in queries]
 
     def offset_for_time(self, stream: UUID, topic: str, partition: int,
                         timestamp_ms: int) -> tuple[int, int] | None:

@@ -59,6 +59,12 @@ SELECT producer_id, first_offset FROM txn_ranges
 WHERE pid = %s AND aborted AND marker_offset >= %s AND first_offset < %s
 ORDER BY first_offset
 """
+# The same from `offset` on, to any stable offset: a fetch's pipeline (batchlayout.py) sends
+# it before it knows the last stable offset, and keeps those starting below it.
+ABORTED_FROM = """
+SELECT producer_id, first_offset FROM txn_ranges
+WHERE pid = %s AND aborted AND marker_offset >= %s ORDER BY first_offset
+"""
 OPEN_RANGES = """
 SELECT producer_id, first_offset FROM txn_ranges
 WHERE pid = %s AND marker_offset IS NULL ORDER BY first_offset

@@ -12,7 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from replication.counters import CONSUMED, count_traffic
 from replication.engine.store import OffsetOutOfRange
-from replication.engine.txnstate import fetched_below
+from replication.engine.stored import Fetched
+from replication.engine.txnstate import TxnView, fetched_below
 from replication.errors import NotFound
 from replication.models import Stream, Topic
 from replication.quotas import FETCH, quota_charge
@@ -49,10 +50,19 @@ def messages_fetch_partitions(
     offset, with the aborted transactions of what is read."""
     target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
     store = store_for(stream.cluster)
-    marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
     committed = committed and store.KEEPS_BATCHES  # a row store holds no transaction
+    together: tuple[list[Fetched], list[TxnView]] | None = None
+    if store.KEEPS_BATCHES and sum(r.max_bytes for r in reads) <= max_bytes:
+        # The budget cannot stop a partition before its own: every read in one go (and on
+        # PostgreSQL one round trip), the watermarks and transactions with them.
+        marks, found, views = _on_store(target, lambda: store.fetch_partitions(  # type: ignore
+            stream.uuid, target.name, [(r.partition, r.offset, r.max_bytes) for r in reads],
+            committed))
+        together = (found, views)
+    else:
+        marks = _on_store(target, lambda: store.watermarks(stream.uuid, target.name))
     left, count, nbytes = max_bytes, 0, 0
-    for read in reads:
+    for i, read in enumerate(reads):
         if read.partition not in marks:
             read.error = NotFound(f"partition {read.partition} does not exist: {target} has "
                                   f"partitions 0 to {target.partitions - 1}")
@@ -62,14 +72,20 @@ def messages_fetch_partitions(
         if not read.low <= read.offset <= read.high:
             read.error = OffsetOutOfRange(read.offset, read.low, read.high)
             continue
-        if committed:
+        if together is not None:
+            if committed:
+                read.stable, read.aborted = together[1][i]
+        elif committed:
             read.stable, read.aborted = store.txn_view(  # type: ignore[attr-defined]
                 stream.uuid, target.name, read.partition, read.offset, read.high)
         if read.offset < read.stable and left > 0:
-            fetched = store.fetch(stream.uuid, target.name, read.partition, read.offset,
-                                  min(read.max_bytes, left))
-            if read.stable < read.high:
-                fetched = fetched_below(fetched, read.stable)
+            if together is not None:  # stopped at the last stable offset already
+                fetched = together[0][i]
+            else:
+                fetched = store.fetch(stream.uuid, target.name, read.partition, read.offset,
+                                      min(read.max_bytes, left))
+                if read.stable < read.high:
+                    fetched = fetched_below(fetched, read.stable)
             if count and len(fetched.data) > left:
                 continue  # a lone oversized batch: only the first partition may send one
             read.data, left = fetched.data, left - len(fetched.data)

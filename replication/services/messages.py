@@ -404,9 +404,11 @@ def _append_batches(target: Topic, append: Callable, good: list[PartitionWrite])
         except Exception as error:  # the caller answers it, per partition
             for write in plain:
                 write.error = error
-        else:
+        else:  # a partition's writes in order (consecutive Produce requests served together)
+            at = dict(firsts)
             for write in plain:
-                write.base_offset = firsts[write.partition]
+                write.base_offset = at[write.partition]
+                at[write.partition] += write.count
     for write in good:
         if write.sequence is not None:
             try:

@@ -13,7 +13,7 @@ from psycopg.pq import TransactionStatus
 from replication.engine.batches import layout_batch
 from replication.engine.durability import LOCAL_COMMIT, local_commit
 from replication.engine.pg.catalog import Catalog
-from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_PUT
+from replication.engine.pg.schema import COPY_IN, COPY_TYPES, RESERVE, SEQ_GET, SEQ_PUT
 from replication.engine.sequences import (
     ProducerState,
     sequenced_partition,
@@ -33,18 +33,26 @@ class _Retried(Exception):
 
 
 @contextlib.contextmanager
-def _committing(conn: psycopg.Connection) -> Iterator[None]:
-    """Commit the transaction begun by hand inside the block (its BEGIN rides in a pipeline
-    with the first statements), or roll it back on any error."""
+def _rolled_back(conn: psycopg.Connection) -> Iterator[None]:
+    """Roll back the transaction begun by hand inside the block on any error; the block
+    commits it itself."""
     try:
         yield
     except BaseException:
         if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
             conn.execute("ROLLBACK")
         raise
-    if local_commit():  # acks=0/1: the primary's own commit answers (engine/durability.py)
-        conn.execute(LOCAL_COMMIT)
-    conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _committing(conn: psycopg.Connection) -> Iterator[None]:
+    """Commit the transaction begun by hand inside the block (its BEGIN rides in a pipeline
+    with the first statements), or roll it back on any error."""
+    with _rolled_back(conn):
+        yield
+        if local_commit():  # acks=0/1: the primary's own commit answers (engine/durability.py)
+            conn.execute(LOCAL_COMMIT)
+        conn.execute("COMMIT")
 
 
 class Appending(Catalog):
@@ -119,18 +127,34 @@ class Appending(Catalog):
         partitions never deadlock. (Measured faster than BEGIN, then the UPDATEs, and than a
         PL/pgSQL function doing them.) `totals`: (records, logical bytes) per partition.
         Returns the first offset of each target partition."""
-        order = sorted(pids, key=pids.__getitem__)
-        params = [
-            {"id": pids[p], "n": totals[p][0], "b": totals[p][1], "s": stream, "t": topic}
-            for p in order
-        ]
-        with conn.pipeline():
-            conn.execute("BEGIN")
-            cur.executemany(RESERVE, params, returning=True)
-        rows = cur.fetchall()
-        while cur.nextset():
-            rows += cur.fetchall()
-        if len(rows) != len(order) or any(n != partitions for *_, n in rows):
-            raise _TopicChanged  # rolls the transaction back: the offsets are given back
-        first = {pid: off for pid, off, _ in rows}
-        return {p: first[pid] for p, pid in pids.items()}
+        return reserve(conn, cur, stream, topic, partitions, pids, totals)[0]
+
+
+def reserve(conn: psycopg.Connection, cur: psycopg.Cursor, stream: UUID, topic: str,
+            partitions: int, pids: dict[int, int], totals: dict[int, tuple[int, int]],
+            producer: tuple[int, int] | None = None,
+            ) -> tuple[dict[int, int], ProducerState | None]:
+    """`Appending._reserve`, and with `producer` (partition id, producer id) that producer's
+    state read in the same round trip: a statement of its own after the UPDATEs, so its
+    snapshot is taken once the partition's row lock is held and sees the state the last
+    append of the partition committed."""
+    order = sorted(pids, key=pids.__getitem__)
+    params = [
+        {"id": pids[p], "n": totals[p][0], "b": totals[p][1], "s": stream, "t": topic}
+        for p in order
+    ]
+    state = conn.cursor() if producer is not None else None
+    with conn.pipeline():
+        conn.execute("BEGIN")
+        cur.executemany(RESERVE, params, returning=True)
+        if state is not None:
+            state.execute(SEQ_GET, producer)
+    rows = cur.fetchall()
+    while cur.nextset():
+        rows += cur.fetchall()
+    if len(rows) != len(order) or any(n != partitions for *_, n in rows):
+        raise _TopicChanged  # rolls the transaction back: the offsets are given back
+    first = {pid: off for pid, off, _ in rows}
+    got = state.fetchone() if state is not None else None
+    return ({p: first[pid] for p, pid in pids.items()},
+            ProducerState(got[0], *map(tuple, got[1:])) if got else None)

@@ -41,3 +41,13 @@ STORAGE_SET = "ALTER TABLE batches ALTER COLUMN data SET STORAGE EXTERNAL"
 COPY_IN = f"COPY batches (pid, {BATCH_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "int4", "int2",
               "int8", "bytea", "text", "int8", "bytea"]
+# An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
+# the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
+# bytes; in binary (%b): the text form escapes every byte of the batches.
+INSERT_BATCHES = f"""
+INSERT INTO batches (pid, {BATCH_COLUMNS})
+SELECT p, bo, lo, r, ft, mt, pr, e, bs, a, c, encode(o, 'hex')::uuid, n, z, d
+FROM unnest(%b::int4[], %b::int8[], %b::int8[], %b::int4[], %b::int8[], %b::int8[], %b::int8[],
+    %b::int2[], %b::int4[], %b::int2[], %b::int8[], %b::bytea[], %b::text[], %b::int8[],
+    %b::bytea[]) AS u(p, bo, lo, r, ft, mt, pr, e, bs, a, c, o, n, z, d)
+"""

@@ -21,12 +21,18 @@ import psycopg
 
 from replication.engine.batchlayout import BatchLayout
 from replication.engine.batchrules import placed, record_batches, renumbered
-from replication.engine.pg.append import _committing, _Retried, _TopicChanged
+from replication.engine.durability import LOCAL_COMMIT, local_commit
+from replication.engine.pg.append import _Retried, _rolled_back, _TopicChanged, reserve
 from replication.engine.pg.schema import LOCK
 from replication.engine.pg.store import PostgresStore
 from replication.engine.pgbatch import schema as s
 from replication.engine.pgbatch.apply import copy_batches
-from replication.engine.sequences import ProducerBatch, sequenced_partition
+from replication.engine.sequences import (
+    ProducerBatch,
+    sequence_check,
+    sequence_next,
+    sequenced_partition,
+)
 from replication.engine.store import (
     PartitionOutOfRange,
     Produce,
@@ -52,6 +58,15 @@ class PgBatchStore(BatchLayout, PostgresStore):
 
     def _binary(self, conn: psycopg.Connection) -> psycopg.Cursor:
         return conn.cursor(binary=True)
+
+    def _read_all(self, conn: psycopg.Connection, queries: list[tuple[str, tuple]],
+                  ) -> list[list]:
+        # One round trip for a Fetch's topic: the statements ride a pipeline.
+        cursors = [self._binary(conn) for _ in queries]
+        with conn.pipeline():
+            for cur, (query, args) in zip(cursors, queries, strict=True):
+                cur.execute(query, args)
+        return [cur.fetchall() for cur in cursors]
 
     def _lock_many(self, conn: psycopg.Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
         return {pid: (low, nxt) for pid, low, nxt in conn.execute(LOCK, (sorted(pids),))}
@@ -125,29 +140,48 @@ class PgBatchStore(BatchLayout, PostgresStore):
     def _write_once(self, stream: UUID, topic: str, ids: list[int], batches: dict[int, list],
                     sequence: ProducerBatch | None, admit: Callable[[], None] | None,
                     numbered: Callable[[Any, int], tuple]) -> dict[int, int]:
-        """Reserve each partition's offsets, check the producer's sequence, admit, and copy
-        the batches in, each numbered from its first offset, in one transaction; the first
-        offset of each partition."""
+        """Reserve each partition's offsets, check the producer's sequence, admit, and insert
+        the batches, each numbered from its first offset, in one transaction; the first
+        offset of each partition.
+
+        Two round trips to the store: BEGIN, the reservations (which lock the partitions'
+        rows) and the producer's state in one pipeline; then its new state, the batch rows,
+        the transactions' ranges and COMMIT in another, sent before the fence's read of the
+        control database (`admit`, which must follow the locks: see fence_appends) so the
+        store works while it runs, the COMMIT last, once admitted."""
         pids = {p: ids[p] for p in batches}
         totals = {p: (sum(b.records for b in bs), sum(b.size for b in bs))
                   for p, bs in batches.items()}
-        with self._pool.connection() as conn, _committing(conn), conn.cursor() as cur:
-            firsts = self._reserve(conn, cur, stream, topic, len(ids), pids, totals)
+        with self._pool.connection() as conn, _rolled_back(conn), conn.cursor() as cur:
+            producer = None
             if sequence is not None:
                 ((p, pid),) = pids.items()
-                retried = self._sequence(cur, pid, sequence, firsts[p])
+                producer = (pid, sequence.producer_id)
+            firsts, state = reserve(conn, cur, stream, topic, len(ids), pids, totals, producer)
+            if sequence is not None:
+                retried = sequence_check(state, sequence)
                 if retried is not None:
                     raise _Retried(retried)  # rolls back: the reserved offsets are given back
-            if admit is not None:
-                admit()  # under the partitions' locks: see fence_appends
             rows = []
-            with cur.copy(s.COPY_IN) as copy:
-                copy.set_types(s.COPY_TYPES)
-                for p, bs in batches.items():
-                    at = firsts[p]
-                    for b in bs:
-                        rows.append((pids[p], numbered(b, at)))
-                        copy.write_row((pids[p], *rows[-1][1]))
-                        at += b.records
-            self._open_ranges(conn, rows)
+            for part, bs in batches.items():
+                at = firsts[part]
+                for b in bs:
+                    rows.append((pids[part], numbered(b, at)))
+                    at += b.records
+            with conn.pipeline():  # each statement is sent as it is executed
+                if producer is not None:
+                    self._put_state(cur, *producer, sequence_next(state, sequence, firsts[p]))
+                if rows:
+                    cur.execute(s.INSERT_BATCHES, columns(rows), binary=True)
+                self._open_ranges(conn, rows)
+                if admit is not None:
+                    admit()  # under the partitions' locks: see fence_appends
+                if local_commit():  # acks=0/1: the primary's own commit answers
+                    conn.execute(LOCAL_COMMIT)
+                conn.execute("COMMIT")
         return firsts
+
+
+def columns(rows: list[tuple[int, StoredBatch]]) -> list[list]:
+    """INSERT_BATCHES' parameters: the rows' (partition id, batch) columns, one list each."""
+    return [[pid for pid, _ in rows], *map(list, zip(*(b for _, b in rows), strict=True))]

@@ -30,6 +30,7 @@ from replication.engine.store import (
     now_ms,
 )
 from replication.engine.stored import check_batches
+from replication.engine.txnstate import fetched_below
 from tests.batches import split_batches
 from tests.replication.engine.conftest import _open_net, sqlite_rows
 
@@ -116,6 +117,24 @@ def test_fetch_returns_whole_batches_the_first_always_then_while_they_fit(store,
     records = [r for b in decode_batches(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
                for r in b.records]
     assert [r.value for r in records] == [b"v%d" % i for i in range(30)]
+
+
+def test_a_fetch_of_several_partitions_at_once_reads_what_each_fetch_would(store, stream):
+    store.ensure_topic(stream, "t", 3)
+    for start in (0, 10, 20):
+        store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
+    store.append_raw(stream, "t", 2, _batch(4), origin=ORIGIN)
+    one = len(store.fetch(stream, "t", 0, 0, 1)[0])
+    reads = [(0, 15, 2 * one), (1, 0, 1 << 20), (2, 1, 1 << 20), (7, 0, 1 << 20)]
+    for committed in (False, True):
+        marks, got, views = store.fetch_partitions(stream, "t", reads, committed)
+        assert marks == store.watermarks(stream, "t") == {0: (0, 30), 1: (0, 0), 2: (0, 4)}
+        assert got[:3] == [store.fetch(stream, "t", p, o, n) for p, o, n in reads[:3]]
+        assert got[0].records == 15 and got[2].records == 3
+        assert got[3] == (b"", 0, 0)  # a partition the topic lacks: nothing
+        assert views[:3] == [(30, []), (0, []), (4, [])]  # no transaction: all stable
+    with pytest.raises(UnknownTopic):
+        store.fetch_partitions(stream, "nope", [(0, 0, 1)])
 
 
 def test_corrupt_or_oversized_batches_are_refused_and_nothing_is_written(store, stream):
@@ -383,3 +402,23 @@ def test_a_promoted_replica_aborts_the_transactions_left_open_and_a_truncate_reo
     assert store.txn_view(target, "t", 0, 0, 0) == (0, [])
     store.append(target, "t", [Record(b"plain")], origin=target)
     assert store.txn_view(target, "t", 0, 0, 1) == (1, [])  # no range left behind
+
+
+def test_a_read_committed_fetch_of_several_partitions_stops_where_one_by_one_does(store, stream):
+    store.ensure_topic(stream, "t", 2)
+    store.append_batches(stream, "t", {0: _transactional(3, 61, 0)}, origin=ORIGIN)
+    store.write_marker(stream, "t", 0, producer_id=61, epoch=0, commit=False, origin=ORIGIN)
+    store.append_raw(stream, "t", 0, _batch(2), origin=ORIGIN)  # 4, 5
+    store.append_batches(stream, "t", {0: _transactional(2, 62, 0)}, origin=ORIGIN)  # open, 6
+    store.append_raw(stream, "t", 1, _batch(2), origin=ORIGIN)
+    reads = [(0, 0, 1 << 20), (0, 5, 1 << 20), (1, 0, 1 << 20), (0, 6, 1 << 20)]
+    marks, got, views = store.fetch_partitions(stream, "t", reads, committed=True)
+    for (partition, offset, n), found, view in zip(reads, got, views, strict=True):
+        high = marks[partition][1]
+        expected = store.txn_view(stream, "t", partition, offset, high)
+        assert view == expected
+        if offset < view.stable:
+            assert found == fetched_below(store.fetch(stream, "t", partition, offset, n),
+                                          view.stable)
+    assert views[0] == (6, [(61, 0)]) and got[0].records == 6  # the open one held back
+    assert views[1] == (6, []) and views[2] == (2, [])
