@@ -128,12 +128,19 @@ def _batch_writes(partition: int, batches: list[RawBatch]) -> list[PartitionWrit
     return writes
 
 
+def _compacted(resolved: ResolvedTopic) -> bool:
+    """Whether the topic's cleanup.policy compacts it (its own, else its stream's)."""
+    if resolved.record is None:
+        return resolved.stream.compact
+    return "compact" in (resolved.record.cleanuppolicy or resolved.stream.cleanuppolicy)
+
+
 def produce_topic(actor: AbstractBaseUser, resolved: ResolvedTopic, partitions: Any,
                   budget: Budget, abandoned: Callable[[], bool] | None = None,
                   transactional: bool = False) -> list[PartitionAnswer]:
     """One topic of a Produce request (in the thread pool)."""
     writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional,
-                              resolved.stream.compact)
+                              _compacted(resolved))
     writes = [w for w in writes if w.records or w.batches]
     stamp = now_ms()  # a log-append-time topic stamps the batch at about this instant
     try:

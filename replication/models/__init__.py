@@ -19,6 +19,7 @@ from replication.models.moving import GatewayLink, MovingLink, carried_topics
 from replication.models.streams import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     PERMISSIONS,
+    CleanupPolicy,
     Cluster,
     Compression,
     Gateway,
@@ -30,6 +31,7 @@ from replication.models.streams import (
 __all__ = [
     "GATEWAY_HEARTBEAT_TIMEOUT",
     "PERMISSIONS",
+    "CleanupPolicy",
     "Cluster",
     "Compression",
     "DefaultStream",

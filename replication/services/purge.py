@@ -161,6 +161,10 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
     store, deleted = store_for(stream.cluster), 0
     # Alarm on replicas that have not received what is about to go (operations/alarms.py).
     stream_expiring.send(sender=Stream, stream=stream, before_ms=now_ms - stream.ttl * 1000)
-    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
+    # A compact-only topic (Kafka's cleanup.policy=compact) keeps its messages until
+    # compaction removes them, whatever its stream's ttl.
+    keep = frozenset(t.name for t in stream.topics.all() if not t.expires)
+    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000,
+                                batch=batch, keep=keep):
         deleted += count
     return deleted
