@@ -25,6 +25,8 @@ DOCS = {
     "compression.type": "the stream's -compression; setting it on a topic sets it for every "
                         "topic of the stream",
     "message.timestamp.type": "the topic's -timestamptype",
+    "retention.bytes": "-1: no size limit (a stream's retention is its -ttl; quota and plan "
+                       "limits bound its size)",
     "max.message.bytes": "the largest message the listener accepts (STREAMGATE_MAX_MESSAGE_BYTES)",
     "cleanup.policy": "the topic's -cleanuppolicy (compact: the latest message per key kept, "
                       "the stream's -ttl not applied; compact,delete: both; delete: no "
@@ -60,6 +62,7 @@ def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
         lag, retention, ratio = topic.compaction()
     return {
         "retention.ms": str(stream.ttl * 1000 if stream.ttl else -1),
+        "retention.bytes": "-1",
         "compression.type": COMPRESSION.get(stream.compression, stream.compression),
         "message.timestamp.type": TIMESTAMP[TimestampType(kind)],
         "max.message.bytes": str(settings.MAX_MESSAGE_BYTES),
@@ -236,7 +239,8 @@ def _dirty_ratio(value: str) -> float:
 
 
 # DescribeConfigs' config_type (Kafka's ConfigType): LONG 5, INT 3, LIST 7, DOUBLE 6.
-CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7,
+CONFIG_TYPES = {"retention.ms": 5, "retention.bytes": 5, "max.message.bytes": 3,
+                "cleanup.policy": 7,
                 "min.compaction.lag.ms": 5, "delete.retention.ms": 5,
                 "min.cleanable.dirty.ratio": 6}  # else STRING
 

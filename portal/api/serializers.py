@@ -245,6 +245,8 @@ class TopicSerializer(serializers.ModelSerializer):
     is_origin = serializers.BooleanField(read_only=True)
     policy = serializers.CharField(read_only=True, help_text=(
         "Kafka's cleanup.policy in force: the topic's cleanuppolicy, else the stream's"))
+    cleanuppolicy = serializers.CharField(read_only=True, help_text=(
+        "the topic's own cleanup.policy; empty: the stream's -compact"))
 
     class Meta:
         model = Topic
