@@ -3,13 +3,15 @@ apps' own environment (pyproject's `apps` extra: quixstreams caps confluent-kafk
 version the test extra runs), as a subprocess against a real listener: a quixstreams
 application with a stateful count and processing_guarantee="exactly-once", killed -9 again
 and again while input flows, whose output read with read_committed holds each result exactly
-once and whose state survives every restart from its compacted changelog."""
+once and whose state survives every restart from its compacted changelog; a faust-streaming
+application whose in-memory Table comes back from its changelog after a kill -9."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -76,8 +78,14 @@ class App:
     def start(self, state_dir: Path) -> None:
         self.runs += 1
         log = (self.workdir / f"run-{self.runs}.log").open("ab")
-        self.process = subprocess.Popen([self.python, str(self.script), str(state_dir)],
-                                        env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [self.python, str(self.script), *self.args(state_dir)], env=self.env, stdout=log,
+            stderr=subprocess.STDOUT, cwd=state_dir if self.script.stem == "faust_tally" else None)
+
+    def args(self, state_dir: Path) -> list[str]:
+        if self.script.stem == "faust_tally":  # a worker, its data directory in state_dir
+            return ["worker", "-l", "info", "--without-web"]
+        return [str(state_dir)]
 
     def kill(self) -> None:
         assert self.process is not None
@@ -168,3 +176,55 @@ def test_a_quixstreams_exactly_once_count_survives_kill_9(kafka, app_stream, tmp
         assert [v["count"] for v in per_key[key]] == list(range(1, len(ns) + 1))
     changelogs = Topic.objects.filter(stream=app_stream, name__startswith="changelog__")
     assert [t.policy for t in changelogs] == ["compact"]
+
+
+def tallies(app: App) -> dict[str, int]:
+    """The latest count per key the faust application printed in its current run (faust logs
+    what its agents print)."""
+    assert app.process is not None
+    log = (app.workdir / f"run-{app.runs}.log").read_text(errors="replace")
+    latest: dict[str, int] = {}
+    for found in re.finditer(r'\{"key": "(\w+)", "count": (\d+)\}', log):
+        latest[found[1]] = int(found[2])
+    return latest
+
+
+def wait_for(app: App, wanted: dict[str, int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while tallies(app) != wanted:
+        assert app.process is not None and app.process.poll() is None, app.logs()
+        assert time.monotonic() < deadline, f"{tallies(app)} != {wanted}\n{app.logs()}"
+        time.sleep(0.5)
+
+
+def wait_committed(kafka, group: str, topic: str, offset: int, timeout: float) -> None:
+    consumer = Consumer(kafka.confluent(**{"group.id": group}))
+    deadline = time.monotonic() + timeout
+    try:
+        while consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset < offset:
+            assert time.monotonic() < deadline, f"{group} did not commit {topic} {offset}"
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+def test_a_faust_table_is_recovered_from_its_changelog_after_a_restart(kafka, app_stream,
+                                                                      tmp_path):
+    app = App(kafka, "faust_tally.py", tmp_path)
+    producer = Producer(kafka.confluent())
+    try:
+        app.start(tmp_path)
+        for n in range(50):
+            producer.produce("fwords", b"x", KEYS[n % len(KEYS)])
+        assert producer.flush(30) == 0
+        wait_for(app, dict.fromkeys(KEYS, 10), timeout=40)
+        wait_committed(kafka, "tally", "fwords", 50, timeout=20)  # faust is at-least-once
+        app.kill()  # the table lived in memory only: all that is left is its changelog
+        app.start(tmp_path)
+        producer.produce("fwords", b"x", KEYS[0])
+        assert producer.flush(30) == 0
+        wait_for(app, {KEYS[0]: 11}, timeout=40)
+    finally:
+        app.stop()
+    changelog = Topic.objects.get(stream=app_stream, name="tally-counts-changelog")
+    assert changelog.policy == "compact"
