@@ -25,6 +25,7 @@ from replication.engine.store import Message
 from replication.engine.storebase import MessageStore
 from replication.models import Stream, Topic
 from replication.services.purge import _replica_safe_ends, watermarks
+from replication.services.topiccompaction import origin_topics
 from replication.stores import store_for
 
 
@@ -51,13 +52,8 @@ def compacted_streams() -> QuerySet[Stream]:
 def _policies(stream: Stream) -> dict[str, Policy]:
     """Each compacted topic of the stream and its policy, as its origin topic has it (a
     replica compacts its copy by the origin's rule)."""
-    topics = list(stream.topics.values_list("name", "origin_uuid"))
-    origin_topics = Topic.objects.select_related("stream").filter(
-        stream__uuid__in={origin for _, origin in topics},
-        name__in={name for name, _ in topics})
-    found = {(t.stream.uuid, t.name): t for t in origin_topics}
-    return {name: Policy(*t.compaction()) for name, origin in topics
-            if (t := found.get((origin, name))) is not None and t.compacted}
+    return {name: Policy(*t.compaction()) for name, t in origin_topics(stream).items()
+            if t.compacted}
 
 
 def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPass:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from replication.errors import InvalidInput
-from replication.models import CleanupPolicy
+from replication.models import CleanupPolicy, Stream, Topic
 
 COMPACTION = ("cleanuppolicy", "mincompactionlag", "deleteretention", "mincleanabledirtyratio")
 INHERIT_POLICY, INHERIT = "stream", -1
@@ -60,3 +60,15 @@ def compaction_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
     if (ratio := options.get("mincleanabledirtyratio")) is not None:
         out["mincleanabledirtyratio"] = _ratio(ratio)
     return out
+
+
+def origin_topics(stream: Stream) -> dict[str, Topic]:
+    """Each topic of the stream as its origin has it (itself at its origin): a replica's copy
+    is compacted, and kept from its stream's ttl, by the origin topic's policy, so the copies
+    end with the same latest value per key."""
+    topics = list(stream.topics.values_list("name", "origin_uuid"))
+    found = Topic.objects.select_related("stream").filter(
+        stream__uuid__in={origin for _, origin in topics},
+        name__in={name for name, _ in topics})
+    by_origin = {(t.stream.uuid, t.name): t for t in found}
+    return {name: t for name, origin in topics if (t := by_origin.get((origin, name)))}

@@ -83,3 +83,17 @@ def test_a_replica_compacts_a_topic_by_its_origin_topics_policy(layout, owner, a
     for stream in (activity, activity_ny):
         assert stream_compact(stream=stream, now_ms=LATER).removed == 1
     assert kept(activity_ny) == kept(activity) == [(1, b"b", b"1"), (2, b"a", b"2")]
+
+
+@BATCHES
+def test_a_replicas_copy_of_a_compact_only_topic_outlives_the_replicas_ttl(
+        layout, owner, activity, activity_ny):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1,
+                 cleanuppolicy="compact")
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    produce(owner, activity, "clicks", [(b"a", b"1"), (b"b", b"1")])
+    replicate(activity, activity_ny, 2)
+    assert activity_ny.ttl and stream_expire(stream=activity_ny, now_ms=LATER) == 0
+    assert store_for(activity_ny.cluster).watermarks(activity_ny.uuid, "clicks") == {
+        0: (0, 2)}
