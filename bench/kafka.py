@@ -30,6 +30,7 @@ printed per 1,000 messages.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -74,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rest-seconds", type=float, default=5.0)
     add_layout_argument(parser)
+    parser.add_argument("--transactions", action="store_true",
+                        help="transactional produce (transactions of 1,000 messages) beside "
+                             "idempotent produce, read_committed beside read_uncommitted "
+                             "consume (bench/kafka_txn.py)")
     parser.add_argument("--profile", default="",
                         help="write py-spy's collapsed stacks of the listener here (FILE.txt)")
 
@@ -168,11 +174,12 @@ def profile(listener: Listener, path: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def kafka_consume(config: dict, starts: dict[int, int], messages: int) -> float:
+def kafka_consume(config: dict, starts: dict[int, int], messages: int,
+                  isolation: str = "read_uncommitted") -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**config, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "isolation.level": isolation})
     consumer.assign([TopicPartition(TOPIC, p, o) for p, o in starts.items()])
     got, start = 0, time.perf_counter()
     try:
@@ -293,8 +300,10 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
     return {**result, **compression_runs(config, store_url, args)}
 
 
-def main(args: argparse.Namespace) -> int:
-    results: dict[str, list[float]] = {k: [] for k in MEASURES}
+@contextlib.contextmanager
+def served(args: argparse.Namespace) -> Iterator[tuple[Portal, Listener, str, str]]:
+    """A private PostgreSQL, a production-mode portal, the bench stream and one listener:
+    (portal, listener, token, stream uuid), stopped on the way out."""
     with PrivatePostgres(prefix="sgbench-kafka-") as server:
         portal = Portal(server.url("postgres"), "uvicorn")
         portal.env["STREAMGATE_STORE_LAYOUT"] = args.layout
@@ -303,27 +312,37 @@ def main(args: argparse.Namespace) -> int:
             token = start_portal(portal)
             stream = setup_stream(portal.url, token, PARTITIONS)
             listener = Listener(portal.env)
-            spy = profile(listener, args.profile) if args.profile else None
-            for n in range(args.runs):
-                got = one_run(portal, listener, token, stream, args)
-                for key, value in got.items():
-                    results[key].append(value)
-                print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  of batches "
-                      f"{got['raw_batches']:,.0f}/s  mock broker {got['mock']:,.0f}/s  kafka "
-                      f"produce {got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  "
-                      "consume "
-                      f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
-                      f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k; JSON "
-                      f"{got['json']:,.0f}/s {got['bytes_json']:.0f} B/msg, lz4 "
-                      f"{got['lz4']:,.0f}/s {got['bytes_lz4']:.0f} B/msg",
-                      flush=True)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(timeout=60)
+            yield portal, listener, token, stream
         finally:
             if listener is not None:
                 listener.stop()
             portal.stop()
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.transactions:
+        from bench.kafka_txn import transactions_main
+
+        return transactions_main(args)
+    results: dict[str, list[float]] = {k: [] for k in MEASURES}
+    with served(args) as (portal, listener, token, stream):
+        spy = profile(listener, args.profile) if args.profile else None
+        for n in range(args.runs):
+            got = one_run(portal, listener, token, stream, args)
+            for key, value in got.items():
+                results[key].append(value)
+            print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  of batches "
+                  f"{got['raw_batches']:,.0f}/s  mock broker {got['mock']:,.0f}/s  kafka "
+                  f"produce {got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  "
+                  "consume "
+                  f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
+                  f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k; JSON "
+                  f"{got['json']:,.0f}/s {got['bytes_json']:.0f} B/msg, lz4 "
+                  f"{got['lz4']:,.0f}/s {got['bytes_lz4']:.0f} B/msg",
+                  flush=True)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
     print()
     print(table(results, args))
     return 0

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from replication.errors import InvalidInput
 from replication.models import Stream, TimestampType, Topic
+from replication.services.topiccompaction import INHERIT, INHERIT_POLICY, clean_policy
 
 COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "lzf": "lzf"}
 TIMESTAMP = {TimestampType.CREATETIME: "CreateTime", TimestampType.LOGAPPENDTIME: "LogAppendTime"}
@@ -24,72 +25,90 @@ DOCS = {
     "compression.type": "the stream's -compression; setting it on a topic sets it for every "
                         "topic of the stream",
     "message.timestamp.type": "the topic's -timestamptype",
+    "retention.bytes": "-1: no size limit (a stream's retention is its -ttl; quota and plan "
+                       "limits bound its size)",
     "max.message.bytes": "the largest message the listener accepts (STREAMGATE_MAX_MESSAGE_BYTES)",
-    "cleanup.policy": "the stream's -compact (compact: the latest message per key kept, "
-                      "and -ttl 0; compact,delete: with the stream's -ttl; delete: no "
-                      "compaction); setting it on a topic sets it for every topic of the stream",
-    "min.compaction.lag.ms": "the stream's -mincompactionlag; setting it on a topic sets it "
-                             "for every topic of the stream",
-    "delete.retention.ms": "the stream's -deleteretention; setting it on a topic sets it for "
-                           "every topic of the stream",
-    "min.cleanable.dirty.ratio": "the stream's -mincleanabledirtyratio; setting it on a topic "
-                                 "sets it for every topic of the stream",
+    "cleanup.policy": "the topic's -cleanuppolicy (compact: the latest message per key kept, "
+                      "the stream's -ttl not applied; compact,delete: both; delete: no "
+                      "compaction); without one, the stream's -compact (compact,delete when "
+                      "it has a -ttl)",
+    "min.compaction.lag.ms": "the topic's -mincompactionlag, else the stream's",
+    "delete.retention.ms": "the topic's -deleteretention, else the stream's",
+    "min.cleanable.dirty.ratio": "the topic's -mincleanabledirtyratio, else the stream's",
 }
-# Kafka's per-topic configs that are a stream's settings here (MapR-ES compacts per stream).
-STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression",
-               "cleanup.policy": "compact", "min.compaction.lag.ms": "mincompactionlag",
-               "delete.retention.ms": "deleteretention",
-               "min.cleanable.dirty.ratio": "mincleanabledirtyratio"}
-SETTABLE = {*STREAM_WIDE, "message.timestamp.type"}
-POLICIES = ("compact", "compact,delete", "delete")
+# Kafka's per-topic configs that are a stream's settings here.
+STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression"}
+# Compaction configs a topic overrides (its stream's settings when it has none: issue 31).
+TOPIC_OVERRIDES = {"cleanup.policy": "cleanuppolicy", "min.compaction.lag.ms": "mincompactionlag",
+                   "delete.retention.ms": "deleteretention",
+                   "min.cleanable.dirty.ratio": "mincleanabledirtyratio"}
+SETTABLE = {*STREAM_WIDE, *TOPIC_OVERRIDES, "message.timestamp.type"}
 # Kafka 3.x ignores message.format.version (KIP-724: records stay in the format v2 the clients
 # send); it is accepted, as Kafka 3.x accepts it, when it names a Kafka version.
 IGNORED = {"message.format.version"}
 KAFKA_VERSION = re.compile(r"\d+\.\d+(\.\d+)*(-IV\d+)?")
-# DescribeConfigs' config_source values (Kafka's ConfigSource).
-DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
+# DescribeConfigs' config_source values (Kafka's ConfigSource): a topic's override is
+# DYNAMIC_TOPIC, a stream's setting other than a new stream's DYNAMIC_DEFAULT_BROKER (the
+# default its topics take, as a broker's is in Kafka).
+DYNAMIC_TOPIC, DYNAMIC_DEFAULT_BROKER, STATIC_BROKER, DEFAULT = 1, 3, 4, 5
 
 
 def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
     kind = topic.timestamptype if topic else stream.defaulttimestamptype
+    lag, retention, ratio = (stream.mincompactionlag, stream.deleteretention,
+                             stream.mincleanabledirtyratio)
+    if topic is not None:
+        topic.stream = stream  # the stream as read now, not a cached copy
+        lag, retention, ratio = topic.compaction()
     return {
         "retention.ms": str(stream.ttl * 1000 if stream.ttl else -1),
+        "retention.bytes": "-1",
         "compression.type": COMPRESSION.get(stream.compression, stream.compression),
         "message.timestamp.type": TIMESTAMP[TimestampType(kind)],
         "max.message.bytes": str(settings.MAX_MESSAGE_BYTES),
-        "cleanup.policy": _policy(stream),
-        "min.compaction.lag.ms": str(stream.mincompactionlag),
-        "delete.retention.ms": str(stream.deleteretention),
-        "min.cleanable.dirty.ratio": _ratio(stream.mincleanabledirtyratio),
+        "cleanup.policy": topic.policy if topic else stream.cleanuppolicy,
+        "min.compaction.lag.ms": str(lag),
+        "delete.retention.ms": str(retention),
+        "min.cleanable.dirty.ratio": _ratio(ratio),
     }
-
-
-def _policy(stream: Stream) -> str:
-    if not stream.compact:
-        return "delete"
-    return "compact,delete" if stream.ttl else "compact"
 
 
 def _ratio(value: float) -> str:
     return repr(float(value))
 
 
-def default_configs(stream: Stream) -> dict[str, str]:
+def default_configs(stream: Stream) -> dict[str, str | None]:
     """What AlterConfigs reverts an omitted config to and IncrementalAlterConfigs' DELETE sets:
-    a new stream's ttl and compression, the stream's default timestamp type."""
-    fields = ("ttl", "compression", "compact", "mincompactionlag", "deleteretention",
-              "mincleanabledirtyratio")
+    a new stream's ttl and compression, the stream's default timestamp type, and for the
+    compaction configs None: the topic's override dropped, the stream's setting in force."""
+    fields = ("ttl", "compression")
     fresh = Stream(defaulttimestamptype=stream.defaulttimestamptype,
                    **{name: Stream._meta.get_field(name).default for name in fields})
-    return topic_configs(fresh, None)
+    configs: dict[str, str | None] = dict(topic_configs(fresh, None))
+    configs.update(dict.fromkeys(TOPIC_OVERRIDES))
+    return configs
 
 
-def config_source(name: str, value: str, stream: Stream) -> tuple[int, bool]:
+def _fresh_stream_configs() -> dict[str, str]:
+    fields = ("ttl", "compression", "compact", "mincompactionlag", "deleteretention",
+              "mincleanabledirtyratio")
+    return topic_configs(Stream(**{n: Stream._meta.get_field(n).default for n in fields}), None)
+
+
+def config_source(name: str, value: str, stream: Stream,
+                  topic: Topic | None = None) -> tuple[int, bool]:
     """(config_source, read_only) of a config as DescribeConfigs reports it."""
     if name == "max.message.bytes":
         return STATIC_BROKER, True
     if name not in SETTABLE:
         return DEFAULT, True
+    if name in TOPIC_OVERRIDES:
+        field_ = TOPIC_OVERRIDES[name]
+        if topic is not None and getattr(topic, field_) not in (None, ""):
+            return DYNAMIC_TOPIC, False
+        fresh = _fresh_stream_configs()[name]
+        return (DEFAULT if topic_configs(stream, None)[name] == fresh
+                else DYNAMIC_DEFAULT_BROKER), False
     return (DEFAULT if default_configs(stream)[name] == value else DYNAMIC_TOPIC), False
 
 
@@ -100,6 +119,7 @@ class Settings:
 
     stream: dict[str, Any] = field(default_factory=dict)
     timestamptype: str | None = None
+    topic: dict[str, Any] = field(default_factory=dict)  # topic_edit's compaction overrides
 
 
 def settings_for(stream: Stream, topic: Topic | None,
@@ -108,10 +128,9 @@ def settings_for(stream: Stream, topic: Topic | None,
     reason for the first config that cannot be set as asked."""
     current = topic_configs(stream, topic)
     wanted = Settings()
-    # cleanup.policy last, even unchanged: compact decides the ttl whatever retention.ms says.
-    for name, value in sorted(configs.items(), key=lambda item: item[0] == "cleanup.policy"):
-        if name == "cleanup.policy":
-            wanted.stream.update(_policy_settings(stream, value, configs))
+    for name, value in configs.items():
+        if name in TOPIC_OVERRIDES:
+            _override(wanted, topic, name, value, current[name])
         elif name in IGNORED:
             _check_version(name, value)
         elif name not in current:
@@ -129,17 +148,34 @@ def settings_for(stream: Stream, topic: Topic | None,
     return wanted
 
 
-def timestamptype_from(configs: dict[str, str | None], stream: Stream) -> str | None:
-    """The topic's -timestamptype from CreateTopics configs; InvalidInput for a config the
-    stream does not honour, naming the stream setting that decides it (a new topic does not
-    change its stream)."""
+def _override(wanted: Settings, topic: Topic | None, name: str, value: str | None,
+              current: str) -> None:
+    """A compaction config as the topic's override: None drops it, a value the topic has in
+    force already changes nothing (an inherited one stays inherited)."""
+    field_ = TOPIC_OVERRIDES[name]
+    if value is None:
+        if topic is not None and getattr(topic, field_) not in (None, ""):
+            wanted.topic[field_] = INHERIT_POLICY if field_ == "cleanuppolicy" else INHERIT
+        return
+    if name == "cleanup.policy":
+        wanted.topic[field_] = clean_policy(value, field="configs") or INHERIT_POLICY
+        if wanted.topic[field_] == current and not (topic and topic.cleanuppolicy):
+            del wanted.topic[field_]
+    elif value != current:
+        wanted.topic[field_] = _stream_value(name, value)
+
+
+def create_settings(configs: dict[str, str | None], stream: Stream) -> Settings:
+    """A new topic's settings from CreateTopics configs; InvalidInput for a config the stream
+    does not honour, naming the stream setting that decides it (a new topic does not change
+    its stream)."""
     current = topic_configs(stream, None)
     for name in STREAM_WIDE:
         if name in configs and configs[name] != current[name]:
             raise InvalidInput(f"{name}={configs[name]} differs from {stream.path}'s "
                                f"{current[name]}: it is {DOCS[name]}; change the stream's "
                                "setting first, or leave it out", field="configs")
-    return settings_for(stream, None, configs).timestamptype
+    return settings_for(stream, None, configs)
 
 
 def _check_version(name: str, value: str | None) -> None:
@@ -154,23 +190,6 @@ def _timestamptype(value: str | None) -> str:
         raise InvalidInput(f"message.timestamp.type {value!r} is not CreateTime or "
                            "LogAppendTime", field="configs")
     return str(chosen)
-
-
-def _policy_settings(stream: Stream, value: str | None,
-                     configs: dict[str, str | None]) -> dict[str, Any]:
-    """cleanup.policy as the stream's -compact (and its -ttl: a compact-only topic keeps
-    messages until compaction removes them, Kafka's retention ignored)."""
-    policy = ",".join(sorted(item.strip() for item in (value or "").split(",") if item.strip()))
-    if policy not in POLICIES:
-        raise InvalidInput(f"cleanup.policy {value!r} is not one of {', '.join(POLICIES)}",
-                           field="configs")
-    if policy == "delete":
-        return {"compact": False} if stream.compact else {}
-    if policy == "compact":
-        return {"compact": True, "ttl": 0}
-    if "retention.ms" in configs:  # compact,delete with the retention asked
-        return {"compact": True}
-    return {"compact": True, "ttl": stream.ttl or Stream._meta.get_field("ttl").default}
 
 
 def _stream_value(name: str, value: str) -> Any:
@@ -220,17 +239,18 @@ def _dirty_ratio(value: str) -> float:
 
 
 # DescribeConfigs' config_type (Kafka's ConfigType): LONG 5, INT 3, LIST 7, DOUBLE 6.
-CONFIG_TYPES = {"retention.ms": 5, "max.message.bytes": 3, "cleanup.policy": 7,
+CONFIG_TYPES = {"retention.ms": 5, "retention.bytes": 5, "max.message.bytes": 3,
+                "cleanup.policy": 7,
                 "min.compaction.lag.ms": 5, "delete.retention.ms": 5,
                 "min.cleanable.dirty.ratio": 6}  # else STRING
 
 
-def config_entries(stream: Stream, configs: dict[str, str],
-                   documented: bool = False) -> list[dict[str, Any]]:
+def config_entries(stream: Stream, configs: dict[str, str], documented: bool = False,
+                   topic: Topic | None = None) -> list[dict[str, Any]]:
     """Configs as DescribeConfigs and CreateTopics answer them."""
     entries = []
     for name, value in configs.items():
-        source, read_only = config_source(name, value, stream)
+        source, read_only = config_source(name, value, stream, topic)
         entries.append({"name": name, "value": value, "read_only": read_only,
                         "config_source": source, "is_default": source == DEFAULT,
                         "is_sensitive": False, "config_type": CONFIG_TYPES.get(name, 2),

@@ -15,7 +15,7 @@ from broker.codec import build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.errors import KafkaError
 from broker.session import Node, Session
-from broker.topicconfig import config_entries, timestamptype_from, topic_configs
+from broker.topicconfig import config_entries, create_settings, topic_configs
 from replication.errors import (
     InvalidInput,
     StreamgateError,
@@ -27,9 +27,10 @@ from replication.services.topics import topic_create, topic_delete, topic_edit
 FIELD_CODES = {"partitions": errors.INVALID_PARTITIONS, "configs": errors.INVALID_CONFIG,
                "topic": errors.INVALID_TOPIC_EXCEPTION,
                "replication": errors.INVALID_REPLICATION_FACTOR,
-               # the stream settings compaction configs map onto (broker/topicconfig.py)
-               **dict.fromkeys(("compact", "mincompactionlag", "deleteretention",
-                                "mincleanabledirtyratio"), errors.INVALID_CONFIG)}
+               # the settings compaction configs map onto (broker/topicconfig.py)
+               **dict.fromkeys(("compact", "cleanuppolicy", "mincompactionlag",
+                                "deleteretention", "mincleanabledirtyratio"),
+                               errors.INVALID_CONFIG)}
 
 
 def code_for(error: StreamgateError) -> errors.ErrorCode:
@@ -83,15 +84,15 @@ def create_one(actor: AbstractBaseUser, stream: Stream, name: str, spec: Any,
                            "keeps each message once per cluster; give 1 or -1 and replicate "
                            "streams to other clusters instead", field="replication")
     assigned = check_new_topic(key_of(stream.uuid, name), spec, nodes)
-    configs = {c.name: c.value for c in spec.configs}
+    wanted = create_settings({c.name: c.value for c in spec.configs}, stream)
     created = topic_create(
         actor=actor, stream=stream, name=name,
         partitions=assigned or (None if spec.num_partitions == -1 else spec.num_partitions),
-        timestamptype=timestamptype_from(configs, stream))
+        timestamptype=wanted.timestamptype, **wanted.topic)
     validating(validate_only)
     return {"num_partitions": created.partitions, "replication_factor": 1,
             "topic_id": topic_id(created),
-            "configs": config_entries(stream, topic_configs(stream, created))}
+            "configs": config_entries(stream, topic_configs(stream, created), topic=created)}
 
 
 @handles(19, 2, 7)

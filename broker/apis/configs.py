@@ -27,7 +27,7 @@ from broker.topicconfig import (
     topic_configs,
 )
 from replication.errors import InvalidInput, StreamgateError
-from replication.models import Stream
+from replication.models import Stream, Topic
 from replication.services.streams import stream_edit
 from replication.services.topics import topic_edit, topic_of
 
@@ -41,10 +41,12 @@ Desired = Callable[[Configs, Configs], Configs]  # (current, defaults) -> the co
 # --- DescribeConfigs -----------------------------------------------------------------------------
 
 
-def _described(resolved_stream: Stream, name: str) -> tuple[Stream, dict[str, str]]:
+def _described(resolved_stream: Stream, name: str) -> tuple[Stream, Topic | None,
+                                                              dict[str, str]]:
     """The stream and topic as they are now (a cached resolution may predate an alteration)."""
     stream = Stream.objects.get(pk=resolved_stream.pk)
-    return stream, topic_configs(stream, stream.topics.filter(name=name).first())
+    topic = stream.topics.filter(name=name).first()
+    return stream, topic, topic_configs(stream, topic)
 
 
 async def _describe_topic(session: Session, resource: Any, documented: bool) -> dict[str, Any]:
@@ -55,11 +57,11 @@ async def _describe_topic(session: Session, resource: Any, documented: bool) -> 
     if not await session.perms(resolved.stream):
         raise KafkaError(errors.TOPIC_AUTHORIZATION_FAILED,
                          f"you hold no permission on {resolved.stream.path}")
-    stream, configs = await session.run_sync(_described, resolved.stream, resolved.topic)
+    stream, topic, configs = await session.run_sync(_described, resolved.stream, resolved.topic)
     wanted = resource.configuration_keys
     if wanted is not None:
         configs = {k: v for k, v in configs.items() if k in wanted}
-    return {"configs": config_entries(stream, configs, documented)}
+    return {"configs": config_entries(stream, configs, documented, topic)}
 
 
 async def _describe(session: Session, resource: Any, documented: bool) -> dict[str, Any]:
@@ -89,16 +91,17 @@ async def describe_configs(session: Session, header: RequestHeader, request: Any
 def alter_topic(actor: AbstractBaseUser, stream: Stream, name: str, desired: Desired,
                 validate_only: bool) -> None:
     """Set the topic's configs to what `desired` makes of the current ones, in one
-    transaction: the stream's settings through stream_edit, the topic's through topic_edit,
-    only those that change."""
+    transaction: the stream's settings through stream_edit, the topic's (its timestamp type,
+    its compaction overrides) through topic_edit, only those that change."""
     stream.require(actor, "topicperm", "adminperm", action="alter topic configs")
     topic = topic_of(stream, name)
     current: Configs = dict(topic_configs(stream, topic))
     wanted = settings_for(stream, topic, desired(current, dict(default_configs(stream))))
     if wanted.stream:
         stream_edit(actor=actor, stream=stream, **wanted.stream)
-    if wanted.timestamptype:
-        topic_edit(actor=actor, stream=stream, name=name, timestamptype=wanted.timestamptype)
+    if wanted.timestamptype or wanted.topic:
+        topic_edit(actor=actor, stream=stream, name=name, timestamptype=wanted.timestamptype,
+                   **wanted.topic)
     validating(validate_only)
 
 
@@ -160,7 +163,7 @@ def _applying(configs: Any) -> Desired:
             elif op == DELETE:
                 out[name] = defaults.get(name, current.get(name))
             elif op in (APPEND, SUBTRACT):
-                items = _listed(out.get(name))
+                items = _listed(out.get(name) or current.get(name))
                 items = items | _listed(value) if op == APPEND else items - _listed(value)
                 out[name] = ",".join(sorted(items))
             else:

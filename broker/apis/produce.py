@@ -142,10 +142,17 @@ class TopicProduce:
     stamp: int = -1
 
 
+def _compacted(resolved: ResolvedTopic) -> bool:
+    """Whether the topic's cleanup.policy compacts it (its own, else its stream's)."""
+    if resolved.record is None:
+        return resolved.stream.compact
+    return "compact" in (resolved.record.cleanuppolicy or resolved.stream.cleanuppolicy)
+
+
 def _prepared(resolved: ResolvedTopic, partitions: Any, budget: Budget,
               transactional: bool) -> TopicProduce:
     writes, answers = _writes(partitions, budget, keeps_batches(resolved.stream), transactional,
-                              resolved.stream.compact)
+                              _compacted(resolved))
     return TopicProduce(resolved, [w for w in writes if w.records or w.batches], answers)
 
 

@@ -19,6 +19,7 @@ from replication import ace
 from replication.figures import LinkStatus, epoch_ms, link_statuses
 from replication.models import (
     PERMISSIONS,
+    CleanupPolicy,
     Cluster,
     Compression,
     Gateway,
@@ -30,6 +31,7 @@ from replication.models import (
     Upstream,
 )
 from replication.services.compaction import compaction_summary
+from replication.services.topiccompaction import INHERIT_POLICY
 
 METADATA_FIELDS = ("defaultpartitions", "ttl", "compression", "autocreate",
                    "defaulttimestamptype", "compact", "mincompactionlag", "deleteretention",
@@ -241,11 +243,16 @@ class TopicSerializer(serializers.ModelSerializer):
     origin = serializers.CharField(source="origin_path", read_only=True, allow_null=True,
                                    help_text="path of the stream where the topic was created")
     is_origin = serializers.BooleanField(read_only=True)
+    policy = serializers.CharField(read_only=True, help_text=(
+        "Kafka's cleanup.policy in force: the topic's cleanuppolicy, else the stream's"))
+    cleanuppolicy = serializers.CharField(read_only=True, help_text=(
+        "the topic's own cleanup.policy; empty: the stream's -compact"))
 
     class Meta:
         model = Topic
         fields = ["name", "stream", "partitions", "timestamptype", "created", "origin",
-                  "origin_uuid", "is_origin"]
+                  "origin_uuid", "is_origin", "policy", "cleanuppolicy", "mincompactionlag",
+                  "deleteretention", "mincleanabledirtyratio"]
         read_only_fields = fields
 
 
@@ -264,6 +271,12 @@ class PartitionTxnsSerializer(serializers.Serializer):
 class TopicEditSerializer(StrictSerializer):
     partitions = serializers.IntegerField(required=False)
     timestamptype = serializers.ChoiceField(choices=TimestampType.choices, required=False)
+    # Per-topic compaction: "stream" and -1 go back to the stream's setting.
+    cleanuppolicy = serializers.ChoiceField(
+        choices=[*CleanupPolicy.values, INHERIT_POLICY], required=False)
+    mincompactionlag = serializers.IntegerField(required=False, min_value=-1)
+    deleteretention = serializers.IntegerField(required=False, min_value=-1)
+    mincleanabledirtyratio = serializers.FloatField(required=False, min_value=-1, max_value=1)
 
 
 class TopicCreateSerializer(TopicEditSerializer):

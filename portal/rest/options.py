@@ -110,8 +110,9 @@ class Int(Option):
 
 @dataclass(frozen=True, kw_only=True)
 class Ratio(Option):
-    """A number from 0 to 1."""
+    """A number from 0 to 1 (or -1, when `inherit`: the stream's setting)."""
 
+    inherit: bool = False
     metavar: ClassVar[str] = "<number>"
     kind: ClassVar[str] = "number"
 
@@ -119,7 +120,9 @@ class Ratio(Option):
         try:
             value = float(raw.strip())
         except ValueError:
-            value = -1.0
+            value = -2.0
+        if self.inherit and value == -1:
+            return value
         if not 0 <= value <= 1:
             raise InvalidInput(f"-{self.name} {raw!r} is not a number from 0 to 1",
                                field=self.name)

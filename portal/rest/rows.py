@@ -104,6 +104,7 @@ def topic_rows(stream: Stream) -> list[Row]:
         {
             "topic": topic.name,
             "partitions": topic.partitions,
+            "cleanuppolicy": topic.policy,
             "consumers": max((p.consumers for p in figures[topic.pk]), default=0),
             "physicalsize": sum(p.physicalsize for p in figures[topic.pk]),
             "logicalsize": sum(p.logicalsize for p in figures[topic.pk]),

@@ -36,7 +36,7 @@ STREAM_SIZE = (
     "SELECT count(DISTINCT topic), coalesce(sum(bytes), 0), coalesce(sum(rows), 0) "
     "FROM partitions WHERE stream = %s"
 )
-STREAM_PIDS = "SELECT id FROM partitions WHERE stream = %s ORDER BY id"
+STREAM_PIDS = "SELECT id, topic FROM partitions WHERE stream = %s ORDER BY id"
 REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s"
 # A consumer's own commit sets exactly what it committed, back or past the end (as Kafka); only
 # replicated cursors are clamped and never move back (the stores' MERGE_CURSORS).

@@ -27,13 +27,17 @@ class RetentionMethods(StoreHooks):
         def _delete_range(self, conn: Connection, pid: int, low: int,
                           end: int) -> tuple[int, int]: ...
 
-    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000) -> int:
-        """Delete up to `batch` messages older than before_ms (a prefix of each partition);
-        raises low watermarks, never touches next offsets. Callers loop until it returns 0."""
+    def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000,
+               keep: frozenset[str] = frozenset()) -> int:
+        """Delete up to `batch` messages older than before_ms (a prefix of each partition),
+        but none of the topics in `keep` (compact-only ones); raises low watermarks, never
+        touches next offsets. Callers loop until it returns 0."""
         with self._reading() as conn:
             pids = self._all(conn, STREAM_PIDS, (self._key(stream),))
         done = 0
-        for (pid,) in pids:
+        for pid, topic in pids:
+            if topic in keep:
+                continue
             if done >= batch:
                 break
             done += self._expire_partition(pid, before_ms, batch - done)

@@ -28,6 +28,7 @@ from replication.models.schemas import (
 from replication.models.streams import (
     GATEWAY_HEARTBEAT_TIMEOUT,
     PERMISSIONS,
+    CleanupPolicy,
     Cluster,
     Compression,
     Gateway,
@@ -39,6 +40,7 @@ from replication.models.streams import (
 __all__ = [
     "GATEWAY_HEARTBEAT_TIMEOUT",
     "PERMISSIONS",
+    "CleanupPolicy",
     "Cluster",
     "Compatibility",
     "Compression",

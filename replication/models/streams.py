@@ -29,6 +29,14 @@ Compression = lowercase_choices("Compression", "OFF LZ4 LZF ZLIB", __name__)
 TimestampType = lowercase_choices("TimestampType", "CREATETIME LOGAPPENDTIME", __name__)
 
 
+class CleanupPolicy(models.TextChoices):
+    """Kafka's cleanup.policy values, as topics here take them (issue 31)."""
+
+    COMPACT = "compact"
+    DELETE = "delete"
+    COMPACT_DELETE = "compact,delete"
+
+
 class Cluster(titled("name")):
     class State(models.TextChoices):
         ONLINE = "ONLINE"
@@ -138,6 +146,12 @@ class Stream(titled("path")):
 
     objects = StreamQuerySet.as_manager()
 
+    @property
+    def cleanuppolicy(self) -> str:
+        """Kafka's cleanup.policy of the stream's topics without their own."""
+        if not self.compact:
+            return CleanupPolicy.DELETE
+        return CleanupPolicy.COMPACT_DELETE if self.ttl else CleanupPolicy.COMPACT
 
     def identity_of(self, user: AbstractBaseUser) -> ace.Identity:
         roles = Membership.objects.filter(user=user, tenant_id=self.tenant_id).values_list(
@@ -184,8 +198,38 @@ class Topic(named_within("stream", "path", shown="{self.stream.path}:{self.name}
     # The stream where the topic was first created (DESIGN.md invariant 4: one origin per topic).
     origin_uuid = models.UUIDField()
     created = models.DateTimeField(auto_now_add=True)
+    # Per-topic compaction (issue 31): Kafka applications create compacted changelog topics
+    # beside delete-policy topics in one stream. Empty/null: the stream's setting.
+    cleanuppolicy = models.CharField(max_length=16, blank=True, default="",
+                                     choices=CleanupPolicy.choices)
+    mincompactionlag = models.PositiveBigIntegerField(null=True, blank=True)
+    deleteretention = models.PositiveBigIntegerField(null=True, blank=True)
+    mincleanabledirtyratio = models.FloatField(null=True, blank=True)
 
     objects = TopicQuerySet.as_manager()
+
+    @property
+    def policy(self) -> str:
+        """Kafka's cleanup.policy in force: the topic's override, else the stream's."""
+        return self.cleanuppolicy or self.stream.cleanuppolicy
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.policy
+
+    @property
+    def expires(self) -> bool:
+        """Whether the stream's ttl deletes this topic's messages: not a compact-only topic's
+        (Kafka's cleanup.policy=compact keeps records until compaction removes them)."""
+        return self.policy != CleanupPolicy.COMPACT
+
+    def compaction(self) -> tuple[int, int, float]:
+        """(min lag ms, delete retention ms, min dirty ratio): the topic's, else the stream's."""
+        values = (self.mincompactionlag, self.deleteretention, self.mincleanabledirtyratio)
+        inherited = (self.stream.mincompactionlag, self.stream.deleteretention,
+                     self.stream.mincleanabledirtyratio)
+        return tuple(i if v is None else v  # type: ignore[return-value]
+                     for v, i in zip(values, inherited, strict=True))
 
     @property
     def is_origin(self) -> bool:

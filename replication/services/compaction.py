@@ -23,8 +23,9 @@ from replication.engine.compaction import kept_view, view_difference
 from replication.engine.compactstore import CompactionState, Policy
 from replication.engine.store import Message
 from replication.engine.storebase import MessageStore
-from replication.models import Stream
+from replication.models import Stream, Topic
 from replication.services.purge import _replica_safe_ends, watermarks
+from replication.services.topiccompaction import origin_topics
 from replication.stores import store_for
 
 
@@ -39,18 +40,20 @@ class CompactionPass:
 
 
 def compacted_streams() -> QuerySet[Stream]:
-    """Streams with a compacted topic: compacted origins, and replicas of their topics."""
+    """Streams with a compacted topic: compacted origins, streams with a topic compacted by
+    its own cleanup.policy, and replicas of their topics."""
     origins = Stream.objects.filter(compact=True).values("uuid")
-    return Stream.objects.filter(Q(compact=True) | Q(topics__origin_uuid__in=origins)).distinct()
+    own = Topic.objects.filter(cleanuppolicy__contains="compact")
+    copied = Q(topics__origin_uuid__in=origins) | Q(
+        topics__origin_uuid__in=own.values("stream__uuid"), topics__name__in=own.values("name"))
+    return Stream.objects.filter(Q(compact=True) | Q(topics__in=own) | copied).distinct()
 
 
 def _policies(stream: Stream) -> dict[str, Policy]:
-    """Each compacted topic of the stream and its origin's policy."""
-    topics = list(stream.topics.values_list("name", "origin_uuid"))
-    origins = {s.uuid: s for s in Stream.objects.filter(
-        uuid__in={origin for _, origin in topics}, compact=True)}
-    return {name: Policy(o.mincompactionlag, o.deleteretention, o.mincleanabledirtyratio)
-            for name, origin in topics if (o := origins.get(origin)) is not None}
+    """Each compacted topic of the stream and its policy, as its origin topic has it (a
+    replica compacts its copy by the origin's rule)."""
+    return {name: Policy(*t.compaction()) for name, t in origin_topics(stream).items()
+            if t.compacted}
 
 
 def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPass:

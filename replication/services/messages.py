@@ -242,11 +242,11 @@ def connect_receivers() -> None:
 
 
 def _check_keys(write: PartitionWrite) -> None:
-    """A compacted stream keeps the latest record per key: a keyless record is refused (the
+    """A compacted topic keeps the latest record per key: a keyless record is refused (the
     Kafka listener checks stored-as-sent batches itself, broker/compacted.py)."""
     keyless = [i for i, r in enumerate(write.records) if r.key is None]
     if keyless:
-        raise InvalidInput(f"record {keyless[0]} has no key: a compacted stream keeps the latest "
+        raise InvalidInput(f"record {keyless[0]} has no key: a compacted topic keeps the latest "
                            "record per key, so every record needs one; give each record a key",
                            field="records")
 
@@ -344,7 +344,7 @@ def messages_append(
     for write in writes:
         try:
             _check_write(write, target)
-            if stream.compact and write.batches is None:
+            if target.compacted and write.batches is None:
                 _check_keys(write)
             good.append(write)
         except InvalidInput as error:

@@ -32,6 +32,7 @@ from replication.engine.storebase import MessageStore
 from replication.errors import InvalidInput, NoSuchPartition, StreamgateError
 from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.messages import _on_store
+from replication.services.topiccompaction import origin_topics
 from replication.services.topics import topic_of
 from replication.signals import stream_expiring, stream_purged
 from replication.stores import store_for
@@ -161,6 +162,10 @@ def stream_expire(*, stream: Stream, now_ms: int | None = None, batch: int = 10_
     store, deleted = store_for(stream.cluster), 0
     # Alarm on replicas that have not received what is about to go (operations/alarms.py).
     stream_expiring.send(sender=Stream, stream=stream, before_ms=now_ms - stream.ttl * 1000)
-    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000, batch=batch):
+    # A compact-only topic (Kafka's cleanup.policy=compact, its origin's on a replica) keeps
+    # its messages until compaction removes them, whatever its stream's ttl.
+    keep = frozenset(name for name, t in origin_topics(stream).items() if not t.expires)
+    while count := store.expire(stream.uuid, before_ms=now_ms - stream.ttl * 1000,
+                                batch=batch, keep=keep):
         deleted += count
     return deleted

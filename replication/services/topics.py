@@ -15,7 +15,8 @@ from replication.services.common import (
     propagate_topics,
     topology_lock,
 )
-from replication.services.streams import clean_partitions
+from replication.services.streams import clean_partitions, compaction_possible
+from replication.services.topiccompaction import COMPACTION, compaction_overrides
 from replication.stores import store_for
 
 
@@ -25,6 +26,11 @@ class TopicOptions(TypedDict, total=False):
 
     partitions: int | None
     timestamptype: str | None
+    # Per-topic compaction overrides (issue 31): "stream" and -1 go back to the stream's.
+    cleanuppolicy: str | None
+    mincompactionlag: int | None
+    deleteretention: int | None
+    mincleanabledirtyratio: float | None
 
 
 def topic_of(stream: Stream, name: str) -> Topic:
@@ -79,9 +85,11 @@ def topic_autocreate(*, stream: Stream, name: str, within_plan: bool = True,
     if within_plan:
         partitions_require_room(stream.tenant_id, count)
     check_origins([stream.id], extra_topics={stream.id: {name: stream.uuid}})
-    topic = Topic.objects.create(
-        stream=stream, name=name, partitions=count, timestamptype=kind, origin_uuid=stream.uuid
-    )
+    topic = Topic(stream=stream, name=name, partitions=count, timestamptype=kind,
+                  origin_uuid=stream.uuid, **compaction_overrides(options))
+    if topic.compacted:
+        compaction_possible(stream.cluster)
+    topic.save()
     propagate_topics([stream.id])
     return topic
 
@@ -94,8 +102,10 @@ def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
     topology_lock()
     topic = topic_of(stream, name)
     _origin_only(topic, "edit")
-    if partitions is None and timestamptype is None:
-        raise InvalidInput("nothing to change: give -partitions or -timestamptype")
+    overrides = compaction_overrides(options)
+    if partitions is None and timestamptype is None and not overrides:
+        raise InvalidInput("nothing to change: give -partitions, -timestamptype, "
+                           f"{', '.join('-' + name for name in COMPACTION)}")
     if partitions is not None:
         clean_partitions(partitions)
         if partitions < topic.partitions:
@@ -106,6 +116,10 @@ def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
         partitions_require_room(stream.tenant_id, partitions - topic.partitions)
         topic.partitions = partitions
     topic.timestamptype = _timestamptype(timestamptype, topic.timestamptype)
+    for name, value in overrides.items():
+        setattr(topic, name, value)
+    if overrides.get("cleanuppolicy") and topic.compacted:
+        compaction_possible(stream.cluster)
     topic.save()
     propagate_topics([stream.id])
     return topic

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from replication.models import Stream
+from replication.models import Stream, Topic
 from replication.services import stream_edit
 from replication.services.compaction import stream_compact
 from replication.stores import store_for
@@ -106,22 +106,25 @@ def test_compaction_settings_are_kafkas_topic_configs(kafka, compacted_topic):
     admin = AdminClient(kafka.confluent())
     configs = _configs(admin)
     assert (configs["cleanup.policy"], configs["delete.retention.ms"]) == (
-        "compact,delete", "1000")  # compact, with the stream's ttl
+        "compact,delete", "1000")  # the stream's: compact, with the stream's ttl
     resource = ConfigResource(ConfigResource.Type.TOPIC, NAME, incremental_configs=[
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("min.compaction.lag.ms", "60000",
                     incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
+    topic = Topic.objects.get(pk=compacted_topic.pk)  # the topic's own, not the stream's
+    assert (topic.cleanuppolicy, topic.mincompactionlag) == ("compact", 60000)
     stream = Stream.objects.get(pk=compacted_topic.stream.pk)
-    assert (stream.compact, stream.ttl, stream.mincompactionlag) == (True, 0, 60000)
+    assert (stream.compact, stream.mincompactionlag) == (True, 0) and stream.ttl
     assert _configs(admin)["cleanup.policy"] == "compact"
     created = admin.create_topics([NewTopic("/mapr/kcompact/state:store-changelog", 1, 1,
                                             config={"cleanup.policy": "compact"})])
-    created["/mapr/kcompact/state:store-changelog"].result(30)  # the stream's policy: taken
+    created["/mapr/kcompact/state:store-changelog"].result(30)
     resource = ConfigResource(ConfigResource.Type.TOPIC, NAME, incremental_configs=[
         ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
-    assert not Stream.objects.get(pk=stream.pk).compact
+    assert Topic.objects.get(pk=compacted_topic.pk).policy == "delete"
+    assert Stream.objects.get(pk=stream.pk).compact  # the stream's setting untouched
     resource = ConfigResource(ConfigResource.Type.TOPIC, NAME, incremental_configs=[
         ConfigEntry("delete.retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(KafkaException, match="whole number of milliseconds"):

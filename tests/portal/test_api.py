@@ -510,7 +510,8 @@ def test_topic_create_list_retrieve_edit_and_delete(api, owner, activity):
     assert created.json() | {"created": None} == {
         "name": TOPIC, "stream": activity.path, "partitions": 2, "timestamptype": "createtime",
         "created": None, "origin": activity.path, "origin_uuid": str(activity.uuid),
-        "is_origin": True}
+        "is_origin": True, "policy": "delete", "cleanuppolicy": "", "mincompactionlag": None,
+        "deleteretention": None, "mincleanabledirtyratio": None}
     assert [t["name"] for t in client.get(topics).json()["results"]] == [TOPIC]
     detail = url("stream-topic-detail", stream_uuid=activity.uuid, name=TOPIC)
     assert client.get(detail).json()["partitions"] == 2

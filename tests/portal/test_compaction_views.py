@@ -1,5 +1,6 @@
 """A compacted stream's settings and what compaction did, as the interfaces show them (issue
-31): `stream info` on /rest, the API's stream, the line on the stream page; another tenant
+31): `stream info` on /rest, the API's stream, the line on the stream page; a topic's own
+compaction set through the CLI's `stream topic create|edit` and the API; another tenant
 sees none of it."""
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import pytest
 from django.urls import reverse
 
 from replication.engine.store import Record
-from replication.models import Stream
+from replication.models import Stream, Topic
 from replication.services import topic_create
 from replication.services.compaction import stream_compact
 from replication.services.messages import messages_produce
 from tests.clients import signed_in
 from tests.factories import ClusterFactory, StreamFactory
-from tests.portal.test_rest import call, ok
+from tests.portal.test_rest import call, error_of, ok
 
 
 @pytest.fixture
@@ -68,3 +69,49 @@ def test_the_stream_form_creates_a_compacted_stream_or_names_the_conversion(owne
     refused = client.post("/streams/", {"path": "/mapr/rowland/kv", "compact": "on"})
     assert refused.status_code == 400 and "manage.py convertstores" in refused.content.decode()
     assert not Stream.objects.filter(path="/mapr/rowland/kv").exists()
+
+
+@pytest.fixture
+def app_stream(db, owner, settings):
+    settings.STORE_LAYOUT = "batches"
+    stream = StreamFactory(cluster=ClusterFactory(name="topicland"), name="app",
+                           created_by=owner)
+    topic_create(actor=owner, stream=stream, name="events", partitions=1)
+    return stream
+
+
+def test_the_cli_sets_a_topics_compaction_and_goes_back_to_the_streams(api, owner, app_stream):
+    client, path = api(owner), app_stream.path
+    ok(call(client, "stream/topic/create", path=path, topic="changelog",
+            cleanuppolicy="compact", deleteretention=1000, mincleanabledirtyratio=-1))
+    listed = {r["topic"]: r["cleanuppolicy"]
+              for r in ok(call(client, "stream/topic/list", path=path))}
+    assert listed == {"changelog": "compact", "events": "delete"}
+    ok(call(client, "stream/topic/edit", path=path, topic="changelog", cleanuppolicy="stream",
+            deleteretention=-1))
+    topic = Topic.objects.get(stream=app_stream, name="changelog")
+    assert (topic.cleanuppolicy, topic.deleteretention, topic.policy) == ("", None, "delete")
+    refused = call(client, "stream/topic/edit", path=path, topic="events",
+                   cleanuppolicy="shred")
+    assert "is not one of compact, delete, compact,delete, stream" in error_of(refused)
+    refused = call(client, "stream/topic/edit", path=path, topic="events",
+                   mincleanabledirtyratio="2")
+    assert "is not a number from 0 to 1" in error_of(refused)
+
+
+def test_the_api_sets_a_topics_compaction_and_an_outsider_gets_404(api, owner, outsider,
+                                                                   app_stream):
+    where = reverse("api:stream-topic-detail", kwargs={"stream_uuid": app_stream.uuid,
+                                                       "name": "events"})
+    edited = api(owner).patch(where, {"cleanuppolicy": "compact,delete",
+                                      "mincompactionlag": 500}, format="json")
+    assert edited.status_code == 200, edited.json()
+    body = api(owner).get(where).json()
+    assert (body["policy"], body["cleanuppolicy"], body["mincompactionlag"]) == (
+        "compact,delete", "compact,delete", 500)
+    assert body["deleteretention"] is None  # the stream's
+    refused = api(owner).patch(where, {"mincompactionlag": -2}, format="json")
+    assert refused.status_code == 400 and "mincompactionlag" in refused.json()
+    assert api(outsider).patch(where, {"cleanuppolicy": "delete"},
+                               format="json").status_code == 404
+    assert Topic.objects.get(stream=app_stream, name="events").policy == "compact,delete"

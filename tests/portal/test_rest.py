@@ -245,8 +245,8 @@ def test_topic_create_edit_list_info_delete(api, world):
     ok(call(client, "stream/topic/edit", path=path, topic="views", partitions="4",
             timestamptype="logappendtime"))
     rows = ok(call(client, "stream/topic/list", path=path))
-    assert rows[1] == {"topic": "views", "partitions": 4, "consumers": 0, "physicalsize": 0,
-                       "logicalsize": 0, "maxlag": 0}
+    assert rows[1] == {"topic": "views", "partitions": 4, "cleanuppolicy": "delete",
+                       "consumers": 0, "physicalsize": 0, "logicalsize": 0, "maxlag": 0}
     parts = ok(call(client, "stream/topic/info", path=path, topic="views"))
     assert [p["partitionid"] for p in parts] == [0, 1, 2, 3]
     assert parts[0]["maxoffset"] == -1 and parts[0]["timestamptype"] == "logappendtime"

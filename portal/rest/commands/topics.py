@@ -8,11 +8,12 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest import rows
 from portal.rest.commands.registry import Row, command, stream_at
-from portal.rest.options import Choice, Int, Str, StreamPath
+from portal.rest.options import Choice, Int, Ratio, Str, StreamPath
 from replication import services
 from replication.errors import NotFound
-from replication.models import TimestampType
+from replication.models import CleanupPolicy, TimestampType
 from replication.paths import validate_topic_name
+from replication.services.topiccompaction import COMPACTION, INHERIT_POLICY
 
 # MapR's rule for topic list and info.
 READ_PERMS = ("consumeperm", "produceperm", "topicperm", "adminperm")
@@ -22,6 +23,17 @@ TOPIC_OPTIONS = (
     Int("partitions", "number of partitions (default: the stream's defaultpartitions)"),
     Choice("timestamptype", "createtime or logappendtime (default: the stream's)",
            choices=tuple(TimestampType.values)),
+    # Per-topic compaction (Kafka's topic configs; docs/operations.md): without them, the
+    # stream's -compact, -mincompactionlag, -deleteretention, -mincleanabledirtyratio.
+    Choice("cleanuppolicy", "compact (latest message per key, the stream's ttl not applied), "
+           "delete, compact,delete, or stream: the stream's -compact (default)",
+           choices=(*CleanupPolicy.values, INHERIT_POLICY)),
+    Int("mincompactionlag", "ms a message stays uncompacted; -1: the stream's (default)",
+        min=-1),
+    Int("deleteretention", "ms a tombstone is kept once compaction reaches it; -1: the "
+        "stream's (default)", min=-1),
+    Ratio("mincleanabledirtyratio", "share of a partition not yet compacted before a pass "
+          "runs; -1: the stream's (default)", inherit=True),
 )
 
 
@@ -29,15 +41,18 @@ TOPIC_OPTIONS = (
          summary="Create a topic (needs topicperm).", changes=True)
 def topic_create(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.topic_create(actor=user, stream=stream_at(user, opts), name=opts["topic"],
-                          partitions=opts["partitions"], timestamptype=opts["timestamptype"])
+                          partitions=opts["partitions"], timestamptype=opts["timestamptype"],
+                          **{name: opts[name] for name in COMPACTION})
 
 
 @command("stream/topic/edit", PATH, TOPIC, *TOPIC_OPTIONS,
-         summary="Add partitions to a topic or change its timestamp type (needs topicperm).",
+         summary="Add partitions to a topic or change its timestamp type or compaction "
+                 "(needs topicperm).",
          changes=True)
 def topic_edit(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     services.topic_edit(actor=user, stream=stream_at(user, opts), name=opts["topic"],
-                        partitions=opts["partitions"], timestamptype=opts["timestamptype"])
+                        partitions=opts["partitions"], timestamptype=opts["timestamptype"],
+                        **{name: opts[name] for name in COMPACTION})
 
 
 @command("stream/topic/delete", PATH, TOPIC,

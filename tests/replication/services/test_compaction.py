@@ -103,7 +103,7 @@ def test_a_replica_compacts_its_copy_by_its_origins_rule_to_the_same_result(owne
 def test_a_keyless_record_is_refused_on_a_compacted_stream_and_nothing_is_written(
         owner, compacted):
     source, _ = compacted
-    with pytest.raises(InvalidInput, match="record 1 has no key: a compacted stream"):
+    with pytest.raises(InvalidInput, match="record 1 has no key: a compacted topic"):
         produce(owner, source, [(b"a", b"1"), (None, b"x")])
     assert kept(source) == []
 
