@@ -49,13 +49,13 @@ def test_create_topics_refusals_name_the_problem_and_change_nothing(kafka, apps)
     errors = done(admin.create_topics([
         NewTopic("/mapr/c1/apps:taken", 1, 1),
         NewTopic("/mapr/c1/apps:triple", 1, 3),
-        NewTopic("/mapr/c1/apps:compacted", 1, 1, config={"cleanup.policy": "compact"}),
+        NewTopic("/mapr/c1/apps:shredded", 1, 1, config={"cleanup.policy": "shred"}),
         NewTopic("/mapr/c1/apps:ttl", 1, 1, config={"retention.ms": "5"}),
     ]))
     codes = {name.split(":")[1]: e.args[0].code() for name, e in errors.items()}
     assert codes == {"taken": KafkaError.TOPIC_ALREADY_EXISTS,
                      "triple": KafkaError.INVALID_REPLICATION_FACTOR,
-                     "compacted": KafkaError.INVALID_CONFIG, "ttl": KafkaError.INVALID_CONFIG}
+                     "shredded": KafkaError.INVALID_CONFIG, "ttl": KafkaError.INVALID_CONFIG}
     assert "change the stream's setting first" in str(errors["/mapr/c1/apps:ttl"])
     assert set(apps.topics.values_list("name", flat=True)) == {"taken"}
     shrink = done(admin.create_partitions([NewPartitions("/mapr/c1/apps:taken", 1)]))
