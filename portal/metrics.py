@@ -37,7 +37,7 @@ from replication.models import (
     Topic,
     link_is_stalled,
 )
-from replication.services.clusters import cluster_info
+from replication.services.clusters import cluster_info, control_info
 from replication.stores import store_for
 from replication.transport import transport
 from replication.transport.leases import replicator_rows
@@ -128,40 +128,64 @@ def store_metrics() -> Iterator[Metric]:
     """Each cluster's store group as its leader sees it now (replication/engine/copies.py):
     members, their roles and lag, the copies a commit is on against the cluster's required
     copies (CLUSTER_ALARM_STORE_COPIES_SHORT while fewer), timeline and last failover."""
-    gauge = {name: GaugeMetricFamily(f"streamgate_store_{name}", help_, labels=["cluster"])
-             for name, help_ in (
-                 ("up", "1 when the cluster's message store answers"),
-                 ("members", "Servers in the store's group (the leader, standbys, and standbys "
-                             "down that still hold a replication slot)"),
-                 ("copies", "Servers an acknowledged acks=all or REST produce is on now"),
-                 ("required_copies", "Copies the cluster requires"),
-                 ("timeline", "The group's PostgreSQL timeline: one more at each failover"),
-                 ("last_failover_timestamp_seconds", "When the current timeline began"))}
-    member = ["cluster", "member"]
-    role = GaugeMetricFamily("streamgate_store_member_role", "1 for each member's current role "
-                             "(leader, sync_standby, replica) and state", labels=[
-                                 *member, "role", "state"])
-    lag_bytes = GaugeMetricFamily("streamgate_store_member_lag_bytes",
-                                  "WAL bytes the member has yet to replay", labels=member)
-    lag_seconds = GaugeMetricFamily("streamgate_store_member_lag_seconds",
-                                    "How long the member's replay is behind", labels=member)
+    families = GroupFamilies("streamgate_store", "the cluster's message store", ["cluster"])
+    required = GaugeMetricFamily("streamgate_store_required_copies",
+                                 "Copies the cluster requires", labels=["cluster"])
     for cluster in Cluster.objects.order_by("name"):
-        info, key = cluster_info(cluster), [cluster.name]
-        gauge["up"].add_metric(key, int("storeError" not in info))
-        gauge["members"].add_metric(key, len(info["members"]))
-        gauge["copies"].add_metric(key, info["copies"])
-        gauge["required_copies"].add_metric(key, info["requiredcopies"])
+        families.add([cluster.name], cluster_info(cluster))
+        required.add_metric([cluster.name], cluster.required_copies)
+    yield from (*families.all(), required)
+
+
+def control_metrics() -> Iterator[Metric]:
+    """The control database's group, the same figures as a store's (issue 32)."""
+    families = GroupFamilies("streamgate_control_db", "the control database", [])
+    families.add([], control_info())
+    yield from families.all()
+
+
+class GroupFamilies:
+    """A PostgreSQL group's figures (replication.services.clusters' `*_info` shape) under one
+    metric prefix, one sample per group labelled by `labels`."""
+
+    def __init__(self, prefix: str, what: str, labels: list[str]) -> None:
+        self.gauge = {name: GaugeMetricFamily(f"{prefix}_{name}", help_, labels=labels)
+                      for name, help_ in (
+                          ("up", f"1 when {what} answers"),
+                          ("members", "Servers in the group (the leader, standbys, and standbys "
+                                      "down that still hold a replication slot)"),
+                          ("copies", "Servers an acknowledged commit is on now"),
+                          ("timeline", "The group's PostgreSQL timeline: one more at each "
+                                       "failover"),
+                          ("last_failover_timestamp_seconds", "When the current timeline "
+                                                              "began"))}
+        member = [*labels, "member"]
+        self.role = GaugeMetricFamily(f"{prefix}_member_role", "1 for each member's current "
+                                      "role (leader, sync_standby, replica) and state",
+                                      labels=[*member, "role", "state"])
+        self.lag_bytes = GaugeMetricFamily(f"{prefix}_member_lag_bytes",
+                                           "WAL bytes the member has yet to replay", labels=member)
+        self.lag_seconds = GaugeMetricFamily(f"{prefix}_member_lag_seconds",
+                                             "How long the member's replay is behind",
+                                             labels=member)
+
+    def add(self, key: list[str], info: dict) -> None:
+        self.gauge["up"].add_metric(key, int("storeError" not in info))
+        self.gauge["members"].add_metric(key, len(info["members"]))
+        self.gauge["copies"].add_metric(key, info["copies"])
         if info["timeline"] is not None:
-            gauge["timeline"].add_metric(key, info["timeline"])
+            self.gauge["timeline"].add_metric(key, info["timeline"])
         if info["lastFailover"]:
-            gauge["last_failover_timestamp_seconds"].add_metric(
+            self.gauge["last_failover_timestamp_seconds"].add_metric(
                 key, datetime.fromisoformat(info["lastFailover"]).timestamp())
         for row in info["members"]:
-            labels = [cluster.name, row["name"]]
-            role.add_metric([*labels, row["role"], row["state"]], 1)
-            lag_bytes.add_metric(labels, row["lagBytes"])
-            lag_seconds.add_metric(labels, row["lagSeconds"])
-    yield from (*gauge.values(), role, lag_bytes, lag_seconds)
+            labels = [*key, row["name"]]
+            self.role.add_metric([*labels, row["role"], row["state"]], 1)
+            self.lag_bytes.add_metric(labels, row["lagBytes"])
+            self.lag_seconds.add_metric(labels, row["lagSeconds"])
+
+    def all(self) -> tuple[Metric, ...]:
+        return (*self.gauge.values(), self.role, self.lag_bytes, self.lag_seconds)
 
 
 def message_metrics() -> Iterator[Metric]:
@@ -240,6 +264,7 @@ class Collector:
         yield from gateway_metrics()
         yield from replicator_metrics()
         yield from store_metrics()
+        yield from control_metrics()
         yield from message_metrics()
         yield from traffic_metrics()
         yield from kafka_metrics()

@@ -4,10 +4,10 @@ import re
 
 import psycopg
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounts.models import TokenScope
-from replication.engine.copies import StoreGroup
+from replication.engine.copies import StoreGroup, pg_group, single
 from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
 from replication.models import Cluster, Gateway
@@ -83,14 +83,34 @@ def cluster_info(cluster: Cluster) -> dict:
     info = {"name": cluster.name, "state": cluster.state,
             "requiredcopies": cluster.required_copies}
     try:
-        group = store_for(cluster).group()
+        group = _described(store_for(cluster).group())
     except (StoreError, OSError, psycopg.Error) as err:
-        return {**info, "copies": 0, "copiesOk": False, "members": [], "timeline": None,
-                "lastFailover": None, "storeError": str(err).strip().splitlines()[0]}
+        return {**info, **_unreachable(err), "copiesOk": False}
+    return {**info, **group, "copiesOk": group["copies"] >= cluster.required_copies}
+
+
+def control_info() -> dict:
+    """The control database's group as its primary sees it now, in cluster_info's shape: the
+    portal's, Celery's and every process's rules live there, so an operator watches its
+    members and copies as a store's. The embedded default's SQLite file is one copy."""
+    try:
+        if connection.vendor != "postgresql":
+            return _described(single("control"))
+        connection.ensure_connection()
+        return _described(pg_group(connection.connection))
+    except (OSError, psycopg.Error) as err:
+        return _unreachable(err)
+
+
+def _described(group: StoreGroup) -> dict:
     failover = group.last_failover
-    return {**info, "copies": group.copies, "copiesOk": group.copies >= cluster.required_copies,
-            "members": group.as_rows(), "timeline": group.timeline,
+    return {"copies": group.copies, "members": group.as_rows(), "timeline": group.timeline,
             "lastFailover": failover.isoformat(timespec="seconds") if failover else None}
+
+
+def _unreachable(err: Exception) -> dict:
+    return {"copies": 0, "members": [], "timeline": None, "lastFailover": None,
+            "storeError": str(err).strip().splitlines()[0]}
 
 
 def validate_gateway_address(address: str, *, field: str = "gateways") -> str:

@@ -59,13 +59,13 @@ def portal(ha_group, tmp_path):  # type: ignore[no-untyped-def]
         stderr=subprocess.STDOUT)
     wait_listening(port, process, 60)
     try:
-        yield f"http://127.0.0.1:{port}", made, ha_group.url(f"{database}_store_c1")
+        yield f"http://127.0.0.1:{port}", made, ha_group.url(f"{database}_store_c1"), env
     finally:
         stop_process(process)
 
 
 def test_control_primary_killed_portal_answers_503_then_resumes(portal, ha_group):
-    base, made, store_url = portal
+    base, made, store_url, _env = portal
     url = f"{base}/api/v1/streams/{made['stream']}/topics/orders/messages/"
     session = requests.Session()
     session.headers["Authorization"] = f"Token {made['token']}"
@@ -104,3 +104,14 @@ def test_control_primary_killed_portal_answers_503_then_resumes(portal, ha_group
     assert sum(stored.values()) <= sent
     ha_group.start(killed)  # back as a standby, for the tests after this one
     ha_group.wait_healthy(120)
+
+
+def test_the_control_databases_group_shows_its_members_and_copies(portal, ha_group):
+    *_, env = portal
+    shown = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", "import json; from replication.services."
+         "clusters import control_info; print(json.dumps(control_info()))"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=120)
+    info = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert (len(info["members"]), info["copies"]) == (3, 2), info
+    assert sorted(m["role"] for m in info["members"]) == ["leader", "replica", "sync_standby"]

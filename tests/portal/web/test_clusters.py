@@ -92,3 +92,18 @@ def test_a_store_that_does_not_answer_shows_as_down_not_as_an_error(client, oper
     got = samples(client.get("/metrics").content.decode())
     assert got[("streamgate_store_up", (("cluster", "gone"),))] == 0
     assert got[("streamgate_store_copies", (("cluster", "gone"),))] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_show_the_control_databases_group_as_a_stores(client, operator, settings):
+    client.force_login(operator)
+    got = samples(client.get("/metrics").content.decode())
+    assert (got[("streamgate_control_db_up", ())], got[("streamgate_control_db_members", ())],
+            got[("streamgate_control_db_copies", ())]) == (1, 1, 1)
+    control = settings.DATABASES["default"]
+    url = f"postgresql://{control['USER']}@{control['HOST']}:{control['PORT']}/{control['NAME']}"
+    assert got[("streamgate_control_db_timeline", ())] == server_timeline(url)
+    (leader,) = [dict(labels) for name, labels in got
+                 if name == "streamgate_control_db_member_role"]
+    assert (leader["role"], leader["state"]) == ("leader", "serving")
+    assert got[("streamgate_control_db_member_lag_bytes", (("member", leader["member"]),))] == 0
