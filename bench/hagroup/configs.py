@@ -16,7 +16,7 @@ MEMBERS = 3  # etcd members, PostgreSQL members and sentinels each
 REDIS_SERVERS = 2
 # Patroni's leader key lives `TTL` seconds without a refresh: the time a dead primary holds the
 # group before a standby is promoted. loop_wait + 2 * retry_timeout must stay under it.
-TTL, LOOP_WAIT, RETRY_TIMEOUT = 10, 1, 4
+TTL, LOOP_WAIT, RETRY_TIMEOUT = 8, 1, 3
 # Sentinels call a master down after this long without an answer.
 SENTINEL_DOWN_MS = 2000
 
@@ -78,7 +78,11 @@ def patroni_config(ports: Ports, i: int, folder: Path) -> str:
                     "postgresql": {"use_pg_rewind": True, "use_slots": True, "parameters": {
                         "max_connections": 200, "max_wal_senders": 10,
                         "max_replication_slots": 10, "wal_keep_size": "256MB",
-                        "hot_standby": "on", "wal_log_hints": "on"}}},
+                        "hot_standby": "on", "wal_log_hints": "on",
+                        # A standby left by a dead primary retries its WAL source this often
+                        # (5 s by default): in strict mode no commit returns until it streams
+                        # from the promoted one, so this interval was most of a failover.
+                        "wal_retrieve_retry_interval": "500ms"}}},
             "initdb": [{"encoding": "UTF8"}, {"auth": "trust"}, "data-checksums"],
         },
         "postgresql": {
