@@ -253,7 +253,7 @@ def start_engine(engine: Engine, topology: Topology, say: Callable[[str], None])
         engine.gateway(cluster, name)
     for label in REPLICATORS:
         engine.replicator(label)
-    wait_live(gateways)
+    wait_live(gateways, timeout=180)  # start-up is not under test: a busy machine is slow
     say(f"engine up in {time.monotonic() - begun:.1f} s")
 
 
