@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how plain topic names reach the stream (default: both, in turn)")
     parser.add_argument("--tests", nargs="+", default=TESTS, metavar="NNNN",
                         help="test numbers (default: the 87 broker-facing tests)")
+    parser.add_argument("--subtests", nargs="+", default=None, metavar="NAME",
+                        help="run each test once per sub-test NAME (librdkafka's SUBTESTS, a "
+                             "substring of the sub-test's name, e.g. do_test_AlterConfigs), "
+                             "each reported as NNNN:NAME: 0081-admin stops at its first "
+                             "failing sub-test, so this is how each is judged on its own")
     parser.add_argument("--jobs", type=int, default=2, help="tests run at once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run")
     parser.add_argument("--kafka-version", default="3.0.0", help="TEST_KAFKA_VERSION")
@@ -117,10 +122,13 @@ def _why(output: str) -> str:
 
 def run_test(tests_dir: Path, test: str, env: dict[str, str], logs: Path,
              timeout: float) -> Result:
+    """Run `test` (NNNN, or NNNN:SUBTEST for one sub-test of it)."""
     started = time.monotonic()
-    log = logs / f"{test}.log"
+    log = logs / f"{test.replace(':', '-')}.log"
+    number, _, subtest = test.partition(":")
+    chosen = {"TESTS": number, **({"SUBTESTS": subtest} if subtest else {})}
     try:
-        done = subprocess.run(["./test-runner", "-Q"], cwd=tests_dir, env={**env, "TESTS": test},
+        done = subprocess.run(["./test-runner", "-Q"], cwd=tests_dir, env={**env, **chosen},
                               capture_output=True, text=True, errors="replace", timeout=timeout)
         output, passed = done.stdout + done.stderr, done.returncode == 0
     except subprocess.TimeoutExpired as expired:  # its output comes as bytes, text=True or not
@@ -157,6 +165,12 @@ def test_conf(path: Path, port: int, token: str) -> Path:
     return path
 
 
+def _runs(args: argparse.Namespace) -> list[str]:
+    if not args.subtests:
+        return list(args.tests)
+    return [f"{test}:{sub}" for test in args.tests for sub in args.subtests]
+
+
 def run_names(tests_dir: Path, names: str, args: argparse.Namespace) -> list[Result]:
     logs = WORK / "logs" / names
     logs.mkdir(parents=True, exist_ok=True)
@@ -176,7 +190,7 @@ def run_names(tests_dir: Path, names: str, args: argparse.Namespace) -> list[Res
         results = []
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             runs = [pool.submit(run_test, tests_dir, t, env, logs, args.timeout)
-                    for t in args.tests]
+                    for t in _runs(args)]
             for run in concurrent.futures.as_completed(runs):
                 result = run.result()
                 results.append(result)

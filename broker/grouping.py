@@ -82,7 +82,7 @@ def _limits() -> Limits:
     return Limits(
         min_session_ms=getattr(settings, "KAFKA_GROUP_MIN_SESSION_MS", 6_000),
         max_session_ms=getattr(settings, "KAFKA_GROUP_MAX_SESSION_MS", 1_800_000),
-        initial_delay_ms=getattr(settings, "KAFKA_GROUP_INITIAL_DELAY_MS", 0))
+        initial_delay_ms=settings.KAFKA_GROUP_INITIAL_DELAY_MS)
 
 
 def _consumer_settings() -> consumer.Settings:

@@ -16,6 +16,7 @@ from django.conf import settings
 from replication.errors import InvalidInput
 from replication.models import Stream, TimestampType, Topic
 from replication.services.topiccompaction import INHERIT, INHERIT_POLICY, clean_policy
+from replication.services.topicflush import KAFKA_DEFAULT, LOWEST
 
 COMPRESSION = {"off": "uncompressed", "lz4": "lz4", "zlib": "gzip", "lzf": "lzf"}
 TIMESTAMP = {TimestampType.CREATETIME: "CreateTime", TimestampType.LOGAPPENDTIME: "LogAppendTime"}
@@ -35,13 +36,19 @@ DOCS = {
     "min.compaction.lag.ms": "the topic's -mincompactionlag, else the stream's",
     "delete.retention.ms": "the topic's -deleteretention, else the stream's",
     "min.cleanable.dirty.ratio": "the topic's -mincleanabledirtyratio, else the stream's",
+    "flush.ms": "kept as set and always more than honoured: the store commits every write to "
+                "disk before acknowledging it",
+    "flush.messages": "kept as set and always more than honoured: the store commits every "
+                      "write to disk before acknowledging it",
 }
 # Kafka's per-topic configs that are a stream's settings here.
 STREAM_WIDE = {"retention.ms": "ttl", "compression.type": "compression"}
 # Compaction configs a topic overrides (its stream's settings when it has none: issue 31).
 TOPIC_OVERRIDES = {"cleanup.policy": "cleanuppolicy", "min.compaction.lag.ms": "mincompactionlag",
                    "delete.retention.ms": "deleteretention",
-                   "min.cleanable.dirty.ratio": "mincleanabledirtyratio"}
+                   "min.cleanable.dirty.ratio": "mincleanabledirtyratio",
+                   # kept on the topic, always honoured (replication/services/topicflush.py)
+                   "flush.ms": "flushms", "flush.messages": "flushmessages"}
 SETTABLE = {*STREAM_WIDE, *TOPIC_OVERRIDES, "message.timestamp.type"}
 # Kafka 3.x ignores message.format.version (KIP-724: records stay in the format v2 the clients
 # send); it is accepted, as Kafka 3.x accepts it, when it names a Kafka version.
@@ -60,6 +67,8 @@ def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
     if topic is not None:
         topic.stream = stream  # the stream as read now, not a cached copy
         lag, retention, ratio = topic.compaction()
+    flushes = [KAFKA_DEFAULT if value is None else value
+               for value in ((topic.flushms, topic.flushmessages) if topic else (None, None))]
     return {
         "retention.ms": str(stream.ttl * 1000 if stream.ttl else -1),
         "retention.bytes": "-1",
@@ -70,6 +79,8 @@ def topic_configs(stream: Stream, topic: Topic | None) -> dict[str, str]:
         "min.compaction.lag.ms": str(lag),
         "delete.retention.ms": str(retention),
         "min.cleanable.dirty.ratio": _ratio(ratio),
+        "flush.ms": str(flushes[0]),
+        "flush.messages": str(flushes[1]),
     }
 
 
@@ -197,6 +208,8 @@ def _stream_value(name: str, value: str) -> Any:
         return _millis(name, value)
     if name == "min.cleanable.dirty.ratio":
         return _dirty_ratio(value)
+    if name in ("flush.ms", "flush.messages"):
+        return _flush(name, value)
     if name == "compression.type":
         chosen = {v: k for k, v in COMPRESSION.items()}.get(value)
         if chosen is None:
@@ -227,6 +240,19 @@ def _millis(name: str, value: str) -> int:
     return ms
 
 
+def _flush(name: str, value: str) -> int:
+    lowest = LOWEST[TOPIC_OVERRIDES[name]]
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not lowest <= number <= KAFKA_DEFAULT:
+        raise InvalidInput(f"{name}={value}: give a whole number, {lowest} or more (every write "
+                           "is committed to disk before it is acknowledged, whatever the value)",
+                           field="configs")
+    return number
+
+
 def _dirty_ratio(value: str) -> float:
     try:
         ratio = float(value)
@@ -242,7 +268,8 @@ def _dirty_ratio(value: str) -> float:
 CONFIG_TYPES = {"retention.ms": 5, "retention.bytes": 5, "max.message.bytes": 3,
                 "cleanup.policy": 7,
                 "min.compaction.lag.ms": 5, "delete.retention.ms": 5,
-                "min.cleanable.dirty.ratio": 6}  # else STRING
+                "min.cleanable.dirty.ratio": 6, "flush.ms": 5,
+                "flush.messages": 5}  # else STRING
 
 
 def config_entries(stream: Stream, configs: dict[str, str], documented: bool = False,

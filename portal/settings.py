@@ -447,6 +447,14 @@ KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATI
 # The listener process's interpreter switch interval (sys.setswitchinterval; Python's default
 # is 5 ms): how long a thread decoding a large produce holds the GIL from a small request.
 KAFKA_SWITCH_INTERVAL_MS = _positive(env.float, "STREAMGATE_KAFKA_SWITCH_INTERVAL_MS", 1.0)
+# Kafka's group.initial.rebalance.delay.ms (its broker default, 3 s): a group that was empty
+# waits this long for more members before its first rebalance completes, so consumers started
+# together land in one generation instead of the first taking every partition and then giving
+# them back in a second rebalance (librdkafka's 0118 commits in that revoke and fails).
+KAFKA_GROUP_INITIAL_DELAY_MS = env.int("STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS", 3_000)
+if KAFKA_GROUP_INITIAL_DELAY_MS < 0:
+    raise ImproperlyConfigured("STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS must be 0 or more "
+                               "milliseconds (0: a new group's first rebalance does not wait)")
 # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.session.timeout.ms
 # and group.consumer.heartbeat.interval.ms.
 KAFKA_CONSUMER_SESSION_MS = _positive(env.int, "STREAMGATE_KAFKA_CONSUMER_SESSION_MS", 45_000)

@@ -205,6 +205,10 @@ class Topic(named_within("stream", "path", shown="{self.stream.path}:{self.name}
     mincompactionlag = models.PositiveBigIntegerField(null=True, blank=True)
     deleteretention = models.PositiveBigIntegerField(null=True, blank=True)
     mincleanabledirtyratio = models.FloatField(null=True, blank=True)
+    # Kafka's flush.ms and flush.messages as set (null: not set). The store commits every write
+    # before acknowledging it, so any value is more than honoured (services/topicflush.py).
+    flushms = models.PositiveBigIntegerField(null=True, blank=True)
+    flushmessages = models.PositiveBigIntegerField(null=True, blank=True)
 
     objects = TopicQuerySet.as_manager()
 

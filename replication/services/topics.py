@@ -17,6 +17,7 @@ from replication.services.common import (
 )
 from replication.services.streams import clean_partitions, compaction_possible
 from replication.services.topiccompaction import COMPACTION, compaction_overrides
+from replication.services.topicflush import flush_overrides
 from replication.stores import store_for
 
 
@@ -31,6 +32,9 @@ class TopicOptions(TypedDict, total=False):
     mincompactionlag: int | None
     deleteretention: int | None
     mincleanabledirtyratio: float | None
+    # Kafka's flush.ms and flush.messages (topicflush.py): -1 goes back to Kafka's default.
+    flushms: int | None
+    flushmessages: int | None
 
 
 def topic_of(stream: Stream, name: str) -> Topic:
@@ -86,7 +90,8 @@ def topic_autocreate(*, stream: Stream, name: str, within_plan: bool = True,
         partitions_require_room(stream.tenant_id, count)
     check_origins([stream.id], extra_topics={stream.id: {name: stream.uuid}})
     topic = Topic(stream=stream, name=name, partitions=count, timestamptype=kind,
-                  origin_uuid=stream.uuid, **compaction_overrides(options))
+                  origin_uuid=stream.uuid, **compaction_overrides(options),
+                  **flush_overrides(options))
     if topic.compacted:
         compaction_possible(stream.cluster)
     topic.save()
@@ -103,7 +108,8 @@ def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
     topic = topic_of(stream, name)
     _origin_only(topic, "edit")
     overrides = compaction_overrides(options)
-    if partitions is None and timestamptype is None and not overrides:
+    flushes = flush_overrides(options)
+    if partitions is None and timestamptype is None and not overrides and not flushes:
         raise InvalidInput("nothing to change: give -partitions, -timestamptype, "
                            f"{', '.join('-' + name for name in COMPACTION)}")
     if partitions is not None:
@@ -116,7 +122,7 @@ def topic_edit(*, actor: AbstractBaseUser, stream: Stream, name: str,
         partitions_require_room(stream.tenant_id, partitions - topic.partitions)
         topic.partitions = partitions
     topic.timestamptype = _timestamptype(timestamptype, topic.timestamptype)
-    for name, value in overrides.items():
+    for name, value in {**overrides, **flushes}.items():
         setattr(topic, name, value)
     if overrides.get("cleanuppolicy") and topic.compacted:
         compaction_possible(stream.cluster)

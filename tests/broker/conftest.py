@@ -31,7 +31,10 @@ JS = Path(__file__).parent / "js"  # the kafkajs scripts
 LISTENER_SETTINGS = {"STREAMGATE_KAFKA_HEARTBEAT": "0.3", "STREAMGATE_KAFKA_TTL": "1.5",
                      # KIP-848 members: a test's session and heartbeat, not Kafka's 45 s and 5 s
                      "STREAMGATE_KAFKA_CONSUMER_SESSION_MS": "6000",
-                     "STREAMGATE_KAFKA_CONSUMER_HEARTBEAT_MS": "300"}
+                     "STREAMGATE_KAFKA_CONSUMER_HEARTBEAT_MS": "300",
+                     # a new group's first rebalance at once (Kafka's own development
+                     # server.properties sets 0 too); test_group_initial_delay.py sets Kafka's 3 s
+                     "STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS": "0"}
 
 
 def orders_topic(owner, partitions: int):  # type: ignore[no-untyped-def]
