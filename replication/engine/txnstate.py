@@ -15,6 +15,7 @@ Plain Python, no Django; the statements are in PostgreSQL's dialect (`_sql` give
 
 from __future__ import annotations
 
+import contextlib
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -23,7 +24,7 @@ from uuid import UUID
 from replication.engine.producers import ProducerState
 from replication.engine.recordbatch import CONTROL, TRANSACTIONAL, encode_body, frame_batch, frames
 from replication.engine.statements import ADVANCE_ONE
-from replication.engine.store import Record, now_ms
+from replication.engine.store import PartitionOutOfRange, Record, UnknownTopic, now_ms
 from replication.engine.storebase import Connection, MessageStore
 from replication.engine.stored import Fetched, StoredBatch, records_of
 
@@ -81,6 +82,7 @@ UPDATE txn_ranges SET marker_offset = NULL, aborted = false
 WHERE pid = %s AND marker_offset >= %s
 """
 ABORT, COMMIT = 0, 1  # a control record's type (its key's second int16)
+MarkerAt = tuple[UUID, str, int]  # (stream, topic, partition) a transaction's marker goes to
 
 
 class TxnView(NamedTuple):
@@ -130,6 +132,10 @@ class TransactionRanges(MessageStore):
     def _copy(self, conn: Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
         """Insert the batches into partition `pid` (in the caller's transaction)."""
 
+    @abstractmethod
+    def _lock_many(self, conn: Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
+        """(low, next offset) of each partition, locked until the commit, in id order."""
+
     def _open_ranges(self, conn: Connection, rows: Iterable[tuple[int, StoredBatch]]) -> None:
         """In an append's transaction: open a range for each transactional producer writing
         to a partition where it has none open."""
@@ -155,21 +161,62 @@ class TransactionRanges(MessageStore):
         """Close the producer's open transaction in the partition with a COMMIT or ABORT
         marker: the marker's offset, or None when none is open (nothing was produced, or the
         marker is there already)."""
+        return self.write_markers([(stream, topic, partition)], producer_id=producer_id,
+                                  epoch=epoch, commit=commit, origin=origin)[
+            (stream, topic, partition)]
+
+    def write_markers(self, partitions: Sequence[MarkerAt], *, producer_id: int, epoch: int,
+                      commit: bool, cursors: Sequence[tuple[UUID, str, Sequence[tuple]]] = (),
+                      origin: UUID | None = None) -> dict[MarkerAt, int | None]:
+        """A transaction's end in this store, in one store transaction (one commit, however
+        many partitions): a marker in each partition of `partitions` (stream, topic,
+        partition) where the producer has an open range (the marker's origin is `origin`,
+        else the partition's stream),
+        and `cursors` (stream, group, commits) committed with them. Each marker's offset,
+        None where none was open (nothing produced, the marker there already, the topic
+        gone). Partitions are locked in id order, as appends lock theirs: no deadlock."""
+        out: dict[MarkerAt, int | None] = dict.fromkeys(partitions)
         with self._writing() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            nxt = self._lock(conn, pid)[1]
-            if self._one(conn, FIND_OPEN, (pid, producer_id)) is None:
-                return None
-            marker = control_batch(nxt, producer_id, epoch, commit, origin)
-            self._copy(conn, pid, [marker])
-            conn.execute(self._sql(ADVANCE_ONE), (nxt + 1, 1, marker.size, pid))
-            conn.execute(self._sql(CLOSE_RANGE), (nxt, not commit, pid, producer_id))
+            pids: dict[int, MarkerAt] = {}
+            for at in partitions:
+                with contextlib.suppress(UnknownTopic, PartitionOutOfRange):
+                    pids[self._pid(conn, *at)] = at
+            ends = self._lock_many(conn, list(pids)) if pids else {}
+            rows = [(pid, control_batch(ends[pid][1], producer_id, epoch, commit,
+                                         origin or pids[pid][0]))
+                    for pid in self._opened(conn, sorted(pids), producer_id)]
+            if rows:
+                self._put_markers(conn, rows, producer_id, epoch, commit)
+            for pid, marker in rows:
+                out[pids[pid]] = marker.base_offset
+            for stream, group, commits in cursors:
+                self._commit_cursors(conn, stream, group, commits)
+        return out
+
+    def _insert_rows(self, conn: Connection, rows: Sequence[tuple[int, StoredBatch]]) -> None:
+        """Insert batches (partition id, batch) in the caller's transaction."""
+        for pid, batch in rows:
+            self._copy(conn, pid, [batch])
+
+    def _opened(self, conn: Connection, pids: Sequence[int], producer_id: int) -> list[int]:
+        """Those of `pids` where the producer has an open range (PostgreSQL: one query)."""
+        return [pid for pid in pids if self._one(conn, FIND_OPEN, (pid, producer_id))]
+
+    def _put_markers(self, conn: Connection, rows: Sequence[tuple[int, StoredBatch]],
+                     producer_id: int, epoch: int, commit: bool) -> None:
+        """Append the markers (partition id, control batch) and close their ranges."""
+        self._insert_rows(conn, rows)
+        cur = conn.cursor()
+        cur.executemany(self._sql(ADVANCE_ONE), [(m.base_offset + 1, 1, m.size, pid)
+                                                 for pid, m in rows])
+        cur.executemany(self._sql(CLOSE_RANGE), [(m.base_offset, not commit, pid, producer_id)
+                                                 for pid, m in rows])
+        for pid, _ in rows:
             state = self._state(conn, pid, producer_id)
             if state is None or state.epoch < epoch:
                 # A marker of a bumped epoch (a timeout, a new producer) fences the old one
                 # here too: its late batches are refused, not left past the marker.
                 self._put_state(conn, pid, producer_id, ProducerState(epoch, (-1,), (-1,), (-1,)))
-        return nxt
 
     def abort_open(self, stream: UUID, topic: str) -> int:
         """An ABORT marker for every open transaction of the topic (a promoted replica: their
