@@ -82,6 +82,21 @@ UPDATE txn_ranges SET marker_offset = NULL, aborted = false
 WHERE pid = %s AND marker_offset >= %s
 """
 ABORT, COMMIT = 0, 1  # a control record's type (its key's second int16)
+# What a message browser marks (issue 31): a transaction's markers, and data records of a
+# transaction that aborted or is still open (read_committed skips or waits at them).
+MARK_COMMIT, MARK_ABORT, MARK_ABORTED, MARK_PENDING = "commit marker", "abort marker", \
+    "aborted", "pending"
+# The transactional batches overlapping an offset range; a control batch's bytes (one small
+# record) to tell a COMMIT from an ABORT, not a data batch's.
+TXN_BATCHES = """
+SELECT base_offset, last_offset, producer_id, attributes,
+       CASE WHEN (attributes & 32) <> 0 THEN data END
+FROM batches WHERE pid = %s AND last_offset >= %s AND base_offset <= %s AND (attributes & 16) <> 0
+"""
+TXN_RANGES_OVER = """
+SELECT producer_id, first_offset, marker_offset, aborted FROM txn_ranges
+WHERE pid = %s AND first_offset <= %s AND (marker_offset IS NULL OR marker_offset >= %s)
+"""
 MarkerAt = tuple[UUID, str, int]  # (stream, topic, partition) a transaction's marker goes to
 
 
@@ -249,6 +264,26 @@ class TransactionRanges(MessageStore):
                 (int(p), int(f)) for p, f in self._all(conn, ABORTED, (pid, offset, stable))]
         return TxnView(stable, aborted)
 
+    def txn_kinds(self, stream: UUID, topic: str, partition: int, low: int,
+                  high: int) -> dict[int, str]:
+        """The offsets in [low, high] a browser marks: markers (MARK_COMMIT, MARK_ABORT) and
+        records of aborted (MARK_ABORTED) or open (MARK_PENDING) transactions; others are
+        absent."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            batches = self._all(conn, TXN_BATCHES, (pid, low, high))
+            ranges = self._all(conn, TXN_RANGES_OVER, (pid, high, low)) if batches else []
+        kinds: dict[int, str] = {}
+        for base, last, producer_id, attributes, data in batches:
+            if attributes & CONTROL:
+                kinds[base] = MARK_COMMIT if control_type(bytes(data)) == COMMIT \
+                    else MARK_ABORT
+                continue
+            kind = _range_kind(ranges, producer_id, base)
+            if kind is not None:
+                kinds.update(dict.fromkeys(range(max(base, low), min(last, high) + 1), kind))
+        return kinds
+
     def open_transactions(self, stream: UUID, topic: str,
                           partitions: Sequence[int]) -> dict[int, list[tuple[int, int]]]:
         """Each partition's open transactions: (producer id, first offset), oldest first."""
@@ -258,6 +293,15 @@ class TransactionRanges(MessageStore):
                 pid = self._pid(conn, stream, topic, p)
                 out[p] = [(int(a), int(b)) for a, b in self._all(conn, OPEN_RANGES, (pid,))]
         return out
+
+
+def _range_kind(ranges: Sequence[tuple], producer_id: int, offset: int) -> str | None:
+    """MARK_ABORTED or MARK_PENDING for a producer's transactional batch at `offset` by the
+    range holding it, None when its transaction committed."""
+    for producer, first, marker, aborted in ranges:
+        if producer == producer_id and first <= offset and (marker is None or marker > offset):
+            return MARK_PENDING if marker is None else MARK_ABORTED if aborted else None
+    return None
 
 
 def fetched_below(found: Fetched, stable: int) -> Fetched:

@@ -68,3 +68,17 @@ def test_a_transactions_end_that_fails_part_way_writes_no_marker(store):
     assert {p: high for p, (_, high) in store.watermarks(stream, "t").items()} == {0: 2, 1: 2}
     assert store.txn_view(stream, "t", 0, 0, 2) == (0, [])  # still open: read_committed waits
     assert not [c for c in store.cursors(stream) if c[0] == "g"]
+
+
+def test_a_browser_learns_which_offsets_are_markers_or_aborted_or_open_records(store):
+    stream = uuid.uuid4()
+    store.ensure_topic(stream, "t", 1)
+    for producer_id, count, commit in ((91, 2, True), (92, 2, False), (93, 1, None)):
+        store.append_batches(stream, "t", {0: _transactional(count, producer_id, 0)},
+                             origin=ORIGIN)
+        if commit is not None:
+            store.write_marker(stream, "t", 0, producer_id=producer_id, epoch=0, commit=commit,
+                               origin=ORIGIN)
+    assert store.txn_kinds(stream, "t", 0, 0, 7) == {
+        2: "commit marker", 3: "aborted", 4: "aborted", 5: "abort marker", 6: "pending"}
+    assert store.txn_kinds(stream, "t", 0, 4, 5) == {4: "aborted", 5: "abort marker"}
