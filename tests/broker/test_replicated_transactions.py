@@ -100,3 +100,48 @@ def test_read_committed_on_the_replica_sees_what_it_sees_on_the_origin_through_a
     assert aborted <= everything  # the aborted records travelled, and stay hidden
     # Offsets: the markers (one per partition per transaction) keep their places too.
     assert sum(_ends(replica).values()) == TRANSACTIONS * PER_TXN + TRANSACTIONS * PARTITIONS
+
+
+def test_a_consume_transform_produce_loops_offsets_reach_the_replica_with_its_output(
+        kafka, engine, owner, txn_pair):
+    """The loop's input offsets are committed in each transaction (send_offsets_to_
+    transaction): the replica ends with the same output, read_committed, and the same
+    committed offset for the group, so the loop could go on there with nothing doubled."""
+    from replication.services.cursors import cursors_fetch
+
+    origin, replica = txn_pair
+    topic_create(actor=owner, stream=origin, name="in", partitions=1)
+    source = Producer(kafka.confluent(**{"linger.ms": 2}))
+    for i in range(40):
+        source.produce("/mapr/etxa/apps:in", b"in-%d" % i, partition=0)
+    assert source.flush(30) == 0
+    consumer = Consumer(kafka.confluent(**{"group.id": "etx-app", "enable.auto.commit": False,
+                                           "isolation.level": "read_committed"}))
+    consumer.assign([TopicPartition("/mapr/etxa/apps:in", 0, 0)])
+    producer = Producer(kafka.confluent(**{"transactional.id": "etx-loop", "linger.ms": 2}))
+    producer.init_transactions(30)
+    done, deadline = 0, time.monotonic() + 90
+    while done < 40:
+        assert time.monotonic() < deadline, f"the loop did {done} of 40"
+        batch = [m for m in consumer.consume(5, timeout=1) if m.error() is None]
+        if not batch:
+            continue
+        if done >= 20 and "gw-etxb-gw1" in engine.processes:
+            engine.stop("gw-etxb-gw1", kill=True)  # mid-way
+        producer.begin_transaction()
+        for m in batch:
+            producer.produce(ORIGIN, b"out-" + m.value(), partition=m.offset() % PARTITIONS)
+        producer.send_offsets_to_transaction(
+            [TopicPartition("/mapr/etxa/apps:in", 0, batch[-1].offset() + 1)],
+            consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        done += len(batch)
+    consumer.close()
+    wait_until(lambda: _ends(replica) == _ends(origin), timeout=90, every=0.3)
+    committed = cursors_fetch(actor=owner, stream=origin, group="etx-app")
+    assert sum(c.offset for c in committed.values()) == 40
+    wait_until(lambda: cursors_fetch(actor=owner, stream=replica, group="etx-app") == committed,
+               timeout=60)
+    on_origin = _read(kafka.confluent(), ORIGIN, "read_committed")
+    assert _read(kafka.confluent(), REPLICA, "read_committed") == on_origin
+    assert sorted(v for _, _, v in on_origin) == sorted(b"out-in-%d" % i for i in range(40))
