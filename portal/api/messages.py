@@ -31,6 +31,7 @@ from replication.engine.store import Message, Record
 from replication.models import Topic
 from replication.services import cursors
 from replication.services import messages as service
+from replication.services.browse import transaction_marks
 
 ENCODINGS = ("utf-8", "base64")
 RECORD_FIELDS = {"value", "key", "headers", "partition", "timestamp"}
@@ -106,7 +107,10 @@ def parse_records(body: Any) -> tuple[list[Record], str | None]:
     return records, producer
 
 
-def render(message: Message, encode: Callable[[bytes | None], str | None]) -> dict[str, Any]:
+def render(message: Message, encode: Callable[[bytes | None], str | None],
+           mark: str | None = None) -> dict[str, Any]:
+    """A message as the API shows it; `transaction`: its transaction's mark, when it is a
+    commit or abort marker or a record of an aborted or open transaction (issue 31)."""
     return {
         "partition": message.partition,
         "offset": message.offset,
@@ -116,6 +120,7 @@ def render(message: Message, encode: Callable[[bytes | None], str | None]) -> di
         "headers": {name: encode(value) for name, value in message.headers},
         "origin": str(message.origin),
         "producer": message.producer,
+        "transaction": mark,
     }
 
 
@@ -214,7 +219,9 @@ class MessageViewSet(StreamChildViewSet):
             wait_ms=_int_param(request, "wait_ms", 0),
         )
         encode = _encoder(encoding)
-        return Response({"messages": [render(m, encode) for m in messages]})
+        marks = transaction_marks(stream=self.parent, topic=kwargs["name"], messages=messages)
+        return Response({"messages": [render(m, encode, marks.get((m.partition, m.offset)))
+                                      for m in messages]})
 
 
 class CursorSerializer(serializers.Serializer):

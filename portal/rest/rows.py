@@ -116,8 +116,10 @@ def topic_rows(stream: Stream) -> list[Row]:
 
 def partition_rows(topic: Topic) -> list[Row]:
     """`stream topic info`: one row per partition, with its last stable offset and open
-    Kafka transactions (what a read_committed consumer reads up to, and why)."""
+    Kafka transactions (what a read_committed consumer reads up to, and why), and the
+    topic's cleanup policy and compaction settings in force (a replica's are its origin's)."""
     txns = topic_transactions(topic=topic)
+    lag, retention, ratio = topic.compaction()
     return [
         {
             "partitionid": index,
@@ -133,6 +135,8 @@ def partition_rows(topic: Topic) -> list[Row]:
             "opentransactions": [{"producerid": pid, "firstoffset": first,
                                   "transactionalid": name}
                                  for pid, first, name in txns[index].open],
+            "cleanuppolicy": topic.policy, "mincompactionlag": lag,
+            "deleteretention": retention, "mincleanabledirtyratio": ratio,
         }
         for index, p in enumerate(storage_figures([topic])[topic.pk])
     ]

@@ -139,7 +139,10 @@ def decode_value(data: bytes | None, how: str, schemas: SchemaDecoder) -> dict[s
     return {"text": found.text, "kind": kind}
 
 
-def _rows(found: list[Message], how: str, stream: Stream) -> list[dict[str, Any]]:
+def _rows(found: list[Message], how: str, stream: Stream,
+          marks: dict[tuple[int, int], str] | None = None) -> list[dict[str, Any]]:
+    """The rows shown; `marks`: a transaction's marker, or a record of an aborted or open
+    transaction, by (partition, offset) (BrowseResult.marks)."""
     origins: set[UUID] = {m.origin for m in found}
     paths = dict(Stream.objects.filter(uuid__in=origins).values_list("uuid", "path"))
     schemas = SchemaDecoder(stream.tenant)
@@ -148,7 +151,8 @@ def _rows(found: list[Message], how: str, stream: Stream) -> list[dict[str, Any]
              "headers": [(k, decode(v, "utf8")) for k, v in m.headers],
              "at": datetime.fromtimestamp(m.timestamp_ms / 1000, tz=UTC),
              "origin": paths.get(m.origin, str(m.origin)),
-             "is_here": m.origin == stream.uuid} for m in found]
+             "is_here": m.origin == stream.uuid,
+             "mark": (marks or {}).get((m.partition, m.offset))} for m in found]
 
 
 def _browse_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
@@ -173,7 +177,8 @@ def _browse_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
         errors = field_errors(err, FILTERS)
         context.update(errors=errors, error=errors.get("form", ""))
         return context
-    context.update(rows=_rows(result.messages, context["decode"], stream), result=result,
+    context.update(rows=_rows(result.messages, context["decode"], stream, result.marks),
+                   result=result,
                    limit=q.limit, **_links(request, stream, data, result))
     return context
 
@@ -224,7 +229,8 @@ def _encoded(data: bytes | None) -> tuple[str | None, str | None]:
         return base64.b64encode(data).decode("ascii"), "base64"
 
 
-def message_json(m: Message, topic: str, origin: str) -> dict[str, Any]:
+def message_json(m: Message, topic: str, origin: str, mark: str | None = None,
+                 ) -> dict[str, Any]:
     """One message as a line of the download."""
     key, key_encoding = _encoded(m.key)
     value, value_encoding = _encoded(m.value)
@@ -237,7 +243,7 @@ def message_json(m: Message, topic: str, origin: str) -> dict[str, Any]:
             "time": datetime.fromtimestamp(m.timestamp_ms / 1000, tz=UTC).isoformat(),
             "key": key, "key_encoding": key_encoding,
             "value": value, "value_encoding": value_encoding,
-            "headers": headers, "origin": origin}
+            "headers": headers, "origin": origin, "transaction": mark}
 
 
 @login_required
@@ -248,7 +254,7 @@ def stream_messages_download(request: HttpRequest, pk: int) -> HttpResponse:
     if context["errors"] or not context["topic"]:
         return render_page(request, "web/messages.html", {
             **context, "produce": {}, "produce_errors": {}, "can_produce": False}, status=400)
-    lines = [json.dumps(message_json(row["m"], context["topic"], row["origin"]),
+    lines = [json.dumps(message_json(row["m"], context["topic"], row["origin"], row["mark"]),
                         ensure_ascii=False) + "\n" for row in context["rows"]]
     response = HttpResponse("".join(lines), content_type="application/x-ndjson; charset=utf-8")
     name = f"{stream.name}-{context['topic']}.jsonl"
@@ -272,16 +278,16 @@ def stream_message(request: HttpRequest, pk: int, topic: str, partition: int,
             "decodings": DECODINGS, "decode": how,
             "context_url": f"{reverse('stream-messages', args=[pk])}?{query.urlencode()}"}
     try:
-        found = messages_browse(actor=request.user, stream=stream, q=q).messages
+        browsed = messages_browse(actor=request.user, stream=stream, q=q)
     except StreamgateError as err:
         return render_page(request, "web/message.html", {**page, "missing": err.desc},
                            status=err.http_status if err.http_status == 403 else 404)
-    if not found:
+    if not browsed.messages:
         return render_page(request, "web/message.html", {**page, "missing": (
             f"{topic} partition {partition} has no message at offset {offset}: it may have "
             "expired (the stream's ttl), or not be written yet")}, status=404)
     return render_page(request, "web/message.html",
-                       {**page, "row": _rows(found, how, stream)[0]})
+                       {**page, "row": _rows(browsed.messages, how, stream, browsed.marks)[0]})
 
 
 def _headers(text: str) -> tuple[tuple[str, bytes], ...]:

@@ -32,7 +32,14 @@ from replication import ace
 from replication.errors import InvalidInput, StreamgateError
 from replication.figures import storage_figures
 from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
-from replication.models import PERMISSIONS, Compression, ReplicaLink, Stream, TimestampType
+from replication.models import (
+    PERMISSIONS,
+    CleanupPolicy,
+    Compression,
+    ReplicaLink,
+    Stream,
+    TimestampType,
+)
 from replication.services import (
     replica_add,
     replica_pause,
@@ -188,7 +195,7 @@ def topics_context(request: HttpRequest, stream: Stream) -> dict[str, Any]:
     figures = storage_figures(topics)
     return {"topics": [(topic, figures[topic.pk]) for topic in topics],
             "can_edit_topics": stream.allows(request.user, "topicperm"),
-            "timestamp_types": TimestampType.values}
+            "timestamp_types": TimestampType.values, "cleanup_policies": CleanupPolicy.values}
 
 
 @login_required

@@ -1,13 +1,15 @@
-"""The stream page's Topics tab: create a topic, add partitions or change its timestamp type,
-delete it after typing its name. Every change goes through replication/services/topics.py,
-as /rest, the API and the Kafka listener's admin APIs do (topicperm, the plan's partition
-limit, changes at the origin only), and is audited by the Topic model's signals with the web
-as its interface. A refusal re-renders the tab with the error beside its field and what was
-typed; nothing is changed."""
+"""The stream page's Topics tab: create a topic, add partitions or change its timestamp type
+and its compaction settings (cleanup policy, min compaction lag, delete retention, dirty
+ratio: issue 31), delete it after typing its name. Every change goes through
+replication/services/topics.py, as /rest, the API and the Kafka listener's admin APIs do
+(topicperm, the plan's partition limit, changes at the origin only), and is audited by the
+Topic model's signals with the web as its interface. A refusal re-renders the tab with the
+error beside its field and what was typed; nothing is changed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -21,10 +23,13 @@ from portal.web.tenancy import render_page
 from replication.errors import InvalidInput, StreamgateError
 from replication.models import Stream
 from replication.services import topic_create, topic_delete, topic_edit
+from replication.services.topiccompaction import compaction_typed
 from replication.services.topics import topic_of
 
-CREATE_FIELDS = ("topic", "partitions", "timestamptype")
-EDIT_FIELDS = ("topic", "partitions", "timestamptype")
+COMPACTION_FIELDS = ("cleanuppolicy", "mincompactionlag", "deleteretention",
+                     "mincleanabledirtyratio")
+CREATE_FIELDS = ("topic", "partitions", "timestamptype", *COMPACTION_FIELDS)
+EDIT_FIELDS = CREATE_FIELDS
 
 
 def _partitions(text: str, *, required: bool) -> int | None:
@@ -35,6 +40,12 @@ def _partitions(text: str, *, required: bool) -> int | None:
         raise InvalidInput("the number of partitions is a whole number, 1 or more",
                            field="partitions")
     return int(text)
+
+
+def _compaction(typed: dict[str, str]) -> dict[str, Any]:
+    """The compaction options typed (blank: not given), read and refused as the CLI reads
+    them; topic_create and topic_edit then apply the rules every interface shares."""
+    return compaction_typed({name: typed[name] for name in COMPACTION_FIELDS})
 
 
 def _topics_form(request: HttpRequest, stream: Stream, form: str, fields: tuple[str, ...],
@@ -59,8 +70,10 @@ def topic_create_view(request: HttpRequest, pk: int) -> HttpResponse:
     def create(typed: dict[str, str]) -> str:
         topic = topic_create(actor=request.user, stream=stream, name=typed["topic"],
                              partitions=_partitions(typed["partitions"], required=False),
-                             timestamptype=typed["timestamptype"] or None)
-        return f"topic {topic.name} created with {topic.partitions} partitions"
+                             timestamptype=typed["timestamptype"] or None,
+                             **_compaction(typed))
+        return (f"topic {topic.name} created with {topic.partitions} partitions, "
+                f"cleanup policy {topic.policy}")
 
     return _topics_form(request, stream, "create", CREATE_FIELDS, create)
 
@@ -73,9 +86,10 @@ def topic_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     def edit(typed: dict[str, str]) -> str:
         topic = topic_edit(actor=request.user, stream=stream, name=typed["topic"],
                            partitions=_partitions(typed["partitions"], required=False),
-                           timestamptype=typed["timestamptype"] or None)
+                           timestamptype=typed["timestamptype"] or None,
+                           **_compaction(typed))
         return (f"topic {topic.name} saved: {topic.partitions} partitions, "
-                f"{topic.timestamptype} timestamps")
+                f"{topic.timestamptype} timestamps, cleanup policy {topic.policy}")
 
     return _topics_form(request, stream, "edit", EDIT_FIELDS, edit)
 

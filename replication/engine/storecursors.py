@@ -17,7 +17,7 @@ from replication.engine.statements import (
     STREAM_MARKS,
 )
 from replication.engine.store import Committed
-from replication.engine.storehooks import StoreHooks
+from replication.engine.storehooks import Connection, StoreHooks
 
 
 class CursorMethods(StoreHooks):
@@ -37,10 +37,15 @@ class CursorMethods(StoreHooks):
         transaction (Kafka's OffsetCommit carries many partitions), each stored exactly as
         given."""
         with self._writing() as conn:
-            rows = [(self._pid(conn, stream, c.topic, c.partition), group, c.offset,
-                     c.metadata.encode(), c.leader_epoch)
-                    for c in (Committed(group, *cursor) for cursor in cursors)]
-            conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
+            self._commit_cursors(conn, stream, group, cursors)
+
+    def _commit_cursors(self, conn: Connection, stream: UUID, group: str,
+                        cursors: Sequence[tuple]) -> None:
+        """commit_cursors in the caller's transaction (a transaction's markers' too)."""
+        rows = [(self._pid(conn, stream, c.topic, c.partition), group, c.offset,
+                 c.metadata.encode(), c.leader_epoch)
+                for c in (Committed(group, *cursor) for cursor in cursors)]
+        conn.cursor().executemany(self._sql(COMMIT_CURSOR), rows)
 
     def delete_cursors(
         self, stream: UUID, *, group: str | None = None, topic: str | None = None,

@@ -15,6 +15,7 @@ Plain Python, no Django; the statements are in PostgreSQL's dialect (`_sql` give
 
 from __future__ import annotations
 
+import contextlib
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -23,7 +24,7 @@ from uuid import UUID
 from replication.engine.producers import ProducerState
 from replication.engine.recordbatch import CONTROL, TRANSACTIONAL, encode_body, frame_batch, frames
 from replication.engine.statements import ADVANCE_ONE
-from replication.engine.store import Record, now_ms
+from replication.engine.store import PartitionOutOfRange, Record, UnknownTopic, now_ms
 from replication.engine.storebase import Connection, MessageStore
 from replication.engine.stored import Fetched, StoredBatch, records_of
 
@@ -81,6 +82,22 @@ UPDATE txn_ranges SET marker_offset = NULL, aborted = false
 WHERE pid = %s AND marker_offset >= %s
 """
 ABORT, COMMIT = 0, 1  # a control record's type (its key's second int16)
+# What a message browser marks (issue 31): a transaction's markers, and data records of a
+# transaction that aborted or is still open (read_committed skips or waits at them).
+MARK_COMMIT, MARK_ABORT, MARK_ABORTED, MARK_PENDING = "commit marker", "abort marker", \
+    "aborted", "pending"
+# The transactional batches overlapping an offset range; a control batch's bytes (one small
+# record) to tell a COMMIT from an ABORT, not a data batch's.
+TXN_BATCHES = """
+SELECT base_offset, last_offset, producer_id, attributes,
+       CASE WHEN (attributes & 32) <> 0 THEN data END
+FROM batches WHERE pid = %s AND last_offset >= %s AND base_offset <= %s AND (attributes & 16) <> 0
+"""
+TXN_RANGES_OVER = """
+SELECT producer_id, first_offset, marker_offset, aborted FROM txn_ranges
+WHERE pid = %s AND first_offset <= %s AND (marker_offset IS NULL OR marker_offset >= %s)
+"""
+MarkerAt = tuple[UUID, str, int]  # (stream, topic, partition) a transaction's marker goes to
 
 
 class TxnView(NamedTuple):
@@ -130,6 +147,10 @@ class TransactionRanges(MessageStore):
     def _copy(self, conn: Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
         """Insert the batches into partition `pid` (in the caller's transaction)."""
 
+    @abstractmethod
+    def _lock_many(self, conn: Connection, pids: list[int]) -> dict[int, tuple[int, int]]:
+        """(low, next offset) of each partition, locked until the commit, in id order."""
+
     def _open_ranges(self, conn: Connection, rows: Iterable[tuple[int, StoredBatch]]) -> None:
         """In an append's transaction: open a range for each transactional producer writing
         to a partition where it has none open."""
@@ -155,21 +176,62 @@ class TransactionRanges(MessageStore):
         """Close the producer's open transaction in the partition with a COMMIT or ABORT
         marker: the marker's offset, or None when none is open (nothing was produced, or the
         marker is there already)."""
+        return self.write_markers([(stream, topic, partition)], producer_id=producer_id,
+                                  epoch=epoch, commit=commit, origin=origin)[
+            (stream, topic, partition)]
+
+    def write_markers(self, partitions: Sequence[MarkerAt], *, producer_id: int, epoch: int,
+                      commit: bool, cursors: Sequence[tuple[UUID, str, Sequence[tuple]]] = (),
+                      origin: UUID | None = None) -> dict[MarkerAt, int | None]:
+        """A transaction's end in this store, in one store transaction (one commit, however
+        many partitions): a marker in each partition of `partitions` (stream, topic,
+        partition) where the producer has an open range (the marker's origin is `origin`,
+        else the partition's stream),
+        and `cursors` (stream, group, commits) committed with them. Each marker's offset,
+        None where none was open (nothing produced, the marker there already, the topic
+        gone). Partitions are locked in id order, as appends lock theirs: no deadlock."""
+        out: dict[MarkerAt, int | None] = dict.fromkeys(partitions)
         with self._writing() as conn:
-            pid = self._pid(conn, stream, topic, partition)
-            nxt = self._lock(conn, pid)[1]
-            if self._one(conn, FIND_OPEN, (pid, producer_id)) is None:
-                return None
-            marker = control_batch(nxt, producer_id, epoch, commit, origin)
-            self._copy(conn, pid, [marker])
-            conn.execute(self._sql(ADVANCE_ONE), (nxt + 1, 1, marker.size, pid))
-            conn.execute(self._sql(CLOSE_RANGE), (nxt, not commit, pid, producer_id))
+            pids: dict[int, MarkerAt] = {}
+            for at in partitions:
+                with contextlib.suppress(UnknownTopic, PartitionOutOfRange):
+                    pids[self._pid(conn, *at)] = at
+            ends = self._lock_many(conn, list(pids)) if pids else {}
+            rows = [(pid, control_batch(ends[pid][1], producer_id, epoch, commit,
+                                         origin or pids[pid][0]))
+                    for pid in self._opened(conn, sorted(pids), producer_id)]
+            if rows:
+                self._put_markers(conn, rows, producer_id, epoch, commit)
+            for pid, marker in rows:
+                out[pids[pid]] = marker.base_offset
+            for stream, group, commits in cursors:
+                self._commit_cursors(conn, stream, group, commits)
+        return out
+
+    def _insert_rows(self, conn: Connection, rows: Sequence[tuple[int, StoredBatch]]) -> None:
+        """Insert batches (partition id, batch) in the caller's transaction."""
+        for pid, batch in rows:
+            self._copy(conn, pid, [batch])
+
+    def _opened(self, conn: Connection, pids: Sequence[int], producer_id: int) -> list[int]:
+        """Those of `pids` where the producer has an open range (PostgreSQL: one query)."""
+        return [pid for pid in pids if self._one(conn, FIND_OPEN, (pid, producer_id))]
+
+    def _put_markers(self, conn: Connection, rows: Sequence[tuple[int, StoredBatch]],
+                     producer_id: int, epoch: int, commit: bool) -> None:
+        """Append the markers (partition id, control batch) and close their ranges."""
+        self._insert_rows(conn, rows)
+        cur = conn.cursor()
+        cur.executemany(self._sql(ADVANCE_ONE), [(m.base_offset + 1, 1, m.size, pid)
+                                                 for pid, m in rows])
+        cur.executemany(self._sql(CLOSE_RANGE), [(m.base_offset, not commit, pid, producer_id)
+                                                 for pid, m in rows])
+        for pid, _ in rows:
             state = self._state(conn, pid, producer_id)
             if state is None or state.epoch < epoch:
                 # A marker of a bumped epoch (a timeout, a new producer) fences the old one
                 # here too: its late batches are refused, not left past the marker.
                 self._put_state(conn, pid, producer_id, ProducerState(epoch, (-1,), (-1,), (-1,)))
-        return nxt
 
     def abort_open(self, stream: UUID, topic: str) -> int:
         """An ABORT marker for every open transaction of the topic (a promoted replica: their
@@ -202,6 +264,26 @@ class TransactionRanges(MessageStore):
                 (int(p), int(f)) for p, f in self._all(conn, ABORTED, (pid, offset, stable))]
         return TxnView(stable, aborted)
 
+    def txn_kinds(self, stream: UUID, topic: str, partition: int, low: int,
+                  high: int) -> dict[int, str]:
+        """The offsets in [low, high] a browser marks: markers (MARK_COMMIT, MARK_ABORT) and
+        records of aborted (MARK_ABORTED) or open (MARK_PENDING) transactions; others are
+        absent."""
+        with self._reading() as conn:
+            pid = self._pid(conn, stream, topic, partition)
+            batches = self._all(conn, TXN_BATCHES, (pid, low, high))
+            ranges = self._all(conn, TXN_RANGES_OVER, (pid, high, low)) if batches else []
+        kinds: dict[int, str] = {}
+        for base, last, producer_id, attributes, data in batches:
+            if attributes & CONTROL:
+                kinds[base] = MARK_COMMIT if control_type(bytes(data)) == COMMIT \
+                    else MARK_ABORT
+                continue
+            kind = _range_kind(ranges, producer_id, base)
+            if kind is not None:
+                kinds.update(dict.fromkeys(range(max(base, low), min(last, high) + 1), kind))
+        return kinds
+
     def open_transactions(self, stream: UUID, topic: str,
                           partitions: Sequence[int]) -> dict[int, list[tuple[int, int]]]:
         """Each partition's open transactions: (producer id, first offset), oldest first."""
@@ -211,6 +293,15 @@ class TransactionRanges(MessageStore):
                 pid = self._pid(conn, stream, topic, p)
                 out[p] = [(int(a), int(b)) for a, b in self._all(conn, OPEN_RANGES, (pid,))]
         return out
+
+
+def _range_kind(ranges: Sequence[tuple], producer_id: int, offset: int) -> str | None:
+    """MARK_ABORTED or MARK_PENDING for a producer's transactional batch at `offset` by the
+    range holding it, None when its transaction committed."""
+    for producer, first, marker, aborted in ranges:
+        if producer == producer_id and first <= offset and (marker is None or marker > offset):
+            return MARK_PENDING if marker is None else MARK_ABORTED if aborted else None
+    return None
 
 
 def fetched_below(found: Fetched, stable: int) -> Fetched:

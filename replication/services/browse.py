@@ -18,6 +18,7 @@ answer says when it stopped early, so a person narrows the range rather than wai
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -72,6 +73,9 @@ class BrowseResult:
     newer: dict[int, int] = field(default_factory=dict)  # `after` of the newer page
     has_older: bool = False  # some partition's range goes on below `older`
     has_newer: bool = False
+    # (partition, offset) -> a transaction's mark (engine/txnstate.py): a commit or abort
+    # marker, or a record of an aborted or still open transaction; plain records are absent.
+    marks: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def offset_for_time(store: MessageStore, stream: Stream, topic: Topic, partition: int,
@@ -217,7 +221,29 @@ def messages_browse(*, actor: AbstractBaseUser, stream: Stream, q: BrowseQuery) 
                          reverse=q.reads_down)
     result.messages = sorted(islice(merged, q.limit), key=_by_time, reverse=q.newest_first)
     _positions(result, q, windows, scans)
+    result.marks = transaction_marks(stream=stream, topic=q.topic, messages=result.messages)
     return result
+
+
+def transaction_marks(*, stream: Stream, topic: str, messages: Sequence[Message],
+                      ) -> dict[tuple[int, int], str]:
+    """Which of `messages` (already read by the caller, who may) are a transaction's markers
+    or records of an aborted or open transaction, as read_committed treats them: (partition,
+    offset) -> mark. A row store keeps no transactions: none."""
+    store = store_for(stream.cluster)
+    if not store.KEEPS_BATCHES or not messages:
+        return {}
+    offsets: dict[int, list[int]] = {}
+    for m in messages:
+        offsets.setdefault(m.partition, []).append(m.offset)
+    shown = {(m.partition, m.offset) for m in messages}
+    marks = {}
+    for partition, found in offsets.items():
+        kinds = store.txn_kinds(  # type: ignore[attr-defined]
+            stream.uuid, topic, partition, min(found), max(found))
+        marks.update({(partition, o): kind for o, kind in kinds.items()
+                      if (partition, o) in shown})
+    return marks
 
 
 def _by_time(m: Message) -> tuple[int, int, int]:

@@ -88,6 +88,11 @@ def propagate_topics(stream_ids: Iterable[int]) -> None:
         frontier = changed
 
 
+# A topic's compaction overrides (issue 31), carried to its replicas' rows so a replica's
+# `stream topic info` and API show the origin's policy, as its compactor follows it.
+CARRIED = ("cleanuppolicy", "mincompactionlag", "deleteretention", "mincleanabledirtyratio")
+
+
 def _copy_topics(source_id: int, replica_id: int) -> bool:
     theirs = {t.name: t for t in Topic.objects.filter(stream_id=source_id)}
     mine = {t.name: t for t in Topic.objects.filter(stream_id=replica_id, name__in=theirs)}
@@ -98,6 +103,7 @@ def _copy_topics(source_id: int, replica_id: int) -> bool:
             partitions=topic.partitions,
             timestamptype=topic.timestamptype,
             origin_uuid=topic.origin_uuid,
+            **{field: getattr(topic, field) for field in CARRIED},
         )
         for name, topic in theirs.items()
         if name not in mine
@@ -106,12 +112,22 @@ def _copy_topics(source_id: int, replica_id: int) -> bool:
         if topic.origin_uuid != theirs[name].origin_uuid:
             # check_origins refuses such topologies; reaching here means a rule was bypassed.
             raise Conflict(f"topic '{name}' has two origins; refusing to merge them")
-    grown = [t for name, t in mine.items() if t.partitions < theirs[name].partitions]
-    for topic in grown:
-        topic.partitions = theirs[topic.name].partitions
+    changed = [t for name, t in mine.items() if _carry(theirs[name], t)]
     Topic.objects.bulk_create(created)
-    Topic.objects.bulk_update(grown, ["partitions"])
-    return bool(created or grown)
+    Topic.objects.bulk_update(changed, ["partitions", *CARRIED])
+    return bool(created or changed)
+
+
+def _carry(source: Topic, replica: Topic) -> bool:
+    """Bring a replica's row up to its source's: partitions grow, overrides follow; whether
+    anything changed."""
+    changed = replica.partitions < source.partitions
+    replica.partitions = max(replica.partitions, source.partitions)
+    for field in CARRIED:
+        if getattr(replica, field) != getattr(source, field):
+            setattr(replica, field, getattr(source, field))
+            changed = True
+    return changed
 
 
 def next_idx(used: Iterable[int], limit: int, what: str) -> int:

@@ -6,6 +6,7 @@ AlterConfigs) passes its values here: `-cleanuppolicy stream` and -1 go back to 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ from replication.models import CleanupPolicy, Stream, Topic
 
 COMPACTION = ("cleanuppolicy", "mincompactionlag", "deleteretention", "mincleanabledirtyratio")
 INHERIT_POLICY, INHERIT = "stream", -1
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: int() also takes "1_000"
+MAX_MILLIS = 2**63 - 1
 
 
 def clean_policy(value: str, *, field: str = "cleanuppolicy") -> str:
@@ -59,6 +62,37 @@ def compaction_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = _millis(name, value)
     if (ratio := options.get("mincleanabledirtyratio")) is not None:
         out["mincleanabledirtyratio"] = _ratio(ratio)
+    return out
+
+
+def compaction_typed(typed: Mapping[str, str]) -> dict[str, Any]:
+    """The compaction options a form typed as text (blank: not given) as the CLI reads them,
+    refused in the CLI's words (`stream topic create|edit`, portal/rest/options.py), for
+    compaction_overrides to check as every interface's."""
+    out: dict[str, Any] = {}
+    if policy := typed.get("cleanuppolicy", "").strip():
+        known = (*CleanupPolicy.values, INHERIT_POLICY)
+        if policy.lower() not in known:
+            raise InvalidInput(f"-cleanuppolicy {policy!r} is not one of {', '.join(known)}",
+                               field="cleanuppolicy")
+        out["cleanuppolicy"] = policy.lower()
+    for name in ("mincompactionlag", "deleteretention"):
+        if text := typed.get(name, "").strip():
+            if not WHOLE_NUMBER.fullmatch(text):
+                raise InvalidInput(f"-{name} {text!r} is not a whole number", field=name)
+            if not INHERIT <= int(text) <= MAX_MILLIS:
+                raise InvalidInput(f"-{name} {int(text)} is out of range: give {INHERIT} to "
+                                   f"{MAX_MILLIS}", field=name)
+            out[name] = int(text)
+    if text := typed.get("mincleanabledirtyratio", "").strip():
+        try:
+            ratio = float(text)
+        except ValueError:
+            ratio = -2.0
+        if ratio != INHERIT and not 0 <= ratio <= 1:
+            raise InvalidInput(f"-mincleanabledirtyratio {text!r} is not a number from 0 to 1",
+                               field="mincleanabledirtyratio")
+        out["mincleanabledirtyratio"] = ratio
     return out
 
 

@@ -12,19 +12,21 @@ partition's marker only while the producer's range there is open (engine/txnstat
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from uuid import UUID
 
 import structlog
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts.models import Membership
-from replication.engine.store import PartitionOutOfRange, UnknownTopic
+from replication.engine.store import UnknownTopic
+from replication.engine.storebase import MessageStore
+from replication.engine.txnstate import MarkerAt
 from replication.errors import InvalidInput, StreamgateError
 from replication.grants import grants_require
 from replication.models import KafkaProducerId, KafkaTransaction, Stream, Topic, TxnState
@@ -145,7 +147,7 @@ def txn_init(*, actor: AbstractBaseUser, who: TxnProducer, timeout_ms: int,
                 return _bumped(txn, actor, client_id, timeout_ms)
             if txn.state == TxnState.ONGOING:
                 _decide(txn, commit=False, bump=True)
-        txn_complete(pk=txn.pk)
+        _complete(txn)
     raise TxnBusy(f"transaction {who.transactional_id!r} is completing: retry")
 
 
@@ -268,50 +270,65 @@ def txn_end(*, actor: AbstractBaseUser, who: TxnProducer, commit: bool) -> None:
         elif txn.state not in done:
             raise TxnNotOngoing(f"transaction {who.transactional_id!r} is {txn.state}: "
                             f"{'commit' if commit else 'abort'} needs an ongoing transaction")
-    txn_complete(pk=txn.pk)
+    _complete(txn)
 
 
 def txn_complete(*, pk: int) -> None:
     """Write a decided transaction's markers and (commit) offsets, then mark it complete."""
     txn = KafkaTransaction.objects.filter(pk=pk).first()
-    if txn is None or txn.state not in PREPARED:
+    if txn is not None:
+        _complete(txn)
+
+
+def _complete(txn: KafkaTransaction) -> None:
+    """The markers and (commit) offsets of a decided transaction, one store transaction per
+    store, then the row completed. The completion's commit does not wait for the disk: lost
+    in a crash, the row stays decided and is completed again (txn_expire), which writes no
+    marker twice and the same offsets."""
+    if txn.state not in PREPARED:
         return
     commit = txn.state == TxnState.PREPARE_COMMIT
     streams = Stream.objects.select_related("cluster").in_bulk(
         {p[0] for p in txn.partitions} | {o[0] for o in txn.offsets})
+    for store, (partitions, cursors) in _per_store(streams, txn, commit).items():
+        store.write_markers(partitions, producer_id=txn.producer_id, epoch=txn.epoch,
+                            commit=commit, cursors=cursors)
+    for stream_pk in {o[0] for o in txn.offsets} if commit else ():
+        if stream_pk in streams:
+            cursors_wake(stream=streams[stream_pk].uuid)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL synchronous_commit = off")
+        KafkaTransaction.objects.filter(pk=txn.pk, state=txn.state, epoch=txn.epoch).update(
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=[], offsets=[], groups=[], started=None, updated=timezone.now())
+
+
+StoreWork = tuple[list[MarkerAt], list[tuple[UUID, str, list[tuple]]]]
+
+
+def _per_store(streams: dict[int, Stream], txn: KafkaTransaction,
+               commit: bool) -> dict[MessageStore, StoreWork]:
+    """The transaction's markers and (commit) offsets grouped by the store that keeps them.
+    A stream gone meanwhile has nothing left to mark."""
+    work: dict[MessageStore, StoreWork] = {}
     for stream_pk, topic, partition in txn.partitions:
         stream = streams.get(stream_pk)
         if stream is not None:
-            _marker(stream, topic, partition, txn, commit)
-    if commit:
-        _commit_offsets(streams, txn.offsets)
-    with transaction.atomic():
-        row = KafkaTransaction.objects.select_for_update().get(pk=pk)
-        if (row.state, row.epoch) == (txn.state, txn.epoch):
-            row.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            row.partitions, row.offsets, row.groups, row.started = [], [], [], None
-            row.save()
-
-
-def _marker(stream: Stream, topic: str, partition: int, txn: KafkaTransaction,
-            commit: bool) -> None:
-    # Unknown: nothing was ever produced there (or the topic is gone): no range to close.
-    with contextlib.suppress(UnknownTopic, PartitionOutOfRange):
-        store_for(stream.cluster).write_marker(
-            stream.uuid, topic, partition, producer_id=txn.producer_id, epoch=txn.epoch,
-            commit=commit, origin=stream.uuid)
-
-
-def _commit_offsets(streams: dict[int, Stream], offsets: list[list]) -> None:
-    per: dict[tuple[int, str], list[tuple[str, int, int, str, int]]] = defaultdict(list)
+            work.setdefault(store_for(stream.cluster), ([], []))[0].append(
+                (stream.uuid, topic, partition))
+    per: dict[tuple[int, str], list[tuple]] = defaultdict(list)
     # A transaction saved before epochs were kept has none: -1.
-    for stream_pk, group, topic, partition, offset, metadata, *epoch in offsets:
+    for stream_pk, group, topic, partition, offset, metadata, *epoch in \
+            txn.offsets if commit else ():
         per[(stream_pk, group)].append((topic, partition, offset, metadata, *(epoch or [-1])))
     for (stream_pk, group), rows in per.items():
         stream = streams.get(stream_pk)
         if stream is not None:
-            store_for(stream.cluster).commit_cursors(stream.uuid, group, rows)
-            cursors_wake(stream=stream.uuid)
+            work.setdefault(store_for(stream.cluster), ([], []))[1].append(
+                (stream.uuid, group, rows))
+    return work
 
 
 def txn_expire(*, now: datetime.datetime | None = None) -> int:

@@ -115,3 +115,36 @@ def test_the_api_sets_a_topics_compaction_and_an_outsider_gets_404(api, owner, o
     assert api(outsider).patch(where, {"cleanuppolicy": "delete"},
                                format="json").status_code == 404
     assert Topic.objects.get(stream=app_stream, name="events").policy == "compact,delete"
+
+
+def test_a_replicas_topic_shows_its_origins_policy_and_overrides(api, owner, outsider,
+                                                                  app_stream):
+    from replication.services import replica_add, topic_edit, upstream_add
+
+    replica = StreamFactory(cluster=ClusterFactory(name="replicaland"), name="app",
+                            created_by=owner)
+    topic_create(actor=owner, stream=app_stream, name="changelog", partitions=1,
+                 cleanuppolicy="compact", deleteretention=1000)
+    replica_add(actor=owner, source=app_stream, replica=replica)
+    upstream_add(actor=owner, replica=replica, source=app_stream)
+    client = api(owner)
+
+    def shown(stream) -> tuple:  # type: ignore[no-untyped-def]
+        [part] = ok(call(client, "stream/topic/info", path=stream.path, topic="changelog"))
+        where = reverse("api:stream-topic-detail", kwargs={"stream_uuid": stream.uuid,
+                                                           "name": "changelog"})
+        body = client.get(where).json()
+        return ((part["cleanuppolicy"], part["mincompactionlag"], part["deleteretention"],
+                 part["mincleanabledirtyratio"]),
+                (body["policy"], body["cleanuppolicy"], body["mincompactionlag"],
+                 body["deleteretention"], body["mincleanabledirtyratio"]))
+
+    assert shown(replica) == shown(app_stream) == (
+        ("compact", 0, 1000, 0.5), ("compact", "compact", None, 1000, None))
+    topic_edit(actor=owner, stream=app_stream, name="changelog", cleanuppolicy="stream",
+               mincompactionlag=250)  # an edit at the origin follows to the replica
+    assert shown(replica) == shown(app_stream) == (
+        ("delete", 250, 1000, 0.5), ("delete", "", 250, 1000, None))
+    where = reverse("api:stream-topic-detail", kwargs={"stream_uuid": replica.uuid,
+                                                       "name": "changelog"})
+    assert api(outsider).get(where).status_code == 404

@@ -51,3 +51,8 @@ FROM unnest(%b::int4[], %b::int8[], %b::int8[], %b::int4[], %b::int8[], %b::int8
     %b::int2[], %b::int4[], %b::int2[], %b::int8[], %b::bytea[], %b::text[], %b::int8[],
     %b::bytea[]) AS u(p, bo, lo, r, ft, mt, pr, e, bs, a, c, o, n, z, d)
 """
+# The partitions of `pids` where a producer has an open transaction range (its markers' due).
+OPENED = """
+SELECT pid FROM txn_ranges WHERE pid = ANY(%s) AND producer_id = %s AND marker_offset IS NULL
+ORDER BY pid
+"""

@@ -80,6 +80,15 @@ class PgBatchStore(BatchLayout, PostgresStore):
     def _copy(conn: psycopg.Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
         copy_batches(conn, pid, batches)
 
+    def _insert_rows(self, conn: psycopg.Connection, rows: Sequence[tuple[int, StoredBatch]],
+                     ) -> None:
+        # A transaction's markers in every partition: one statement, not a COPY each.
+        conn.cursor().execute(s.INSERT_BATCHES, columns(list(rows)), binary=True)
+
+    def _opened(self, conn: psycopg.Connection, pids: Sequence[int], producer_id: int,
+                ) -> list[int]:
+        return [pid for (pid,) in conn.execute(s.OPENED, (list(pids), producer_id))]
+
     # --- appends ---------------------------------------------------------------------------
 
     def append_batches(self, stream: UUID, topic: str, batches: dict[int, list[RawBatch]], *,

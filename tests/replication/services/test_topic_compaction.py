@@ -97,3 +97,24 @@ def test_a_replicas_copy_of_a_compact_only_topic_outlives_the_replicas_ttl(
     assert activity_ny.ttl and stream_expire(stream=activity_ny, now_ms=LATER) == 0
     assert store_for(activity_ny.cluster).watermarks(activity_ny.uuid, "clicks") == {
         0: (0, 2)}
+
+
+def test_the_migration_brings_replicas_made_before_up_to_their_origins(owner, activity,
+                                                                       activity_ny):
+    import importlib
+
+    from django.apps import apps
+
+    from replication.models import Topic
+
+    carry = importlib.import_module(
+        "replication.migrations.0014_replica_topic_overrides").carry_overrides
+    replica_add(actor=owner, source=activity, replica=activity_ny)
+    upstream_add(actor=owner, replica=activity_ny, source=activity)
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=1,
+                 mincompactionlag=7, deleteretention=9)
+    Topic.objects.filter(stream=activity_ny).update(mincompactionlag=None,
+                                                    deleteretention=None)  # as before
+    carry(apps, None)
+    copy = Topic.objects.get(stream=activity_ny, name="clicks")
+    assert (copy.mincompactionlag, copy.deleteretention, copy.cleanuppolicy) == (7, 9, "")

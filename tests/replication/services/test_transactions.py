@@ -18,12 +18,14 @@ from replication.services.transactions import (
     txn_add_offsets,
     txn_add_partitions,
     txn_complete,
+    txn_end,
     txn_expire,
     txn_init,
     txn_offset_commit,
 )
 from replication.stores import store_for
 from tests.replication.engine.test_batchstore import _transactional
+from tests.replication.engine.test_txnmarkers import _counted
 
 BATCHES = pytest.mark.parametrize("layout", ["batches"], indirect=True)
 
@@ -71,6 +73,19 @@ def test_a_commit_decided_by_a_listener_that_died_is_completed_once_by_another(
     rows.update(state=TxnState.PREPARE_COMMIT)  # a second listener completing it at once
     txn_complete(pk=rows.get().pk)
     assert _ends(activity) == {0: 3, 1: 3}  # no second marker
+
+
+@BATCHES
+def test_end_txn_writes_the_markers_and_offsets_of_a_store_in_one_store_transaction(
+        ongoing, owner, activity):
+    writes = _counted(store_for(activity.cluster))
+    txn_end(actor=owner, who=ongoing, commit=True)
+    assert writes == [1]  # two markers and an offset: one commit, not three
+    assert _ends(activity) == {0: 3, 1: 3}
+    assert KafkaTransaction.objects.get(transactional_id="svc-tx").state == \
+        TxnState.COMPLETE_COMMIT
+    assert [c for c in store_for(activity.cluster).cursors(activity.uuid) if c[0] == "g"] == \
+        [("g", "clicks", 0, 2)]
 
 
 @BATCHES
