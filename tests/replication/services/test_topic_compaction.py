@@ -108,7 +108,7 @@ def test_the_migration_brings_replicas_made_before_up_to_their_origins(owner, ac
     from replication.models import Topic
 
     carry = importlib.import_module(
-        "replication.migrations.0014_replica_topic_overrides").carry_overrides
+        "replication.migrations.0015_replica_topic_overrides").carry_overrides
     replica_add(actor=owner, source=activity, replica=activity_ny)
     upstream_add(actor=owner, replica=activity_ny, source=activity)
     topic_create(actor=owner, stream=activity, name="clicks", partitions=1,
