@@ -131,6 +131,12 @@ def store_group_remove(*, actor: AbstractBaseUser, cluster: str, name: str) -> N
     placement.forget(target.name)
 
 
+def store_group_list(*, actor: AbstractBaseUser, cluster: str) -> list[dict]:
+    """`cluster store list`: operators only (the rows name the stores' servers)."""
+    _operator_only(actor, "list store groups")
+    return store_group_rows(cluster_by_name(cluster, field="cluster"))
+
+
 def store_group_rows(cluster: Cluster) -> list[dict]:
     """Per group: its partitions, stored bytes and messages, and health (its store answers)."""
     groups = groups_of(cluster)
