@@ -33,6 +33,7 @@ class View:
     stores: dict[str, MessageStore]  # by group name, the home group (the oldest) first
     active: tuple[str, ...]  # groups that take new partitions
     where: dict[Where, str] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)  # each group's store URL, resolved
     router: MessageStore | None = None
 
     @property
@@ -50,6 +51,7 @@ _lock = threading.Lock()
 # this module needs neither.
 opener: Callable[[str, str, str], MessageStore] | None = None  # store_url, group url, cluster
 router_factory: Callable[[View], MessageStore] | None = None
+resolver: Callable[[str, str, str], str] | None = None  # the URL `opener` opens
 
 
 def view_of(cluster: str) -> View | None:
@@ -76,11 +78,13 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
         _views[cluster] = None
         return None
     assert opener is not None and router_factory is not None
+    assert resolver is not None
+    urls = {name: resolver(store_url, url, cluster) for name, url, _ in groups}
     stores = {name: opener(store_url, url, cluster) for name, url, _ in groups}
     where = {(stream, topic, p): group for stream, topic, p, group in Placement.objects.filter(
         group__cluster_id=pk).values_list("stream__uuid", "topic", "partition", "group__name")}
     view = View(cluster, version, stores,
-                tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where)
+                tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
     view.router = old.router if old is not None and old.router is not None else \
         router_factory(view)
     with _lock:

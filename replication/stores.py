@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from urllib.parse import urlencode
+from uuid import UUID
 
 from django.conf import settings
 from django.db import connection
@@ -98,7 +99,23 @@ def _open_group(cluster_store_url: str, url: str, name: str) -> MessageStore:
     return group_store(Cluster(name=name, store_url=cluster_store_url), url)
 
 
+def _resolve_group(cluster_store_url: str, url: str, name: str) -> str:
+    return url or store_url(Cluster(name=name, store_url=cluster_store_url))
+
+
+def job_side(cluster: Cluster, stream: UUID) -> tuple[str, tuple[tuple[str, int, str], ...]]:
+    """For a Spark job (which never imports Django): the stream's home store URL and the
+    (topic, partition, URL) of each partition another store group holds (issue 33)."""
+    view = placement.view_of(cluster.name)
+    if view is None:
+        return store_url(cluster), ()
+    return view.urls[view.home], tuple(sorted(
+        (topic, partition, view.urls[group]) for (s, topic, partition), group
+        in view.where.items() if s == stream and group != view.home))
+
+
 placement.opener = _open_group
+placement.resolver = _resolve_group
 placement.router_factory = GroupRouter  # type: ignore[assignment]
 
 

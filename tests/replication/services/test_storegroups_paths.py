@@ -48,6 +48,23 @@ def test_replication_from_a_multi_group_source_lands_in_the_replicas_groups(
     assert link.pk
 
 
+def test_verify_compares_each_partition_in_the_groups_holding_it(operator, owner, activity,
+                                                                 activity_ny):
+    grow(operator, activity.cluster, "s2", "s3")
+    grow(operator, activity_ny.cluster, "s2", "s3")
+    replicated_clicks(owner, activity, activity_ny, per_partition=20)
+    view = placement.view_of(activity_ny.cluster.name)
+    away = next(p for p in (0, 1) if view.group_of(activity_ny.uuid, "clicks", p) != view.home)
+    # The replica's partition diverges at offset 12, in the group holding it (not the home
+    # group a single store URL would name).
+    replica = store_for(activity_ny.cluster)
+    replica.truncate(activity_ny.uuid, "clicks", away, 12)
+    replica.append(activity_ny.uuid, "clicks", [Record(b"other", partition=away)],
+                   origin=activity.uuid)
+    result = replica_verify(actor=owner, source=activity, replica=activity_ny)
+    assert result["firstDifference"] == {"topic": "clicks", "partition": away, "offset": 12}
+
+
 def test_retention_expires_in_every_group(operator, owner, activity):
     groups = grow(operator, activity.cluster, "s2", "s3")
     activity.ttl = 60
