@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 
 from replication.engine import fence
@@ -59,7 +59,13 @@ def view_of(cluster: str) -> View | None:
     checked = _checked.get(cluster)
     if checked is not None and time.monotonic() - checked <= REFRESH_SECONDS:
         return _views.get(cluster)
-    return refresh(cluster, _views.get(cluster))
+    try:
+        return refresh(cluster, _views.get(cluster))
+    except DatabaseError:  # TransactionManagementError too
+        # The control database away (or this transaction broken): keep routing as last seen;
+        # a gateway or listener goes on without it, and the fence catches what changed.
+        _checked[cluster] = time.monotonic()
+        return _views.get(cluster)
 
 
 def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | None:
