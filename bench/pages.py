@@ -39,6 +39,8 @@ TARGET_MS = 150.0
 # The overview and topology of a tenant with 1,000 streams and 2,000 links (issue 17).
 GRAPH_TARGET_MS = 300.0
 GRAPH_PAGES = ("overview", "topology")
+# The stream page's other tabs (issue 34), each its own URL.
+STREAM_TABS = ("topics", "replication", "groups", "messages", "settings", "access")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="the PostgreSQL server (the benchmark creates its own databases)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated labels' first words to time (e.g. streams,usage)")
 
 
 class Scene:
@@ -312,10 +316,17 @@ def main(args: argparse.Namespace) -> int:
         hub = ids["hub"]
         pages = {"overview": "/", "topology": "/topology/",
                  "topology data JSON": "/topology/data/",
+                 "streams list": "/streams/",
                  "stream page (64 replicas)": f"/streams/{hub}/",
+                 **{f"stream tab {tab}": f"/streams/{hub}/{tab}/" for tab in STREAM_TABS},
+                 "consumer groups (tenant)": "/groups/", "usage": "/usage/",
+                 "schemas": "/schemas/",
                  "overview live fragment": "/overview/live/",
                  "stream replicas fragment": f"/streams/{hub}/replicas/",
                  "lag history JSON (64 x 720 points)": f"/streams/{hub}/lag/"}
+        if args.only:
+            wanted = tuple(word.strip() for word in args.only.split(","))
+            pages = {k: v for k, v in pages.items() if k.startswith(wanted)}
         failures: list[str] = []
         rows = measure(scene, pages, args.requests, failures)
     finally:

@@ -100,11 +100,12 @@ def partitions_require_room(tenant_id: int, adding: int) -> None:
 
 def stored_bytes(tenant_id: int) -> int:
     """Bytes stored in the tenant's streams (keys, values, headers), from each cluster's
-    per-partition counters: one query per stream, no scan of messages."""
-    total = 0
-    for stream in Stream.objects.filter(tenant_id=tenant_id).select_related("cluster"):
-        total += store_for(stream.cluster).sizes(stream.uuid)["logicalsize"]
-    return total
+    per-partition counters: one query per cluster, no scan of messages."""
+    streams = list(Stream.objects.filter(tenant_id=tenant_id).select_related("cluster"))
+    sizes: dict = {}
+    for cluster in {s.cluster.pk: s.cluster for s in streams}.values():
+        sizes.update(store_for(cluster).logical_sizes())
+    return sum(sizes.get(s.uuid, 0) for s in streams)
 
 
 def cached_stored_bytes(tenant_id: int) -> int:

@@ -143,7 +143,8 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
                            as_json="json" in invocation.flags)
     if words in (["gateway", "run"], ["replicator", "run"], ["kafka", "run"]):
         return run_server_process(words[0], invocation.params)
-    envelope = client.request(" ".join(words), invocation.params)
+    params = schema_from_file(words, invocation.params)
+    envelope = client.request(" ".join(words), params)
     if "json" in invocation.flags:
         print(json.dumps(envelope, indent="\t"), file=out)
         return EXIT_OK if envelope.get("status") == "OK" else EXIT_FAILED
@@ -151,6 +152,26 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if rows:  # action commands return no rows and print nothing, as maprcli does
         print(table(rows, header="noheader" not in invocation.flags), file=out)
     return EXIT_OK
+
+
+def schema_from_file(words: list[str], params: dict[str, str]) -> dict[str, str]:
+    """`schema register|check -schema FILE|TEXT`: the file's text when it names a file. A
+    schema text is JSON (Avro, JSON Schema) or has spaces (.proto), so one word that is no
+    JSON and no file is a file name mistyped, refused here rather than sent as a schema."""
+    value = params.get("schema")
+    if words not in (["schema", "register"], ["schema", "check"]) or value is None:
+        return params
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as file:
+                return {**params, "schema": file.read()}
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"-schema {value}: cannot read the file ({error})") from None
+    word = value.strip()
+    if word and not word.startswith(("{", "[", '"')) and not any(c.isspace() for c in word):
+        raise UsageError(f"-schema {value}: no such file; give a schema file or the schema "
+                         "text itself")
+    return params
 
 
 # Per process: (required options, optional options) of its `run` command.

@@ -13,7 +13,9 @@ FORM = "form"  # the key of an error about the form as a whole
 
 
 def field_errors(err: StreamgateError, fields: Iterable[str],
-                 aliases: Mapping[str, str] | None = None) -> dict[str, str]:
-    """{input name: plain-words error}; `aliases` maps a service's field to the input name."""
+                 aliases: Mapping[str, str] | None = None,
+                 labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{input name: plain-words error}; `aliases` maps a service's field to the input name,
+    `labels` an option to the field's label as the page shows it."""
     name = (aliases or {}).get(err.field or "", err.field or "")
-    return {name if name in set(fields) else FORM: refusal(err)}
+    return {name if name in set(fields) else FORM: refusal(err, labels)}

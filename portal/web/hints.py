@@ -3,7 +3,8 @@ to the page that does it (`replica.resume` -> the source's replicas, where Resum
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.urls import reverse
@@ -38,12 +39,25 @@ PAGES: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
 }
 
 
-def refusal(err: StreamgateError) -> str:
-    """The error for a page: its plain text, with a link to the page that does what its hint
-    says (escaped HTML, safe to show as is)."""
+# A command-line option as the domain's texts name it ("-source", "-ttl"), not a word's hyphen
+# ("multi-master") nor a path's ("/mapr/new-york"), nor a negative number.
+FLAG = re.compile(r"(?<![\w/.:'-])-([a-z]{2,})\b")
+
+
+def form_words(text: str, labels: Mapping[str, str] | None = None) -> str:
+    """The text with each CLI option named as the page's field: "check -source" reads "check
+    Source stream path" where the page labels it so, else "the source field"."""
+    labels = labels or {}
+    return FLAG.sub(lambda m: labels.get(m[1], f"the {m[1]} field"), text)
+
+
+def refusal(err: StreamgateError, labels: Mapping[str, str] | None = None) -> str:
+    """The error for a page: its plain text, options named as the page's fields, with a link to
+    the page that does what its hint says (escaped HTML, safe to show as is)."""
+    desc = form_words(err.desc, labels)
     hint = err.hint
     page = PAGES.get(hint.action) if hint is not None else None
     url = page[1](dict(hint.params)) if page is not None else None
     if url is None:
-        return err.desc
-    return format_html('{} (<a href="{}">{}</a>)', err.desc, url, page[0])
+        return desc
+    return format_html('{} (<a href="{}">{}</a>)', desc, url, page[0])

@@ -1,7 +1,8 @@
 """The Schemas page: the current tenant's schema registry subjects (versions, the latest's id
-and type, the compatibility level), and a subject's versions with their schema text. Read
-only: schemas are registered by serializers and tools through the registry's REST API
-(/schemas/registry/, docs/schema-registry.md), whose URL the page shows."""
+and type, the compatibility level), and a subject's versions with their schema text. Its
+forms (register, compatibility, delete) are portal/web/schemaforms.py; serializers and tools
+use the registry's REST API (/schemas/registry/, docs/schema-registry.md), whose URL the page
+shows."""
 
 from __future__ import annotations
 
@@ -11,15 +12,22 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
+from portal.web.schemaforms import may
 from portal.web.tenancy import current_tenant, render_page
-from replication.models import SubjectVersion
-from replication.services.registryreads import effective, subject_summaries
+from replication.models import Compatibility, RegistryConfig, SubjectVersion
+from replication.services.registryreads import effective, registry_access, subject_summaries
 
 
 def _pretty(text: str, schema_type: str) -> str:
     if schema_type == "PROTOBUF":
         return text
     return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+
+
+def _abilities(request: HttpRequest, tenant_name: str) -> dict[str, object]:
+    access = registry_access(actor=request.user, tenant_name=tenant_name)
+    return {"can_write": may(access, "write"), "can_admin": may(access, "admin"),
+            "levels": Compatibility.values}
 
 
 def _registry_url(request: HttpRequest, tenant_name: str) -> str:
@@ -33,7 +41,8 @@ def schema_subjects(request: HttpRequest) -> HttpResponse:
     return render_page(request, "web/schemas.html", {
         "subjects": subject_summaries(tenant) if tenant else [],
         "registry_url": _registry_url(request, tenant.name) if tenant else "",
-        "compatibility": effective(tenant, "", "compatibility") if tenant else ""})
+        "compatibility": effective(tenant, "", "compatibility") if tenant else "",
+        **(_abilities(request, tenant.name) if tenant else {})})
 
 
 @login_required
@@ -45,6 +54,10 @@ def schema_subject(request: HttpRequest, subject: str) -> HttpResponse:
     if not versions:
         raise Http404("no such subject in this tenant's schema registry")
     rows = [{"v": v, "text": _pretty(v.schema.text, v.schema.schema_type)} for v in versions]
+    own = RegistryConfig.objects.filter(tenant=tenant, subject=subject).exclude(
+        compatibility="").values_list("compatibility", flat=True).first() or ""
     return render_page(request, "web/schema_subject.html", {
-        "subject": subject, "rows": rows,
-        "compatibility": effective(tenant, subject, "compatibility")})
+        "subject": subject, "rows": rows, "own_level": own,
+        "compatibility": effective(tenant, subject, "compatibility"),
+        "default_level": effective(tenant, "", "compatibility"),
+        **_abilities(request, tenant.name)})

@@ -26,9 +26,10 @@ from portal.web.hints import refusal
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
 from portal.web.tenancy import current_tenant, page_and_fragment, render_page
-from replication.errors import StreamgateError
+from replication.errors import AlreadyExists, NotFound, StreamgateError
 from replication.figures import link_statuses, replica_links
-from replication.models import Job, ReplicaLink, Stream, Upstream
+from replication.models import Cluster, Job, ReplicaLink, Stream, Upstream
+from replication.paths import parse_stream_path
 from replication.services import (
     replica_add,
     replica_autosetup,
@@ -81,6 +82,10 @@ DONE = len(STEPS) + 1
 WIZARD_FIELDS = ("source", "replica")
 # stream create's -path is the replica the wizard creates; -copymetafrom is the source.
 CREATE_ALIASES = {"path": "replica", "copymetafrom": "source"}
+# The services' options as the forms label them, so that no refusal quotes a CLI flag.
+LABELS = {"source": "the source stream", "copymetafrom": "the source stream",
+          "replica": "the replica stream", "path": "the replica stream",
+          "useexistingreplica": "the existing replica", "tenant": "the tenant"}
 
 
 @login_required
@@ -95,8 +100,49 @@ def _tenant_name(request: HttpRequest) -> str | None:
 
 def _refused(request: HttpRequest, err: StreamgateError) -> dict[str, str]:
     """The refusal in the page's message list (the summary at the top) and beside its field."""
-    messages.error(request, refusal(err))
-    return field_errors(err, WIZARD_FIELDS, CREATE_ALIASES)
+    messages.error(request, refusal(err, LABELS))
+    return field_errors(err, WIZARD_FIELDS, CREATE_ALIASES, LABELS)
+
+
+def _others(path: str) -> bool:
+    """Whether a stream at the path is another tenant's (the user cannot see it)."""
+    return Stream.objects.filter(path=path).exists()
+
+
+def own_source(request: HttpRequest, text: str) -> Stream:
+    """The source stream picked, through the tenant choke point. Another tenant's stream is
+    said to be not the user's: "does not exist, create it" would send them to a create that
+    refuses the path (stream create already tells a taken path from a free one)."""
+    try:
+        return Stream.objects.restrict(request.user).by_path(text, field="source")
+    except NotFound:
+        path = str(parse_stream_path(text, field="source"))
+        if not _others(path):
+            raise
+        raise NotFound(f"stream {path} is not yours (another tenant's): pick one of your "
+                       "streams as the source", field="source") from None
+
+
+def free_replica(request: HttpRequest, text: str) -> str:
+    """The replica's path, refused at once when another tenant's stream holds it."""
+    path = str(parse_stream_path(text, field="replica"))
+    visible = Stream.objects.restrict(request.user).filter(path=path).exists()
+    if not visible and _others(path):
+        raise AlreadyExists(f"{path} is another tenant's stream, not yours: choose another "
+                            "path for the replica", field="replica")
+    return path
+
+
+def pickers(request: HttpRequest, form: dict[str, str]) -> dict[str, list[str]]:
+    """The fields' choices: the current tenant's streams as sources; a path on each cluster
+    for the replica, named as the source when one is typed."""
+    tenant = current_tenant(request)
+    streams = Stream.objects.restrict(request.user).filter(tenant=tenant)
+    name = form["source"].rstrip("/").rsplit("/", 1)[-1] if form["source"].count("/") >= 3 \
+        else ""
+    clusters = Cluster.objects.order_by("name").values_list("name", flat=True)
+    return {"source_options": list(streams.order_by("path").values_list("path", flat=True)),
+            "replica_options": [f"/mapr/{cluster}/{name}" for cluster in clusters]}
 
 
 @login_required
@@ -106,8 +152,9 @@ def manual_start(request: HttpRequest) -> HttpResponse:
     errors: dict[str, str] = {}
     if request.method == "POST":
         try:
-            source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
-            replica = stream_create(actor=request.user, path=form["replica"],
+            source = own_source(request, form["source"])
+            replica = stream_create(actor=request.user, path=free_replica(request,
+                                                                          form["replica"]),
                                     copymetafrom=source.path, tenant=_tenant_name(request))
         except StreamgateError as err:
             errors = _refused(request, err)
@@ -116,6 +163,7 @@ def manual_start(request: HttpRequest) -> HttpResponse:
                                       f"{source.path}")
             return redirect("setup-manual-step", source.pk, replica.pk, 2)
     context = {"step": STEPS[0], "steps": STEPS, "number": 1, "form": form, "errors": errors,
+               **pickers(request, form),
                "cli": STEPS[0].cli.format(source=form["source"] or "<source>",
                                           replica=form["replica"] or "<replica>")}
     return render_page(request, "web/setup_manual.html", context,
@@ -208,8 +256,9 @@ def auto_start(request: HttpRequest) -> HttpResponse:
     errors: dict[str, str] = {}
     if request.method == "POST":
         try:
-            source = Stream.objects.restrict(request.user).by_path(form["source"], field="source")
-            link = replica_autosetup(actor=request.user, source=source, replica=form["replica"],
+            source = own_source(request, form["source"])
+            link = replica_autosetup(actor=request.user, source=source,
+                                     replica=free_replica(request, form["replica"]),
                                      multimaster=flags["multimaster"],
                                      tenant=_tenant_name(request),
                                      synchronous=flags["synchronous"])
@@ -219,7 +268,8 @@ def auto_start(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"autosetup of {link.replica.path} started")
             return redirect("setup-auto-progress", link.pk)
     return render_page(request, "web/setup_auto.html", {"form": form, "flags": flags,
-                                                        "errors": errors},
+                                                        "errors": errors,
+                                                        **pickers(request, form)},
                        status=400 if request.method == "POST" else 200)
 
 

@@ -25,6 +25,7 @@ from portal.web.access import access_check
 from portal.web.forms import field_errors
 from portal.web.health import links_health
 from portal.web.hints import refusal
+from portal.web.paging import paged
 from portal.web.stream_health import TAB_URLS, stream_attention
 from portal.web.templatetags.human import compaction_line, row_key
 from portal.web.tenancy import current_tenant, render_page
@@ -86,7 +87,8 @@ def stream_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     if query:  # a part of the path, as the topology's filter takes it
         streams = streams.filter(path__icontains=query)
-    context = {"streams": streams.annotate(num_topics=Count("topics")).order_by("path"),
+    shown = paged(request, streams.annotate(num_topics=Count("topics")).order_by("path"))
+    context = {"streams": shown["page"], "pager": shown["pager"],
                "query": query, "form": form, "errors": errors,
                "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}
     return render_page(request, "web/streams.html", context, status=400 if form else 200)

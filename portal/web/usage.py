@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 
 from operations.usage import COLUMNS, UsageRow, usage_rows
+from portal.web.paging import paged
 from portal.web.tenancy import current_tenant, render_page
 from replication.plans import plan_use
 
@@ -35,7 +36,12 @@ def usage(request: HttpRequest) -> HttpResponse:
     return render_page(request, "web/usage.html", {
         "plan": tenant.plan if tenant else None,
         "uses": plan_use(tenant) if tenant else [],
-        "rows": _rows(request, days), "days": days, "choices": DAYS})
+        **_page(request, days), "days": days, "choices": DAYS})
+
+
+def _page(request: HttpRequest, days: int) -> dict[str, object]:
+    shown = paged(request, _rows(request, days))
+    return {"rows": shown["page"], "pager": shown["pager"]}
 
 
 @login_required

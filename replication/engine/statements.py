@@ -36,6 +36,8 @@ STREAM_SIZE = (
     "SELECT count(DISTINCT topic), coalesce(sum(bytes), 0), coalesce(sum(rows), 0) "
     "FROM partitions WHERE stream = %s"
 )
+# Every stream's logical size at once (usage and plan figures over a tenant's streams).
+LOGICAL_SIZES = "SELECT stream, coalesce(sum(bytes), 0) FROM partitions GROUP BY stream"
 STREAM_PIDS = "SELECT id, topic FROM partitions WHERE stream = %s ORDER BY id"
 REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s"
 # A consumer's own commit sets exactly what it committed, back or past the end (as Kafka); only
@@ -83,6 +85,10 @@ TRUNCATE_CURSORS = (
 STREAM_MARKS = """
 SELECT stream, count(*), sum(id), sum(next_offset), sum(low_offset) FROM partitions
 GROUP BY stream
+"""
+# The streams with any committed cursor: a tenant-wide groups view reads only those.
+CURSOR_STREAMS = """
+SELECT DISTINCT p.stream FROM consumer_cursors c JOIN partitions p ON p.id = c.pid
 """
 CURSOR_MARKS = """
 SELECT p.stream, count(*), sum(c."offset") FROM consumer_cursors c

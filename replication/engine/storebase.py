@@ -30,6 +30,7 @@ from replication.engine.sequences import sequence_check, sequence_next
 from replication.engine.statements import (
     END_LINK,
     LINK_ENDED,
+    LOGICAL_SIZES,
     MARKS,
     MAX_TS,
     PARTITION_STATS,
@@ -434,6 +435,13 @@ class MessageStore(CursorMethods, RetentionMethods, ABC):
         with self._reading() as conn:
             rows = self._all(conn, PARTITION_STATS, (self._key(stream), topic))
         return partition_stats_from(rows, topic)
+
+    def logical_sizes(self) -> dict[UUID, int]:
+        """Every stream's logicalsize (as `sizes` reports it), in one query."""
+        with self._reading() as conn:
+            rows = self._all(conn, LOGICAL_SIZES, ())
+        return {UUID(bytes=s) if isinstance(s, bytes) else UUID(str(s)): int(n)
+                for s, n in rows}
 
     def sizes(self, stream: UUID) -> dict:
         """{"logicalsize", "physicalsize", "numtopics"}, as maprcli stream info reports.

@@ -11,6 +11,7 @@ from uuid import UUID
 from replication.engine.statements import (
     COMMIT_CURSOR,
     CURSOR_MARKS,
+    CURSOR_STREAMS,
     CURSORS,
     DELETE_CURSORS,
     FETCH_CURSOR,
@@ -71,6 +72,12 @@ class CursorMethods(StoreHooks):
             key = UUID(bytes=stream) if isinstance(stream, bytes) else stream
             marks[key] = (*marks.get(key, ()), *figures)
         return marks
+
+    def cursor_streams(self) -> set[UUID]:
+        """The streams of the store with a committed consumer cursor, in one query."""
+        with self._reading() as conn:
+            rows = self._all(conn, CURSOR_STREAMS, ())
+        return {UUID(bytes=s) if isinstance(s, bytes) else UUID(str(s)) for (s,) in rows}
 
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
         """Every consumer cursor of the stream as (group, topic, partition, offset)."""

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
+
+from replication.schemas import protocompile
 
 FieldTuple = tuple[str, str, str, str]
 Field = descriptor_pb2.FieldDescriptorProto
@@ -88,19 +92,43 @@ def message_indexes(data: bytes) -> tuple[list[int], int]:
     return indexes, pos
 
 
-def decode(text: str, framed: bytes) -> dict | None:
-    """The message in `framed` (the value after magic byte and id) as a dict, by the base64
-    FileDescriptorProto `text`; None when it cannot be (.proto text, imports outside the
-    well-known types, bytes that do not parse)."""
+def described_of(text: str) -> descriptor_pb2.FileDescriptorProto | None:
+    """The schema's descriptor: the base64 FileDescriptorProto it is, or its .proto text
+    compiled (protocompile.py); None when neither works."""
     try:
-        described = descriptor_pb2.FileDescriptorProto.FromString(
+        return descriptor_pb2.FileDescriptorProto.FromString(
             base64.b64decode(text.strip(), validate=True))
-        indexes, start = message_indexes(framed)
-        pool = descriptor_pool.DescriptorPool()
+    except (binascii.Error, ValueError, DecodeError):
+        return protocompile.compile_proto(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _pool_of(text: str) -> tuple[descriptor_pb2.FileDescriptorProto, Any] | None:
+    """Compiled once per schema text, not once per message shown."""
+    described = described_of(text)
+    if described is None:
+        return None
+    pool = descriptor_pool.DescriptorPool()
+    try:
         for dependency in described.dependency:
             found = descriptor_pool.Default().FindFileByName(dependency)
             pool.AddSerializedFile(found.serialized_pb)
         pool.Add(described)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return described, pool
+
+
+def decode(text: str, framed: bytes) -> dict | None:
+    """The message in `framed` (the value after magic byte and id) as a dict, by the schema
+    `text` (a base64 FileDescriptorProto or .proto text); None when it cannot be (imports
+    outside the well-known types, bytes that do not parse)."""
+    compiled = _pool_of(text)
+    if compiled is None:
+        return None
+    described, pool = compiled
+    try:
+        indexes, start = message_indexes(framed)
         names, level = [], described.message_type
         for index in indexes:
             names.append(level[index].name)
@@ -109,5 +137,5 @@ def decode(text: str, framed: bytes) -> dict | None:
         kind = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
         return json_format.MessageToDict(kind.FromString(framed[start:]),
                                          preserving_proto_field_name=True)
-    except (binascii.Error, ValueError, IndexError, KeyError, TypeError, DecodeError):
+    except (ValueError, IndexError, KeyError, TypeError, DecodeError):
         return None

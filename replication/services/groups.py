@@ -11,15 +11,17 @@ reads what it publishes and the portal shows them beside these offsets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from accounts.models import Tenant, TokenScope
+from replication import ace
 from replication.engine.storebase import MessageStore
 from replication.errors import Conflict, InvalidInput, NoSuchPartition
 from replication.models import KafkaGroup, ReplicaLink, Stream, Topic
-from replication.scopes import scope_require
+from replication.scopes import scope_mask, scope_require
 from replication.services.browse import offset_for_time
 from replication.services.cursors import check_group
 from replication.services.messages import _on_store
@@ -68,8 +70,17 @@ class GroupOffsets:
 def _readable_replicas(actor: AbstractBaseUser, stream: Stream) -> list[Stream]:
     links = (ReplicaLink.objects.restrict(actor).filter(source=stream)
              .select_related("replica__cluster").order_by("idx"))
-    return [link.replica for link in links
-            if any(link.replica.allows(actor, perm) for perm in LIST_PERMS)]
+    # One identity per tenant of the replicas, not two queries per replica (64 of them).
+    identities: dict[int, Any] = {}
+    perms = scope_mask(actor, frozenset(LIST_PERMS))
+    readable = []
+    for link in links:
+        replica = link.replica
+        if replica.tenant_id not in identities:
+            identities[replica.tenant_id] = replica.identity_of(actor)
+        if any(ace.allows(getattr(replica, p), identities[replica.tenant_id]) for p in perms):
+            readable.append(replica)
+    return readable
 
 
 def group_offsets(*, actor: AbstractBaseUser, stream: Stream) -> tuple[list[GroupOffsets],
@@ -78,10 +89,15 @@ def group_offsets(*, actor: AbstractBaseUser, stream: Stream) -> tuple[list[Grou
     paths of the replicas (those the actor may read) whose cursors are shown beside."""
     stream.require(actor, *LIST_PERMS, action="list consumer groups")
     replicas = _readable_replicas(actor, stream)
+    own = _cursors(stream)
+    # Only replicas holding cursors are read, found in one query per cluster: a stream with
+    # 64 replicas cost 64 store reads a page, most of them empty.
+    holding = set().union(*(store_for(c).cursor_streams() for c in
+                            {r.cluster.pk: r.cluster for r in replicas}.values())) if own else set()
     copies = {r.path: {(g, t, p): o for g, t, p, o in store_for(r.cluster).cursors(r.uuid)}
-              for r in replicas}
+              if r.uuid in holding else {} for r in replicas}
     groups: dict[str, list[PartitionOffsets]] = {}
-    for g, row in _cursors(stream):
+    for g, row in own:
         row.replicas = {path: found.get((g, row.topic, row.partition))
                         for path, found in copies.items()}
         groups.setdefault(g, []).append(row)
@@ -124,10 +140,17 @@ def tenant_groups(*, actor: AbstractBaseUser, tenant: Tenant) -> list[TenantGrou
     streams the actor may list cursors of, and its live Kafka groups; the most behind first.
     One store read per stream and topic: a tenant-wide view, not a per-request one."""
     groups: dict[str, TenantGroup] = {}
-    visible = [s for s in Stream.objects.restrict(actor).filter(tenant=tenant)
-               .select_related("cluster").order_by("path")
-               if any(s.allows(actor, perm) for perm in LIST_PERMS)]
-    for stream in visible:
+    streams = list(Stream.objects.restrict(actor).filter(tenant=tenant)
+                   .select_related("cluster").order_by("path"))
+    # One identity for the tenant (two queries), not one per stream.
+    who = streams[0].identity_of(actor) if streams else None
+    perms = scope_mask(actor, frozenset(LIST_PERMS))
+    visible = [s for s in streams if any(ace.allows(getattr(s, p), who) for p in perms)]
+    # One query per cluster finds the streams with cursors; only those are read (a tenant of
+    # 1,000 streams took 21 s reading every stream's cursors and watermarks).
+    clusters = {s.cluster.pk: s.cluster for s in visible}
+    committed = set().union(*(store_for(c).cursor_streams() for c in clusters.values()))
+    for stream in (s for s in visible if s.uuid in committed):
         per_group: dict[str, list[PartitionOffsets]] = {}
         for g, row in _cursors(stream):
             per_group.setdefault(g, []).append(row)

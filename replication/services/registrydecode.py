@@ -2,9 +2,10 @@
 four big-endian bytes, then the data) decoded by the schema registry's schema for the message
 browser: Avro by the writer's schema, JSON as itself. Only the stream's tenant's schemas are
 looked at, and those of the tenants replicating into its streams (whose messages its replicas
-hold), so a message never shows an unrelated tenant's schema. Protobuf values are decoded when the
-schema was registered as a FileDescriptorProto (as confluent-kafka's serializer does); one
-registered as .proto text is named (id and type) but not decoded: that needs a compiler."""
+hold), so a message never shows an unrelated tenant's schema. Protobuf values are decoded by
+a schema registered as a FileDescriptorProto (as confluent-kafka's serializer does) or as
+.proto text, compiled without protoc (replication/schemas/protocompile.py); one importing
+more than the well-known types is named (id and type) but not decoded."""
 
 from __future__ import annotations
 

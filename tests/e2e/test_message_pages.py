@@ -3,6 +3,7 @@ chromium: Older and Newer keep the filters and cover every message once, a row's
 opens that message, the page downloads as JSON lines; readable (axe-core) and within a 390 px
 phone."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -80,3 +81,28 @@ def test_start_at_an_offset_open_a_permalink_and_download(portal_url, browser: B
     assert_accessible(page)
     page.click("#message-context")
     assert offsets(page)[0] == "0:11"
+
+
+@pytest.mark.parametrize(("width", "scheme", "most_rows"), [(1280, "light", 1), (390, "dark", 4)])
+def test_the_filters_are_one_compact_bar(portal_url, browser: Browser, owner, activity, orders,
+                                         width, scheme, most_rows):
+    """The everyday filters sit in one bar (one line on a desktop, a few on a phone, never
+    wider than the screen); the rarer ones fold away and open when in use."""
+    page = browser.new_context(color_scheme=scheme, viewport={"width": width, "height": 900}
+                               ).new_page()
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/streams/{activity.pk}/messages/?topic=orders")
+    bar = page.locator("#browse > .filterbar")
+    bottoms = sorted(box["y"] + box["height"] for box in (
+        bar.locator("> *").nth(i).bounding_box() for i in range(bar.locator("> *").count())))
+    # A line: the controls whose bottoms lie within half a control's height of each other.
+    lines = 1 + sum(1 for a, b in itertools.pairwise(bottoms) if b - a > 20)
+    assert lines <= most_rows, f"the filter bar takes {lines} lines at {width}px"
+    assert bar.bounding_box()["height"] <= 60 * most_rows
+    expect(page.locator("#browse details.more-filters")).not_to_have_attribute("open", "")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert_accessible(page)
+    page.goto(f"{portal_url}/streams/{activity.pk}/messages/?topic=orders&from_offset=3")
+    expect(page.locator("#browse input[name=from_offset]")).to_be_visible()
+    expect(page.locator("#browse input[name=from_offset]")).to_have_value("3")
+    assert_accessible(page)

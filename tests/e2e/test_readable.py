@@ -54,7 +54,7 @@ PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",
          "/approvals/{waiting}/", "/account/", "/members/", "/account/tokens/", "/usage/",
-         "/schemas/"]
+         "/schemas/", "/schemas/register/"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

@@ -11,7 +11,7 @@ from replication.services.registryreads import registry_access
 from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in
-from tests.portal.registry.helpers import USER, USER_V2
+from tests.portal.registry.helpers import USER, USER_REQUIRED_AGE, USER_V2
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -37,3 +37,45 @@ def test_schemas_page_lists_subjects_and_shows_a_subjects_versions(portal_url, p
     expect(newest.locator("pre")).to_contain_text('"name": "age"')
     assert json.loads(newest.locator("pre").inner_text())["name"] == "User"
     assert_accessible(page)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_schemas_written_from_the_browser(portal_url, browser, scheme, owner):
+    """Register a version (checked first: refused, then compatible), set the subject's level,
+    delete a version after typing the subject's name; axe on every page, at 390 px."""
+    off_loop(_register, owner, "users-value", USER)
+    page = browser.new_context(color_scheme=scheme, viewport={"width": 390, "height": 844}
+                               ).new_page()
+    sign_in(page, portal_url, "alice")
+    page.goto(f"{portal_url}/schemas/subjects/users-value/")
+    page.get_by_role("link", name="Register a new version").click()
+    schema = page.locator("#register-schema textarea[name=schema]")
+    expect(schema).to_contain_text('"User"')  # starts from the latest version
+    schema.fill(USER_REQUIRED_AGE)
+    page.get_by_role("button", name="Check compatibility").click()
+    expect(page.locator("#compatibility-result h2")).to_have_text("Not compatible")
+    expect(page.locator("#compatibility-problems")).to_contain_text("age")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert_accessible(page)
+    page.locator("#register-schema textarea[name=schema]").fill(USER_V2)
+    page.get_by_role("button", name="Check compatibility").click()
+    expect(page.locator("#compatibility-result h2")).to_have_text("Compatible")
+    page.get_by_role("button", name="Register").click()
+    expect(page.locator(".messages")).to_contain_text(
+        "version 2 of users-value registered with schema id")
+    expect(page.locator("section[data-version='2']")).to_be_visible()
+    assert_accessible(page)
+    page.select_option("#subject-compatibility-form select", "FULL")
+    page.click("#subject-compatibility-form button[type=submit]")
+    expect(page.locator("#subject-compatibility")).to_have_text("FULL")
+    page.locator("section[data-version='2']").get_by_role("link",
+                                                          name="Delete version 2").click()
+    assert_accessible(page)
+    page.fill("#delete-schema input[name=confirm]", "users")
+    page.click("#delete-schema button[type=submit]")
+    expect(page.locator("#err-confirm")).to_contain_text("type the subject's name")
+    assert_accessible(page)
+    page.fill("#delete-schema input[name=confirm]", "users-value")
+    page.click("#delete-schema button[type=submit]")
+    expect(page.locator(".messages")).to_contain_text("version 2 of users-value deleted")
+    expect(page.locator("section[data-version]")).to_have_count(1)

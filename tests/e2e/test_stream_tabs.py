@@ -66,6 +66,7 @@ def test_message_browser_filters_decodes_and_produces(portal_url, page: Page, ow
     expect(rows.first.locator("td.value pre")).to_have_text('{\n  "n": 7\n}')
     page.fill("#browse input[name=key]", "")
     page.fill("#browse input[name=partition]", "0")
+    page.locator("#browse details.more-filters summary").click()
     page.fill("#browse input[name=from_offset]", "1")
     page.fill("#browse input[name=to_offset]", "2")
     page.click("#browse button[type=submit]")

@@ -36,6 +36,8 @@ from replication.services.credentials import scram_credential_set
 from replication.services.cursors import cursor_commit, cursors_fetch
 from replication.services.defaultstreams import default_stream_set
 from replication.services.messages import messages_consume, messages_produce
+from replication.services.registry import Candidate, schema_register
+from replication.services.registryreads import registry_access
 from tests.clients import signed_in
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +75,8 @@ def world(owner, outsider, clicks, agreed, activity_ny):
     job = Job.objects.create(kind=Job.Kind.COPYSTREAM, tenant=clicks.stream.tenant,
                              source=clicks.stream, source_path=SF, destination_path=NY)
     scram_credential_set(actor=owner, mechanism="SCRAM-SHA-256", password="p")  # to delete
+    schema_register(access=registry_access(actor=owner), subject="users-value",
+                    candidate=Candidate("AVRO", SCHEMA, None))
     return {"owner": owner, "outsider": outsider, "job": job}
 
 
@@ -80,7 +84,9 @@ def world(owner, outsider, clicks, agreed, activity_ny):
 VALUES = {"path": SF, "replica": NY, "upstream": SF, "source": SF, "src": SF, "dst": NY,
           "copymetafrom": SF, "topic": "clicks", "name": "tokyo", "dstcluster": "newyork",
           "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing",
-          "mechanism": "scram-sha-256", "password": "p", "tenant": "acme", "plan": "team"}
+          "mechanism": "scram-sha-256", "password": "p", "tenant": "acme", "plan": "team",
+          "subject": "users-value", "schema": '{"type": "string"}'}
+SCHEMA = '{"type": "string"}'
 OWN_VALUES = {
     "stream/create": {"path": "/mapr/sanfrancisco/fresh"},
     "stream/edit": EDIT,

@@ -150,7 +150,7 @@ def test_create_with_a_bad_ace_shows_the_services_reason(owner, sanfrancisco):
     page = response.content.decode()
     # beside the field, with what was typed kept
     assert re.search(r'value="u:alice &amp;".*?aria-invalid="true".*?class="field-error" '
-                     r'id="err-adminperm" role="alert">-adminperm', page, re.S)
+                     r'id="err-adminperm" role="alert">the adminperm field', page, re.S)
     assert 'value="/mapr/sanfrancisco/clicks"' in page
     assert not Stream.objects.filter(path="/mapr/sanfrancisco/clicks").exists()
 

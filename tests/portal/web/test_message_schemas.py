@@ -1,7 +1,7 @@
 """The message browser decodes values that a schema registry serializer framed (magic byte 0,
 the schema id) by the stream's tenant's schema: Avro, JSON and Protobuf (registered as a
-descriptor) as pretty JSON; a schema id of another tenant's is not looked at (the bytes show
-as they are)."""
+descriptor or as .proto text) as pretty JSON; a schema id of another tenant's is not looked at
+(the bytes show as they are)."""
 
 from __future__ import annotations
 
@@ -86,3 +86,26 @@ def test_protobuf_values_are_decoded_by_their_descriptor(owner, activity):
                                 {"topic": "orders"}).content.decode()
     assert f"protobuf, schema id {schema_id}" in page
     assert "&quot;id&quot;: &quot;o-7&quot;" in page and "&quot;qty&quot;: &quot;12&quot;" in page
+
+
+ORDERS_PROTO = '''syntax = "proto3";
+package acme;
+message Customer { string name = 1; }
+message Order { string id = 1; int64 qty = 2; }
+'''
+
+
+def test_protobuf_values_are_decoded_by_their_proto_text(owner, activity):
+    """A schema registered as .proto text (Confluent's tools, Java and Go serializers) is
+    compiled to a descriptor; the message indexes pick the file's second message."""
+    topic_create(actor=owner, stream=activity, name="orders", partitions=1)
+    schema_id = register(owner, "orders-value", ORDERS_PROTO, "PROTOBUF")
+    order = order_class()  # acme.Order made by hand, not by the compiler under test
+    # Message indexes: zigzag count 1, zigzag index 1 (the second message, Order).
+    value = framed(schema_id, b"\x02\x02" + order(id="o-8", qty=3).SerializeToString())
+    messages_produce(actor=owner, stream=activity, topic="orders",
+                     records=[Record(value, partition=0)])
+    page = signed_in(owner).get(f"/streams/{activity.pk}/messages/",
+                                {"topic": "orders"}).content.decode()
+    assert f"protobuf, schema id {schema_id}" in page
+    assert "&quot;id&quot;: &quot;o-8&quot;" in page and "&quot;qty&quot;: &quot;3&quot;" in page

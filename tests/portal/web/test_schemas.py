@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+from accounts.models import Role
+from operations.models import AuditEvent, Interface
+from replication.models import RegisteredSchema, RegistryConfig, SubjectVersion
 from replication.services.registry import Candidate, registry_config_set, schema_register
 from replication.services.registryreads import registry_access
 from tests.clients import signed_in
-from tests.portal.registry.helpers import USER, USER_V2
+from tests.portal.registry.helpers import USER, USER_REQUIRED_AGE, USER_V2
 
 
 def register(user, subject: str, text: str, schema_type: str = "AVRO") -> int:  # type: ignore[no-untyped-def]
@@ -41,3 +44,140 @@ def test_outsider_sees_none_of_another_tenants_subjects(owner, outsider):
     client = signed_in(outsider)
     assert "users-value" not in client.get("/schemas/").content.decode()
     assert client.get("/schemas/subjects/users-value/").status_code == 404
+
+
+# --- the forms: register (checked first), compatibility, delete -------------------------------
+
+
+def versions_of(subject: str, deleted: bool = False) -> list[int]:
+    found = SubjectVersion.objects.filter(subject=subject)
+    return sorted(found.values_list("version", flat=True) if deleted else
+                  found.filter(deleted=False).values_list("version", flat=True))
+
+
+def registry_rows() -> list:
+    return [list(m.objects.order_by("pk").values()) for m in
+            (RegisteredSchema, SubjectVersion, RegistryConfig)]
+
+
+def test_check_shows_the_result_and_registers_nothing_then_register_says_it_was_checked(owner):
+    register(owner, "users-value", USER)
+    client = signed_in(owner)
+    form = client.get("/schemas/register/?subject=users-value").content.decode()
+    assert "New version of <code>users-value</code>" in form and "&quot;User&quot;" in form
+    before = registry_rows()
+    bad = client.post("/schemas/register/", {"subject": "users-value", "schema_type": "AVRO",
+                                             "schema": USER_REQUIRED_AGE, "action": "check"})
+    assert bad.status_code == 200 and "Not compatible" in bad.content.decode()
+    assert "Against version 1 under <strong>BACKWARD</strong>" in bad.content.decode()
+    good = client.post("/schemas/register/", {"subject": "users-value", "schema_type": "AVRO",
+                                              "schema": USER_V2, "action": "check"})
+    assert "are compatible under <strong>BACKWARD</strong>" in good.content.decode()
+    assert registry_rows() == before
+    done = client.post("/schemas/register/", {"subject": "users-value", "schema_type": "AVRO",
+                                              "schema": USER_V2, "action": "register"},
+                       follow=True)
+    page = done.content.decode()
+    assert done.redirect_chain[-1][0] == "/schemas/subjects/users-value/"
+    assert "version 2 of users-value registered with schema id" in page
+    assert "compatible (BACKWARD) with version 1" in page
+    assert versions_of("users-value") == [1, 2]
+    event = AuditEvent.objects.filter(object_type="subjectversion").latest("pk")
+    assert (event.interface, event.actor_name) == (Interface.WEB, "alice")
+
+
+def test_an_incompatible_or_invalid_schema_is_refused_beside_its_field_and_kept(owner):
+    register(owner, "users-value", USER)
+    client = signed_in(owner)
+    before = registry_rows()
+    refused = client.post("/schemas/register/", {"subject": "users-value", "schema_type": "AVRO",
+                                                 "schema": USER_REQUIRED_AGE,
+                                                 "action": "register"})
+    page = refused.content.decode()
+    assert refused.status_code == 409
+    assert 'id="err-schema"' in page and "incompatible with an earlier schema" in page
+    assert "&quot;age&quot;" in page  # what was typed is kept
+    invalid = client.post("/schemas/register/", {"subject": "x", "schema_type": "AVRO",
+                                                 "schema": "{oops", "action": "register"})
+    assert invalid.status_code == 400 and 'id="err-schema"' in invalid.content.decode()
+    nameless = client.post("/schemas/register/", {"subject": " ", "schema_type": "AVRO",
+                                                  "schema": USER, "action": "register"})
+    assert 'id="err-subject"' in nameless.content.decode()
+    assert "give the subject&#x27;s name, e.g. orders-value" in nameless.content.decode()
+    assert registry_rows() == before
+
+
+def test_a_new_subject_registers_a_protobuf_schema(owner):
+    client = signed_in(owner)
+    proto = 'syntax = "proto3";\npackage acme;\nmessage Order { string id = 1; }\n'
+    checked = client.post("/schemas/register/", {"subject": "orders-value",
+                                                 "schema_type": "PROTOBUF", "schema": proto,
+                                                 "action": "check"}).content.decode()
+    assert "A new subject" in checked
+    client.post("/schemas/register/", {"subject": "orders-value", "schema_type": "PROTOBUF",
+                                       "schema": proto, "action": "register"})
+    assert versions_of("orders-value") == [1]
+
+
+def test_compatibility_set_and_cleared_for_a_subject_and_the_default(owner):
+    register(owner, "users-value", USER)
+    client = signed_in(owner)
+    done = client.post("/schemas/compatibility/", {"subject": "users-value",
+                                                   "compatibility": "NONE"}, follow=True)
+    assert "users-value&#x27;s compatibility is now NONE" in done.content.decode()
+    client.post("/schemas/compatibility/", {"compatibility": "FULL"})
+    cleared = client.post("/schemas/compatibility/", {"subject": "users-value",
+                                                      "compatibility": ""}, follow=True)
+    assert "compatibility is now FULL (the registry&#x27;s default)" in cleared.content.decode()
+    assert list(RegistryConfig.objects.values_list("subject", "compatibility")) == [("", "FULL")]
+    bad = client.post("/schemas/compatibility/", {"compatibility": "LOOSE"}, follow=True)
+    assert "compatibility not changed: &#x27;LOOSE&#x27; is not a compatibility" in \
+        bad.content.decode()
+    assert list(RegistryConfig.objects.values_list("subject", "compatibility")) == [("", "FULL")]
+
+
+def test_delete_a_version_then_the_subject_for_good_after_typing_its_name(owner):
+    register(owner, "users-value", USER)
+    register(owner, "users-value", USER_V2)
+    client = signed_in(owner)
+    ask = client.get("/schemas/delete/?subject=users-value&version=2").content.decode()
+    assert "Delete version 2 of <code>users-value</code>?" in ask
+    before = registry_rows()
+    wrong = client.post("/schemas/delete/", {"subject": "users-value", "version": "2",
+                                             "confirm": "users"})
+    assert wrong.status_code == 400
+    assert "type the subject&#x27;s name, users-value, to delete" in wrong.content.decode()
+    assert registry_rows() == before
+    client.post("/schemas/delete/", {"subject": "users-value", "version": "2",
+                                     "confirm": "users-value"})
+    assert (versions_of("users-value"), versions_of("users-value", deleted=True)) == ([1], [1, 2])
+    done = client.post("/schemas/delete/", {"subject": "users-value", "confirm": "users-value",
+                                            "permanent": "true"}, follow=True)
+    assert done.redirect_chain[-1][0] == "/schemas/"
+    assert "subject users-value deleted for good" in done.content.decode()
+    assert not SubjectVersion.objects.exists()
+
+
+def test_a_viewer_gets_no_forms_and_is_refused_and_an_outsider_finds_nothing(
+        owner, member, outsider):
+    register(owner, "users-value", USER)
+    membership = member.memberships.get()
+    membership.role = Role.VIEWER
+    membership.save()
+    viewer = signed_in(member)
+    assert "Register a schema" not in viewer.get("/schemas/").content.decode()
+    assert "Delete the subject" not in viewer.get("/schemas/subjects/users-value/").content.decode()
+    before = registry_rows()
+    refused = viewer.post("/schemas/register/", {"subject": "users-value", "schema_type": "AVRO",
+                                                 "schema": USER_V2, "action": "register"})
+    assert "needs the role admin or member in tenant acme; yours is viewer" in \
+        refused.content.decode()
+    viewer.post("/schemas/delete/", {"subject": "users-value", "confirm": "users-value"})
+    viewer.post("/schemas/compatibility/", {"compatibility": "NONE"})
+    mallory = signed_in(outsider)
+    assert mallory.get("/schemas/delete/?subject=users-value").status_code == 404
+    assert mallory.post("/schemas/delete/", {"subject": "users-value",
+                                             "confirm": "users-value"}).status_code == 404
+    assert mallory.post("/schemas/compatibility/", {"subject": "users-value",
+                                                    "compatibility": "NONE"}).status_code == 404
+    assert registry_rows() == before
