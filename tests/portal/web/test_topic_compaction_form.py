@@ -5,6 +5,7 @@ words with nothing changed; another tenant gets 404."""
 
 import pytest
 
+from portal.web.hints import form_words
 from replication.models import Topic
 from replication.services import topic_create
 from tests.clients import signed_in
@@ -65,8 +66,9 @@ def test_a_blank_field_keeps_a_setting_and_stream_or_minus_one_go_back_to_the_st
 ])
 def test_bad_compaction_input_is_refused_in_the_clis_words_and_changes_nothing(
         api, owner, app_stream, field, typed):
-    cli = error_of(call(api(owner), "stream/topic/edit", path=app_stream.path, topic="events",
-                        **{field: typed}))
+    # The CLI's refusal, its options named as the page's fields (as every page words them).
+    cli = form_words(error_of(call(api(owner), "stream/topic/edit", path=app_stream.path,
+                                   topic="events", **{field: typed})))
     client = signed_in(owner)
     edited = client.post(f"/streams/{app_stream.pk}/topics/edit/",
                          {"topic": "events", field: typed})
