@@ -32,7 +32,7 @@ def test_a_topics_compaction_is_set_refused_and_sent_back_from_the_topics_tab(
     create.get_by_label("Min cleanable dirty ratio").fill("2")
     create.get_by_role("button", name="Create topic").click()
     expect(page.locator("#err-mincleanabledirtyratio")).to_have_text(
-        "-mincleanabledirtyratio '2' is not a number from 0 to 1")
+        "the mincleanabledirtyratio field '2' is not a number from 0 to 1")
     expect(page.locator("#create-topic input[name=deleteretention]")).to_have_value("5000")
     expect(page.locator("#create-topic select[name=cleanuppolicy]")).to_have_value("compact")
     assert not off_loop(lambda: Topic.objects.filter(name="changelog").exists())
