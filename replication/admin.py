@@ -23,6 +23,7 @@ from replication.models import (
     Job,
     ModeSwitch,
     ReplicaLink,
+    StoreGroup,
     Stream,
     Topic,
     Upstream,
@@ -72,13 +73,30 @@ class GatewayInline(OperatorAccess, admin.TabularInline):
     readonly_fields = ("status", "last_heartbeat")
 
 
+class StoreGroupInline(admin.TabularInline):
+    """A cluster's store groups, read here; added and removed through `cluster store add|remove`
+    (or the API), which make and check the store and refuse a group holding partitions."""
+
+    model = StoreGroup
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ("name", "url", "state", "partitions", "created")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="partitions placed")
+    def partitions(self, group: StoreGroup) -> int:
+        return group.placements.count()
+
+
 @admin.register(Cluster)
 class ClusterAdmin(OperatorAccess, CountingAdmin):
     form = ClusterForm
     list_display = ("name", "state", "store_url", "gateway_count", "stream_count", "created")
     list_filter = ("state",)
     search_fields = ("name",)
-    inlines = (GatewayInline,)
+    inlines = (GatewayInline, StoreGroupInline)
     gateway_count = count_column("gateways", "gateways")
     stream_count = count_column("streams", "streams")
 

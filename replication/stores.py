@@ -10,13 +10,16 @@ from __future__ import annotations
 import re
 import threading
 from urllib.parse import urlencode
+from uuid import UUID
 
 from django.conf import settings
 from django.db import connection
 
+from replication import placement
 from replication.engine.factory import create_database, open_store
 from replication.engine.storebase import MessageStore
 from replication.models import Cluster
+from replication.storerouter import GroupRouter
 
 _stores: dict[str, MessageStore] = {}
 # By (cluster name, store URL as configured): working out the default URL reads the
@@ -64,18 +67,56 @@ def store_url(cluster: Cluster) -> str:
 
 
 def store_for(cluster: Cluster) -> MessageStore:
+    """The cluster's store; with several store groups, the router over them (issue 33)."""
+    view = placement.view_of(cluster.name)
+    if view is not None:
+        return view.router  # type: ignore[return-value]
     store = _by_cluster.get((cluster.name, cluster.store_url))
     if store is not None:
         return store
-    url = store_url(cluster)
+    store = open_url(store_url(cluster))
+    _by_cluster[(cluster.name, cluster.store_url)] = store
+    return store
+
+
+def open_url(url: str) -> MessageStore:
+    """The store at `url`, created if missing and opened once per process."""
     with _lock:
         store = _stores.get(url)
         if store is None:
             create_database(url)
             store = _stores[url] = open_store(
                 url, wait=settings.STORE_WAIT_SECONDS, layout=settings.STORE_LAYOUT)
-        _by_cluster[(cluster.name, cluster.store_url)] = store
     return store
+
+
+def group_store(cluster: Cluster, url: str) -> MessageStore:
+    """A store group's store: `url`, or blank for the cluster's own store as before groups."""
+    return open_url(url or store_url(cluster))
+
+
+def _open_group(cluster_store_url: str, url: str, name: str) -> MessageStore:
+    return group_store(Cluster(name=name, store_url=cluster_store_url), url)
+
+
+def _resolve_group(cluster_store_url: str, url: str, name: str) -> str:
+    return url or store_url(Cluster(name=name, store_url=cluster_store_url))
+
+
+def job_side(cluster: Cluster, stream: UUID) -> tuple[str, tuple[tuple[str, int, str], ...]]:
+    """For a Spark job (which never imports Django): the stream's home store URL and the
+    (topic, partition, URL) of each partition another store group holds (issue 33)."""
+    view = placement.view_of(cluster.name)
+    if view is None:
+        return store_url(cluster), ()
+    return view.urls[view.home], tuple(sorted(
+        (topic, partition, view.urls[group]) for (s, topic, partition), group
+        in view.where.items() if s == stream and group != view.home))
+
+
+placement.opener = _open_group
+placement.resolver = _resolve_group
+placement.router_factory = GroupRouter  # type: ignore[assignment]
 
 
 def close_stores() -> None:
@@ -84,3 +125,4 @@ def close_stores() -> None:
             store.close()
         _stores.clear()
         _by_cluster.clear()
+    placement.forget()

@@ -13,14 +13,22 @@ from django.conf import settings
 
 from replication.models import ReplicaLink, Stream, carried_topics
 from replication.services.compare import Span
-from replication.stores import store_url
+from replication.stores import job_side
+
+
+def side(stream: Stream):  # type: ignore[no-untyped-def]  # -> workers.spark.ranges.Side
+    """The stream's side of a comparison or copy: each partition in its store group's store."""
+    from workers.spark.ranges import Side
+
+    url, placed = job_side(stream.cluster, stream.uuid)
+    return Side(url, str(stream.uuid), placed)
 
 
 def streams_differ(a: Stream, b: Stream, spans: list[Span]) -> dict[tuple[str, int], int]:
     # Imported here: workers.spark loads PySpark, which most processes never need.
-    from workers.spark.ranges import Range, Side, Work, diff_ranges
+    from workers.spark.ranges import Range, Work, diff_ranges
 
-    work = Work(Side(store_url(a.cluster), str(a.uuid)), Side(store_url(b.cluster), str(b.uuid)))
+    work = Work(side(a), side(b))
     ranges = [Range(s.topic, s.partition, s.start, s.end) for s in spans]
     if sum(r.size for r in ranges) <= settings.BULK_IN_PROCESS:
         rows = list(diff_ranges(work, ranges))
@@ -40,14 +48,13 @@ def streams_differ(a: Stream, b: Stream, spans: list[Span]) -> dict[tuple[str, i
 def link_copy(link: ReplicaLink) -> int:
     """What the link's replica lacks of the topics it carries, copied by copystream's Spark
     tasks (as the engine's large-backlog catch-up job copies, without its Job record)."""
-    from workers.spark import Side, Spec, copystream
+    from workers.spark import Spec, copystream
     from workers.spark.session import borrowed_context
 
     source, replica = link.source, link.replica
     topics = dict(source.topics.values_list("name", "origin_uuid"))
     kept = carried_topics(replica.uuid, topics)  # never back to where a topic comes from
-    spec = Spec(Side(store_url(source.cluster), str(source.uuid)),
-                Side(store_url(replica.cluster), str(replica.uuid)),
+    spec = Spec(side(source), side(replica),
                 dict(source.topics.filter(name__in=kept).values_list("name", "partitions")),
                 link=str(link.pk))
     with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:

@@ -14,10 +14,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from replication import placement
 from replication.models import Job, ReplicaState, carried_topics
 from replication.services.jobs import job_finished, publish_job_event
-from replication.stores import store_for, store_url
-from workers.spark import Side, Spec
+from replication.stores import store_for
+from workers.compare import side
+from workers.spark import Spec
 from workers.spark.submit import PREFIX, submit_command, submit_environment
 
 log = structlog.get_logger(__name__)
@@ -56,9 +58,13 @@ def _spec(job: Job) -> Spec:
         topics = {n: v for n, v in topics.items() if n in kept}
     for cluster in (source.cluster, destination.cluster):
         store_for(cluster)  # creates the store's database on first use
+    if placement.view_of(destination.cluster.name) is not None:
+        # Its topics placed on its store groups before the job plans (issue 33).
+        for name, (count, _) in topics.items():
+            store_for(destination.cluster).ensure_topic(destination.uuid, name, count)
     return Spec(
-        Side(store_url(source.cluster), str(source.uuid)),
-        Side(store_url(destination.cluster), str(destination.uuid)),
+        side(source),
+        side(destination),
         {name: count for name, (count, _) in topics.items()},
         link=str(job.link_id or ""),
         threads=job.options.get("numthreads"),

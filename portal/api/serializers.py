@@ -159,6 +159,25 @@ class GatewaySetSerializer(StrictSerializer):
                                                'e.g. "gw1 gw2:7660"; replaces the list')
 
 
+class StoreGroupAddSerializer(StrictSerializer):
+    name = serializers.CharField(help_text="the new group's name (lowercase, e.g. s2)")
+    url = serializers.CharField(max_length=1024,
+                                help_text="its message store: postgresql://user@host:port/db")
+
+
+class StoreGroupSerializer(serializers.Serializer):
+    """A row of `cluster store list` (read-only)."""
+
+    name = serializers.CharField()
+    url = serializers.CharField(help_text="without its password")
+    state = serializers.CharField()
+    partitions = serializers.IntegerField()
+    bytes = serializers.IntegerField(allow_null=True)
+    messages = serializers.IntegerField(allow_null=True)
+    msgpersec = serializers.FloatField(allow_null=True, help_text="not measured per group yet")
+    health = serializers.CharField()
+
+
 # --- streams ------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from portal.api.jobs import JobSerializer
 from portal.api.viewsets import ReadOnlyViewSet, StreamChildViewSet, TenantScopedViewSet
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
+from replication.services import storegroups
 from replication.services.transactions import topic_transactions
 
 NO_CONTENT = {204: OpenApiResponse(description="done")}
@@ -93,6 +94,31 @@ class ClusterViewSet(ReadOnlyViewSet):
     def delete_gateways(self, request: Request, name: str) -> Response:
         cluster = self.get_object()
         services.cluster_gateway_delete(actor=request.user, dstcluster=cluster.name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses=s.StoreGroupSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None,
+            serializer_class=s.StoreGroupSerializer)
+    def stores(self, request: Request, name: str) -> Response:
+        """The cluster's store groups (operators only)."""
+        rows = storegroups.store_group_list(actor=request.user, cluster=self.get_object().name)
+        return Response(s.StoreGroupSerializer(rows, many=True).data)
+
+    @extend_schema(request=s.StoreGroupAddSerializer, responses=s.StoreGroupSerializer)
+    @stores.mapping.post
+    def add_store(self, request: Request, name: str) -> Response:
+        cluster = self.get_object()
+        data = self.validated(s.StoreGroupAddSerializer)
+        group = storegroups.store_group_add(actor=request.user, cluster=cluster.name, **data)
+        row = next(r for r in storegroups.store_group_rows(cluster) if r["name"] == group.name)
+        return Response(s.StoreGroupSerializer(row).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=NO_CONTENT, filters=False)
+    @action(detail=True, methods=["delete"], url_path="stores/<str:group>",
+            filter_backends=[])
+    def remove_store(self, request: Request, name: str, group: str) -> Response:
+        storegroups.store_group_remove(actor=request.user, cluster=self.get_object().name,
+                                       name=group)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

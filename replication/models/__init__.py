@@ -17,6 +17,7 @@ from replication.models.links import (
     link_is_stalled,
 )
 from replication.models.moving import GatewayLink, MovingLink, carried_topics
+from replication.models.placement import Placement, StoreGroup
 from replication.models.schemas import (
     Compatibility,
     RegisteredSchema,
@@ -54,12 +55,14 @@ __all__ = [
     "KafkaTransaction",
     "ModeSwitch",
     "MovingLink",
+    "Placement",
     "RegisteredSchema",
     "RegistryConfig",
     "RegistryMode",
     "ReplicaLink",
     "ReplicaState",
     "SchemaType",
+    "StoreGroup",
     "Stream",
     "SubjectVersion",
     "SyncMode",

@@ -50,6 +50,9 @@ class Cluster(titled("name")):
     required_copies = models.PositiveSmallIntegerField(default=1)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
     created = models.DateTimeField(auto_now_add=True)
+    # Bumped by every change of its store groups or of where a partition lives (placement.py):
+    # processes that route cache the placement with this version (issue 33).
+    placement_version = models.PositiveBigIntegerField(default=0)
 
 
 class GatewayQuerySet(models.QuerySet):

@@ -7,10 +7,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 
 from accounts.models import TokenScope
-from replication.engine.copies import StoreGroup, pg_group, single
+from replication.engine.copies import StoreGroup as ServerGroup
+from replication.engine.copies import pg_group, single
 from replication.engine.store import StoreError
 from replication.errors import AlreadyExists, Hint, InvalidInput, NotFound, PermissionDenied
-from replication.models import Cluster, Gateway
+from replication.models import Cluster, Gateway, StoreGroup
 from replication.paths import validate_cluster_name
 from replication.scopes import scope_require
 from replication.stores import store_for
@@ -55,11 +56,14 @@ def cluster_create(*, actor: AbstractBaseUser, name: str, store_url: str = "",
                            f"{store_url or 'the default location'}: {err}; fix -storeurl",
                            field="storeurl") from err
     _require_copies(name, group, required_copies)
-    return Cluster.objects.create(name=name, store_url=store_url,
-                                  required_copies=required_copies)
+    cluster = Cluster.objects.create(name=name, store_url=store_url,
+                                     required_copies=required_copies)
+    # Its first store group, at the store just made (issue 33: more may be added).
+    StoreGroup.objects.create(cluster=cluster, name="s1", url=store_url)
+    return cluster
 
 
-def _require_copies(name: str, group: StoreGroup, required: int) -> None:
+def _require_copies(name: str, group: ServerGroup, required: int) -> None:
     """Refuse a requirement the store's group cannot meet: fewer members than copies, or
     fewer synchronous ones (a commit acknowledged on one server when two were asked for is
     the loss invariant 11 forbids)."""
@@ -102,7 +106,7 @@ def control_info() -> dict:
         return _unreachable(err)
 
 
-def _described(group: StoreGroup) -> dict:
+def _described(group: ServerGroup) -> dict:
     failover = group.last_failover
     return {"copies": group.copies, "members": group.as_rows(), "timeline": group.timeline,
             "lastFailover": failover.isoformat(timespec="seconds") if failover else None}

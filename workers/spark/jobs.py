@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from uuid import UUID
 
@@ -42,14 +42,22 @@ class _Pair:
     src_stream: UUID
     dst: MessageStore
     dst_stream: UUID
+    spec: Spec | None = None
+    others: dict[str, MessageStore] = field(default_factory=dict)  # other store groups, by URL
 
     def marks(self, side: str, topic: str) -> dict[int, tuple[int, int]]:
         store, stream = (self.src, self.src_stream) if side == "src" else (self.dst,
                                                                            self.dst_stream)
         try:
-            return store.watermarks(stream, topic)
+            marks = store.watermarks(stream, topic)
         except UnknownTopic:
             return {}
+        placed = getattr(self.spec, side).placed if self.spec else ()
+        for t, partition, url in placed:  # each partition's marks from the group holding it
+            if t == topic:
+                with suppress(UnknownTopic):
+                    marks[partition] = self.others[url].watermarks(stream, topic)[partition]
+        return marks
 
     def average_size(self, topics: dict[str, int]) -> float:
         """Bytes per message at the source, to turn a count of messages into bytes."""
@@ -66,8 +74,10 @@ class _Pair:
 
 @contextmanager
 def _pair(spec: Spec) -> Iterator[_Pair]:
-    with stores(spec.src.url, spec.dst.url) as (src, dst):
-        yield _Pair(src, UUID(spec.src.stream), dst, UUID(spec.dst.stream))
+    others = sorted({url for side in (spec.src, spec.dst) for _, _, url in side.placed})
+    with stores(spec.src.url, spec.dst.url, *others) as (src, dst, *more):
+        yield _Pair(src, UUID(spec.src.stream), dst, UUID(spec.dst.stream), spec,
+                    dict(zip(others, more, strict=True)))
 
 
 def _run(spark: SparkContext, items: list, slices: int, task: Callable) -> list:

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 from uuid import UUID
 
@@ -41,12 +41,34 @@ READ_BATCH = 5_000  # messages per read on the generic path
 
 @dataclass(frozen=True)
 class Side:
-    url: str  # the cluster's store URL
+    url: str  # the cluster's store URL (its home store group's, issue 33)
     stream: str  # the stream's UUID
+    # (topic, partition, URL) of each partition held by another of the cluster's store groups
+    # than `url`'s: a task reads and writes each partition in the group holding it.
+    placed: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def fast(self) -> bool:
         return self.url.startswith(("postgresql://", "postgres://"))
+
+    def url_of(self, topic: str, partition: int) -> str:
+        return next((u for t, p, u in self.placed if (t, p) == (topic, partition)), self.url)
+
+    def at(self, url: str) -> Side:
+        return Side(url, self.stream)
+
+
+def by_groups(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[Work, list[int], list[Range]]]:
+    """The ranges per (source group, destination group), with their indexes in `ranges`: the
+    work of each pair of stores, done on the groups holding the partitions."""
+    pairs: dict[tuple[str, str], tuple[list[int], list[Range]]] = {}
+    for i, r in enumerate(ranges):
+        key = (work.src.url_of(r.topic, r.partition), work.dst.url_of(r.topic, r.partition))
+        indexes, mine = pairs.setdefault(key, ([], []))
+        indexes.append(i)
+        mine.append(r)
+    for (src, dst), (indexes, mine) in pairs.items():
+        yield replace(work, src=work.src.at(src), dst=work.dst.at(dst)), indexes, mine
 
 
 @dataclass(frozen=True)
@@ -295,13 +317,14 @@ def _ends(work: Work) -> Iterator[Ends]:
 def copy_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int, int, int]]:
     """An executor's share of a copy: (topic, partition, messages, bytes) per range, each
     range moved in chunks of `work.chunk` offsets, one destination transaction each."""
-    with _ends(work) as ends:
-        for r in ranges:
-            count = size = 0
-            for lo in range(r.start, r.end, work.chunk):
-                n, b = ends.copy(r, lo, min(r.end, lo + work.chunk))
-                count, size = count + n, size + b
-            yield r.topic, r.partition, count, size
+    for pair, _, mine in by_groups(work, list(ranges)):
+        with _ends(pair) as ends:
+            for r in mine:
+                count = size = 0
+                for lo in range(r.start, r.end, work.chunk):
+                    n, b = ends.copy(r, lo, min(r.end, lo + work.chunk))
+                    count, size = count + n, size + b
+                yield r.topic, r.partition, count, size
 
 
 def _read(src: MessageStore, stream: UUID, r: Range, offset: int, hi: int) -> list[Message]:
@@ -319,9 +342,12 @@ def diff_ranges(work: Work, ranges: Iterable[Range]) -> Iterator[tuple[str, int,
     checksums bucket by bucket, then row by row inside the first differing bucket. A task's
     ranges are checksummed together: one query per side on PostgreSQL."""
     ranges = list(ranges)
-    with _ends(work) as ends:
-        for r, (ours, theirs) in zip(ranges, ends.bucket_maps(ranges), strict=True):
-            yield r.topic, r.partition, ends.first_difference(r, ours, theirs)
+    found: dict[int, tuple[str, int, int | None]] = {}
+    for pair, indexes, mine in by_groups(work, ranges):
+        with _ends(pair) as ends:
+            for i, r, (ours, theirs) in zip(indexes, mine, ends.bucket_maps(mine), strict=True):
+                found[i] = (r.topic, r.partition, ends.first_difference(r, ours, theirs))
+    yield from (found[i] for i in range(len(ranges)))  # in the order asked
 
 
 def _first_difference(ends: _Fast | _Generic, r: Range, ours: Buckets,

@@ -58,9 +58,13 @@ def submit_environment(spec: Spec) -> dict[str, str]:
             **spec_environment(spec)}
 
 
+def _side(raw: dict) -> Side:
+    return Side(raw["url"], raw["stream"], tuple(tuple(p) for p in raw.get("placed", ())))
+
+
 def spec_from_json(text: str) -> Spec:
     raw = json.loads(text)
-    return Spec(Side(**raw["src"]), Side(**raw["dst"]), raw["topics"], raw["link"],
+    return Spec(_side(raw["src"]), _side(raw["dst"]), raw["topics"], raw["link"],
                 raw["threads"], raw["repair"])
 
 

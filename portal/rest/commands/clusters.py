@@ -1,4 +1,5 @@
-"""cluster create|list|info and cluster gateway set|get|list|resolve|delete.
+"""cluster create|list|info, cluster gateway set|get|list|resolve|delete and cluster store
+add|list|remove.
 
 Clusters and gateways belong to no tenant: any signed-in user may read them (a stream owner
 needs the cluster names to write paths); only operators change them (the services check).
@@ -16,6 +17,7 @@ from portal.rest.commands.registry import Row, command
 from portal.rest.options import Int, Refused, Str
 from replication import services
 from replication.models import Cluster, Stream
+from replication.services import storegroups
 from replication.services.clusters import MAX_COPIES, cluster_by_name
 
 # MapR's -cluster picks the source cluster whose gateway table to use; streamgate has one.
@@ -84,3 +86,32 @@ def gateway_get(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
          summary="The gateways of a destination cluster that are running now.", changes=False)
 def gateway_resolve(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return [rows.resolve_row(cluster_by_name(opts["dstcluster"]))]
+
+
+STORE_CLUSTER = Str("cluster", "the cluster whose store groups these are", required=True)
+
+
+@command("cluster/store/add", STORE_CLUSTER,
+         Str("name", "the new group's name (lowercase, e.g. s2)", required=True),
+         Str("url", "its message store: postgresql://user@host:port/database (created if "
+             "missing; a replicated group as libpq's multi-host URL)", required=True),
+         summary="Add a store group to a cluster: new partitions are placed on the "
+                 "least-loaded group (operators only).", changes=True)
+def store_add(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    storegroups.store_group_add(actor=user, cluster=opts["cluster"], name=opts["name"],
+                                url=opts["url"])
+
+
+@command("cluster/store/list", STORE_CLUSTER,
+         summary="A cluster's store groups: partitions, bytes and messages held, state and "
+                 "health (operators only).", changes=False)
+def store_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return storegroups.store_group_list(actor=user, cluster=opts["cluster"])
+
+
+@command("cluster/store/remove", STORE_CLUSTER,
+         Str("name", "the group to remove", required=True),
+         summary="Remove an empty store group from a cluster; refused while it holds "
+                 "partitions, and for the last group (operators only).", changes=True)
+def store_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
+    storegroups.store_group_remove(actor=user, cluster=opts["cluster"], name=opts["name"])

@@ -1,0 +1,121 @@
+"""The placement fence of a message store in a cluster of several store groups (issue 33).
+
+Every group's store keeps a row for every partition of the cluster's topics (so each store's
+partition numbering stays dense, as its code expects), but only the group a partition is
+placed on *holds* it. A trigger refuses every update of a partitions row the store does not
+hold, and every write of messages (append, apply, retention, truncation) updates that row in
+its own transaction, so a write sent to the wrong group by a stale placement cache rolls back
+whole and fails with NOT_HELD in its message: the router reloads the placement and retries
+(DESIGN.md invariant 12). Rows are made not held by default once the fence is installed: a
+partition becomes writable in a group only when the control plane says it lives there.
+
+Installed only on the stores of a cluster with a second group: a cluster of one group runs
+exactly as before, with no trigger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from uuid import UUID
+
+from replication.engine.storebase import MessageStore
+
+NOT_HELD = "partition not held by this store group"
+
+_PG_INSTALL = f"""
+ALTER TABLE partitions ADD COLUMN IF NOT EXISTS held boolean NOT NULL DEFAULT true;
+ALTER TABLE partitions ALTER COLUMN held SET DEFAULT false;
+CREATE OR REPLACE FUNCTION sg_refuse_not_held() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '{NOT_HELD}: topic %, partition %', OLD.topic, OLD.partition
+        USING ERRCODE = 'SG001';
+END $$;
+CREATE OR REPLACE TRIGGER sg_not_held BEFORE UPDATE ON partitions FOR EACH ROW
+    WHEN (NOT OLD.held AND NOT NEW.held) EXECUTE FUNCTION sg_refuse_not_held();
+"""
+# SQLite cannot change a column's default: the trigger on INSERT marks new rows not held.
+_SQLITE_INSTALL = (
+    f"""CREATE TRIGGER IF NOT EXISTS sg_not_held BEFORE UPDATE ON partitions FOR EACH ROW
+    WHEN NOT OLD.held AND NOT NEW.held BEGIN SELECT RAISE(ABORT, '{NOT_HELD}'); END""",
+    """CREATE TRIGGER IF NOT EXISTS sg_new_not_held AFTER INSERT ON partitions FOR EACH ROW
+    BEGIN UPDATE partitions SET held = 0 WHERE id = NEW.id; END""",
+)
+_HELD_COLUMN = "SELECT 1 FROM pragma_table_info('partitions') WHERE name = 'held'"
+
+
+def install(store: MessageStore) -> None:
+    """Add the fence (idempotent). Rows already there stay held: a store that was a cluster's
+    only group keeps every partition it has until the placement says otherwise."""
+    with store._writing() as conn:
+        if store.DIALECT == "sqlite":
+            if conn.execute(_HELD_COLUMN).fetchone() is None:
+                conn.execute("ALTER TABLE partitions ADD COLUMN held INTEGER NOT NULL DEFAULT 1")
+            for statement in _SQLITE_INSTALL:
+                conn.execute(statement)
+        elif not _pg_installed(conn):
+            conn.execute(_PG_INSTALL)
+
+
+def _pg_installed(conn) -> bool:
+    # Looked at first: ALTER TABLE waits for every appender of the store, even as a no-op.
+    return conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'sg_not_held'").fetchone() \
+        is not None
+
+
+def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int]) -> None:
+    """Make exactly the partitions `held` of the topic writable in this store."""
+    mine = sorted(set(held))
+    with store._writing() as conn:
+        key = store._key(stream)
+        if store.DIALECT == "sqlite":
+            conn.execute("UPDATE partitions SET held = 0 WHERE stream = ? AND topic = ? "
+                         "AND held", (key, topic))
+            conn.executemany("UPDATE partitions SET held = 1 WHERE stream = ? AND topic = ? "
+                             "AND partition = ?", [(key, topic, p) for p in mine])
+        else:
+            # Released rows first, in id order as appenders lock them, then the held ones.
+            conn.execute("UPDATE partitions SET held = (partition = ANY(%s)) WHERE stream = %s "
+                         "AND topic = %s AND held <> (partition = ANY(%s))",
+                         (mine, key, topic, mine))
+
+
+def held(store: MessageStore, stream: UUID, topic: str) -> list[int]:
+    """The partitions of the topic this store holds (all of them before the fence)."""
+    with store._reading() as conn:
+        if not _has_column(store, conn):
+            return [p for (p,) in conn.execute(
+                store._sql("SELECT partition FROM partitions WHERE stream = %s AND topic = %s "
+                           "ORDER BY partition"), (store._key(stream), topic)).fetchall()]
+        return [p for (p,) in conn.execute(store._sql(
+            "SELECT partition FROM partitions WHERE stream = %s AND topic = %s AND held "
+            "ORDER BY partition"), (store._key(stream), topic)).fetchall()]
+
+
+def _has_column(store: MessageStore, conn) -> bool:
+    if store.DIALECT == "sqlite":
+        return conn.execute(_HELD_COLUMN).fetchone() is not None
+    return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = "
+                        "current_schema() AND table_name = 'partitions' AND column_name = 'held'"
+                        ).fetchone() is not None
+
+
+def catalog(store: MessageStore) -> list[tuple[UUID, str, int]]:
+    """(stream, topic, partitions) of every topic the store has rows for."""
+    with store._reading() as conn:
+        rows = conn.execute("SELECT stream, topic, max(partition) + 1 FROM partitions "
+                            "GROUP BY stream, topic ORDER BY stream, topic").fetchall()
+    return [(s if isinstance(s, UUID) else UUID(bytes=s), t, n) for s, t, n in rows]
+
+
+def load(store: MessageStore) -> tuple[int, int]:
+    """(logical bytes, partitions) the store holds: what placement weighs a group by."""
+    with store._reading() as conn:
+        column = _has_column(store, conn)
+        where = " WHERE held" if column else ""
+        nbytes, count = conn.execute(
+            f"SELECT coalesce(sum(bytes), 0), count(*) FROM partitions{where}").fetchone()
+    return int(nbytes), int(count)
+
+
+def is_not_held(err: BaseException) -> bool:
+    return NOT_HELD in str(err)

@@ -1,0 +1,179 @@
+"""Where each partition of a cluster lives, as every routing process caches it (issue 33).
+
+A `View` is one cluster's store groups and placement at one `placement_version`, kept per
+process and looked at again every REFRESH_SECONDS (one indexed query), at once after this
+process changes it, and whenever a store refuses a write as NOT_HELD (the placement fence,
+replication/engine/fence.py): a stale view can cost a retry, never a write to the wrong group
+(DESIGN.md invariant 12). A cluster of one group has no router at all (`View.router` None).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from django.db import DatabaseError, transaction
+from django.db.models import F
+
+from replication.engine import fence
+from replication.engine.storebase import MessageStore
+from replication.models import Cluster, Placement, StoreGroup, Stream
+
+REFRESH_SECONDS = 2.0
+Where = tuple[UUID, str, int]
+
+
+@dataclass
+class View:
+    cluster: str
+    version: int
+    stores: dict[str, MessageStore]  # by group name, the home group (the oldest) first
+    active: tuple[str, ...]  # groups that take new partitions
+    where: dict[Where, str] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)  # each group's store URL, resolved
+    router: MessageStore | None = None
+
+    @property
+    def home(self) -> str:
+        return next(iter(self.stores))
+
+    def group_of(self, stream: UUID, topic: str, partition: int) -> str | None:
+        return self.where.get((stream, topic, partition))
+
+
+_views: dict[str, View | None] = {}
+_checked: dict[str, float] = {}  # when each cluster's version was last looked at
+_lock = threading.Lock()
+# Filled by replication.stores (which opens stores by URL and builds the router): kept apart so
+# this module needs neither.
+opener: Callable[[str, str, str], MessageStore] | None = None  # store_url, group url, cluster
+router_factory: Callable[[View], MessageStore] | None = None
+resolver: Callable[[str, str, str], str] | None = None  # the URL `opener` opens
+
+
+def view_of(cluster: str) -> View | None:
+    """The cluster's cached view when it has several groups; None for one group (or none)."""
+    checked = _checked.get(cluster)
+    if checked is not None and time.monotonic() - checked <= REFRESH_SECONDS:
+        return _views.get(cluster)
+    try:
+        return refresh(cluster, _views.get(cluster))
+    except DatabaseError:  # TransactionManagementError too
+        # The control database away (or this transaction broken): keep routing as last seen;
+        # a gateway or listener goes on without it, and the fence catches what changed.
+        _checked[cluster] = time.monotonic()
+        return _views.get(cluster)
+
+
+def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | None:
+    row = Cluster.objects.filter(name=cluster).values_list("pk", "placement_version",
+                                                           "store_url").first()
+    _checked[cluster] = time.monotonic()
+    if row is None:
+        _views[cluster] = None
+        return None
+    pk, version, store_url = row
+    if old is not None and old.version == version and not force:
+        return old
+    groups = list(StoreGroup.objects.filter(cluster_id=pk).order_by("pk")
+                  .values_list("name", "url", "state"))
+    if len(groups) < 2:
+        _views[cluster] = None
+        return None
+    assert opener is not None and router_factory is not None
+    assert resolver is not None
+    urls = {name: resolver(store_url, url, cluster) for name, url, _ in groups}
+    stores = {name: opener(store_url, url, cluster) for name, url, _ in groups}
+    where = {(stream, topic, p): group for stream, topic, p, group in Placement.objects.filter(
+        group__cluster_id=pk).values_list("stream__uuid", "topic", "partition", "group__name")}
+    view = View(cluster, version, stores,
+                tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
+    view.router = old.router if old is not None and old.router is not None else \
+        router_factory(view)
+    with _lock:
+        _views[cluster] = view
+    return view
+
+
+def forget(cluster: str | None = None) -> None:
+    """Drop the cached view(s): after this process changed them, and between tests."""
+    with _lock:
+        if cluster is None:
+            _views.clear()
+            _checked.clear()
+        else:
+            _views.pop(cluster, None)
+            _checked.pop(cluster, None)
+
+
+# --- placing new partitions -----------------------------------------------------------------
+
+
+def least_loaded(loads: dict[str, tuple[int, int]], count: int) -> list[str]:
+    """The group of each of `count` new partitions: the group holding the fewest bytes, then
+    the fewest partitions, each placement counted as it is made, so a topic's partitions
+    spread over the groups of equal bytes."""
+    loads = dict(loads)
+    chosen = []
+    for _ in range(count):
+        group = min(loads, key=lambda g: (loads[g][0], loads[g][1], g))
+        chosen.append(group)
+        loads[group] = (loads[group][0], loads[group][1] + 1)
+    return chosen
+
+
+def place(view: View, stream: UUID, topic: str, partitions: Iterable[int]) -> View:
+    """Place the topic's partitions that have no group yet on the least-loaded active groups,
+    then make every group's store hold exactly the topic's partitions placed on it (rows for
+    all of them in every group, the fence set). Returns the view reloaded."""
+    missing = sorted({p for p in partitions if view.group_of(stream, topic, p) is None})
+    if missing:
+        loads = {name: fence.load(view.stores[name]) for name in view.active}
+        chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
+        _record(view.cluster, stream, topic, chosen)
+        view = refresh(view.cluster, view, force=True) or view
+    hold(view, stream, topic)
+    return view
+
+
+def hold(view: View, stream: UUID, topic: str) -> None:
+    """Rows for every placed partition of the topic in every group, held where placed."""
+    placed = {p: g for (s, t, p), g in view.where.items() if s == stream and t == topic}
+    if not placed:
+        return
+    count = max(placed) + 1
+    for name, store in view.stores.items():
+        fence.install(store)
+        store.ensure_topic(stream, topic, count)
+        fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
+
+
+def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> None:
+    stream_id = Stream.objects.filter(uuid=stream).values_list("pk", flat=True).first()
+    if stream_id is None:  # a store-only stream (engine tests): nothing to record
+        return
+    groups = dict(StoreGroup.objects.filter(cluster__name=cluster).values_list("name", "pk"))
+    with transaction.atomic():
+        Placement.objects.bulk_create(
+            [Placement(stream_id=stream_id, topic=topic, partition=p, group_id=groups[g])
+             for p, g in chosen.items()], ignore_conflicts=True)  # a racing placer won
+        bump(cluster)
+
+
+def bump(cluster: str) -> None:
+    # Last in its transaction: the cluster's row stays locked only until the commit.
+    Cluster.objects.filter(name=cluster).update(placement_version=F("placement_version") + 1)
+
+
+def unplace(view: View, stream: UUID, topic: str | None) -> None:
+    """Forget the placement of a dropped topic (or of every topic of a dropped stream)."""
+    rows = Placement.objects.filter(stream__uuid=stream, group__cluster__name=view.cluster)
+    if topic is not None:
+        rows = rows.filter(topic=topic)
+    with transaction.atomic():
+        if rows.delete()[0]:
+            bump(view.cluster)
+    refresh(view.cluster, view, force=True)

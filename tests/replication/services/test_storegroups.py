@@ -1,0 +1,179 @@
+"""A cluster over three store groups (issue 33, first slice): placement spreads new
+partitions, every routed path reads and writes the group holding the partition (checked in
+each group's database itself), a stale placement cache never writes to the wrong group, and
+`cluster store remove` refuses what would lose a partition."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from replication import placement
+from replication.engine import fence
+from replication.engine.store import Record
+from replication.errors import Conflict, PermissionDenied, StreamgateError
+from replication.models import Placement
+from replication.services import topic_create
+from replication.services.messages import messages_consume, messages_produce, topic_watermarks
+from replication.services.storegroups import (
+    groups_of,
+    store_group_add,
+    store_group_remove,
+    store_group_rows,
+)
+from replication.storerouter import GroupRouter
+from replication.stores import default_store_url, store_for, store_url
+from tests.factories import spread
+
+
+def group_url(cluster, name: str) -> str:  # type: ignore[no-untyped-def]
+    # Named <test db>_store_<...>: the session's teardown drops it with the clusters' stores;
+    # a database a test, so no test sees another's partitions.
+    return default_store_url(f"{cluster.name}_{name}_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_views():
+    placement.forget()
+    yield
+    placement.forget()
+
+
+def grow(operator, cluster, *names: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The cluster on a fresh store (the session's default one holds other tests' bytes, which
+    placement weighs), then the groups added; every group's database URL by name."""
+    cluster.store_url = group_url(cluster, "s1")
+    cluster.save(update_fields=["store_url"])
+    store_for(cluster)
+    for name in names:
+        store_group_add(actor=operator, cluster=cluster.name, name=name,
+                        url=group_url(cluster, name))
+    return {g.name: g.url or store_url(cluster) for g in cluster.store_groups.all()}
+
+
+def held(url: str, stream) -> dict[tuple[str, int], int]:  # type: ignore[no-untyped-def]
+    """(topic, partition) -> next offset of what the group's database holds, read there."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT topic, partition, next_offset FROM partitions "
+                            "WHERE stream = %s AND held", (stream.uuid,)).fetchall()
+        strays = conn.execute("SELECT count(*) FROM partitions WHERE stream = %s AND NOT held "
+                              "AND next_offset > 0", (stream.uuid,)).fetchone()[0]
+    assert strays == 0, "a group wrote to a partition it does not hold"
+    return {(t, p): n for t, p, n in rows}
+
+
+@pytest.fixture
+def three(operator, activity):  # type: ignore[no-untyped-def]
+    return grow(operator, activity.cluster, "s2", "s3")
+
+
+def test_a_cluster_starts_with_one_group_and_no_router(operator, activity):
+    store = store_for(activity.cluster)
+    assert not isinstance(store, GroupRouter)
+    rows = store_group_rows(activity.cluster)
+    assert [r["name"] for r in rows] == ["s1"] and rows[0]["health"] == "ok"
+
+
+def test_new_partitions_spread_over_the_groups(owner, activity, three):
+    assert isinstance(store_for(activity.cluster), GroupRouter)
+    # Placed when the store first hears of the topic (its first read or write), outside the
+    # creation's transaction and its topology lock (invariant 14).
+    assert topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks",
+                                         partitions=6)) == {p: (0, 0) for p in range(6)}
+    by_group = {name: sorted(p for (t, p) in held(url, activity)) for name, url in three.items()}
+    assert sorted(len(ps) for ps in by_group.values()) == [2, 2, 2]
+    assert sorted(p for ps in by_group.values() for p in ps) == list(range(6))
+    placed = {(p.partition, p.group.name) for p in Placement.objects.filter(stream=activity)}
+    assert placed == {(p, name) for name, ps in by_group.items() for p in ps}
+
+
+def test_rest_produce_and_read_go_to_the_partitions_group(owner, activity, three):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
+    placed = messages_produce(actor=owner, stream=activity, topic="clicks", records=spread(
+        activity, "clicks", [Record(value=b"v%d" % i) for i in range(30)]))
+    assert sorted({p for p, _ in placed}) == [0, 1, 2]
+    ends = {}
+    for url in three.values():
+        ends.update(held(url, activity))
+    assert ends == {("clicks", p): 10 for p in range(3)}
+    for p in range(3):
+        got = messages_consume(actor=owner, stream=activity, topic="clicks", partition=p,
+                               offset=0, limit=100)
+        assert [m.value for m in got] == [b"v%d" % i for i in range(p, 30, 3)]
+    assert store_for(activity.cluster).watermarks(activity.uuid, "clicks") == {
+        p: (0, 10) for p in range(3)}
+
+
+def test_keyed_produce_is_split_by_group_and_answers_in_order(owner, activity, three):
+    topic_create(actor=owner, stream=activity, name="keyed", partitions=3)
+    records = [Record(value=b"%d" % i, key=b"k%d" % (i % 5)) for i in range(50)]
+    placed = messages_produce(actor=owner, stream=activity, topic="keyed", records=records)
+    store = store_for(activity.cluster)
+    for record, (partition, offset) in zip(records, placed, strict=True):
+        got = store.read(activity.uuid, "keyed", partition, offset, limit=1)
+        assert got[0].value == record.value and got[0].key == record.key
+
+
+def test_a_stale_placement_cache_never_writes_to_the_wrong_group(owner, activity, three):
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks", partitions=3))
+    router = store_for(activity.cluster)
+    view = placement.view_of(activity.cluster.name)
+    right = view.group_of(activity.uuid, "clicks", 0)
+    wrong = next(name for name in three if name != right)
+    # Another process's cache: partition 0 on the wrong group (as after a drop and re-create).
+    view.where[(activity.uuid, "clicks", 0)] = wrong
+    with pytest.raises(Exception, match=fence.NOT_HELD):
+        view.stores[wrong].append(activity.uuid, "clicks", [Record(b"x", partition=0)],
+                                  origin=activity.uuid)
+    placed = router.append(activity.uuid, "clicks", [Record(b"x", partition=0)],
+                           origin=activity.uuid)
+    assert placed == [(0, 0)]
+    assert held(three[right], activity)[("clicks", 0)] == 1
+    assert ("clicks", 0) not in held(three[wrong], activity)
+    assert placement.view_of(activity.cluster.name).group_of(activity.uuid, "clicks", 0) == right
+
+
+def test_remove_refuses_a_group_holding_partitions_and_the_last_group(operator, owner, activity,
+                                                                        three):
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks", partitions=3))
+    with pytest.raises(Conflict, match="still holds 1 partition"):
+        store_group_remove(actor=operator, cluster=activity.cluster.name, name="s3")
+    assert activity.cluster.store_groups.count() == 3
+    store_group_add(actor=operator, cluster=activity.cluster.name, name="s4",
+                    url=group_url(activity.cluster, "s4"))
+    store_group_remove(actor=operator, cluster=activity.cluster.name, name="s4")
+    assert sorted(activity.cluster.store_groups.values_list("name", flat=True)) == [
+        "s1", "s2", "s3"]
+
+
+def test_remove_refuses_the_last_group(operator, activity):
+    store_for(activity.cluster)
+    with pytest.raises(Conflict, match="the last of cluster"):
+        store_group_remove(actor=operator, cluster=activity.cluster.name, name="s1")
+
+
+@pytest.mark.parametrize(("name", "url", "error"), [
+    ("S2", "postgresql://postgres@127.0.0.1:5432/x", "invalid store group name 'S2'"),
+    ("s1", "postgresql://postgres@127.0.0.1:5432/x", "already has a store group s1"),
+    ("s2", "mysql://h/x", "is not a message store URL"),
+    ("s2", "postgresql://postgres@127.0.0.1:1/x", "cannot reach or create"),
+])
+def test_add_refuses_bad_names_and_urls_and_changes_nothing(operator, activity, name, url,
+                                                            error):
+    store_for(activity.cluster)
+    before = activity.cluster.placement_version
+    with pytest.raises(StreamgateError, match=error) as caught:
+        store_group_add(actor=operator, cluster=activity.cluster.name, name=name, url=url)
+    assert "fix" in str(caught.value) or "use" in str(caught.value) or "give" in str(
+        caught.value) or "already" in str(caught.value)
+    assert [g.name for g in groups_of(activity.cluster)] == ["s1"]
+    activity.cluster.refresh_from_db()
+    assert activity.cluster.placement_version == before
+
+
+def test_add_is_for_operators_only(owner, activity):
+    with pytest.raises(PermissionDenied):
+        store_group_add(actor=owner, cluster=activity.cluster.name, name="s2",
+                        url=group_url(activity.cluster, "s2"))
