@@ -348,6 +348,16 @@ class GroupRouter:
                 "physicalsize": sum(e["physicalsize"] for e in each),
                 "numtopics": max(e["numtopics"] for e in each)}
 
+    def logical_sizes(self) -> dict[UUID, int]:
+        sizes: dict[UUID, int] = defaultdict(int)
+        for store in self._every():
+            for stream, size in store.logical_sizes().items():
+                sizes[stream] += size
+        return dict(sizes)
+
+    def cursor_streams(self) -> set[UUID]:
+        return {stream for s in self._every() for stream in s.cursor_streams()}
+
     def cursors(self, stream: UUID) -> list[tuple[str, str, int, int]]:
         return sorted(c for s in self._every() for c in s.cursors(stream))
 

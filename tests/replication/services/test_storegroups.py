@@ -177,3 +177,27 @@ def test_add_is_for_operators_only(owner, activity):
     with pytest.raises(PermissionDenied):
         store_group_add(actor=owner, cluster=activity.cluster.name, name="s2",
                         url=group_url(activity.cluster, "s2"))
+
+
+def test_a_transactions_end_commits_each_offset_in_its_partitions_group(owner, activity,
+                                                                        three):
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=3)
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=spread(
+        activity, "clicks", [Record(value=b"v%d" % i) for i in range(30)]))
+    store = store_for(activity.cluster)
+    parts = [(activity.uuid, "clicks", p) for p in range(3)]
+    # No transactional batch was written: no open range, so no marker anywhere, but the
+    # offsets of a committed transaction land, each in the group holding its partition.
+    marked = store.write_markers(parts, producer_id=7, epoch=0, commit=True, cursors=[
+        (activity.uuid, "app", [("clicks", p, 5 + p, "", -1) for p in range(3)])])
+    assert marked == dict.fromkeys(parts)
+    assert [store.fetch_cursor(activity.uuid, "app", "clicks", p) for p in range(3)] == [5, 6, 7]
+    for url in three.values():
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT p.partition, p.held FROM consumer_cursors c "
+                "JOIN partitions p ON p.id = c.pid WHERE c.grp = 'app'").fetchall()
+        assert all(held for _, held in rows), rows  # each commit in its partition's group
+    assert store.cursor_streams() == {activity.uuid}
+    assert store.logical_sizes()[activity.uuid] == sum(
+        st.bytes for st in store.partition_stats(activity.uuid, "clicks"))
