@@ -145,8 +145,10 @@ def hold(view: View, stream: UUID, topic: str) -> None:
     if not placed:
         return
     count = max(placed) + 1
+    # The fence is not installed here: `cluster store add` did it on every group before the
+    # view could name them, and a stale view must not put it back once the cluster is down to
+    # one group (store_group_remove takes it off).
     for name, store in view.stores.items():
-        fence.install(store)
         store.ensure_topic(stream, topic, count)
         fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
 

@@ -10,7 +10,7 @@ whole and fails with NOT_HELD in its message: the router reloads the placement a
 partition becomes writable in a group only when the control plane says it lives there.
 
 Installed only on the stores of a cluster with a second group: a cluster of one group runs
-exactly as before, with no trigger.
+exactly as before, with no trigger (removing the second-to-last group takes it off again).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ NOT_HELD = "partition not held by this store group"
 _PG_INSTALL = f"""
 ALTER TABLE partitions ADD COLUMN IF NOT EXISTS held boolean NOT NULL DEFAULT true;
 ALTER TABLE partitions ALTER COLUMN held SET DEFAULT false;
+UPDATE partitions SET held = true WHERE NOT held;
 CREATE OR REPLACE FUNCTION sg_refuse_not_held() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION '{NOT_HELD}: topic %, partition %', OLD.topic, OLD.partition
@@ -41,19 +42,44 @@ _SQLITE_INSTALL = (
     BEGIN UPDATE partitions SET held = 0 WHERE id = NEW.id; END""",
 )
 _HELD_COLUMN = "SELECT 1 FROM pragma_table_info('partitions') WHERE name = 'held'"
+_SQLITE_INSTALLED = "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'sg_not_held'"
 
 
 def install(store: MessageStore) -> None:
-    """Add the fence (idempotent). Rows already there stay held: a store that was a cluster's
+    """Add the fence (idempotent). Rows already there are held: a store that was a cluster's
     only group keeps every partition it has until the placement says otherwise."""
     with store._writing() as conn:
         if store.DIALECT == "sqlite":
             if conn.execute(_HELD_COLUMN).fetchone() is None:
                 conn.execute("ALTER TABLE partitions ADD COLUMN held INTEGER NOT NULL DEFAULT 1")
-            for statement in _SQLITE_INSTALL:
-                conn.execute(statement)
+            if conn.execute(_SQLITE_INSTALLED).fetchone() is None:
+                conn.execute("UPDATE partitions SET held = 1 WHERE NOT held")
+                for statement in _SQLITE_INSTALL:
+                    conn.execute(statement)
         elif not _pg_installed(conn):
             conn.execute(_PG_INSTALL)
+
+
+_PG_UNINSTALL = """
+DROP TRIGGER IF EXISTS sg_not_held ON partitions;
+ALTER TABLE partitions ALTER COLUMN held SET DEFAULT true;
+UPDATE partitions SET held = true WHERE NOT held;
+"""
+_SQLITE_UNINSTALL = ("DROP TRIGGER IF EXISTS sg_not_held",
+                     "DROP TRIGGER IF EXISTS sg_new_not_held",
+                     "UPDATE partitions SET held = 1 WHERE NOT held")
+
+
+def uninstall(store: MessageStore) -> None:
+    """Take the fence off the store of a cluster back to one group: it has no router to mark
+    new partitions held, so every row is its own again (idempotent)."""
+    with store._writing() as conn:
+        if store.DIALECT == "sqlite":
+            if conn.execute(_HELD_COLUMN).fetchone() is not None:
+                for statement in _SQLITE_UNINSTALL:
+                    conn.execute(statement)
+        elif _pg_installed(conn):
+            conn.execute(_PG_UNINSTALL)
 
 
 def _pg_installed(conn) -> bool:

@@ -129,6 +129,9 @@ def store_group_remove(*, actor: AbstractBaseUser, cluster: str, name: str) -> N
         group.delete()
         placement.bump(target.name)
     placement.forget(target.name)
+    if len(groups) == 2:  # back to one group: no router, so no fence either
+        last = next(g for g in groups if g.pk != group.pk)
+        fence.uninstall(group_store(target, last.url))
 
 
 def store_group_list(*, actor: AbstractBaseUser, cluster: str) -> list[dict]:

@@ -11,12 +11,15 @@ from replication.models import StoreGroup
 from replication.services import topic_create
 from replication.services.messages import topic_watermarks
 from tests.portal.test_rest import call, error_of, ok
-from tests.replication.services.test_storegroups import group_url
+from tests.replication.services.test_storegroups import group_url, grow
 
 
 @pytest.fixture(autouse=True)
-def _fresh_views():
+def _fresh_views(operator, activity):
+    """Each test's cluster on a store of its own: adding a group fences the store, which the
+    session's shared store of the cluster's name must never be."""
     placement.forget()
+    grow(operator, activity.cluster)
     yield
     placement.forget()
 

@@ -148,6 +148,25 @@ def test_remove_refuses_a_group_holding_partitions_and_the_last_group(operator, 
         "s1", "s2", "s3"]
 
 
+def test_a_cluster_back_to_one_group_writes_new_partitions_again(operator, owner, activity):
+    """Adding a group fences every store; removing it again takes the fence off, so the one
+    store left (with no router to mark new partitions held) takes every write as before."""
+    groups = grow(operator, activity.cluster, "s2")
+    home = store_for(activity.cluster)
+    assert isinstance(home, GroupRouter)
+    store_group_remove(actor=operator, cluster=activity.cluster.name, name="s2")
+    store = store_for(activity.cluster)
+    assert not isinstance(store, GroupRouter)
+    topic_create(actor=owner, stream=activity, name="fresh", partitions=2)
+    messages_produce(actor=owner, stream=activity, topic="fresh", records=spread(
+        activity, "fresh", [Record(value=b"v%d" % i) for i in range(10)]))
+    assert topic_watermarks(activity.topics.get(name="fresh")) == {0: (0, 5), 1: (0, 5)}
+    with psycopg.connect(groups["s1"]) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'sg_not_held'"
+                            ).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM partitions WHERE NOT held").fetchone()[0] == 0
+
+
 def test_remove_refuses_the_last_group(operator, activity):
     store_for(activity.cluster)
     with pytest.raises(Conflict, match="the last of cluster"):
