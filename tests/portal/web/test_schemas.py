@@ -28,6 +28,8 @@ def test_lists_subjects_and_shows_versions(owner):
                         field="compatibility", value="FULL")
     client = signed_in(owner)
     page = client.get("/schemas/").content.decode()
+    assert "<title>Schemas · streamgate</title>" in page  # the form once, in the page only
+    assert page.count('id="default-compatibility-form"') == 1
     assert '<tr data-subject="users-value">' in page
     assert f'<td data-label="Latest id" data-field="id">{latest}</td>' in page
     assert '<td data-label="Versions" data-field="versions">1, 2</td>' in page

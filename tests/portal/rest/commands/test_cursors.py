@@ -7,24 +7,13 @@ from typing import Any
 
 import pytest
 
-from portal.rest.commands import REGISTRY
 from replication import services
 from replication.engine.store import Committed, Record
 from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
 from replication.services.cursors import cursor_commit, cursors_commit, cursors_fetch
 from replication.services.messages import messages_produce
-
-
-def call(client: Any, command: str, **params: Any) -> Any:
-    send = client.post if REGISTRY[command].changes else client.get  # changes refuse GET
-    return send(f"/rest/{command}", {k: v for k, v in params.items() if v is not None})
-
-
-def ok(response: Any) -> list[dict[str, Any]]:
-    body = response.json()
-    assert response.status_code == 200 and body["status"] == "OK", body
-    return body["data"]
+from tests.portal.test_rest import call, ok
 
 
 def error_of(response: Any, status: int) -> str:

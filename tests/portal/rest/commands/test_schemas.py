@@ -13,23 +13,12 @@ from django.test import Client
 from accounts.models import Role
 from accounts.tokens import issue_token
 from operations.models import AuditEvent, Interface
-from portal.rest.commands import REGISTRY
 from replication.models import RegisteredSchema, RegistryConfig, SubjectVersion
 from tests.portal.registry.helpers import USER, USER_REQUIRED_AGE, USER_V2
+from tests.portal.test_rest import call, ok
 
 pytestmark = pytest.mark.django_db
 PROTO = 'syntax = "proto3";\npackage acme;\nmessage Order { string id = 1; int64 qty = 2; }\n'
-
-
-def call(client: Any, command: str, **params: Any) -> Any:
-    send = client.post if REGISTRY[command].changes else client.get  # changes refuse GET
-    return send(f"/rest/{command}", {k: v for k, v in params.items() if v is not None})
-
-
-def ok(response: Any) -> list[dict[str, Any]]:
-    body = response.json()
-    assert response.status_code == 200 and body["status"] == "OK", body
-    return body["data"]
 
 
 def refused(response: Any, status: int, error_id: int) -> str:
