@@ -45,6 +45,7 @@ class View:
 
 
 _views: dict[str, View | None] = {}
+_one_group: dict[str, int] = {}  # the version at which each cluster had a single group
 _checked: dict[str, float] = {}  # when each cluster's version was last looked at
 _lock = threading.Lock()
 # Filled by replication.stores (which opens stores by URL and builds the router): kept apart so
@@ -76,13 +77,15 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
         _views[cluster] = None
         return None
     pk, version, store_url = row
-    if old is not None and old.version == version and not force:
-        return old
+    if not force and (old.version if old is not None else _one_group.get(cluster)) == version:
+        return old  # one query a look for a cluster whose groups did not change
     groups = list(StoreGroup.objects.filter(cluster_id=pk).order_by("pk")
                   .values_list("name", "url", "state"))
     if len(groups) < 2:
         _views[cluster] = None
+        _one_group[cluster] = version
         return None
+    _one_group.pop(cluster, None)
     assert opener is not None and router_factory is not None
     assert resolver is not None
     urls = {name: resolver(store_url, url, cluster) for name, url, _ in groups}
@@ -101,12 +104,11 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
 def forget(cluster: str | None = None) -> None:
     """Drop the cached view(s): after this process changed them, and between tests."""
     with _lock:
-        if cluster is None:
-            _views.clear()
-            _checked.clear()
-        else:
-            _views.pop(cluster, None)
-            _checked.pop(cluster, None)
+        for cache in (_views, _checked, _one_group):
+            if cluster is None:
+                cache.clear()
+            else:
+                cache.pop(cluster, None)
 
 
 # --- placing new partitions -----------------------------------------------------------------
