@@ -13,7 +13,13 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from accounts.admin import CountingAdmin, OperatorAccess, ReadOnlyAccess, count_column, save_each
+from accounts.admin import (
+    CountingAdmin,
+    OperatorAccess,
+    ReadOnlyAccess,
+    count_column,
+    save_each,
+)
 from replication.errors import StreamgateError
 from replication.models import (
     GATEWAY_HEARTBEAT_TIMEOUT,
@@ -31,6 +37,7 @@ from replication.models import (
 from replication.paths import validate_cluster_name
 from replication.services import replica_pause, replica_resume
 from replication.services.clusters import validate_gateway_address
+from replication.services.storegroups import store_group_add, store_group_remove
 
 
 class ClusterForm(forms.ModelForm):
@@ -74,8 +81,8 @@ class GatewayInline(OperatorAccess, admin.TabularInline):
 
 
 class StoreGroupInline(admin.TabularInline):
-    """A cluster's store groups, read here; added and removed through `cluster store add|remove`
-    (or the API), which make and check the store and refuse a group holding partitions."""
+    """A cluster's store groups, read here; added and removed on the store groups' own admin
+    page (StoreGroupAdmin), as by `cluster store add|remove`."""
 
     model = StoreGroup
     extra = 0
@@ -88,6 +95,72 @@ class StoreGroupInline(admin.TabularInline):
     @admin.display(description="partitions placed")
     def partitions(self, group: StoreGroup) -> int:
         return group.placements.count()
+
+
+class StoreGroupForm(forms.ModelForm):
+    """Adds a group through the service (`cluster store add`): the store is made and checked,
+    fenced, and the group recorded, or nothing changes and the service's error shows here."""
+
+    request: HttpRequest
+
+    class Meta:
+        model = StoreGroup
+        fields = ("cluster", "name", "url")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not self.errors:
+            try:
+                self.instance = store_group_add(
+                    actor=self.request.user, cluster=data["cluster"].name, name=data["name"],
+                    url=data["url"])
+            except StreamgateError as err:
+                raise forms.ValidationError(err.desc) from err
+        return data
+
+    def validate_unique(self) -> None:
+        """The service refused a taken name already; the row is the one it made."""
+
+
+@admin.register(StoreGroup)
+class StoreGroupAdmin(OperatorAccess, admin.ModelAdmin):
+    """Store groups: added with the form (through the service) and removed with the action
+    (refused while the group holds partitions, or for a cluster's last group); never edited."""
+
+    form = StoreGroupForm
+    list_display = ("cluster", "name", "url", "state", "partitions", "created")
+    list_filter = ("cluster", "state")
+    list_select_related = ("cluster",)
+    actions = ("remove_groups",)
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        return type(form.__name__, (form,), {"request": request})
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the action below removes, through the service's checks
+
+    def save_model(self, request: HttpRequest, obj: StoreGroup, form: Any, change: bool) -> None:
+        """Saved by the service in the form's clean."""
+
+    @admin.display(description="partitions placed")
+    def partitions(self, group: StoreGroup) -> int:
+        return group.placements.count()
+
+    @admin.action(description="Remove selected store groups")
+    def remove_groups(self, request: HttpRequest, queryset: QuerySet[StoreGroup]) -> None:
+        for group in queryset.select_related("cluster"):
+            try:
+                store_group_remove(actor=request.user, cluster=group.cluster.name,
+                                   name=group.name)
+            except StreamgateError as err:
+                self.message_user(request, err.desc, messages.ERROR)
+            else:
+                self.message_user(request, f"Removed store group {group.name} of cluster "
+                                  f"{group.cluster.name}.", messages.SUCCESS)
 
 
 @admin.register(Cluster)

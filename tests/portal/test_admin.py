@@ -10,9 +10,11 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import Role
-from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState
-from replication.services import replica_add, upstream_add
+from replication.models import Cluster, Gateway, ReplicaLink, ReplicaState, StoreGroup
+from replication.services import replica_add, topic_create, upstream_add
+from replication.services.messages import topic_watermarks
 from tests.factories import GatewayFactory, TopicFactory, UserFactory
+from tests.replication.services.test_storegroups import group_url, grow
 
 CHANGELISTS = [
     "accounts_tenant",
@@ -24,6 +26,7 @@ CHANGELISTS = [
     "replication_replicalink",
     "replication_upstream",
     "replication_job",
+    "replication_storegroup",
 ]
 READ_ONLY = ["stream", "topic", "replicalink", "upstream"]
 
@@ -191,3 +194,40 @@ def test_operator_cannot_change_a_superuser(ops_client, db):
     password = reverse("admin:auth_user_password_change", args=[root.pk])
     assert ops_client.post(password, {"password1": "x" * 20, "password2": "x" * 20}
                            ).status_code == 403
+
+
+def remove_groups(client: Client, *groups: StoreGroup):
+    return client.post(reverse("admin:replication_storegroup_changelist"), {
+        "action": "remove_groups", "index": 0, "_selected_action": [g.pk for g in groups]},
+        follow=True)
+
+
+def test_store_groups_are_added_and_removed_through_the_services_checks(ops_client, operator,
+                                                                         owner, activity):
+    """The admin's store group page adds through `cluster store add` (a bad URL shows the
+    service's error and changes nothing) and removes with an action that refuses a group
+    holding partitions, naming the fix; groups are shown, never edited."""
+    grow(operator, activity.cluster)  # a store of its own: adding a group fences it
+    add = reverse("admin:replication_storegroup_add")
+    bad = ops_client.post(add, {"cluster": activity.cluster.pk, "name": "s2",
+                                "url": "http://example/x"})
+    assert bad.status_code == 200 and "is not a message store URL" in bad.content.decode()
+    assert list(activity.cluster.store_groups.values_list("name", flat=True)) == ["s1"]
+    for name in ("s2", "s3"):
+        made = ops_client.post(add, {"cluster": activity.cluster.pk, "name": name,
+                                     "url": group_url(activity.cluster, name)})
+        assert made.status_code == 302, made.content.decode()
+    s2, s3 = (StoreGroup.objects.get(cluster=activity.cluster, name=n) for n in ("s2", "s3"))
+    activity.cluster.store_groups.filter(name="s3").update(state=StoreGroup.State.DRAINING)
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks", partitions=4))
+    assert s2.placements.count() == 2 and s3.placements.count() == 0  # s3 takes none
+    listed = ops_client.get(reverse("admin:replication_storegroup_changelist")).content.decode()
+    assert "Remove selected store groups" in listed and "s2" in listed
+    messages_shown = texts(remove_groups(ops_client, s2, s3))
+    assert any("still holds 2 partition(s)" in t and "move them" in t for t in messages_shown)
+    assert f"Removed store group s3 of cluster {activity.cluster.name}." in messages_shown
+    assert sorted(activity.cluster.store_groups.values_list("name", flat=True)) == ["s1", "s2"]
+    change = reverse("admin:replication_storegroup_change", args=[s2.pk])
+    assert ops_client.get(change).status_code == 200
+    assert ops_client.post(change, {"name": "x"}).status_code == 403
+    assert StoreGroup.objects.get(pk=s2.pk).name == "s2"
