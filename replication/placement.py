@@ -18,6 +18,7 @@ from uuid import UUID
 from django.db import DatabaseError, transaction
 from django.db.models import F
 
+from replication import grouprate
 from replication.engine import fence
 from replication.engine.storebase import MessageStore
 from replication.models import Cluster, Placement, StoreGroup, Stream
@@ -114,17 +115,37 @@ def forget(cluster: str | None = None) -> None:
 # --- placing new partitions -----------------------------------------------------------------
 
 
-def least_loaded(loads: dict[str, tuple[int, int]], count: int) -> list[str]:
-    """The group of each of `count` new partitions: the group holding the fewest bytes, then
-    the fewest partitions, each placement counted as it is made, so a topic's partitions
-    spread over the groups of equal bytes."""
-    loads = dict(loads)
-    chosen = []
-    for _ in range(count):
-        group = min(loads, key=lambda g: (loads[g][0], loads[g][1], g))
-        chosen.append(group)
-        loads[group] = (loads[group][0], loads[group][1] + 1)
-    return chosen
+@dataclass(frozen=True)
+class Load:
+    nbytes: int
+    partitions: int
+    rate: float | None = None  # messages per second written (grouprate.py), None unknown
+
+
+def least_loaded(loads: dict[str, Load], count: int) -> list[str]:
+    """The group of each of `count` new partitions of a topic: the groups in order of load
+    (each one's share of the groups' bytes plus its share of their write rate, then fewest
+    partitions), taken in turn, so a topic's partitions spread over the groups and the
+    least-loaded ones take the first (and any one more than the others)."""
+    total_bytes = sum(load.nbytes for load in loads.values())
+    total_rate = sum(load.rate or 0.0 for load in loads.values())
+
+    def weight(group: str) -> tuple[float, int, str]:
+        load = loads[group]
+        share = (load.nbytes / total_bytes if total_bytes else 0.0) + (
+            (load.rate or 0.0) / total_rate if total_rate else 0.0)
+        return share, load.partitions, group
+
+    order = sorted(loads, key=weight)
+    return [order[i % len(order)] for i in range(count)]
+
+
+def loads_of(view: View, groups: Iterable[str]) -> dict[str, Load]:
+    loads = {}
+    for name in groups:
+        nbytes, partitions, written = fence.load(view.stores[name])
+        loads[name] = Load(nbytes, partitions, grouprate.rate(view.cluster, name, written))
+    return loads
 
 
 def place(view: View, stream: UUID, topic: str, partitions: Iterable[int]) -> View:
@@ -133,7 +154,7 @@ def place(view: View, stream: UUID, topic: str, partitions: Iterable[int]) -> Vi
     all of them in every group, the fence set). Returns the view reloaded."""
     missing = sorted({p for p in partitions if view.group_of(stream, topic, p) is None})
     if missing:
-        loads = {name: fence.load(view.stores[name]) for name in view.active}
+        loads = loads_of(view, view.active)
         chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
         _record(view.cluster, stream, topic, chosen)
         view = refresh(view.cluster, view, force=True) or view

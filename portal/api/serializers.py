@@ -174,7 +174,9 @@ class StoreGroupSerializer(serializers.Serializer):
     partitions = serializers.IntegerField()
     bytes = serializers.IntegerField(allow_null=True)
     messages = serializers.IntegerField(allow_null=True)
-    msgpersec = serializers.FloatField(allow_null=True, help_text="not measured per group yet")
+    msgpersec = serializers.FloatField(allow_null=True, help_text=(
+        "messages written per second, averaged since the last sample (up to 10 s old); null "
+        "until the group was looked at twice"))
     health = serializers.CharField()
 
 

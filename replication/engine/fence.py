@@ -133,14 +133,16 @@ def catalog(store: MessageStore) -> list[tuple[UUID, str, int]]:
     return [(s if isinstance(s, UUID) else UUID(bytes=s), t, n) for s, t, n in rows]
 
 
-def load(store: MessageStore) -> tuple[int, int]:
-    """(logical bytes, partitions) the store holds: what placement weighs a group by."""
+def load(store: MessageStore) -> tuple[int, int, int]:
+    """(logical bytes, partitions, messages ever written) of what the store holds: what
+    placement weighs a group by, and (sampled over time) its write rate."""
     with store._reading() as conn:
         column = _has_column(store, conn)
         where = " WHERE held" if column else ""
-        nbytes, count = conn.execute(
-            f"SELECT coalesce(sum(bytes), 0), count(*) FROM partitions{where}").fetchone()
-    return int(nbytes), int(count)
+        nbytes, count, written = conn.execute(
+            "SELECT coalesce(sum(bytes), 0), count(*), coalesce(sum(next_offset), 0) "
+            f"FROM partitions{where}").fetchone()
+    return int(nbytes), int(count), int(written)
 
 
 def is_not_held(err: BaseException) -> bool:

@@ -16,7 +16,7 @@ import psycopg
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from replication import placement
+from replication import grouprate, placement
 from replication.engine import fence
 from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
@@ -150,12 +150,10 @@ def store_group_rows(cluster: Cluster) -> list[dict]:
 def _row(cluster: Cluster, group: StoreGroup, placed: int, ngroups: int) -> dict:
     row = {"name": group.name, "url": redact(group_store_url(cluster, group)),
            "state": group.state, "partitions": placed, "bytes": None, "messages": None,
-           # Traffic counters are kept per stream, not per partition (replication/counters.py):
-           # no per-group rate yet.
            "msgpersec": None, "health": "ok"}
     try:
         store = group_store(cluster, group.url)
-        nbytes, held = fence.load(store)
+        nbytes, held, written = fence.load(store)
         with store._reading() as conn:
             where = " WHERE held" if ngroups > 1 and fence._has_column(store, conn) else ""
             (messages,) = conn.execute(f"SELECT coalesce(sum(rows), 0) FROM partitions{where}"
@@ -163,8 +161,9 @@ def _row(cluster: Cluster, group: StoreGroup, placed: int, ngroups: int) -> dict
     except (StoreError, OSError, psycopg.Error) as err:
         row["health"] = f"unreachable: {str(err).strip().splitlines()[0]}"
         return row
+    rate = grouprate.rate(cluster.name, group.name, written)
     row.update(bytes=nbytes, messages=int(messages), partitions=max(placed, held)
-               if ngroups == 1 else placed)
+               if ngroups == 1 else placed, msgpersec=None if rate is None else round(rate, 1))
     return row
 
 

@@ -5,10 +5,12 @@ each group's database itself), a stale placement cache never writes to the wrong
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import psycopg
 import pytest
+from django.core.cache import cache
 
 from replication import placement
 from replication.engine import fence
@@ -220,3 +222,45 @@ def test_a_transactions_end_commits_each_offset_in_its_partitions_group(owner, a
     assert store.cursor_streams() == {activity.uuid}
     assert store.logical_sizes()[activity.uuid] == sum(
         st.bytes for st in store.partition_stats(activity.uuid, "clicks"))
+
+
+def test_store_list_measures_each_groups_write_rate(owner, operator, activity, three):
+    cache.delete_many([f"storegroup:rate:{activity.cluster.name}:{g}" for g in three])
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks", partitions=3))
+    first = {r["name"]: r["msgpersec"] for r in store_group_rows(activity.cluster)}
+    assert first == dict.fromkeys(three)  # one look: nothing to compare with yet
+    started = time.time()
+    messages_produce(actor=owner, stream=activity, topic="clicks", records=[
+        Record(value=b"v%d" % i, partition=0) for i in range(300)])
+    time.sleep(1.2)
+    rows = {r["name"]: r for r in store_group_rows(activity.cluster)}
+    span = time.time() - started
+    holder = placement.view_of(activity.cluster.name).group_of(activity.uuid, "clicks", 0)
+    assert 300 / (span + 1.0) < rows[holder]["msgpersec"] <= 300 / 1.0
+    assert all(rows[g]["msgpersec"] == 0 for g in three if g != holder)
+
+
+def test_a_topics_partitions_spread_even_when_one_group_holds_more(owner, operator, activity):
+    """The emptier groups take a new topic's first partitions, but a topic never lands whole
+    on one group because another holds more bytes; a lone partition goes to the emptiest."""
+    groups = grow(operator, activity.cluster, "s2")
+    topic_create(actor=owner, stream=activity, name="big", partitions=1)
+    messages_produce(actor=owner, stream=activity, topic="big", records=[
+        Record(value=b"x" * 1000, partition=0)] * 50)
+    full = placement.view_of(activity.cluster.name).group_of(activity.uuid, "big", 0)
+    empty = next(g for g in groups if g != full)
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="wide", partitions=5))
+    wide = {name: sorted(p for (t, p) in held(url, activity) if t == "wide")
+            for name, url in groups.items()}
+    assert (len(wide[empty]), len(wide[full])) == (3, 2)
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="lone", partitions=1))
+    assert placement.view_of(activity.cluster.name).group_of(activity.uuid, "lone", 0) == empty
+
+
+def test_placement_weighs_bytes_and_write_rate():
+    loads = {"s1": placement.Load(900, 4, 10.0), "s2": placement.Load(100, 4, 990.0),
+             "s3": placement.Load(500, 9, 0.0)}
+    # shares: s1 0.6 + 0.01, s2 0.067 + 0.99, s3 0.33 + 0: s3 is the least loaded, then s1.
+    assert placement.least_loaded(loads, 4) == ["s3", "s1", "s2", "s3"]
+    unknown = {"s1": placement.Load(0, 2), "s2": placement.Load(0, 1)}
+    assert placement.least_loaded(unknown, 3) == ["s2", "s1", "s2"]
