@@ -77,7 +77,10 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
     view = placement.place(view, stream.uuid, topic, range(count))  # rows in every group
     source_name = view.group_of(stream.uuid, topic, partition) or view.home
     for store in view.stores.values():
-        moving.check_store(store)
+        try:
+            moving.check_store(store)
+        except StoreError as err:
+            raise Conflict(str(err)) from err
         moving.ensure_marker_table(store)
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
@@ -138,9 +141,9 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
     key = (stream.uuid, topic, partition)
     spid, tpid = moving.pid_of(source, *key), moving.pid_of(target, *key)
     if moving.is_held(target, tpid):
-        raise StoreError(f"store group {target_group.name} holds partition {partition} of "
-                         f"{topic} though the placement says {source_name}: a router repairs "
-                         "this on its next write; try again")
+        raise Conflict(f"store group {target_group.name} holds partition {partition} of "
+                       f"{topic} though the placement says {source_name}: a router repairs "
+                       "this on the partition's next write; try the move again")
     moving.prepare(target, tpid)
     compaction = moving.compaction_mark(source, spid)
     copied_to = moving.copy_history(source, target, spid, tpid)
