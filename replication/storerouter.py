@@ -15,6 +15,7 @@ partition's write is still atomic, which is what Kafka promises of a produce req
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -34,7 +35,8 @@ from replication.engine.store import (
 from replication.engine.storebase import MessageStore
 
 T = TypeVar("T")
-ATTEMPTS = 3
+ATTEMPTS = 8
+BACKOFF = 0.02  # seconds before the second attempt, doubled each time (at most 0.5)
 
 
 class NotRouted(StoreError):
@@ -78,7 +80,12 @@ class GroupRouter:
             except Exception as err:
                 if not fence.is_not_held(err) or attempt == ATTEMPTS - 1:
                     raise
-                view = placement.refresh(self.cluster, view, force=True) or view
+                fresh = placement.refresh(self.cluster, view, force=True) or view
+                if fresh.version == view.version:
+                    # Held nowhere under this placement: a move's cut-over between its source
+                    # letting go and the placement naming the target (services/partitionmove).
+                    time.sleep(min(BACKOFF * 2 ** attempt, 0.5))
+                view = fresh
                 placement.hold(view, stream, topic)
         raise AssertionError("unreachable")
 

@@ -99,6 +99,13 @@ def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int])
             conn.executemany("UPDATE partitions SET held = 1 WHERE stream = ? AND topic = ? "
                              "AND partition = ?", [(key, topic, p) for p in mine])
         else:
+            # A partition moved out of this store (engine/partitionmove.py) is never held
+            # here again, whatever a stale placement says, until the move is finished or undone.
+            if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is not None:
+                gone = {p for (p,) in conn.execute(
+                    "SELECT p.partition FROM moved_out m JOIN partitions p ON p.id = m.pid "
+                    "WHERE p.stream = %s AND p.topic = %s", (key, topic)).fetchall()}
+                mine = [p for p in mine if p not in gone]
             # Released rows first, in id order as appenders lock them, then the held ones.
             conn.execute("UPDATE partitions SET held = (partition = ANY(%s)) WHERE stream = %s "
                          "AND topic = %s AND held <> (partition = ANY(%s))",

@@ -13,6 +13,7 @@ from replication import services
 from replication.errors import NotFound
 from replication.models import CleanupPolicy, TimestampType
 from replication.paths import validate_topic_name
+from replication.services import partitionmove
 from replication.services.topiccompaction import COMPACTION, INHERIT_POLICY
 
 # MapR's rule for topic list and info.
@@ -79,3 +80,15 @@ def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
         raise NotFound(f"topic {stream.path}:{name} does not exist: list topics with "
                        f"'streamgate stream topic list -path {stream.path}'", field="topic")
     return rows.partition_rows(topic)
+
+
+@command("stream/topic/partition/move", PATH, TOPIC,
+         Int("partition", "the partition to move", required=True, min=0),
+         Str("to", "the store group to move it to (see cluster store list)", required=True),
+         summary="Move a partition to another store group of its cluster while clients go on "
+                 "producing and consuming (operators only).",
+         changes=True)
+def partition_move(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return [partitionmove.partition_move(actor=user, stream=stream_at(user, opts),
+                                         topic=opts["topic"], partition=opts["partition"],
+                                         to=opts["to"])]

@@ -1,0 +1,253 @@
+"""Moving one partition's history between two message stores of a cluster (issue 33): the
+engine half of `stream topic partition move` (replication/services/partitionmove.py has the
+workflow and its crash-safety argument).
+
+Everything of a partition is keyed by its partitions row's id (`pid`) in each store: the
+messages (a batch a row, or a message a row), the counters of the row itself (next and low
+offsets, rows, bytes), consumer cursors, idempotent producers' sequences, transaction ranges,
+the compaction state and replication cursors. The history is copied by offset in chunks with
+binary COPY piped from one server to the other while producers go on; `cut_over` copies the
+tail and the small tables under the source row's lock (FOR UPDATE: every write of the
+partition updates that row), so nothing lands at the source between the copy and the switch.
+
+The target row is not held (the placement fence, fence.py) the whole time, so nothing but
+the move writes there; its counters are set through a held=true/held=false pair of updates in
+one transaction, which the fence's trigger allows and no other session can see. PostgreSQL
+only: the SQLite store is one file for one server, and a move is refused there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from replication.engine.store import StoreError
+from replication.engine.storebase import MessageStore
+
+# Tables of a partition's small state, every row keyed by its pid.
+STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors", "txn_ranges",
+                "compaction_state")
+ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
+CHUNK_OFFSETS = 200_000
+# A partition moved out of a store, not yet cleaned up there: fence.set_held never holds it
+# again (a router's repair from a placement that still names this store would otherwise undo
+# the cut-over, see the service's docstring), and a retried move finds what was left.
+MOVED_OUT = """
+CREATE TABLE IF NOT EXISTS moved_out (
+    pid integer PRIMARY KEY,
+    target text NOT NULL
+)
+"""
+
+
+def check_store(store: MessageStore) -> None:
+    if store.DIALECT != "postgresql":
+        raise StoreError("moving a partition needs PostgreSQL store groups: an embedded (SQLite) "
+                         "store is one server, so there is nowhere to move to")
+
+
+def ensure_marker_table(store: MessageStore) -> None:
+    with store._writing() as conn:
+        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
+            conn.execute(MOVED_OUT)
+
+
+def moved_out(store: MessageStore, pid: int) -> str | None:
+    """The group the partition was moved to from this store, while not cleaned up here."""
+    with store._reading() as conn:
+        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
+            return None
+        row = conn.execute("SELECT target FROM moved_out WHERE pid = %s", (pid,)).fetchone()
+    return row[0] if row else None
+
+
+def pid_of(store: MessageStore, stream: UUID, topic: str, partition: int) -> int:
+    with store._reading() as conn:
+        return store._pid(conn, stream, topic, partition)
+
+
+def is_held(store: MessageStore, pid: int) -> bool:
+    with store._reading() as conn:
+        return bool(conn.execute("SELECT held FROM partitions WHERE id = %s", (pid,)).fetchone()[0])
+
+
+def marks(store: MessageStore, pid: int) -> tuple[int, int]:
+    """(low, next offset) of the partition as its row says."""
+    with store._reading() as conn:
+        low, nxt = conn.execute("SELECT low_offset, next_offset FROM partitions WHERE id = %s",
+                                (pid,)).fetchone()
+    return int(low), int(nxt)
+
+
+def _key_column(store: MessageStore) -> str:
+    return "last_offset" if store.KEEPS_BATCHES else "offset"
+
+
+def _columns(conn: psycopg.Connection, table: str) -> list[str]:
+    return [c for (c,) in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+        "current_schema() AND table_name = %s ORDER BY ordinal_position", (table,)).fetchall()
+        if c != "pid"]
+
+
+def wipe(conn: psycopg.Connection, store: MessageStore, pid: int) -> None:
+    """Every row of the partition in this store, and its counters back to an empty row's (the
+    row itself stays: each store keeps a row for every partition of the cluster)."""
+    for table in (store.DATA_TABLE, *STATE_TABLES):  # type: ignore[attr-defined]
+        conn.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
+                     (pid,))
+    _set_counters(conn, pid, dict.fromkeys(ROW_COUNTERS, 0))
+
+
+def _set_counters(conn: psycopg.Connection, pid: int, values: dict[str, int]) -> None:
+    """Set a not-held row's counters: held for one statement, in this transaction only (the
+    fence refuses an update that leaves a not-held row not held)."""
+    held = conn.execute("SELECT held FROM partitions WHERE id = %s FOR UPDATE",
+                        (pid,)).fetchone()[0]
+    assigns = sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values)
+    conn.execute(sql.SQL("UPDATE partitions SET held = true, {} WHERE id = %s").format(assigns),
+                 (*values.values(), pid))
+    if not held:
+        conn.execute("UPDATE partitions SET held = false WHERE id = %s", (pid,))
+
+
+def prepare(target: MessageStore, tpid: int) -> None:
+    """The target row emptied of anything an interrupted move left (it is not held: nothing
+    else writes there)."""
+    with target._writing() as conn:
+        wipe(conn, target, tpid)
+        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is not None:
+            conn.execute("DELETE FROM moved_out WHERE pid = %s", (tpid,))
+
+
+def copy_range(source: MessageStore, target: MessageStore, spid: int, tpid: int, start: int,
+               end: int, *, source_conn: psycopg.Connection | None = None,
+               target_conn: psycopg.Connection | None = None) -> None:
+    """Pipe the messages keyed in [start, end) from the source partition to the target one
+    (binary COPY out, binary COPY in: no row is decoded)."""
+    table = source.DATA_TABLE  # type: ignore[attr-defined]
+    key = _key_column(source)
+    with _conn(source, source_conn, write=False) as src, _conn(target, target_conn) as dst:
+        columns = _columns(src, table)
+        names = sql.SQL(", ").join(map(sql.Identifier, columns))
+        out = sql.SQL("COPY (SELECT {tpid}::int4, {names} FROM {table} WHERE pid = {spid} AND "
+                      "{key} >= {start} AND {key} < {end} ORDER BY {key}) TO STDOUT "
+                      "(FORMAT BINARY)").format(
+            tpid=sql.Literal(tpid), names=names, table=sql.Identifier(table),
+            spid=sql.Literal(spid), key=sql.Identifier(key), start=sql.Literal(start),
+            end=sql.Literal(end))
+        into = sql.SQL("COPY {table} (pid, {names}) FROM STDIN (FORMAT BINARY)").format(
+            table=sql.Identifier(table), names=names)
+        with src.cursor().copy(out) as reading, dst.cursor().copy(into) as writing:
+            for data in reading:
+                writing.write(data)
+
+
+class _conn:
+    """A given connection as is, or one of the store's for the block."""
+
+    def __init__(self, store: MessageStore, given: Any, *, write: bool = True) -> None:
+        self._given = given
+        self._cm = None if given is not None else (store._writing() if write
+                                                   else store._reading())
+
+    def __enter__(self) -> psycopg.Connection:
+        return self._given if self._cm is None else self._cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+
+
+def copy_history(source: MessageStore, target: MessageStore, spid: int, tpid: int,
+                 chunk: int = CHUNK_OFFSETS) -> int:
+    """The bulk copy, without any lock: every message below the source's next offset as it is
+    now, a chunk of offsets a transaction. Returns the offset copied up to."""
+    low, end = marks(source, spid)
+    for start in range(low, end, chunk):
+        copy_range(source, target, spid, tpid, start, min(start + chunk, end))
+    return end
+
+
+def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[str], list[tuple]]:
+    columns = _columns(conn, table)
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    rows = conn.execute(sql.SQL("SELECT {} FROM {} WHERE pid = %s").format(
+        names, sql.Identifier(table)), (pid,)).fetchall()
+    return columns, rows
+
+
+def _copy_state(src: psycopg.Connection, dst: psycopg.Connection, spid: int,
+                tpid: int) -> None:
+    for table in STATE_TABLES:
+        columns, rows = _state_rows(src, table, spid)
+        dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
+                    (tpid,))
+        if not rows:
+            continue
+        names = sql.SQL(", ").join(map(sql.Identifier, columns))
+        marks_ = sql.SQL(", ").join(sql.Placeholder() * (len(columns) + 1))
+        with dst.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} (pid, {}) VALUES ({})").format(
+                sql.Identifier(table), names, marks_), [(tpid, *row) for row in rows])
+
+
+def _compaction_seen(conn: psycopg.Connection, pid: int) -> tuple | None:
+    return conn.execute("SELECT runs, cleaned_end FROM compaction_state WHERE pid = %s",
+                        (pid,)).fetchone()
+
+
+def compaction_mark(store: MessageStore, pid: int) -> tuple | None:
+    with store._reading() as conn:
+        return _compaction_seen(conn, pid)
+
+
+def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *,
+             copied_to: int, compaction: tuple | None, target_name: str) -> int:
+    """Under the source row's lock: copy the tail and every small table, set the target row's
+    counters (still not held), commit there; then mark the source row moved out and not held
+    and commit. Returns the messages the partition holds (now at the target). Writers of the
+    partition wait on the lock, then find it not held (NOT_HELD: the router looks at the
+    placement again)."""
+    key = _key_column(source)
+    table = source.DATA_TABLE  # type: ignore[attr-defined]
+    with source._writing() as src:
+        counters = dict(zip(ROW_COUNTERS, src.execute(
+            "SELECT next_offset, low_offset, rows, bytes FROM partitions WHERE id = %s FOR "
+            "UPDATE", (spid,)).fetchone(), strict=True))
+        with target._writing() as dst:
+            if _compaction_seen(src, spid) != compaction:  # batches rewritten since copied
+                dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(
+                    sql.Identifier(table)), (tpid,))
+                copied_to = counters["low_offset"]
+            # Retention meanwhile removed a prefix the bulk copy took.
+            dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} < %s").format(
+                sql.Identifier(table), sql.Identifier(key)), (tpid, counters["low_offset"]))
+            copy_range(source, target, spid, tpid, max(copied_to, counters["low_offset"]),
+                              counters["next_offset"], source_conn=src, target_conn=dst)
+            _copy_state(src, dst, spid, tpid)
+            _set_counters(dst, tpid, counters)
+        src.execute("INSERT INTO moved_out (pid, target) VALUES (%s, %s) ON CONFLICT (pid) DO "
+                    "UPDATE SET target = excluded.target", (spid, target_name))
+        src.execute("UPDATE partitions SET held = false WHERE id = %s", (spid,))
+    return int(counters["rows"])
+
+
+def unmark(store: MessageStore, pid: int) -> None:
+    """Undo a cut-over whose placement was never switched: the store may hold it again."""
+    with store._writing() as conn:
+        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is not None:
+            conn.execute("DELETE FROM moved_out WHERE pid = %s", (pid,))
+
+
+def clean_up(store: MessageStore, pid: int) -> None:
+    """Drop what a finished move left at its source (the row stays, empty and not held)."""
+    with store._writing() as conn:
+        if conn.execute("SELECT held FROM partitions WHERE id = %s FOR UPDATE",
+                        (pid,)).fetchone()[0]:
+            raise StoreError("refusing to clean up a partition its store holds")
+        wipe(conn, store, pid)
+        conn.execute("DELETE FROM moved_out WHERE pid = %s", (pid,))

@@ -1,0 +1,174 @@
+"""Moving a partition online between a cluster's store groups (issue 33, first slice):
+`stream topic partition move -path P -topic T -partition N -to s2`.
+
+The move copies the partition's history from the group holding it (the source) to the target
+group's store while producers go on, then cuts over under the source row's lock
+(engine/partitionmove.py), and switches the placement. All store work happens before any
+control-plane row is locked, and no control-plane lock waits on a store (invariant 14).
+
+Crash safety (invariant 12: never both, never neither). The placement row in the control
+database is the commit point: whatever group it names holds the partition, and the stores'
+held flags follow it (the fence refuses writes elsewhere; a router repairs flags from the
+placement, fence.set_held). The steps and what a crash after each leaves:
+
+1. `prepare`: the target row (not held, so written by nothing else) is emptied of whatever an
+   earlier attempt left. Crash: nothing changed that anyone reads.
+2. Bulk copy in chunks, no lock. Crash: a partial copy in a not-held row of the target; the
+   placement still names the source, which still holds the partition. A retried move starts
+   over (step 1 wipes the copy).
+3. Cut-over, one source transaction: the source row locked (FOR UPDATE: every write of the
+   partition updates it, so writers wait), the tail and every per-partition table copied to
+   the target and its counters set there (committed, still not held), then the source row
+   marked moved out (table `moved_out`) and not held, committed. A crash before that commit
+   rolls the source back (still held, still placed): as after step 2. After it, the partition
+   is placed on the source but held nowhere, and the marker keeps routers' repairs from
+   holding it again: writers get NOT_HELD (retriable) and reads still go to the source,
+   which has every message. A retried move removes the marker (the source holds it again:
+   the placement never moved) and starts over.
+4. The commit point: the Placement row names the target and `placement_version` is bumped,
+   in one short control-plane transaction. From then on the target is where it lives: the
+   first writer that meets NOT_HELD reloads the placement and the router marks the target
+   held (placement.hold), as this process does at once.
+5. After a grace of a placement refresh (readers with a cached placement move over), the
+   source's copy is deleted and its marker removed. A crash before that leaves rows nobody
+   reads or writes (not held, not placed); a retried move of the partition to the group it
+   is now on finishes that clean-up and reports the move.
+
+Not in this slice: a move as a job with progress, rebalance, drain, Spark for large
+partitions, consumer-offset commits that a process with a stale placement sends to the
+source between the cut-over and its next placement refresh (at most REFRESH_SECONDS).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from replication import placement
+from replication.engine import partitionmove as moving
+from replication.engine.store import StoreError
+from replication.errors import Conflict, InvalidInput, NotFound
+from replication.models import Placement, StoreGroup, Stream, Topic
+from replication.services.clusters import _operator_only
+from replication.services.storegroups import LIST_HINT, groups_of
+
+# Readers with a cached placement look again within REFRESH_SECONDS: only then is the
+# source's copy deleted.
+CLEANUP_GRACE = placement.REFRESH_SECONDS + 0.5
+Pause = Callable[[str], None]
+
+
+def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, partition: int,
+                   to: str, pause: Pause | None = None) -> dict:
+    """Move the partition to group `to`; the result row {partition, from, to, messagesCopied,
+    seconds}. `pause(stage)` is called after "copied", "cut" and "switched" (tests crash the
+    process there)."""
+    _operator_only(actor, "move partitions")
+    cluster = stream.cluster
+    target_group = _target(stream, topic, partition, to)
+    view = placement.refresh(cluster.name, placement.view_of(cluster.name), force=True)
+    if view is None:
+        raise Conflict(f"cluster {cluster.name} has one store group: add another with "
+                       "cluster store add before moving partitions", hint=LIST_HINT)
+    count = Topic.objects.get(stream=stream, name=topic).partitions
+    view = placement.place(view, stream.uuid, topic, range(count))  # rows in every group
+    source_name = view.group_of(stream.uuid, topic, partition) or view.home
+    for store in view.stores.values():
+        try:
+            moving.check_store(store)
+        except StoreError as err:
+            raise Conflict(str(err)) from err
+        moving.ensure_marker_table(store)
+    finished = _recover(view, stream, topic, partition, source_name)
+    if source_name == to:
+        if finished is not None:  # a move interrupted after its commit point: now complete
+            return _row(partition, finished, to, 0, 0.0)
+        raise Conflict(f"partition {partition} of {stream.path}:{topic} is already on store "
+                       f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
+    started = time.monotonic()
+    copied = _move(view, stream, topic, partition, source_name, target_group, pause)
+    return _row(partition, source_name, to, copied, time.monotonic() - started)
+
+
+def _row(partition: int, source: str, to: str, copied: int, seconds: float) -> dict:
+    return {"partition": partition, "from": source, "to": to, "messagesCopied": copied,
+            "seconds": round(seconds, 3)}
+
+
+def _target(stream: Stream, topic: str, partition: int, to: str) -> StoreGroup:
+    if not Topic.objects.filter(stream=stream, name=topic).exists():
+        raise NotFound(f"stream {stream.path} has no topic {topic!r}: see stream topic list",
+                       field="topic")
+    count = Topic.objects.get(stream=stream, name=topic).partitions
+    if not 0 <= partition < count:
+        raise InvalidInput(f"partition {partition} does not exist: topic {topic} has "
+                           f"partitions 0..{count - 1}", field="partition")
+    group = next((g for g in groups_of(stream.cluster) if g.name == to), None)
+    if group is None:
+        raise NotFound(f"cluster {stream.cluster.name} has no store group {to!r}: give one of "
+                       "its groups with -to", field="to", hint=LIST_HINT)
+    if group.state != StoreGroup.State.ACTIVE:
+        raise Conflict(f"store group {to} of cluster {stream.cluster.name} is {group.state} "
+                       "and takes no partitions: move to an active group", field="to",
+                       hint=LIST_HINT)
+    return group
+
+
+def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
+             placed: str) -> str | None:
+    """Finish or undo what an interrupted move left (see the module docstring); the group a
+    finished move came from, when its clean-up was pending."""
+    finished = None
+    for name, store in view.stores.items():
+        pid = moving.pid_of(store, stream.uuid, topic, partition)
+        if moving.moved_out(store, pid) is None:
+            continue
+        if name == placed:  # cut over, never switched: the source takes it back
+            moving.unmark(store, pid)
+            placement.hold(view, stream.uuid, topic)
+        else:  # switched, not cleaned up
+            moving.clean_up(store, pid)
+            finished = name
+    return finished
+
+
+def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
+          target_group: StoreGroup, pause: Pause | None) -> int:
+    source, target = view.stores[source_name], view.stores[target_group.name]
+    key = (stream.uuid, topic, partition)
+    spid, tpid = moving.pid_of(source, *key), moving.pid_of(target, *key)
+    if moving.is_held(target, tpid):
+        raise Conflict(f"store group {target_group.name} holds partition {partition} of "
+                       f"{topic} though the placement says {source_name}: a router repairs "
+                       "this on the partition's next write; try the move again")
+    moving.prepare(target, tpid)
+    compaction = moving.compaction_mark(source, spid)
+    copied_to = moving.copy_history(source, target, spid, tpid)
+    _pause(pause, "copied")
+    messages = moving.cut_over(source, target, spid, tpid, copied_to=copied_to,
+                           compaction=compaction, target_name=target_group.name)
+    _pause(pause, "cut")
+    _switch(stream, topic, partition, target_group)
+    _pause(pause, "switched")
+    view = placement.refresh(stream.cluster.name, None, force=True) or view
+    placement.hold(view, stream.uuid, topic)
+    time.sleep(CLEANUP_GRACE)
+    moving.clean_up(source, spid)
+    return messages
+
+
+def _switch(stream: Stream, topic: str, partition: int, group: StoreGroup) -> None:
+    """The commit point: the placement names the target (invariant 12)."""
+    with transaction.atomic():
+        Placement.objects.update_or_create(stream=stream, topic=topic, partition=partition,
+                                           defaults={"group": group})
+        placement.bump(stream.cluster.name)
+    placement.forget(stream.cluster.name)
+
+
+def _pause(pause: Pause | None, stage: str) -> None:
+    if pause is not None:
+        pause(stage)
