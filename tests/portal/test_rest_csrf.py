@@ -195,7 +195,7 @@ def test_the_issues_get_urls_change_nothing_and_the_same_options_over_post_do(wo
 
 
 # Reads only cluster operators may make (they name the stores' servers): read as one.
-OPERATOR_READS = {"cluster/store/list"}
+OPERATOR_READS = {"cluster/store/list", "cluster/store/rebalancestatus"}
 
 
 def reader(user: Any, auth: str) -> tuple[Client, dict[str, str]]:
