@@ -118,9 +118,15 @@ def test_the_first_five_minutes_as_the_readme_tells_them(make_run: Site):
     [kcat] = blocks(kafka, "sh")
     [snippet] = blocks(kafka, "python")
     cursors = re.search(r"`(streamgate stream cursor list [^`]+)`", kafka).group(1)
+    # A reader types this a while after `make run` started: by then the demo's replica has
+    # its first messages (a loaded machine may take longer than this test takes to get here).
+    signing_in = "\n".join(cli.splitlines()[:3])
+    replicated = ("for _ in $(seq 120); do streamgate consume -path /mapr/newyork/activity:clicks"
+                  " -limit 1 | grep -q value && break; sleep 0.5; done")
     # The snippet reads the token the shell exported; it runs after kcat, as a reader would.
     script = "\n".join([
-        as_written(cli, site), "echo '--- kcat'", as_written(kcat, site),
+        as_written(signing_in, site), replicated, as_written(cli, site),
+        "echo '--- kcat'", as_written(kcat, site),
         "echo '--- python'", f"{sys.executable} - <<'PY'\nimport os\n"
         f"token = os.environ['STREAMGATE_TOKEN']\n{as_written(snippet, site)}PY",
         "echo '--- cursors'", cursors])
