@@ -33,6 +33,7 @@ from replication.engine.store import (
     plan_partitions,
 )
 from replication.engine.storebase import MessageStore
+from replication.errors import PartitionMoving
 
 T = TypeVar("T")
 ATTEMPTS = 8
@@ -78,8 +79,12 @@ class GroupRouter:
             try:
                 return call(view, groups)
             except Exception as err:
-                if not fence.is_not_held(err) or attempt == ATTEMPTS - 1:
+                if not fence.is_not_held(err):
                     raise
+                if attempt == ATTEMPTS - 1:
+                    raise PartitionMoving(f"{fence.NOT_HELD} (topic {topic}, partitions "
+                                          f"{sorted(set(partitions))}): it is moving between "
+                                          "store groups; retry in a moment") from err
                 fresh = placement.refresh(self.cluster, view, force=True) or view
                 if fresh.version == view.version:
                     # Held nowhere under this placement: a move's cut-over between its source

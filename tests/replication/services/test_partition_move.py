@@ -20,7 +20,13 @@ from django.db import connection
 from replication import placement
 from replication.engine.producers import ProducerBatch
 from replication.engine.store import Record
-from replication.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from replication.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PartitionMoving,
+    PermissionDenied,
+)
 from replication.models import Placement, StoreGroup
 from replication.services import partitionmove, topic_create
 from replication.services.messages import messages_consume, messages_produce, topic_watermarks
@@ -260,7 +266,10 @@ def test_a_move_killed_at_any_stage_leaves_one_group_and_completes_when_retried(
     # where placed.
     assert holders == ([placed] if stage == "copied" else [])
     assert values_at_0(owner, activity) == [b"a%d" % i for i in range(50)]
-    if stage != "cut":
+    if stage == "cut":
+        with pytest.raises(PartitionMoving, match="moving between store groups; retry"):
+            produce(owner, activity, [b"refused"])
+    else:
         assert produce(owner, activity, [b"b"]) == [(0, 50)]
         assert [n for n, url in two.items() if holds(url, activity)] == [placed]
 
