@@ -32,6 +32,8 @@ STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors",
                 "compaction_state")
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
 CHUNK_OFFSETS = 200_000
+CATCH_UP_PASSES = 4
+SMALL_TAIL = 5_000  # offsets: what the cut-over copies with the partition's writers waiting
 # A partition moved out of a store, not yet cleaned up there: fence.set_held never holds it
 # again (a router's repair from a placement that still names this store would otherwise undo
 # the cut-over, see the service's docstring), and a retried move finds what was left.
@@ -164,12 +166,18 @@ class _conn:
 
 def copy_history(source: MessageStore, target: MessageStore, spid: int, tpid: int,
                  chunk: int = CHUNK_OFFSETS) -> int:
-    """The bulk copy, without any lock: every message below the source's next offset as it is
-    now, a chunk of offsets a transaction. Returns the offset copied up to."""
-    low, end = marks(source, spid)
-    for start in range(low, end, chunk):
-        copy_range(source, target, spid, tpid, start, min(start + chunk, end))
-    return end
+    """The bulk copy, without any lock: every message below the source's next offset, a chunk
+    of offsets a transaction, then again what producers added meanwhile while that is more
+    than a small tail (the cut-over copies the rest with producers waiting). Returns the
+    offset copied up to."""
+    start, end = marks(source, spid)
+    for _ in range(CATCH_UP_PASSES):
+        for at in range(start, end, chunk):
+            copy_range(source, target, spid, tpid, at, min(at + chunk, end))
+        start, end = end, marks(source, spid)[1]
+        if end - start <= SMALL_TAIL:
+            break
+    return start
 
 
 def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[str], list[tuple]]:

@@ -32,6 +32,7 @@ from replication.services import partitionmove, topic_create
 from replication.services.messages import messages_consume, messages_produce, topic_watermarks
 from replication.services.partitionmove import partition_move
 from replication.stores import store_for
+from tests.replication.engine.test_batchstore import _transactional
 from tests.replication.services.test_storegroups import grow, held
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,6 +132,35 @@ def test_an_idle_partition_moves_with_its_history_cursors_and_producers(
     assert router.append(activity.uuid, "clicks", [Record(b"p3", partition=0)],
                          origin=activity.uuid, sequence=ProducerBatch(7, 0, 3, 1)) == [(0, 23)]
     assert held(two[target], activity)[("clicks", 0)] == 24
+
+
+def test_transactions_and_a_purged_prefix_move_with_the_partition(operator, activity, two):
+    router, key = store_for(activity.cluster), (activity.uuid, "clicks", 0)
+    router.append_batches(*key[:2], {0: _transactional(3, 41, 0)}, origin=activity.uuid)
+    router.write_marker(*key, producer_id=41, epoch=0, commit=False, origin=activity.uuid)
+    router.append_batches(*key[:2], {0: _transactional(2, 41, 3)}, origin=activity.uuid)
+    router.append_batches(*key[:2], {0: _transactional(2, 42, 0)}, origin=activity.uuid)
+    router.write_marker(*key, producer_id=41, epoch=0, commit=True, origin=activity.uuid)
+    while router.trim(*key, 4):  # `stream purge` below offset 4: a prefix of whole batches
+        pass
+    marks = router.watermarks(*key[:2])[0]
+    assert marks[0] > 0
+    seen = router.txn_view(*key, 0, marks[1])
+    assert seen.stable == 6  # 42's transaction is open from offset 6
+    source = where(activity)
+
+    partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                   to=other(two, source))
+
+    assert router.watermarks(*key[:2])[0] == marks
+    assert router.txn_view(*key, 0, marks[1]) == seen
+    assert router.open_transactions(*key[:2], [0]) == {0: [(42, 6)]}
+    # The open transaction completes at the new group, once.
+    at = router.write_marker(*key, producer_id=42, epoch=0, commit=True, origin=activity.uuid)
+    assert at == marks[1]
+    assert router.write_marker(*key, producer_id=42, epoch=0, commit=True,
+                               origin=activity.uuid) is None
+    assert router.txn_view(*key, 0, at + 1).stable == at + 1
 
 
 class Producer(threading.Thread):
