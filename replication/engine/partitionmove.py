@@ -18,6 +18,8 @@ only: the SQLite store is one file for one server, and a move is refused there.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +33,7 @@ from replication.engine.storebase import MessageStore
 STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors", "txn_ranges",
                 "compaction_state")
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
+MOVE_LOCK = 0x5367_4D76  # advisory lock key space: a partition's move, by its pid
 CHUNK_OFFSETS = 200_000
 CATCH_UP_PASSES = 4
 SMALL_TAIL = 5_000  # offsets: what the cut-over copies with the partition's writers waiting
@@ -43,6 +46,15 @@ CREATE TABLE IF NOT EXISTS moved_out (
     target text NOT NULL
 )
 """
+
+
+@contextmanager
+def move_lock(url: str, pid: int) -> Iterator[bool]:
+    """Whether this process moves the partition (`pid` in the store at `url`) alone: a session
+    advisory lock on a connection of its own, let go when the block ends or the process dies."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        yield bool(conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (MOVE_LOCK, pid)
+                                ).fetchone()[0])
 
 
 def check_store(store: MessageStore) -> None:

@@ -82,6 +82,23 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
         except StoreError as err:
             raise Conflict(str(err)) from err
         moving.ensure_marker_table(store)
+    source = view.stores[source_name]
+    pid = moving.pid_of(source, stream.uuid, topic, partition)
+    # One move of a partition at a time: a lock of the group holding it, on a connection of
+    # its own (a crash lets go), never a control-plane lock (invariant 14).
+    with moving.move_lock(view.urls[source_name], pid) as locked:
+        view = placement.refresh(cluster.name, view, force=True) or view
+        if not locked or (view.group_of(stream.uuid, topic, partition) or view.home) \
+                != source_name:
+            raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
+                           "already: wait for that move to finish, then see where it is with "
+                           "cluster store list", hint=LIST_HINT)
+        return _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+
+
+def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
+                 source_name: str, target_group: StoreGroup, pause: Pause | None) -> dict:
+    to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
         if finished is not None:  # a move interrupted after its commit point: now complete

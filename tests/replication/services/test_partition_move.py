@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 
 from replication import placement
+from replication.engine import partitionmove as moving
 from replication.engine.producers import ProducerBatch
 from replication.engine.store import Record
 from replication.errors import (
@@ -231,6 +232,12 @@ def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity, two
         args = dict(actor=operator, stream=activity, topic="clicks", partition=0) | given
         with pytest.raises(error, match=text):
             partition_move(**args)
+    store = placement.view_of(activity.cluster.name).stores[source]
+    with moving.move_lock(two[source], moving.pid_of(store, activity.uuid, "clicks", 0)) as mine:
+        assert mine
+        with pytest.raises(Conflict, match="is being moved already: wait for that move"):
+            partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                           to=target)
     StoreGroup.objects.filter(name=target).update(state=StoreGroup.State.DRAINING)
     with pytest.raises(Conflict, match="draining and takes no partitions"):
         partition_move(actor=operator, stream=activity, topic="clicks", partition=0, to=target)
