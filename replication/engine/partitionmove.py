@@ -26,6 +26,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from replication.engine.fence import NOT_HELD
 from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
 
@@ -56,6 +57,23 @@ def move_lock(url: str, pid: int) -> Iterator[bool]:
         yield bool(conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (MOVE_LOCK, pid)
                                 ).fetchone()[0])
 
+# A consumer's offset commit writes no partitions row, so the placement fence alone would let
+# a process with a stale placement commit to the group a partition just left (and the commit
+# be lost with its copy). This refuses a cursor write to a partition the store does not hold;
+# FOR KEY SHARE waits for a cut-over's lock of the row (FOR UPDATE) but not for appends.
+CURSOR_FENCE = f"""
+CREATE OR REPLACE FUNCTION sg_cursor_not_held() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (SELECT held FROM partitions WHERE id = NEW.pid FOR KEY SHARE) THEN
+        RAISE EXCEPTION '{NOT_HELD}: consumer cursor of partition id %', NEW.pid
+            USING ERRCODE = 'SG001';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER sg_cursor_not_held BEFORE INSERT OR UPDATE ON consumer_cursors
+    FOR EACH ROW EXECUTE FUNCTION sg_cursor_not_held();
+"""
+
 
 def check_store(store: MessageStore) -> None:
     if store.DIALECT != "postgresql":
@@ -64,9 +82,14 @@ def check_store(store: MessageStore) -> None:
 
 
 def ensure_marker_table(store: MessageStore) -> None:
+    """The marker table and the cursors' fence, once per store (looked at first: DDL waits
+    for every transaction on the tables)."""
     with store._writing() as conn:
         if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
             conn.execute(MOVED_OUT)
+        if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'sg_cursor_not_held'"
+                        ).fetchone() is None:
+            conn.execute(CURSOR_FENCE)
 
 
 def moved_out(store: MessageStore, pid: int) -> str | None:
@@ -239,6 +262,9 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
             "SELECT next_offset, low_offset, rows, bytes FROM partitions WHERE id = %s FOR "
             "UPDATE", (spid,)).fetchone(), strict=True))
         with target._writing() as dst:
+            # Held within this transaction only (cursors' fence, CURSOR_FENCE), not held again
+            # before its commit.
+            dst.execute("UPDATE partitions SET held = true WHERE id = %s", (tpid,))
             if _compaction_seen(src, spid) != compaction:  # batches rewritten since copied
                 dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(
                     sql.Identifier(table)), (tpid,))
@@ -247,9 +273,10 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
             dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} < %s").format(
                 sql.Identifier(table), sql.Identifier(key)), (tpid, counters["low_offset"]))
             copy_range(source, target, spid, tpid, max(copied_to, counters["low_offset"]),
-                              counters["next_offset"], source_conn=src, target_conn=dst)
+                       counters["next_offset"], source_conn=src, target_conn=dst)
             _copy_state(src, dst, spid, tpid)
             _set_counters(dst, tpid, counters)
+            dst.execute("UPDATE partitions SET held = false WHERE id = %s", (tpid,))
         src.execute("INSERT INTO moved_out (pid, target) VALUES (%s, %s) ON CONFLICT (pid) DO "
                     "UPDATE SET target = excluded.target", (spid, target_name))
         src.execute("UPDATE partitions SET held = false WHERE id = %s", (spid,))

@@ -34,9 +34,12 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    reads or writes (not held, not placed); a retried move of the partition to the group it
    is now on finishes that clean-up and reports the move.
 
+Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, installed on every
+group's store by the first move): a commit sent to the source by a process with a stale
+placement is refused as NOT_HELD and the router sends it to the target.
+
 Not in this slice: a move as a job with progress, rebalance, drain, Spark for large
-partitions, consumer-offset commits that a process with a stale placement sends to the
-source between the cut-over and its next placement refresh (at most REFRESH_SECONDS).
+partitions.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 
 from replication import placement
+from replication.engine import fence
 from replication.engine import partitionmove as moving
 from replication.engine.producers import ProducerBatch
 from replication.engine.store import Record
@@ -107,6 +108,7 @@ def test_an_idle_partition_moves_with_its_history_cursors_and_producers(
     router.commit_cursor(activity.uuid, "g1", "clicks", 0, 5)
     state = router.producer_state(activity.uuid, "clicks", 0, 7)
     batches = rows_in(two[source], activity)
+    stale = placement.view_of(activity.cluster.name)
 
     row = partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
                          to=target)
@@ -133,6 +135,19 @@ def test_an_idle_partition_moves_with_its_history_cursors_and_producers(
     assert router.append(activity.uuid, "clicks", [Record(b"p3", partition=0)],
                          origin=activity.uuid, sequence=ProducerBatch(7, 0, 3, 1)) == [(0, 23)]
     assert held(two[target], activity)[("clicks", 0)] == 24
+    # A consumer's commit sent by a process with the old placement is refused at the source
+    # and lands at the target.
+    with pytest.raises(Exception, match=fence.NOT_HELD):
+        stale.stores[source].commit_cursor(activity.uuid, "g1", "clicks", 0, 8)
+    placement._views[activity.cluster.name] = stale
+    placement._checked[activity.cluster.name] = time.monotonic()
+    router.commit_cursor(activity.uuid, "g1", "clicks", 0, 9)
+    assert router.fetch_cursor(activity.uuid, "g1", "clicks", 0) == 9
+    placement._views[activity.cluster.name] = stale  # replicated cursors, the same way
+    placement._checked[activity.cluster.name] = time.monotonic()
+    router.merge_cursors(activity.uuid, [("g2", "clicks", 0, 4)])
+    assert router.fetch_cursor(activity.uuid, "g2", "clicks", 0) == 4
+    assert rows_in(two[source], activity, "consumer_cursors") == 0
 
 
 def test_transactions_and_a_purged_prefix_move_with_the_partition(operator, activity, two):
