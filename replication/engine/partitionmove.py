@@ -81,6 +81,14 @@ def check_store(store: MessageStore) -> None:
                          "store is one server, so there is nowhere to move to")
 
 
+def check_pair(source: MessageStore, target: MessageStore) -> None:
+    if source.KEEPS_BATCHES != target.KEEPS_BATCHES:
+        layouts = ["batches" if s.KEEPS_BATCHES else "rows" for s in (source, target)]
+        raise StoreError(f"the groups keep different store layouts ({layouts[0]} at the source, "
+                         f"{layouts[1]} at the target): convert the row-layout store to "
+                         "batches first (manage.py convertstores), then move")
+
+
 def ensure_marker_table(store: MessageStore) -> None:
     """The marker table and the cursors' fence, once per store (looked at first: DDL waits
     for every transaction on the tables)."""
@@ -133,7 +141,7 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
 def wipe(conn: psycopg.Connection, store: MessageStore, pid: int) -> None:
     """Every row of the partition in this store, and its counters back to an empty row's (the
     row itself stays: each store keeps a row for every partition of the cluster)."""
-    for table in (store.DATA_TABLE, *STATE_TABLES):  # type: ignore[attr-defined]
+    for table in (store.DATA_TABLE, *_state_tables(conn)):  # type: ignore[attr-defined]
         conn.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
                      (pid,))
     _set_counters(conn, pid, dict.fromkeys(ROW_COUNTERS, 0))
@@ -225,7 +233,7 @@ def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[st
 
 def _copy_state(src: psycopg.Connection, dst: psycopg.Connection, spid: int,
                 tpid: int) -> None:
-    for table in STATE_TABLES:
+    for table in _state_tables(src):
         columns, rows = _state_rows(src, table, spid)
         dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
                     (tpid,))
@@ -238,7 +246,15 @@ def _copy_state(src: psycopg.Connection, dst: psycopg.Connection, spid: int,
                 sql.Identifier(table), names, marks_), [(tpid, *row) for row in rows])
 
 
+def _state_tables(conn: psycopg.Connection) -> list[str]:
+    """STATE_TABLES the store has (the row layout keeps no transactions or compaction)."""
+    return [t for t in STATE_TABLES
+            if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
+
+
 def _compaction_seen(conn: psycopg.Connection, pid: int) -> tuple | None:
+    if "compaction_state" not in _state_tables(conn):
+        return None
     return conn.execute("SELECT runs, cleaned_end FROM compaction_state WHERE pid = %s",
                         (pid,)).fetchone()
 

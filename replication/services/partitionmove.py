@@ -158,6 +158,10 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
 def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
           target_group: StoreGroup, pause: Pause | None) -> int:
     source, target = view.stores[source_name], view.stores[target_group.name]
+    try:
+        moving.check_pair(source, target)
+    except StoreError as err:
+        raise Conflict(str(err), field="to") from err
     key = (stream.uuid, topic, partition)
     spid, tpid = moving.pid_of(source, *key), moving.pid_of(target, *key)
     if moving.is_held(target, tpid):
