@@ -31,6 +31,7 @@ from replication.models import (
     Cluster,
     Failover,
     Gateway,
+    Rebalance,
     RegistryConfig,
     ReplicaLink,
     Stream,
@@ -38,7 +39,12 @@ from replication.models import (
     Topic,
     Upstream,
 )
-from replication.signals import group_offsets_reset_done, replica_repair_started, stream_purged
+from replication.signals import (
+    group_offsets_reset_done,
+    partition_moved,
+    replica_repair_started,
+    stream_purged,
+)
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,15 @@ RUNTIME_FIELDS: dict[type[models.Model], frozenset[str]] = {
                             "verify_duration_ms", "verify_error"}),
     Gateway: frozenset({"created", "last_heartbeat", "announced_status", "batches_applied",
                         "messages_applied", "bytes_applied", "errors"}),
+    # A rebalance's progress, kept by its run with update(): the request is what is audited.
+    Rebalance: frozenset({"created", "state", "moves_done", "bytes_done", "error", "started",
+                          "finished"}),
     # An invitation's token hash is the link's credential in another form: never copied out.
     Invitation: frozenset({"created", "token_hash"}),
 }
 AUDITED: tuple[type[models.Model], ...] = (Tenant, Membership, Invitation, Cluster, Gateway,
                                            Stream, Topic, ReplicaLink, Upstream, Failover, Plan,
-                                           SubjectVersion, RegistryConfig)
+                                           SubjectVersion, RegistryConfig, Rebalance)
 
 
 def interface_of(path: str) -> str:
@@ -293,7 +302,17 @@ def _replica_repair_started(sender: type[models.Model], link: ReplicaLink, actor
     record(link, AuditAction.REPAIR, None, details)
 
 
+def _partition_moved(sender: type[models.Model], stream: Stream, actor: Any,
+                     details: dict[str, Any], **kwargs: Any) -> None:
+    # Placement rows are not audited (a stream's drop deletes thousands): the move is recorded
+    # on the stream, the partition's group before and after.
+    where = {k: details[k] for k in ("topic", "partition")}
+    record(stream, AuditAction.MOVE, {**where, "group": details["from"]},
+           {**where, "group": details["to"], "messagesCopied": details["messagesCopied"]})
+
+
 def connect_receivers() -> None:
+    partition_moved.connect(_partition_moved, dispatch_uid="operations.audit.partition_moved")
     replica_repair_started.connect(_replica_repair_started,
                                    dispatch_uid="operations.audit.replica_repair_started")
     stream_purged.connect(_stream_purged, dispatch_uid="operations.audit.stream_purged")

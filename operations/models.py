@@ -107,6 +107,7 @@ class AuditAction(models.TextChoices):
     PURGE = "purge"  # `stream purge`: messages deleted by hand (no model row changes)
     RESET = "reset"  # a consumer group's offsets moved by hand (no model row changes)
     REPAIR = "repair"  # a replica's repair started (its link's diffstreams -repair job)
+    MOVE = "move"  # a partition moved to another store group (no stream row changes)
 
 
 class AuditEventQuerySet(RestrictedQuerySet):

@@ -28,6 +28,7 @@ from replication.models import (
     Gateway,
     Job,
     ModeSwitch,
+    Rebalance,
     ReplicaLink,
     StoreGroup,
     Stream,
@@ -161,6 +162,22 @@ class StoreGroupAdmin(OperatorAccess, admin.ModelAdmin):
             else:
                 self.message_user(request, f"Removed store group {group.name} of cluster "
                                   f"{group.cluster.name}.", messages.SUCCESS)
+
+
+@admin.register(Rebalance)
+class RebalanceAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """Rebalances and drains with their progress: started with `cluster store rebalance|drain`
+    (or the API), which plan them; shown here."""
+
+    list_display = ("__str__", "cluster", "kind", "group", "state", "progress", "bytes_done",
+                    "bytes_total", "requested_by", "created", "finished")
+    list_filter = ("cluster", "kind", "state")
+    list_select_related = ("cluster", "group", "requested_by")
+    readonly_fields = ("progress",)
+
+    @admin.display(description="progress")
+    def progress(self, run: Rebalance) -> str:
+        return f"{run.percent}% ({run.moves_done} of {len(run.plan)} moves)"
 
 
 @admin.register(Cluster)

@@ -9,6 +9,10 @@ from django.dispatch import Signal
 # enqueues it (workers/tasks.py job_enqueue: Celery in production, a thread in embedded mode).
 job_submitted = Signal()
 
+# rebalance_id: a store group Rebalance (or drain) was recorded and committed; the workers app
+# runs it as job_submitted's jobs are run (replication/services/rebalance.py rebalance_run).
+rebalance_submitted = Signal()
+
 # stream, before_ms: retention is about to delete the stream's messages older than before_ms.
 # The operations app raises an alarm on each replica that has not received them yet
 # (operations/alarms.py retention_check). Receivers must not raise: retention runs regardless.
@@ -25,3 +29,7 @@ group_offsets_reset_done = Signal()
 # link, actor, details {job}: a replica's one-click (or CLI) repair started: the link's
 # diffstreams -repair job. The operations app writes the audit record.
 replica_repair_started = Signal()
+
+# stream, actor, details {topic, partition, from, to, messagesCopied}: a partition moved to
+# another store group (its placement switched). The operations app writes the audit record.
+partition_moved = Signal()

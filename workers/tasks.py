@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import structlog
 from celery import shared_task
@@ -15,6 +16,7 @@ from replication.models import Stream
 from replication.services.compaction import compacted_streams, stream_compact
 from replication.services.jobs import jobs_stale
 from replication.services.purge import stream_expire
+from replication.services.rebalance import rebalance_run
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
 from workers.replication.applier import batch_serve
@@ -115,19 +117,34 @@ def resume_jobs_task() -> int:
     return len(stale)
 
 
+@shared_task(name="workers.tasks.rebalance_task", acks_late=True, ignore_result=True)
+def rebalance_task(rebalance_id: int) -> str:
+    """Runs a store group rebalance or drain; a redelivery (its worker died) goes on from the
+    first move not done."""
+    return rebalance_run(rebalance_id=rebalance_id)
+
+
 def job_enqueue(job_id: int) -> None:
+    _in_background(run_job_task, f"job-{job_id}", job_id)
+
+
+def rebalance_enqueue(rebalance_id: int) -> None:
+    _in_background(rebalance_task, f"rebalance-{rebalance_id}", rebalance_id)
+
+
+def _in_background(task: Any, name: str, *args: Any) -> None:
     """Celery in production; a thread in embedded mode, where tasks would otherwise run
-    eagerly inside the request that asked for the job."""
+    eagerly inside the request that asked for the work."""
     def run_here() -> None:
         try:
-            run_job_task(job_id)
+            task(*args)
         finally:
             connection.close()  # the thread's own; nothing else will close it
 
     if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=run_here, daemon=True, name=f"job-{job_id}").start()
+        threading.Thread(target=run_here, daemon=True, name=name).start()
     else:
-        run_job_task.delay(job_id)
+        task.delay(*args)
 
 
 def send_eagerly(outbox: list[tuple[GatewayId, dict]]) -> None:

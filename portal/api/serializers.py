@@ -165,6 +165,40 @@ class StoreGroupAddSerializer(StrictSerializer):
                                 help_text="its message store: postgresql://user@host:port/db")
 
 
+class RebalanceStartSerializer(StrictSerializer):
+    kind = serializers.ChoiceField(choices=["rebalance", "drain"], default="rebalance")
+    group = serializers.CharField(required=False, help_text="drain: the group to empty")
+    dryrun = serializers.BooleanField(default=False, help_text="the plan only, nothing moved")
+    throttle = serializers.IntegerField(required=False, min_value=1,
+                                        help_text="at most this many bytes moved per second")
+
+    def validate(self, data: dict) -> dict:
+        if data["kind"] == "drain" and not data.get("group"):
+            raise serializers.ValidationError({"group": "a drain needs the group to empty"})
+        if data["kind"] == "rebalance" and data.get("group"):
+            raise serializers.ValidationError({"group": "a rebalance moves over every group: "
+                                                        "leave group out, or use kind drain"})
+        return data
+
+
+class RebalanceSerializer(serializers.Serializer):
+    """A rebalance or drain: its plan and progress (`cluster store rebalancestatus`)."""
+
+    id = serializers.IntegerField(allow_null=True, help_text="null for a dry run's plan")
+    kind = serializers.CharField()
+    group = serializers.CharField(allow_null=True, required=False)
+    state = serializers.CharField(help_text="PLANNED (dry run), QUEUED, RUNNING, SUCCEEDED, "
+                                            "FAILED")
+    movesTotal = serializers.IntegerField(required=False)  # the CLI's names
+    movesDone = serializers.IntegerField(required=False)
+    bytesTotal = serializers.IntegerField()
+    bytesDone = serializers.IntegerField(required=False)
+    percent = serializers.IntegerField(required=False)
+    error = serializers.CharField(required=False, allow_blank=True)
+    moves = serializers.ListField(child=serializers.DictField(), help_text=(
+        "the plan, in order: {path, stream, topic, partition, from, to, bytes}"))
+
+
 class StoreGroupSerializer(serializers.Serializer):
     """A row of `cluster store list` (read-only)."""
 

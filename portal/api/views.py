@@ -25,7 +25,7 @@ from portal.api.jobs import JobSerializer
 from portal.api.viewsets import ReadOnlyViewSet, StreamChildViewSet, TenantScopedViewSet
 from replication import services
 from replication.models import Cluster, Gateway, ReplicaLink, Stream, Topic, Upstream
-from replication.services import storegroups
+from replication.services import rebalance, storegroups
 from replication.services.transactions import topic_transactions
 
 NO_CONTENT = {204: OpenApiResponse(description="done")}
@@ -120,6 +120,28 @@ class ClusterViewSet(ReadOnlyViewSet):
         storegroups.store_group_remove(actor=request.user, cluster=self.get_object().name,
                                        name=group)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+    @extend_schema(responses=s.RebalanceSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None,
+            serializer_class=s.RebalanceSerializer)
+    def rebalances(self, request: Request, name: str) -> Response:
+        """The cluster's rebalances and drains, newest first (operators only)."""
+        rows = rebalance.rebalance_status(actor=request.user, cluster=self.get_object().name)
+        return Response(s.RebalanceSerializer(rows, many=True).data)
+
+    @extend_schema(request=s.RebalanceStartSerializer, responses=s.RebalanceSerializer)
+    @rebalances.mapping.post
+    def start_rebalance(self, request: Request, name: str) -> Response:
+        """Plan (dryrun) or start a rebalance, or a drain of one group."""
+        cluster = self.get_object()
+        data = self.validated(s.RebalanceStartSerializer)
+        common = {"actor": request.user, "cluster": cluster.name, "dryrun": data["dryrun"],
+                  "throttle": data.get("throttle")}
+        row = (rebalance.store_group_drain(name=data["group"], **common)
+               if data["kind"] == "drain" else rebalance.rebalance_start(**common))
+        code = status.HTTP_200_OK if data["dryrun"] else status.HTTP_202_ACCEPTED
+        return Response(s.RebalanceSerializer(row).data, status=code)
 
 
 class GatewayViewSet(ReadOnlyViewSet):

@@ -18,7 +18,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.web.forms import field_errors
-from portal.web.tenancy import current_tenant, page_and_fragment, render_page
+from portal.web.tenancy import (
+    current_tenant,
+    page_and_fragment,
+    render_page,
+    tenant_stream_paths,
+)
 from replication.errors import StreamgateError
 from replication.models import Job
 from replication.services.jobs import copystream_start, diffstreams_start
@@ -44,9 +49,14 @@ def _table_context(request: HttpRequest) -> dict[str, Any]:
     return {"jobs": _tenant_jobs(request)[:200]}
 
 
+def _page_context(request: HttpRequest) -> dict[str, Any]:
+    """The table, and the tenant's streams the path fields offer as they are typed."""
+    return {**_table_context(request), "path_options": tenant_stream_paths(request)}
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    return render_page(request, "web/jobs.html", {**_table_context(request),
+    return render_page(request, "web/jobs.html", {**_page_context(request),
                                                   "form": request.GET})
 
 
@@ -90,7 +100,7 @@ def job_start(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"{kind} started")
             return redirect("job-detail", job.pk)
     typed = {name: request.POST.get(name, "") for name in JOB_FIELDS}
-    return render_page(request, "web/jobs.html", {**_table_context(request), "form": typed,
+    return render_page(request, "web/jobs.html", {**_page_context(request), "form": typed,
                                                   "errors": errors}, status=400)
 
 

@@ -25,7 +25,7 @@ from portal.web.forms import field_errors
 from portal.web.hints import refusal
 from portal.web.jobs import visible_jobs
 from portal.web.streams import visible_stream
-from portal.web.tenancy import current_tenant, page_and_fragment, render_page
+from portal.web.tenancy import current_tenant, page_and_fragment, render_page, tenant_stream_paths
 from replication.errors import AlreadyExists, NotFound, StreamgateError
 from replication.figures import link_statuses, replica_links
 from replication.models import Cluster, Job, ReplicaLink, Stream, Upstream
@@ -136,12 +136,10 @@ def free_replica(request: HttpRequest, text: str) -> str:
 def pickers(request: HttpRequest, form: dict[str, str]) -> dict[str, list[str]]:
     """The fields' choices: the current tenant's streams as sources; a path on each cluster
     for the replica, named as the source when one is typed."""
-    tenant = current_tenant(request)
-    streams = Stream.objects.restrict(request.user).filter(tenant=tenant)
     name = form["source"].rstrip("/").rsplit("/", 1)[-1] if form["source"].count("/") >= 3 \
         else ""
     clusters = Cluster.objects.order_by("name").values_list("name", flat=True)
-    return {"source_options": list(streams.order_by("path").values_list("path", flat=True)),
+    return {"source_options": tenant_stream_paths(request),
             "replica_options": [f"/mapr/{cluster}/{name}" for cluster in clusters]}
 
 

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from accounts.models import Tenant
+from replication.models import Stream
 
 SESSION_KEY = "streamgate_tenant"
 
@@ -36,6 +37,12 @@ def current_tenant(request: HttpRequest, tenants: list[Tenant] | None = None) ->
         if tenant.pk == chosen:
             return tenant
     return tenants[0] if tenants else None
+
+
+def tenant_stream_paths(request: HttpRequest) -> list[str]:
+    """The current tenant's streams the user may see, by path: what a path picker offers."""
+    return list(Stream.objects.restrict(request.user).filter(tenant=current_tenant(request))
+                .order_by("path").values_list("path", flat=True))
 
 
 def render_page(

@@ -140,6 +140,15 @@ def catalog(store: MessageStore) -> list[tuple[UUID, str, int]]:
     return [(s if isinstance(s, UUID) else UUID(bytes=s), t, n) for s, t, n in rows]
 
 
+def held_parts(store: MessageStore) -> list[tuple[UUID, str, int, int]]:
+    """(stream, topic, partition, logical bytes) of every partition the store holds."""
+    with store._reading() as conn:
+        where = " WHERE held" if _has_column(store, conn) else ""
+        rows = conn.execute(f"SELECT stream, topic, partition, bytes FROM partitions{where} "
+                            "ORDER BY stream, topic, partition").fetchall()
+    return [(s if isinstance(s, UUID) else UUID(bytes=s), t, p, int(b)) for s, t, p, b in rows]
+
+
 def load(store: MessageStore) -> tuple[int, int, int]:
     """(logical bytes, partitions, messages ever written) of what the store holds: what
     placement weighs a group by, and (sampled over time) its write rate."""

@@ -17,7 +17,7 @@ from replication.models.links import (
     link_is_stalled,
 )
 from replication.models.moving import GatewayLink, MovingLink, carried_topics
-from replication.models.placement import Placement, StoreGroup
+from replication.models.placement import Placement, Rebalance, StoreGroup
 from replication.models.schemas import (
     Compatibility,
     RegisteredSchema,
@@ -56,6 +56,7 @@ __all__ = [
     "ModeSwitch",
     "MovingLink",
     "Placement",
+    "Rebalance",
     "RegisteredSchema",
     "RegistryConfig",
     "RegistryMode",

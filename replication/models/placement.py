@@ -11,6 +11,7 @@ group, are read.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from replication.models.streams import Cluster, Stream
@@ -19,7 +20,7 @@ from replication.models.streams import Cluster, Stream
 class StoreGroup(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
-        DRAINING = "draining"  # takes no new partitions (moves, a later slice, empty it)
+        DRAINING = "draining"  # takes no new partitions; `cluster store drain` empties it
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="store_groups")
     name = models.CharField(max_length=63)
@@ -52,3 +53,52 @@ class Placement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}] on {self.group.name}"
+
+
+class Rebalance(models.Model):
+    """A run of partition moves over a cluster's store groups (`cluster store rebalance`, or
+    `cluster store drain` of `group`): its plan, made when asked, and its progress."""
+
+    class Kind(models.TextChoices):
+        REBALANCE = "rebalance"
+        DRAIN = "drain"
+
+    class State(models.TextChoices):
+        QUEUED = "QUEUED"
+        RUNNING = "RUNNING"
+        SUCCEEDED = "SUCCEEDED"
+        FAILED = "FAILED"
+
+    ACTIVE = (State.QUEUED, State.RUNNING)
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="rebalances")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    group = models.ForeignKey(StoreGroup, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    # [{path, stream, topic, partition, from, to, bytes}], in the order they run.
+    plan = models.JSONField(default=list, blank=True)
+    throttle = models.PositiveBigIntegerField(null=True, blank=True)  # bytes per second
+    moves_done = models.PositiveIntegerField(default=0)
+    bytes_total = models.PositiveBigIntegerField(default=0)
+    bytes_done = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self) -> str:
+        what = f"drain of {self.group.name}" if self.group_id else self.kind
+        return f"{what}@{self.cluster.name} #{self.pk}"
+
+    @property
+    def percent(self) -> int:
+        if self.bytes_total:
+            return min(100, self.bytes_done * 100 // self.bytes_total)
+        moves = len(self.plan)
+        return 100 if not moves else self.moves_done * 100 // moves

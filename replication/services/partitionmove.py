@@ -57,6 +57,7 @@ from replication.errors import Conflict, InvalidInput, NotFound
 from replication.models import Placement, StoreGroup, Stream, Topic
 from replication.services.clusters import _operator_only
 from replication.services.storegroups import LIST_HINT, groups_of
+from replication.signals import partition_moved
 
 # Readers with a cached placement look again within REFRESH_SECONDS: only then is the
 # source's copy deleted.
@@ -110,7 +111,10 @@ def _locked_move(view: placement.View, stream: Stream, topic: str, partition: in
                        f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
     started = time.monotonic()
     copied = _move(view, stream, topic, partition, source_name, target_group, pause)
-    return _row(partition, source_name, to, copied, time.monotonic() - started)
+    row = _row(partition, source_name, to, copied, time.monotonic() - started)
+    partition_moved.send(sender=Stream, stream=stream, actor=actor,
+                         details={"topic": topic, **row})
+    return row
 
 
 def _row(partition: int, source: str, to: str, copied: int, seconds: float) -> dict:

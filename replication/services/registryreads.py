@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -195,22 +195,27 @@ class SubjectSummary:
     latest_id: int
     schema_type: str
     compatibility: str
+    deleted: list[int] = field(default_factory=list)  # soft-deleted versions, when asked for
 
 
-def subject_summaries(tenant: Tenant) -> list[SubjectSummary]:
-    """The tenant's live subjects, by name: two queries whatever their number."""
-    rows: dict[str, list[tuple[int, int, str]]] = {}
-    for subject, version, schema_id, kind in subject_versions_of(tenant).values_list(
-            "subject", "version", "schema_id", "schema__schema_type"):
-        rows.setdefault(subject, []).append((version, schema_id, kind))
+def subject_summaries(tenant: Tenant, *, deleted: bool = False) -> list[SubjectSummary]:
+    """The tenant's live subjects, by name (with `deleted`, also their soft-deleted versions
+    and the subjects whose versions are all soft-deleted): two queries whatever their
+    number. The latest id and type are the latest live version's, else the latest's."""
+    rows: dict[str, list[tuple[int, int, str, bool]]] = {}
+    versions = SubjectVersion.objects.filter(tenant=tenant).order_by("subject", "version")
+    for subject, version, schema_id, kind, gone in (
+            versions if deleted else versions.filter(deleted=False)).values_list(
+            "subject", "version", "schema_id", "schema__schema_type", "deleted"):
+        rows.setdefault(subject, []).append((version, schema_id, kind, gone))
     own = dict(RegistryConfig.objects.filter(tenant=tenant).exclude(compatibility="")
                .values_list("subject", "compatibility"))
     default = own.get("", DEFAULT_COMPATIBILITY)
-    return [SubjectSummary(subject, [v for v, _, _ in found], found[-1][1], found[-1][2],
-                           own.get(subject, default))
-            for subject, found in sorted(rows.items())]
-
-
-def subject_versions_of(tenant: Tenant) -> Any:
-    return SubjectVersion.objects.filter(tenant=tenant, deleted=False).order_by("subject",
-                                                                                 "version")
+    summaries = []
+    for subject, found in sorted(rows.items()):
+        live = [row for row in found if not row[3]]
+        _, latest_id, kind, _ = (live or found)[-1]
+        summaries.append(SubjectSummary(subject, [v for v, *_ in live], latest_id, kind,
+                                        own.get(subject, default),
+                                        [v for v, *_, gone in found if gone]))
+    return summaries

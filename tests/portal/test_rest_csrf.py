@@ -86,7 +86,7 @@ VALUES = {"path": SF, "replica": NY, "upstream": SF, "source": SF, "src": SF, "d
           "cluster": "sanfrancisco", "gateways": "gw9", "consumergroup": "billing",
           "mechanism": "scram-sha-256", "password": "p", "tenant": "acme", "plan": "team",
           "subject": "users-value", "schema": '{"type": "string"}',
-          "url": "postgresql://postgres@127.0.0.1:5432/never_made"}
+          "url": "postgresql://postgres@127.0.0.1:5432/never_made", "partition": "0", "to": "s2"}
 SCHEMA = '{"type": "string"}'
 OWN_VALUES = {
     "stream/create": {"path": "/mapr/sanfrancisco/fresh"},
@@ -195,7 +195,7 @@ def test_the_issues_get_urls_change_nothing_and_the_same_options_over_post_do(wo
 
 
 # Reads only cluster operators may make (they name the stores' servers): read as one.
-OPERATOR_READS = {"cluster/store/list"}
+OPERATOR_READS = {"cluster/store/list", "cluster/store/rebalancestatus"}
 
 
 def reader(user: Any, auth: str) -> tuple[Client, dict[str, str]]:

@@ -14,10 +14,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from operations.storegroups import cluster_group
 from portal.rest import rows
 from portal.rest.commands.registry import Row, command
-from portal.rest.options import Int, Refused, Str
+from portal.rest.options import Bool, Int, Refused, Str
 from replication import services
 from replication.models import Cluster, Stream
-from replication.services import storegroups
+from replication.services import rebalance, storegroups
 from replication.services.clusters import MAX_COPIES, cluster_by_name
 
 # MapR's -cluster picks the source cluster whose gateway table to use; streamgate has one.
@@ -115,3 +115,33 @@ def store_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
                  "partitions, and for the last group (operators only).", changes=True)
 def store_remove(user: AbstractBaseUser, opts: dict[str, Any]) -> None:
     storegroups.store_group_remove(actor=user, cluster=opts["cluster"], name=opts["name"])
+
+
+DRYRUN = Bool("dryrun", "true: show the plan of moves and change nothing", default=False)
+THROTTLE = Int("throttle", "at most this many bytes moved per second (default: no limit)",
+               min=1)
+
+
+@command("cluster/store/rebalance", STORE_CLUSTER, DRYRUN, THROTTLE,
+         summary="Move partitions until the active store groups are within 10% of each other "
+                 "by bytes, in the background (operators only).", changes=True)
+def store_rebalance(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return [rebalance.rebalance_start(actor=user, cluster=opts["cluster"],
+                                      dryrun=opts["dryrun"], throttle=opts["throttle"])]
+
+
+@command("cluster/store/drain", STORE_CLUSTER,
+         Str("name", "the group to empty", required=True), DRYRUN, THROTTLE,
+         summary="Stop placing partitions on a store group and move every partition it holds "
+                 "to the others, in the background; then cluster store remove takes it "
+                 "(operators only).", changes=True)
+def store_drain(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return [rebalance.store_group_drain(actor=user, cluster=opts["cluster"], name=opts["name"],
+                                        dryrun=opts["dryrun"], throttle=opts["throttle"])]
+
+
+@command("cluster/store/rebalancestatus", STORE_CLUSTER,
+         summary="A cluster's rebalances and drains, newest first: state, moves and bytes done "
+                 "(operators only).", changes=False)
+def store_rebalance_status(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
+    return rebalance.rebalance_status(actor=user, cluster=opts["cluster"])

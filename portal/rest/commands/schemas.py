@@ -65,15 +65,12 @@ def candidate_of(opts: dict[str, Any]) -> registry.Candidate:
 def schema_list(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     access = access_of(user, opts)
     access.require("read", "reading the schema registry")
-    rows = [{"subject": s.subject, "versions": s.versions, "latestversion": s.versions[-1],
+    summaries = registryreads.subject_summaries(access.tenant, deleted=opts["deleted"])
+    return [{"subject": s.subject, "versions": s.versions, "latestversion": s.versions[-1],
              "id": s.latest_id, "type": s.schema_type, "compatibility": s.compatibility}
-            for s in registryreads.subject_summaries(access.tenant)]
-    if opts["deleted"]:
-        live = {row["subject"] for row in rows}
-        gone = (SubjectVersion.objects.filter(tenant=access.tenant, deleted=True)
-                .exclude(subject__in=live).values_list("subject", flat=True).distinct())
-        rows += [{"subject": s, "versions": [], "deleted": True} for s in sorted(set(gone))]
-    return rows
+            for s in summaries if s.versions] + [
+            {"subject": s.subject, "versions": [], "deleted": True}
+            for s in summaries if not s.versions]
 
 
 @command("schema/info", SUBJECT,

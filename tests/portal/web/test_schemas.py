@@ -5,11 +5,18 @@ listed nor reachable."""
 from __future__ import annotations
 
 import json
+import re
 
 from accounts.models import Role
 from operations.models import AuditEvent, Interface
 from replication.models import RegisteredSchema, RegistryConfig, SubjectVersion
-from replication.services.registry import Candidate, registry_config_set, schema_register
+from replication.services.registry import (
+    Candidate,
+    registry_config_set,
+    schema_register,
+    subject_delete,
+    version_delete,
+)
 from replication.services.registryreads import registry_access
 from tests.clients import signed_in
 from tests.portal.registry.helpers import USER, USER_REQUIRED_AGE, USER_V2
@@ -183,3 +190,33 @@ def test_a_viewer_gets_no_forms_and_is_refused_and_an_outsider_finds_nothing(
     assert mallory.post("/schemas/compatibility/", {"subject": "users-value",
                                                     "compatibility": "NONE"}).status_code == 404
     assert registry_rows() == before
+
+
+def test_soft_deleted_versions_and_subjects_show_when_asked_and_delete_for_good(owner):
+    """Soft-deleted versions leave the page until ?deleted=true (the registry API's word)
+    shows them, marked, with a link to delete them for good; a subject soft-deleted whole
+    is listed then too."""
+    register(owner, "users-value", USER)
+    register(owner, "users-value", USER_V2)
+    register(owner, "gone-value", USER)
+    access = registry_access(actor=owner)
+    version_delete(access=access, subject="users-value", version="1", permanent=False)
+    subject_delete(access=access, subject="gone-value", permanent=False)
+    client = signed_in(owner)
+    page = client.get("/schemas/").content.decode()
+    assert 'data-subject="gone-value"' not in page and 'id="show-deleted"' in page
+    assert '<td data-label="Versions" data-field="versions">2</td>' in page
+    shown = client.get("/schemas/?deleted=true").content.decode()
+    assert 'data-subject="gone-value"' in shown and 'id="hide-deleted"' in shown
+    assert re.search(r'data-field="versions">2; <span class="muted" data-field="deleted">'
+                     r'soft-deleted: 1</span>', shown)
+    assert 'href="/schemas/subjects/users-value/?deleted=true"' in shown
+    hidden = client.get("/schemas/subjects/users-value/").content.decode()
+    assert 'data-version="1"' not in hidden
+    detail = client.get("/schemas/subjects/users-value/?deleted=true").content.decode()
+    assert 'data-version="1" data-deleted="true"' in detail
+    assert "Delete version 1 for good" in detail and "&amp;version=1&amp;permanent=true" in detail
+    assert client.get("/schemas/subjects/gone-value/").status_code == 404
+    assert client.get("/schemas/subjects/gone-value/?deleted=true").status_code == 200
+    confirm = client.get("/schemas/delete/?subject=users-value&version=1&permanent=true")
+    assert 'name="permanent" value="true" checked' in confirm.content.decode()

@@ -92,3 +92,17 @@ def test_the_fields_offer_the_users_streams_and_a_path_on_each_cluster(
                         typed.content.decode(), re.S)[1]
     assert re.findall(r'value="([^"]+)"', replica) == ["/mapr/newyork/activity",
                                                       "/mapr/sanfrancisco/activity"]
+
+
+def test_the_jobs_form_offers_the_tenants_streams_for_both_paths(owner, activity, activity_ny,
+                                                                 theirs):
+    """The jobs form's source and destination pickers: the tenant's streams (never another
+    tenant's), on the page and again beside a refusal."""
+    for response in (signed_in(owner).get("/jobs/"),
+                     signed_in(owner).post("/jobs/start/", {"kind": "copystream",
+                                                           "source": theirs.path})):
+        page = response.content.decode()
+        for field in ("source", "destination"):
+            picker = re.search(rf'<datalist id="{field}-choices">(.*?)</datalist>', page, re.S)
+            assert re.findall(r'value="([^"]+)"', picker[1]) == [activity_ny.path, activity.path]
+            assert f'list="{field}-choices"' in page
