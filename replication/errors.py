@@ -144,6 +144,14 @@ class ServiceUnavailable(StreamgateError, errno=_errno.EAGAIN, http_status=503,
     retry_after = 5
 
 
+class PartitionMoving(ServiceUnavailable, kafka_error="not_leader_or_follower"):
+    """A write met a partition held by no store group for longer than the router retries: a
+    move's cut-over (issue 33), or one interrupted there until the move is run again. Nothing
+    was written; Kafka clients retry NOT_LEADER_OR_FOLLOWER, as after a leader change."""
+
+    retry_after = 1
+
+
 class QuotaExceeded(StreamgateError, errno=_errno.EAGAIN, http_status=429,
                     kafka_error="throttling_quota_exceeded"):
     """The tenant is over a quota an operator set (replication/quotas.py): nothing was done;

@@ -33,6 +33,7 @@ from replication.engine.store import (
     plan_partitions,
 )
 from replication.engine.storebase import MessageStore
+from replication.errors import PartitionMoving
 
 T = TypeVar("T")
 ATTEMPTS = 8
@@ -78,8 +79,12 @@ class GroupRouter:
             try:
                 return call(view, groups)
             except Exception as err:
-                if not fence.is_not_held(err) or attempt == ATTEMPTS - 1:
+                if not fence.is_not_held(err):
                     raise
+                if attempt == ATTEMPTS - 1:
+                    raise PartitionMoving(f"{fence.NOT_HELD} (topic {topic}, partitions "
+                                          f"{sorted(set(partitions))}): it is moving between "
+                                          "store groups; retry in a moment") from err
                 fresh = placement.refresh(self.cluster, view, force=True) or view
                 if fresh.version == view.version:
                     # Held nowhere under this placement: a move's cut-over between its source
@@ -284,6 +289,22 @@ class GroupRouter:
 
     def merge_cursors(self, stream: UUID, cursors: Sequence[Any]) -> dict:
         view = self.view()
+        for attempt in range(ATTEMPTS):
+            try:
+                return self._merge_cursors(view, stream, cursors)
+            except Exception as err:
+                # A partition moved away (the cursors' fence, engine/partitionmove.py): merges
+                # never move a cursor back, so the groups already merged take them again.
+                if not fence.is_not_held(err) or attempt == ATTEMPTS - 1:
+                    raise
+                time.sleep(min(BACKOFF * 2 ** attempt, 0.5))
+                view = placement.refresh(self.cluster, view, force=True) or view
+                for topic in {c[1] for c in cursors}:
+                    placement.hold(view, stream, topic)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _merge_cursors(view: placement.View, stream: UUID, cursors: Sequence[Any]) -> dict:
         by_group: dict[str, list] = defaultdict(list)
         for cursor in cursors:
             topic, partition = cursor[1], cursor[2]

@@ -18,12 +18,15 @@ only: the SQLite store is one file for one server, and a move is refused there.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
 
+from replication.engine.fence import NOT_HELD
 from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
 
@@ -31,7 +34,10 @@ from replication.engine.storebase import MessageStore
 STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors", "txn_ranges",
                 "compaction_state")
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
+MOVE_LOCK = 0x5367_4D76  # advisory lock key space: a partition's move, by its pid
 CHUNK_OFFSETS = 200_000
+CATCH_UP_PASSES = 4
+SMALL_TAIL = 5_000  # offsets: what the cut-over copies with the partition's writers waiting
 # A partition moved out of a store, not yet cleaned up there: fence.set_held never holds it
 # again (a router's repair from a placement that still names this store would otherwise undo
 # the cut-over, see the service's docstring), and a retried move finds what was left.
@@ -43,16 +49,55 @@ CREATE TABLE IF NOT EXISTS moved_out (
 """
 
 
+@contextmanager
+def move_lock(url: str, pid: int) -> Iterator[bool]:
+    """Whether this process moves the partition (`pid` in the store at `url`) alone: a session
+    advisory lock on a connection of its own, let go when the block ends or the process dies."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        yield bool(conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (MOVE_LOCK, pid)
+                                ).fetchone()[0])
+
+# A consumer's offset commit writes no partitions row, so the placement fence alone would let
+# a process with a stale placement commit to the group a partition just left (and the commit
+# be lost with its copy). This refuses a cursor write to a partition the store does not hold;
+# FOR KEY SHARE waits for a cut-over's lock of the row (FOR UPDATE) but not for appends.
+CURSOR_FENCE = f"""
+CREATE OR REPLACE FUNCTION sg_cursor_not_held() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT (SELECT held FROM partitions WHERE id = NEW.pid FOR KEY SHARE) THEN
+        RAISE EXCEPTION '{NOT_HELD}: consumer cursor of partition id %', NEW.pid
+            USING ERRCODE = 'SG001';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER sg_cursor_not_held BEFORE INSERT OR UPDATE ON consumer_cursors
+    FOR EACH ROW EXECUTE FUNCTION sg_cursor_not_held();
+"""
+
+
 def check_store(store: MessageStore) -> None:
     if store.DIALECT != "postgresql":
         raise StoreError("moving a partition needs PostgreSQL store groups: an embedded (SQLite) "
                          "store is one server, so there is nowhere to move to")
 
 
+def check_pair(source: MessageStore, target: MessageStore) -> None:
+    if source.KEEPS_BATCHES != target.KEEPS_BATCHES:
+        layouts = ["batches" if s.KEEPS_BATCHES else "rows" for s in (source, target)]
+        raise StoreError(f"the groups keep different store layouts ({layouts[0]} at the source, "
+                         f"{layouts[1]} at the target): convert the row-layout store to "
+                         "batches first (manage.py convertstores), then move")
+
+
 def ensure_marker_table(store: MessageStore) -> None:
+    """The marker table and the cursors' fence, once per store (looked at first: DDL waits
+    for every transaction on the tables)."""
     with store._writing() as conn:
         if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
             conn.execute(MOVED_OUT)
+        if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'sg_cursor_not_held'"
+                        ).fetchone() is None:
+            conn.execute(CURSOR_FENCE)
 
 
 def moved_out(store: MessageStore, pid: int) -> str | None:
@@ -96,7 +141,7 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
 def wipe(conn: psycopg.Connection, store: MessageStore, pid: int) -> None:
     """Every row of the partition in this store, and its counters back to an empty row's (the
     row itself stays: each store keeps a row for every partition of the cluster)."""
-    for table in (store.DATA_TABLE, *STATE_TABLES):  # type: ignore[attr-defined]
+    for table in (store.DATA_TABLE, *_state_tables(conn)):  # type: ignore[attr-defined]
         conn.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
                      (pid,))
     _set_counters(conn, pid, dict.fromkeys(ROW_COUNTERS, 0))
@@ -164,12 +209,18 @@ class _conn:
 
 def copy_history(source: MessageStore, target: MessageStore, spid: int, tpid: int,
                  chunk: int = CHUNK_OFFSETS) -> int:
-    """The bulk copy, without any lock: every message below the source's next offset as it is
-    now, a chunk of offsets a transaction. Returns the offset copied up to."""
-    low, end = marks(source, spid)
-    for start in range(low, end, chunk):
-        copy_range(source, target, spid, tpid, start, min(start + chunk, end))
-    return end
+    """The bulk copy, without any lock: every message below the source's next offset, a chunk
+    of offsets a transaction, then again what producers added meanwhile while that is more
+    than a small tail (the cut-over copies the rest with producers waiting). Returns the
+    offset copied up to."""
+    start, end = marks(source, spid)
+    for _ in range(CATCH_UP_PASSES):
+        for at in range(start, end, chunk):
+            copy_range(source, target, spid, tpid, at, min(at + chunk, end))
+        start, end = end, marks(source, spid)[1]
+        if end - start <= SMALL_TAIL:
+            break
+    return start
 
 
 def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[str], list[tuple]]:
@@ -182,7 +233,7 @@ def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[st
 
 def _copy_state(src: psycopg.Connection, dst: psycopg.Connection, spid: int,
                 tpid: int) -> None:
-    for table in STATE_TABLES:
+    for table in _state_tables(src):
         columns, rows = _state_rows(src, table, spid)
         dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(sql.Identifier(table)),
                     (tpid,))
@@ -195,7 +246,15 @@ def _copy_state(src: psycopg.Connection, dst: psycopg.Connection, spid: int,
                 sql.Identifier(table), names, marks_), [(tpid, *row) for row in rows])
 
 
+def _state_tables(conn: psycopg.Connection) -> list[str]:
+    """STATE_TABLES the store has (the row layout keeps no transactions or compaction)."""
+    return [t for t in STATE_TABLES
+            if conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()[0] is not None]
+
+
 def _compaction_seen(conn: psycopg.Connection, pid: int) -> tuple | None:
+    if "compaction_state" not in _state_tables(conn):
+        return None
     return conn.execute("SELECT runs, cleaned_end FROM compaction_state WHERE pid = %s",
                         (pid,)).fetchone()
 
@@ -219,6 +278,9 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
             "SELECT next_offset, low_offset, rows, bytes FROM partitions WHERE id = %s FOR "
             "UPDATE", (spid,)).fetchone(), strict=True))
         with target._writing() as dst:
+            # Held within this transaction only (cursors' fence, CURSOR_FENCE), not held again
+            # before its commit.
+            dst.execute("UPDATE partitions SET held = true WHERE id = %s", (tpid,))
             if _compaction_seen(src, spid) != compaction:  # batches rewritten since copied
                 dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(
                     sql.Identifier(table)), (tpid,))
@@ -227,9 +289,10 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
             dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} < %s").format(
                 sql.Identifier(table), sql.Identifier(key)), (tpid, counters["low_offset"]))
             copy_range(source, target, spid, tpid, max(copied_to, counters["low_offset"]),
-                              counters["next_offset"], source_conn=src, target_conn=dst)
+                       counters["next_offset"], source_conn=src, target_conn=dst)
             _copy_state(src, dst, spid, tpid)
             _set_counters(dst, tpid, counters)
+            dst.execute("UPDATE partitions SET held = false WHERE id = %s", (tpid,))
         src.execute("INSERT INTO moved_out (pid, target) VALUES (%s, %s) ON CONFLICT (pid) DO "
                     "UPDATE SET target = excluded.target", (spid, target_name))
         src.execute("UPDATE partitions SET held = false WHERE id = %s", (spid,))

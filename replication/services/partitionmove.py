@@ -34,9 +34,12 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    reads or writes (not held, not placed); a retried move of the partition to the group it
    is now on finishes that clean-up and reports the move.
 
+Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, installed on every
+group's store by the first move): a commit sent to the source by a process with a stale
+placement is refused as NOT_HELD and the router sends it to the target.
+
 Not in this slice: a move as a job with progress, rebalance, drain, Spark for large
-partitions, consumer-offset commits that a process with a stale placement sends to the
-source between the cut-over and its next placement refresh (at most REFRESH_SECONDS).
+partitions.
 """
 
 from __future__ import annotations
@@ -83,6 +86,23 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
         except StoreError as err:
             raise Conflict(str(err)) from err
         moving.ensure_marker_table(store)
+    source = view.stores[source_name]
+    pid = moving.pid_of(source, stream.uuid, topic, partition)
+    # One move of a partition at a time: a lock of the group holding it, on a connection of
+    # its own (a crash lets go), never a control-plane lock (invariant 14).
+    with moving.move_lock(view.urls[source_name], pid) as locked:
+        view = placement.refresh(cluster.name, view, force=True) or view
+        if not locked or (view.group_of(stream.uuid, topic, partition) or view.home) \
+                != source_name:
+            raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
+                           "already: wait for that move to finish, then see where it is with "
+                           "cluster store list", hint=LIST_HINT)
+        return _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+
+
+def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
+                 source_name: str, target_group: StoreGroup, pause: Pause | None) -> dict:
+    to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
         if finished is not None:  # a move interrupted after its commit point: now complete
@@ -142,6 +162,10 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
 def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
           target_group: StoreGroup, pause: Pause | None) -> int:
     source, target = view.stores[source_name], view.stores[target_group.name]
+    try:
+        moving.check_pair(source, target)
+    except StoreError as err:
+        raise Conflict(str(err), field="to") from err
     key = (stream.uuid, topic, partition)
     spid, tpid = moving.pid_of(source, *key), moving.pid_of(target, *key)
     if moving.is_held(target, tpid):

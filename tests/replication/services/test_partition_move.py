@@ -18,14 +18,23 @@ import pytest
 from django.db import connection
 
 from replication import placement
+from replication.engine import fence
+from replication.engine import partitionmove as moving
 from replication.engine.producers import ProducerBatch
 from replication.engine.store import Record
-from replication.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from replication.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PartitionMoving,
+    PermissionDenied,
+)
 from replication.models import Placement, StoreGroup
 from replication.services import partitionmove, topic_create
 from replication.services.messages import messages_consume, messages_produce, topic_watermarks
 from replication.services.partitionmove import partition_move
 from replication.stores import store_for
+from tests.replication.engine.test_batchstore import _transactional
 from tests.replication.services.test_storegroups import grow, held
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,6 +108,7 @@ def test_an_idle_partition_moves_with_its_history_cursors_and_producers(
     router.commit_cursor(activity.uuid, "g1", "clicks", 0, 5)
     state = router.producer_state(activity.uuid, "clicks", 0, 7)
     batches = rows_in(two[source], activity)
+    stale = placement.view_of(activity.cluster.name)
 
     row = partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
                          to=target)
@@ -125,6 +135,48 @@ def test_an_idle_partition_moves_with_its_history_cursors_and_producers(
     assert router.append(activity.uuid, "clicks", [Record(b"p3", partition=0)],
                          origin=activity.uuid, sequence=ProducerBatch(7, 0, 3, 1)) == [(0, 23)]
     assert held(two[target], activity)[("clicks", 0)] == 24
+    # A consumer's commit sent by a process with the old placement is refused at the source
+    # and lands at the target.
+    with pytest.raises(Exception, match=fence.NOT_HELD):
+        stale.stores[source].commit_cursor(activity.uuid, "g1", "clicks", 0, 8)
+    placement._views[activity.cluster.name] = stale
+    placement._checked[activity.cluster.name] = time.monotonic()
+    router.commit_cursor(activity.uuid, "g1", "clicks", 0, 9)
+    assert router.fetch_cursor(activity.uuid, "g1", "clicks", 0) == 9
+    placement._views[activity.cluster.name] = stale  # replicated cursors, the same way
+    placement._checked[activity.cluster.name] = time.monotonic()
+    router.merge_cursors(activity.uuid, [("g2", "clicks", 0, 4)])
+    assert router.fetch_cursor(activity.uuid, "g2", "clicks", 0) == 4
+    assert rows_in(two[source], activity, "consumer_cursors") == 0
+
+
+def test_transactions_and_a_purged_prefix_move_with_the_partition(operator, activity, two):
+    router, key = store_for(activity.cluster), (activity.uuid, "clicks", 0)
+    router.append_batches(*key[:2], {0: _transactional(3, 41, 0)}, origin=activity.uuid)
+    router.write_marker(*key, producer_id=41, epoch=0, commit=False, origin=activity.uuid)
+    router.append_batches(*key[:2], {0: _transactional(2, 41, 3)}, origin=activity.uuid)
+    router.append_batches(*key[:2], {0: _transactional(2, 42, 0)}, origin=activity.uuid)
+    router.write_marker(*key, producer_id=41, epoch=0, commit=True, origin=activity.uuid)
+    while router.trim(*key, 4):  # `stream purge` below offset 4: a prefix of whole batches
+        pass
+    marks = router.watermarks(*key[:2])[0]
+    assert marks[0] > 0
+    seen = router.txn_view(*key, 0, marks[1])
+    assert seen.stable == 6  # 42's transaction is open from offset 6
+    source = where(activity)
+
+    partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                   to=other(two, source))
+
+    assert router.watermarks(*key[:2])[0] == marks
+    assert router.txn_view(*key, 0, marks[1]) == seen
+    assert router.open_transactions(*key[:2], [0]) == {0: [(42, 6)]}
+    # The open transaction completes at the new group, once.
+    at = router.write_marker(*key, producer_id=42, epoch=0, commit=True, origin=activity.uuid)
+    assert at == marks[1]
+    assert router.write_marker(*key, producer_id=42, epoch=0, commit=True,
+                               origin=activity.uuid) is None
+    assert router.txn_view(*key, 0, at + 1).stable == at + 1
 
 
 class Producer(threading.Thread):
@@ -195,6 +247,12 @@ def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity, two
         args = dict(actor=operator, stream=activity, topic="clicks", partition=0) | given
         with pytest.raises(error, match=text):
             partition_move(**args)
+    store = placement.view_of(activity.cluster.name).stores[source]
+    with moving.move_lock(two[source], moving.pid_of(store, activity.uuid, "clicks", 0)) as mine:
+        assert mine
+        with pytest.raises(Conflict, match="is being moved already: wait for that move"):
+            partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                           to=target)
     StoreGroup.objects.filter(name=target).update(state=StoreGroup.State.DRAINING)
     with pytest.raises(Conflict, match="draining and takes no partitions"):
         partition_move(actor=operator, stream=activity, topic="clicks", partition=0, to=target)
@@ -260,7 +318,10 @@ def test_a_move_killed_at_any_stage_leaves_one_group_and_completes_when_retried(
     # where placed.
     assert holders == ([placed] if stage == "copied" else [])
     assert values_at_0(owner, activity) == [b"a%d" % i for i in range(50)]
-    if stage != "cut":
+    if stage == "cut":
+        with pytest.raises(PartitionMoving, match="moving between store groups; retry"):
+            produce(owner, activity, [b"refused"])
+    else:
         assert produce(owner, activity, [b"b"]) == [(0, 50)]
         assert [n for n, url in two.items() if holds(url, activity)] == [placed]
 
