@@ -97,7 +97,10 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
             raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
                            "already: wait for that move to finish, then see where it is with "
                            "cluster store list", hint=LIST_HINT)
-        return _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+        row = _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+    partition_moved.send(sender=Stream, stream=stream, actor=actor,
+                         details={"topic": topic, **row})
+    return row
 
 
 def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
@@ -111,10 +114,7 @@ def _locked_move(view: placement.View, stream: Stream, topic: str, partition: in
                        f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
     started = time.monotonic()
     copied = _move(view, stream, topic, partition, source_name, target_group, pause)
-    row = _row(partition, source_name, to, copied, time.monotonic() - started)
-    partition_moved.send(sender=Stream, stream=stream, actor=actor,
-                         details={"topic": topic, **row})
-    return row
+    return _row(partition, source_name, to, copied, time.monotonic() - started)
 
 
 def _row(partition: int, source: str, to: str, copied: int, seconds: float) -> dict:
