@@ -97,11 +97,13 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
             raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
                            "already: wait for that move to finish, then see where it is with "
                            "cluster store list", hint=LIST_HINT)
-        return _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+        return _locked_move(actor, view, stream, topic, partition, source_name, target_group,
+                            pause)
 
 
-def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
-                 source_name: str, target_group: StoreGroup, pause: Pause | None) -> dict:
+def _locked_move(actor: AbstractBaseUser, view: placement.View, stream: Stream, topic: str,
+                 partition: int, source_name: str, target_group: StoreGroup,
+                 pause: Pause | None) -> dict:
     to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
