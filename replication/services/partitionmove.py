@@ -66,10 +66,11 @@ Pause = Callable[[str], None]
 
 
 def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, partition: int,
-                   to: str, pause: Pause | None = None) -> dict:
+                   to: str, pause: Pause | None = None, defer_cleanup: bool = False) -> dict:
     """Move the partition to group `to`; the result row {partition, from, to, messagesCopied,
     seconds}. `pause(stage)` is called after "copied", "cut" and "switched" (tests crash the
-    process there)."""
+    process there). `defer_cleanup`: return at once after the switch, leaving the source's
+    copy for `clean_up_moved` (a rebalance waits one refresh for all its moves, not each)."""
     _operator_only(actor, "move partitions")
     cluster = stream.cluster
     target_group = _target(stream, topic, partition, to)
@@ -97,14 +98,16 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
             raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
                            "already: wait for that move to finish, then see where it is with "
                            "cluster store list", hint=LIST_HINT)
-        row = _locked_move(view, stream, topic, partition, source_name, target_group, pause)
+        row = _locked_move(view, stream, topic, partition, source_name, target_group, pause,
+                           defer_cleanup)
     partition_moved.send(sender=Stream, stream=stream, actor=actor,
                          details={"topic": topic, **row})
     return row
 
 
 def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
-                 source_name: str, target_group: StoreGroup, pause: Pause | None) -> dict:
+                 source_name: str, target_group: StoreGroup, pause: Pause | None,
+                 defer_cleanup: bool) -> dict:
     to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
@@ -113,7 +116,8 @@ def _locked_move(view: placement.View, stream: Stream, topic: str, partition: in
         raise Conflict(f"partition {partition} of {stream.path}:{topic} is already on store "
                        f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
     started = time.monotonic()
-    copied = _move(view, stream, topic, partition, source_name, target_group, pause)
+    copied = _move(view, stream, topic, partition, source_name, target_group, pause,
+                   defer_cleanup)
     return _row(partition, source_name, to, copied, time.monotonic() - started)
 
 
@@ -160,7 +164,7 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
 
 
 def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
-          target_group: StoreGroup, pause: Pause | None) -> int:
+          target_group: StoreGroup, pause: Pause | None, defer_cleanup: bool) -> int:
     source, target = view.stores[source_name], view.stores[target_group.name]
     try:
         moving.check_pair(source, target)
@@ -183,9 +187,30 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
     _pause(pause, "switched")
     view = placement.refresh(stream.cluster.name, None, force=True) or view
     placement.hold(view, stream.uuid, topic)
-    time.sleep(CLEANUP_GRACE)
-    moving.clean_up(source, spid)
+    if not defer_cleanup:
+        time.sleep(CLEANUP_GRACE)
+        moving.clean_up(source, spid)
     return messages
+
+
+def clean_up_moved(stream: Stream, topic: str, partition: int) -> bool:
+    """Delete what finished moves of the partition left in the groups it left (none while a
+    move of it runs); call it a placement refresh (CLEANUP_GRACE) after the move. Whether
+    anything was left."""
+    view = placement.refresh(stream.cluster.name, None, force=True)
+    if view is None or not Topic.objects.filter(stream=stream, name=topic).exists():
+        return False  # a dropped topic's rows went with it
+    placed = view.group_of(stream.uuid, topic, partition) or view.home
+    found = False
+    for name, store in view.stores.items():
+        pid = moving.pid_of(store, stream.uuid, topic, partition)
+        if name == placed or moving.moved_out(store, pid) is None:
+            continue
+        with moving.move_lock(view.urls[name], pid) as alone:
+            if alone:
+                moving.clean_up(store, pid)
+                found = True
+    return found
 
 
 def _switch(stream: Stream, topic: str, partition: int, group: StoreGroup) -> None:

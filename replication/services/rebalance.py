@@ -24,8 +24,9 @@ from replication.engine import fence
 from replication.errors import Conflict, InvalidInput, NotFound
 from replication.models import Cluster, Rebalance, StoreGroup, Stream
 from replication.rebalance import Move, Part, plan_drain, plan_rebalance
+from replication.services import partitionmove
 from replication.services.clusters import _operator_only, cluster_by_name
-from replication.services.partitionmove import partition_move
+from replication.services.partitionmove import clean_up_moved, partition_move
 from replication.services.storegroups import LIST_HINT, groups_of
 from replication.signals import rebalance_submitted
 from replication.stores import group_store
@@ -177,15 +178,26 @@ def _run_moves(run: Rebalance) -> None:
         raise Conflict("the operator who asked for this run is no longer one: ask again")
     started, moved = time.monotonic(), 0
     for row in run.plan[run.moves_done:]:
-        stream = Stream.objects.select_related("cluster").filter(uuid=row["stream"]).first()
+        stream = _stream_of(row)
         if stream is not None and _placed_on(run.cluster, stream, row) != row["to"]:
             partition_move(actor=actor, stream=stream, topic=row["topic"],
-                           partition=row["partition"], to=row["to"])
+                           partition=row["partition"], to=row["to"], defer_cleanup=True)
         moved += row["bytes"]  # a dropped topic's bytes count as done: nothing left to move
         Rebalance.objects.filter(pk=run.pk).update(moves_done=F("moves_done") + 1,
                                                    bytes_done=F("bytes_done") + row["bytes"])
         if run.throttle:  # at most `throttle` bytes a second, over the run
             time.sleep(max(0.0, moved / run.throttle - (time.monotonic() - started)))
+    # The sources' copies, once readers with a cached placement have moved over: one wait
+    # for the run (a redelivered run cleans up what its dead worker's moves left, too).
+    time.sleep(partitionmove.CLEANUP_GRACE)
+    for row in run.plan:
+        stream = _stream_of(row)
+        if stream is not None:
+            clean_up_moved(stream, row["topic"], row["partition"])
+
+
+def _stream_of(row: dict[str, Any]) -> Stream | None:
+    return Stream.objects.select_related("cluster").filter(uuid=row["stream"]).first()
 
 
 def _placed_on(cluster: Cluster, stream: Stream, row: dict[str, Any]) -> str | None:

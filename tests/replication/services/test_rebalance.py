@@ -6,6 +6,7 @@ and change nothing; a run redelivered after its worker died goes on where it sto
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from operations.models import AuditEvent
@@ -112,6 +113,15 @@ def test_a_drained_group_ends_empty_takes_nothing_new_and_is_removed(operator, o
     assert len(messages_consume(actor=owner, stream=activity, topic="fresh", partition=2)) == 1
 
 
+def stored_in(url: str, stream, partition: int) -> int:  # type: ignore[no-untyped-def]
+    """Batches of clicks[partition] in the group's database, held or not."""
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM batches b JOIN partitions p ON p.id = b.pid WHERE "
+            "p.stream = %s AND p.topic = 'clicks' AND p.partition = %s",
+            (stream.uuid, partition)).fetchone()[0]
+
+
 def run_state(run: Rebalance) -> str:
     assert run.error == "", run.error
     return run.state
@@ -121,23 +131,28 @@ def test_a_run_redelivered_after_its_worker_died_goes_on_where_it_stopped(
         operator, owner, activity, settings):
     settings.CELERY_TASK_ALWAYS_EAGER = False  # no worker: this test runs it by hand
     grow(operator, activity.cluster)
+    groups = {"s1": activity.cluster.store_url, "s2": group_url(activity.cluster, "s2")}
     fill(owner, activity, "clicks", [500, 500, 500, 500])
-    store_group_add(actor=operator, cluster=activity.cluster.name, name="s2",
-                    url=group_url(activity.cluster, "s2"))
+    store_group_add(actor=operator, cluster=activity.cluster.name, name="s2", url=groups["s2"])
     run = Rebalance.objects.create(cluster=activity.cluster, kind=Rebalance.Kind.REBALANCE,
                                    requested_by=operator, state=Rebalance.State.RUNNING,
                                    plan=rebalance_start(actor=operator, dryrun=True,
                                                         cluster=activity.cluster.name)["moves"])
     first = run.plan[0]
-    # The dead worker moved the first partition but never counted it.
+    # The dead worker moved the first partition (its source's copy left for the run's end)
+    # but never counted it.
     partition_move(actor=operator, stream=activity, topic="clicks",
-                   partition=first["partition"], to=first["to"])
+                   partition=first["partition"], to=first["to"], defer_cleanup=True)
+    assert stored_in(groups["s1"], activity, first["partition"]) > 0
     assert rebalance_run(rebalance_id=run.pk) == Rebalance.State.SUCCEEDED
     run.refresh_from_db()
     assert run.moves_done == len(run.plan) == 2
     assert planning.balanced(group_bytes(activity.cluster))
     assert rebalance_run(rebalance_id=run.pk) == Rebalance.State.SUCCEEDED  # again: nothing
     assert AuditEvent.objects.filter(action="move").count() == 2
+    for row in run.plan:  # every source's copy deleted at the run's end, the dead one's too
+        assert stored_in(groups["s1"], activity, row["partition"]) == 0
+        assert stored_in(groups["s2"], activity, row["partition"]) > 0
 
 
 def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity):
