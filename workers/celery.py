@@ -25,6 +25,9 @@ app.conf.beat_schedule = {
     # Log compaction of compacted topics (issue 31): a pass only rewrites what became dirty.
     "compact-streams": {"task": "workers.tasks.compact_streams_task", "schedule": 60.0,
                         "options": {"expires": 60.0}},
+    # Partitions whose move died between its cut-over and its switch take writes again.
+    "recover-moves": {"task": "workers.tasks.recover_moves_task", "schedule": 30.0,
+                      "options": {"expires": 30.0}},
     # Bulk jobs whose worker died are run again (idempotent) once their record stops moving.
     "resume-jobs": {"task": "workers.tasks.resume_jobs_task", "schedule": 60.0},
     # Lag over time for the portal's charts; a run that waited past the next one is dropped.

@@ -9,12 +9,14 @@ import structlog
 from celery import shared_task
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count
 
 from operations.throughput import throughput_record
 from replication.lag_history import gateways_record, lag_record
-from replication.models import Stream
+from replication.models import Cluster, Stream
 from replication.services.compaction import compacted_streams, stream_compact
 from replication.services.jobs import jobs_stale
+from replication.services.partitionmove import moves_recover
 from replication.services.purge import stream_expire
 from replication.services.rebalance import rebalance_run
 from replication.services.verify import links_verify_due
@@ -122,6 +124,14 @@ def rebalance_task(rebalance_id: int) -> str:
     """Runs a store group rebalance or drain; a redelivery (its worker died) goes on from the
     first move not done."""
     return rebalance_run(rebalance_id=rebalance_id)
+
+
+@shared_task(name="workers.tasks.recover_moves_task")
+def recover_moves_task() -> int:
+    """Beat's sweep: partitions whose move died between its cut-over and its switch take
+    writes again at their source (replication/services/partitionmove.py moves_recover)."""
+    clusters = Cluster.objects.annotate(groups=Count("store_groups")).filter(groups__gte=2)
+    return sum(moves_recover(cluster) for cluster in clusters)
 
 
 def job_enqueue(job_id: int) -> None:

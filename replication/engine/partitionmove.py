@@ -109,6 +109,17 @@ def moved_out(store: MessageStore, pid: int) -> str | None:
     return row[0] if row else None
 
 
+def marked(store: MessageStore) -> list[tuple[int, UUID, str, int]]:
+    """(pid, stream, topic, partition) of every partition moved out of the store and not yet
+    cleaned up there."""
+    with store._reading() as conn:
+        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
+            return []
+        rows = conn.execute("SELECT m.pid, p.stream, p.topic, p.partition FROM moved_out m "
+                            "JOIN partitions p ON p.id = m.pid ORDER BY m.pid").fetchall()
+    return [(pid, s if isinstance(s, UUID) else UUID(bytes=s), t, p) for pid, s, t, p in rows]
+
+
 def pid_of(store: MessageStore, stream: UUID, topic: str, partition: int) -> int:
     with store._reading() as conn:
         return store._pid(conn, stream, topic, partition)

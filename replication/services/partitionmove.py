@@ -54,7 +54,7 @@ from replication import placement
 from replication.engine import partitionmove as moving
 from replication.engine.store import StoreError
 from replication.errors import Conflict, InvalidInput, NotFound
-from replication.models import Placement, StoreGroup, Stream, Topic
+from replication.models import Cluster, Placement, StoreGroup, Stream, Topic
 from replication.services.clusters import _operator_only
 from replication.services.storegroups import LIST_HINT, groups_of
 from replication.signals import partition_moved
@@ -225,3 +225,24 @@ def _switch(stream: Stream, topic: str, partition: int, group: StoreGroup) -> No
 def _pause(pause: Pause | None, stage: str) -> None:
     if pause is not None:
         pause(stage)
+
+
+def moves_recover(cluster: Cluster) -> int:
+    """Give back to their source the partitions whose move died between its cut-over and its
+    switch (step 3 of the docstring: placed there, held nowhere, so taking no writes until the
+    move ran again): Celery beat's sweep. A partition whose move is running (its lock taken)
+    is left alone. How many were given back."""
+    view = placement.refresh(cluster.name, placement.view_of(cluster.name), force=True)
+    if view is None:
+        return 0
+    given = 0
+    for name, store in view.stores.items():
+        for pid, stream, topic, partition in moving.marked(store):
+            with moving.move_lock(view.urls[name], pid) as alone:
+                view = placement.refresh(cluster.name, view, force=True) or view
+                if not alone or (view.group_of(stream, topic, partition) or view.home) != name:
+                    continue  # its move runs, or it switched: its clean-up is the move's
+                moving.unmark(store, pid)
+                placement.hold(view, stream, topic)
+                given += 1
+    return given

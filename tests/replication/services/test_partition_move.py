@@ -36,6 +36,7 @@ from replication.services.partitionmove import partition_move
 from replication.stores import store_for
 from tests.replication.engine.test_batchstore import _transactional
 from tests.replication.services.test_storegroups import grow, held
+from workers.tasks import recover_moves_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[3]
@@ -336,3 +337,24 @@ def test_a_move_killed_at_any_stage_leaves_one_group_and_completes_when_retried(
     assert held(two[target], activity)[("clicks", 0)] == len(stored)
     assert ("clicks", 0) not in held(two[source], activity)
     assert rows_in(two[source], activity) == 0
+
+
+def test_the_sweep_gives_a_partition_cut_over_by_a_dead_move_back_to_its_source(
+        operator, owner, activity, two):
+    """A move killed between its cut-over and its switch leaves the partition writable
+    nowhere; beat's sweep (not a person running the move again) gives it back to its source,
+    and leaves alone a partition whose move is running (its lock taken)."""
+    produce(owner, activity, [b"a%d" % i for i in range(10)])
+    source = where(activity)
+    crash_move(operator, activity, other(two, source), "cut")
+    placement.forget()
+    view = placement.view_of(activity.cluster.name)
+    store = view.stores[source]
+    [(pid, *_)] = moving.marked(store)
+    with moving.move_lock(view.urls[source], pid) as alone:
+        assert alone and partitionmove.moves_recover(activity.cluster) == 0  # "running"
+    assert recover_moves_task() == 1
+    assert moving.marked(store) == [] and where(activity) == source
+    assert produce(owner, activity, [b"b"]) == [(0, 10)]
+    assert values_at_0(owner, activity) == [b"a%d" % i for i in range(10)] + [b"b"]
+    assert recover_moves_task() == 0
