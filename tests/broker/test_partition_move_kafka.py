@@ -1,7 +1,8 @@
 """A partition moves between store groups (issue 33) under a librdkafka idempotent producer
-writing to it through the listener: every acknowledged message is stored once, in the order
-sent, offsets continuing across the cut-over (the listener's stale placement costs a
-retriable error at most), and the partition's history is read from the new group."""
+writing to it through the listener and a consumer group reading it: every acknowledged
+message is stored once, in the order sent, offsets continuing across the cut-over (the
+listener's stale placement costs a retriable error at most), the group's consumer reads each
+once, in order, without an error, and the partition's history is read from the new group."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from replication.models import Placement
 from replication.services import partitionmove
@@ -52,13 +53,40 @@ class Sender(threading.Thread):
         assert self.producer.flush(60) == 0
 
 
+class Reader(threading.Thread):
+    """A consumer of group `movers` subscribed to the topic, reading until stopped."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({**config, "group.id": "movers",
+                                  "auto.offset.reset": "earliest"})
+        self.read: list[tuple[int, bytes]] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.consumer.subscribe([NAME])
+        try:
+            while not self.stop.is_set():
+                msg = self.consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    self.errors.append(str(msg.error()))
+                elif msg.partition() == 0:
+                    self.read.append((msg.offset(), msg.value()))
+        finally:
+            self.consumer.close()
+
+
 def test_a_partition_moves_under_an_idempotent_kafka_producer(grouped, kafka, operator,  # noqa: F811
                                                               monkeypatch):
     monkeypatch.setattr(partitionmove, "CLEANUP_GRACE", 2.5)
     stream, groups = grouped
     source = Placement.objects.get(stream=stream, topic="orders", partition=0).group.name
     target = next(n for n in groups if n != source)
-    sender = Sender(kafka.confluent())
+    sender, reader = Sender(kafka.confluent()), Reader(kafka.confluent())
+    reader.start()
     sender.start()
     try:
         while len(sender.acked) < 2000:
@@ -73,6 +101,13 @@ def test_a_partition_moves_under_an_idempotent_kafka_producer(grouped, kafka, op
         sender.join(90)
     assert not sender.is_alive()
     assert sender.errors == []
+    deadline = time.monotonic() + 60
+    while len(reader.read) < sender.sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reader.stop.set()
+    reader.join(30)
+    assert reader.errors == []
+    assert reader.read == sorted(sender.acked)  # each once, in order, across the move
     assert row["from"] == source and row["to"] == target and row["messagesCopied"] >= 2000
     acked = sorted(sender.acked)
     assert len(acked) == sender.sent
