@@ -43,6 +43,7 @@ class UsageRow:
     day: dt.date
     path: str
     figures: dict[str, int] = field(default_factory=dict)
+    stream_uuid: UUID | None = None
 
     def cells(self) -> list[object]:
         return [self.day.isoformat(), self.path, *(self.figures.get(c, 0) for c in COLUMNS[2:])]
@@ -129,24 +130,45 @@ def _add(day: dt.date, tenant: Tenant, stream: Stream, grown: dict[str, int],
 def usage_rows(*, tenant: Tenant, days: int) -> list[UsageRow]:
     """The tenant's rows of the last `days` days, newest first, today's with the live growth
     since the last rollup and the bytes stored now."""
+    return with_live(tenant, usage_keys(tenant=tenant, days=days))
+
+
+def usage_keys(*, tenant: Tenant, days: int) -> list[UsageRow]:
+    """The rows `usage_rows` returns, in the same order (newest day first, then path), with the
+    saved figures only: today's live growth is not read yet. A page cuts its rows from these
+    and passes only them to `with_live`, so the live figures are read for one page's streams,
+    not all of the tenant's (issue 34). Every stream has a row of today, saved or not."""
     today = timezone.now().date()
     saved = UsageDay.objects.filter(tenant=tenant, day__gt=today - dt.timedelta(days=days))
     rows = {(r.day, r.stream_uuid): UsageRow(r.day, r.path, {c: getattr(r, c)
-                                                             for c in COLUMNS[2:]})
+                                                             for c in COLUMNS[2:]},
+                                             r.stream_uuid)
             for r in saved}
-    for stream_uuid, row in _today(tenant).items():
-        kept = rows.setdefault((today, stream_uuid), UsageRow(today, row.path, {}))
+    for stream_uuid, path in Stream.objects.filter(tenant=tenant).values_list("uuid", "path"):
+        rows.setdefault((today, stream_uuid), UsageRow(today, path, {}, stream_uuid))
+    return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.path))
+
+
+def with_live(tenant: Tenant, rows: list[UsageRow]) -> list[UsageRow]:
+    """`rows` (from `usage_keys`) with today's added the live growth of their streams since
+    their last rollup and the bytes stored now; only these rows' streams are read."""
+    today = timezone.now().date()
+    todays = {r.stream_uuid: r for r in rows if r.day == today and r.stream_uuid is not None}
+    for stream_uuid, row in _today(tenant, list(todays)).items():
+        kept = todays[stream_uuid]
         for key, value in row.figures.items():
             if key == "stored_bytes":
                 kept.figures[key] = value
             else:
                 kept.figures[key] = kept.figures.get(key, 0) + value
-    return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.path))
+    return rows
 
 
-def _today(tenant: Tenant) -> dict[UUID, UsageRow]:
-    """The live growth of each stream of the tenant since its last rollup (not saved)."""
-    streams = list(Stream.objects.filter(tenant=tenant).select_related("cluster"))
+def _today(tenant: Tenant, uuids: list[UUID]) -> dict[UUID, UsageRow]:
+    """The live growth of the tenant's streams `uuids` since their last rollup (not saved)."""
+    if not uuids:
+        return {}
+    streams = list(Stream.objects.filter(tenant=tenant, uuid__in=uuids).select_related("cluster"))
     if not streams:
         return {}
     today, epoch = timezone.now().date(), _epoch()

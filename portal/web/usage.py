@@ -11,7 +11,7 @@ import csv
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 
-from operations.usage import COLUMNS, UsageRow, usage_rows
+from operations.usage import COLUMNS, UsageRow, usage_keys, usage_rows, with_live
 from portal.web.paging import paged
 from portal.web.tenancy import current_tenant, render_page
 from replication.plans import plan_use
@@ -40,8 +40,14 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 def _page(request: HttpRequest, days: int) -> dict[str, object]:
-    shown = paged(request, _rows(request, days))
-    return {"rows": shown["page"], "pager": shown["pager"]}
+    """One page of rows: cut first (order is day then path, never a live figure), then today's
+    live figures read for the page's streams only (issue 34)."""
+    tenant = current_tenant(request)
+    if tenant is None:
+        shown = paged(request, [])
+        return {"rows": shown["page"], "pager": shown["pager"]}
+    shown = paged(request, usage_keys(tenant=tenant, days=days))
+    return {"rows": with_live(tenant, list(shown["page"])), "pager": shown["pager"]}
 
 
 @login_required

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 
 import pytest
 from django.core.cache import cache
@@ -16,8 +17,9 @@ from django.utils import timezone
 from accounts.models import Plan
 from operations.models import UsageDay
 from operations.tasks import rollup_tenant_usage_task, rollup_usage_task
-from operations.usage import COLUMNS, EPOCH_KEY
+from operations.usage import COLUMNS, EPOCH_KEY, usage_keys, usage_rows, with_live
 from replication.engine import Record
+from replication.models import Stream
 from replication.services.messages import messages_consume, messages_produce
 from replication.stores import store_for
 from tests.factories import replicated_clicks
@@ -140,3 +142,39 @@ def test_an_outsider_sees_none_of_another_tenants_usage(traffic, outsider, activ
 def test_an_anonymous_visitor_is_sent_to_sign_in(db):
     response = Client().get("/usage.csv")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_live_figures_are_read_for_the_given_rows_streams_only_and_match_the_whole(
+        traffic, activity, activity_ny):
+    """The usage page cuts its page from usage_keys and reads today's live figures for that
+    page's streams only (issue 34); those figures are the ones the whole table (CSV) has."""
+    whole = {(r.day, r.path): r.figures for r in usage_rows(tenant=traffic, days=7)}
+    keys = usage_keys(tenant=traffic, days=7)
+    assert [(r.day, r.path) for r in keys] == list(whole)  # same rows, same order
+    assert all(r.figures == {} for r in keys)  # nothing live read yet
+    source = [r for r in keys if r.path == activity.path]
+    with_live(traffic, source)
+    assert source[0].figures == whole[(source[0].day, activity.path)]
+    assert source[0].figures["produced_messages"] == 4
+    replica = next(r for r in keys if r.path == activity_ny.path)
+    assert replica.figures == {}  # not on the "page": not read
+
+
+def test_each_usage_page_shows_the_whole_tables_rows_with_their_live_figures(
+        traffic, owner, activity, sanfrancisco):
+    """Paging cuts before the live figures are read: every row is on one page, in the CSV's
+    order, with the CSV's figures."""
+    Stream.objects.bulk_create(
+        Stream(path=f"/mapr/{sanfrancisco.name}/s{i:03d}", cluster=sanfrancisco,
+               name=f"s{i:03d}", tenant=traffic, created_by=owner, adminperm="u:alice")
+        for i in range(110))
+    client = _client(owner)
+    shown = []
+    for page in (1, 2):
+        html = client.get(f"/usage/?days=7&page={page}").content.decode()
+        shown += re.findall(r'<tr data-path="([^"]+)"', html)
+    rows = list(csv.reader(io.StringIO(client.get("/usage.csv?days=7").content.decode())))
+    assert shown == [r[1] for r in rows[1:]] and len(shown) == 112
+    first = client.get("/usage/?days=7").content.decode()
+    assert f'data-path="{activity.path}"' in first
+    assert 'data-field="produced_messages">4<' in first
