@@ -14,7 +14,7 @@ from operations.models import AuditEvent
 from replication.engine.store import Record
 from replication.groups.board import Placement, group_key, publish, snapshot
 from replication.groups.model import GroupView, MemberView
-from replication.models import KafkaGroup
+from replication.models import KafkaGroup, Stream
 from replication.services import replica_add, topic_create, upstream_add
 from replication.services.cursors import cursor_commit
 from replication.services.groups import group_offsets_reset
@@ -326,3 +326,24 @@ def test_the_groups_page_links_each_stream_to_its_reset_form_with_the_group_fill
     assert f'href="{link}"' in row
     page = client.get(link.split("#")[0]).content.decode()
     assert 'name="group" list="group-names" value="billing"' in page
+
+
+def test_the_groups_page_queries_do_not_grow_with_the_tenants_streams(
+        owner, activity, sanfrancisco, clicks, django_assert_max_num_queries):
+    """Issue 34: 200 more streams without cursors add no query (the streams are read once,
+    the clusters once, and only a stream with cursors is read further)."""
+    cursor_commit(actor=owner, stream=activity, group="billing", topic="clicks", partition=0,
+                  offset=8)
+    client = signed_in(owner)
+    client.get("/groups/")  # the session and the caches warm
+    with django_assert_max_num_queries(20) as few:
+        client.get("/groups/")
+    Stream.objects.bulk_create(
+        Stream(path=f"/mapr/{sanfrancisco.name}/s{i:03d}", cluster=sanfrancisco,
+               name=f"s{i:03d}", tenant=activity.tenant, created_by=owner,
+               adminperm="u:alice") for i in range(200))
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = client.get("/groups/").content.decode()
+    billing = tenant_row(page, "billing")
+    assert 'data-field="lag">2<' in billing  # clicks:0, the one partition committed
+    assert f'href="/streams/{activity.pk}/groups/"' in billing and "/s000/" not in page
