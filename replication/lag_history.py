@@ -16,8 +16,10 @@ after a crash only leaves a gap in a chart.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -109,8 +111,49 @@ def _append(points: dict[int, Point]) -> None:
 def lag_history(link_ids: Iterable[int]) -> dict[int, list[Point]]:
     """Per link id, its samples, oldest first (an empty list when none yet)."""
     ids = list(link_ids)
-    rings = cache.get_many([_ring_key(pk) for pk in ids])
+    # Unpickling 64 rings makes some 46,000 lists: a garbage collection it triggers walks the
+    # whole process's objects (130 ms where the reading takes 10, issue 34). Paused meanwhile.
+    with gc_paused():
+        rings = cache.get_many([_ring_key(pk) for pk in ids])
     return {pk: rings.get(_ring_key(pk)) or [] for pk in ids}
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage collection inside (a request making tens of thousands of small lists)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+CHART_POINTS = 250  # the stream page's charts plot 412 px: 250 points are under 2 px apart
+
+
+def for_chart(points: list[Point], most: int = CHART_POINTS) -> tuple[list[Point], int]:
+    """`points` cut to at most `most` for a chart, and how many samples each point merges (1:
+    none). The first and the last sample stay as they are (the axis's start and the figure
+    shown as the latest); the ones between merge a run of `k` at a time into one point at the
+    run's last time with the run's highest figures, stalled if any was, so a peak or a stall
+    never disappears (a dip shorter than `k` samples, under 2 px on the chart, may). An hour
+    of 720 samples becomes 242 points (3 samples each): the stream's lag JSON of 64 replicas
+    shrinks from 1.4 MB to about a third (issue 34)."""
+    if len(points) <= most:
+        return points, 1
+    inner = points[1:-1]
+    k = -(-len(inner) // (most - 2))
+    # Column by column, `map(max, ...)` over the runs' k strided slices (C speed); a last,
+    # shorter run on its own.
+    whole = len(inner) // k * k
+    times, *figures = zip(*inner, strict=True)
+    columns = [[*times[k - 1:whole:k], *times[-1:] * (whole < len(inner))],
+               *([*map(max, *(column[o:whole:k] for o in range(k))),
+                  *([max(column[whole:])] if whole < len(inner) else [])]
+                 for column in figures)]
+    return [points[0], *map(list, zip(*columns, strict=True)), points[-1]], k
 
 
 def lag_latest(link_ids: Iterable[int]) -> dict[int, Point]:

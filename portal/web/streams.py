@@ -32,7 +32,13 @@ from portal.web.tenancy import current_tenant, render_page
 from replication import ace
 from replication.errors import InvalidInput, StreamgateError
 from replication.figures import storage_figures
-from replication.lag_history import KEEP_SECONDS, SAMPLE_SECONDS, lag_history
+from replication.lag_history import (
+    KEEP_SECONDS,
+    SAMPLE_SECONDS,
+    for_chart,
+    gc_paused,
+    lag_history,
+)
 from replication.models import (
     PERMISSIONS,
     CleanupPolicy,
@@ -139,12 +145,17 @@ def stream_lag(request: HttpRequest, pk: int) -> HttpResponse:
     stream = visible_stream(request, pk)
     links = list(ReplicaLink.objects.filter(source=stream).select_related("replica")
                  .order_by("idx"))
-    history = lag_history(link.pk for link in links)
-    # orjson: an hour of samples of 64 replicas is some 46,000 points.
+    # An hour of samples of 64 replicas is some 46,000 points (1.4 MB): each link's are cut to
+    # the chart's resolution (lag_history.for_chart; "merged": samples per point), with no
+    # garbage collection walking the process meanwhile (the p95's 100 ms, issue 34).
+    with gc_paused():
+        history = lag_history(link.pk for link in links)
+        charted = {pk: for_chart(points) for pk, points in history.items()}
     return HttpResponse(orjson.dumps({
         "stream": stream.pk, "sample_seconds": SAMPLE_SECONDS, "keep_seconds": KEEP_SECONDS,
         "fields": ["t", "messages_pending", "bytes_pending", "time_lag_ms", "stalled"],
-        "links": [{"link": link.pk, "replica": link.replica.path, "points": history[link.pk]}
+        "links": [{"link": link.pk, "replica": link.replica.path,
+                   "points": charted[link.pk][0], "merged": charted[link.pk][1]}
                   for link in links],
     }), content_type="application/json")
 

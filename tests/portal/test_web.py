@@ -7,6 +7,7 @@ from datetime import timedelta
 from functools import partial
 
 import pytest
+from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
@@ -804,3 +805,42 @@ def test_a_replica_action_returns_to_the_page_it_was_taken_on_and_nowhere_else(o
         f"/streams/{activity.pk}/"
     messages = messages_of(client.get("/"))
     assert "/mapr/newyork/mirror: replica paused" in messages
+
+
+def test_stream_lag_json_cuts_an_hour_to_the_charts_resolution_keeping_peaks_and_stalls(
+        owner, agreed, activity):
+    """Issue 34: 720 samples become 242 points (3 samples each between the first and the
+    last, which stay as they are); a one-sample peak and a one-sample stall still show."""
+    ring = [[1_000 + t * 5_000, 10, 100, 2_000, 0] for t in range(lag_history.MAX_POINTS)]
+    ring[300][1], ring[300][3] = 999, 88_000  # a peak of one sample
+    ring[500][4] = 1  # a stall of one sample
+    ring[-1] = [ring[-1][0], 7, 70, 1_500, 0]  # the latest, lower than the rest
+    cache.set(lag_history._ring_key(agreed.pk), ring)
+    data = signed_in(owner).get(f"/streams/{activity.pk}/lag/").json()
+    (link,) = data["links"]
+    points = link["points"]
+    assert len(points) == 242 and link["merged"] == 3
+    assert points[0] == ring[0] and points[-1] == ring[-1]
+    assert [p[0] for p in points] == sorted({p[0] for p in points})  # in time order
+    assert max(p[1] for p in points) == 999 and max(p[3] for p in points) == 88_000
+    assert sum(p[4] for p in points) == 1
+    assert all(len(p) == 5 for p in points)
+
+
+def test_stream_lag_json_keeps_a_short_history_as_recorded(owner, agreed, activity):
+    ring = [[t * 5_000, t, t * 10, t * 100, t % 2] for t in range(50)]
+    cache.set(lag_history._ring_key(agreed.pk), ring)
+    (link,) = signed_in(owner).get(f"/streams/{activity.pk}/lag/").json()["links"]
+    assert link["points"] == ring and link["merged"] == 1
+
+
+def test_reading_the_lag_history_pauses_garbage_collection_and_restores_it():
+    import gc
+
+    assert gc.isenabled()
+    with lag_history.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), lag_history.gc_paused():
+        raise ValueError("a failed read")
+    assert gc.isenabled()
