@@ -24,7 +24,7 @@ from django.db.models import Sum
 
 from accounts.models import Plan, Tenant
 from replication.errors import Hint, PlanLimitExceeded
-from replication.models import Stream, Topic
+from replication.models import Cluster, Stream, Topic
 from replication.stores import store_for
 
 STORED_SECONDS = 5.0
@@ -101,11 +101,12 @@ def partitions_require_room(tenant_id: int, adding: int) -> None:
 def stored_bytes(tenant_id: int) -> int:
     """Bytes stored in the tenant's streams (keys, values, headers), from each cluster's
     per-partition counters: one query per cluster, no scan of messages."""
-    streams = list(Stream.objects.filter(tenant_id=tenant_id).select_related("cluster"))
+    # Two columns, not 1,000 whole streams with their clusters (the usage page, issue 34).
+    streams = list(Stream.objects.filter(tenant_id=tenant_id).values_list("uuid", "cluster_id"))
     sizes: dict = {}
-    for cluster in {s.cluster.pk: s.cluster for s in streams}.values():
+    for cluster in Cluster.objects.filter(pk__in={c for _, c in streams}):
         sizes.update(store_for(cluster).logical_sizes())
-    return sum(sizes.get(s.uuid, 0) for s in streams)
+    return sum(sizes.get(uuid, 0) for uuid, _ in streams)
 
 
 def cached_stored_bytes(tenant_id: int) -> int:

@@ -46,3 +46,22 @@ def test_the_usage_table_pages_and_the_csv_stays_whole(owner, sanfrancisco):
     assert client.get("/usage/?days=7&page=2").content.decode().count('<tr data-path="') == 20
     csv = client.get("/usage.csv?days=7").content.decode()
     assert len(csv.strip().splitlines()) == 121
+
+
+def test_the_usage_pages_queries_do_not_grow_with_the_tenants_streams(
+        owner, sanfrancisco, django_assert_max_num_queries):
+    """Issue 34: the page's figures are read for its 100 streams in bulk, the plan's stored
+    bytes from two columns of every stream: 400 streams take the queries 120 do."""
+    many(owner, sanfrancisco, 120)
+    client = signed_in(owner)
+    client.get("/usage/")
+    with django_assert_max_num_queries(20) as few:
+        client.get("/usage/")
+    tenant = owner.memberships.get().tenant
+    Stream.objects.bulk_create(
+        Stream(path=f"/mapr/{sanfrancisco.name}/t{i:03d}", cluster=sanfrancisco,
+               name=f"t{i:03d}", tenant=tenant, created_by=owner, adminperm="u:alice")
+        for i in range(280))
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = client.get("/usage/?page=4").content.decode()
+    assert page.count('<tr data-path="') == 100 and "Rows 301 to 400 of 400" in page
