@@ -11,6 +11,7 @@ from bench import (
     ha,
     kafka,
     pages,
+    partitions,
     produce,
     quotas,
     replication,
@@ -40,6 +41,8 @@ COMMANDS = {
     "quotas": (quotas, "one tenant at its produce quota beside another: the other's latency"),
     "ha": (ha, "the replicated group: produce latency with a synchronous standby beside a single "
                "server, and time from a primary's (and Redis master's) death to the next ack"),
+    "partitions": (partitions, "many partitions (issue 33): Metadata for all topics, topic create "
+                               "time and placement spread over 3 store groups"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

@@ -59,12 +59,29 @@ def topic_id(record: Topic | None) -> uuid.UUID:
     return uuid.uuid5(record.stream.uuid, f"{record.name}#{record.pk}")
 
 
+# A topic's partition entries by (key, partitions, live node ids): they change only with those,
+# so a Metadata for every topic of a big cluster (issue 33: 100,000 partitions) hashes each
+# partition once per live set, not once per request. Dropped whole when it grows past the bound.
+_PARTITIONS: dict[tuple[str, int, tuple[int, ...]], list[dict[str, Any]]] = {}
+PARTITIONS_CACHED = 50_000  # topics
+
+
 def partitions_of(resolved: ResolvedTopic, nodes: list[Node]) -> list[dict[str, Any]]:
+    """The topic's partition entries (shared between answers: never changed once made)."""
+    key = topic_key(resolved)
+    cache_key = (key, resolved.partitions, tuple(n.node_id for n in nodes))
+    cached = _PARTITIONS.get(cache_key)
+    if cached is not None:
+        return cached
     out = []
     for index in range(resolved.partitions):
-        leader = leader_of(topic_key(resolved), index, nodes)
+        # One live listener leads everything: no hashing needed.
+        leader = nodes[0].node_id if len(nodes) == 1 else leader_of(key, index, nodes)
         out.append({"partition_index": index, "leader_id": leader, "leader_epoch": -1,
                     "replica_nodes": [leader], "isr_nodes": [leader]})
+    if len(_PARTITIONS) >= PARTITIONS_CACHED:
+        _PARTITIONS.clear()
+    _PARTITIONS[cache_key] = out
     return out
 
 
