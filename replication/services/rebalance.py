@@ -21,13 +21,13 @@ from django.utils import timezone
 
 from replication import placement
 from replication.engine import fence
-from replication.errors import Conflict, InvalidInput, NotFound
+from replication.errors import Conflict, InvalidInput
 from replication.models import Cluster, Rebalance, StoreGroup, Stream
 from replication.rebalance import Move, Part, plan_drain, plan_rebalance
 from replication.services import partitionmove
 from replication.services.clusters import _operator_only, cluster_by_name
 from replication.services.partitionmove import clean_up_moved, partition_move
-from replication.services.storegroups import LIST_HINT, groups_of
+from replication.services.storegroups import LIST_HINT, group_named, groups_of
 from replication.signals import rebalance_submitted
 from replication.stores import group_store
 
@@ -93,10 +93,7 @@ def store_group_drain(*, actor: AbstractBaseUser, cluster: str, name: str,
     _operator_only(actor, "drain store groups")
     target = cluster_by_name(cluster, field="cluster")
     groups = _routed(target)
-    group = next((g for g in groups if g.name == name), None)
-    if group is None:
-        raise NotFound(f"cluster {target.name} has no store group {name!r}", field="name",
-                       hint=LIST_HINT)
+    group = group_named(target, groups, name)
     others = [g.name for g in groups if g.state == StoreGroup.State.ACTIVE and g.pk != group.pk]
     if not others:
         raise Conflict(f"store group {name} is the last active group of cluster {target.name}:"

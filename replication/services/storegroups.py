@@ -39,6 +39,15 @@ def groups_of(cluster: Cluster) -> list[StoreGroup]:
     return groups
 
 
+def group_named(cluster: Cluster, groups: list[StoreGroup], name: str) -> StoreGroup:
+    """The group of that name among the cluster's `groups`, or NotFound naming the fix."""
+    group = next((g for g in groups if g.name == name), None)
+    if group is None:
+        raise NotFound(f"cluster {cluster.name} has no store group {name!r}", field="name",
+                       hint=LIST_HINT)
+    return group
+
+
 def _check_name(cluster: Cluster, name: str) -> None:
     if not GROUP_NAME.fullmatch(name):
         raise InvalidInput(f"invalid store group name {name!r}: use a lowercase letter then up "
@@ -113,10 +122,7 @@ def store_group_remove(*, actor: AbstractBaseUser, cluster: str, name: str) -> N
     _operator_only(actor, "remove store groups")
     target = cluster_by_name(cluster, field="cluster")
     groups = groups_of(target)
-    group = next((g for g in groups if g.name == name), None)
-    if group is None:
-        raise NotFound(f"cluster {target.name} has no store group {name!r}", field="name",
-                       hint=LIST_HINT)
+    group = group_named(target, groups, name)
     if len(groups) == 1:
         raise Conflict(f"store group {name} is the last of cluster {target.name}: a cluster "
                        "keeps at least one; add another and move the partitions first")
