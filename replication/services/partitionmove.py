@@ -239,9 +239,11 @@ def moves_recover(cluster: Cluster) -> int:
     for name, store in view.stores.items():
         for pid, stream, topic, partition in moving.marked(store):
             with moving.move_lock(view.urls[name], pid) as alone:
+                if not alone or moving.moved_out(store, pid) is None:
+                    continue  # its move runs, or another sweep gave it back meanwhile
                 view = placement.refresh(cluster.name, view, force=True) or view
-                if not alone or (view.group_of(stream, topic, partition) or view.home) != name:
-                    continue  # its move runs, or it switched: its clean-up is the move's
+                if (view.group_of(stream, topic, partition) or view.home) != name:
+                    continue  # switched: its clean-up is the move's
                 moving.unmark(store, pid)
                 placement.hold(view, stream, topic)
                 given += 1

@@ -27,6 +27,7 @@ from workers.tasks import (
     compact_stream_task,
     expire_stream_task,
     record_lag_task,
+    recover_moves_task,
     verify_links_task,
 )
 
@@ -57,7 +58,7 @@ def test_every_beat_entry_is_one_of_the_tasks_checked_here():
     assert tasks == {"workers.tasks.expire_messages_task", "workers.tasks.resume_jobs_task",
                      "workers.tasks.record_lag_task", "operations.tasks.evaluate_alarms_task",
                      "workers.tasks.verify_links_task", "operations.tasks.rollup_usage_task",
-                     "workers.tasks.compact_streams_task"}
+                     "workers.tasks.compact_streams_task", "workers.tasks.recover_moves_task"}
 
 
 def test_alarm_evaluation_run_twice_at_once_opens_one_alarm(link, live_gateway):
@@ -123,3 +124,32 @@ def test_verification_run_twice_at_once_verifies_each_link_once_and_keeps_its_cu
     assert link.verified_upto == {"clicks:0": 12} and "offset 12" in link.verify_error
     twice_at_once(evaluate_alarms_task)
     assert Alarm.objects.open().filter(kind=AlarmKind.DIVERGED).count() == 1
+
+
+def test_two_sweeps_give_a_partition_cut_over_by_a_dead_move_back_once(
+        operator, owner, activity, monkeypatch):
+    """recover_moves_task twice at once: the partition a dead move left writable nowhere is
+    given back to its source by one of them, and takes writes again."""
+    from replication import placement
+    from replication.engine import partitionmove as moving
+    from replication.services import partitionmove
+    from tests.replication.services.test_partition_move import crash_move, other, where
+    from tests.replication.services.test_storegroups import grow
+
+    monkeypatch.setattr(partitionmove, "CLEANUP_GRACE", 0.2)
+    placement.forget()
+    groups = grow(operator, activity.cluster, "s2")
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=2)
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=[Record(b"a", partition=0)])
+    source = where(activity)
+    crash_move(operator, activity, other(groups, source), "cut")
+    placement.forget()
+    assert sorted(twice_at_once(recover_moves_task)) == [0, 1]
+    view = placement.view_of(activity.cluster.name)
+    assert moving.marked(view.stores[source]) == [] and where(activity) == source
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=[Record(b"b", partition=0)])
+    assert [m.value for m in messages_consume(actor=owner, stream=activity, topic="clicks",
+                                              partition=0)] == [b"a", b"b"]
+    placement.forget()
