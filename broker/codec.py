@@ -13,11 +13,13 @@ import datetime
 import io
 import types
 import typing
+from collections.abc import Sequence
 from functools import cache
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
 E = TypeVar("E")
@@ -128,13 +130,56 @@ def encode(*entities: Any) -> bytes:
     return buffer.getvalue()
 
 
+def item_class(cls: type, field: str) -> type:
+    """The entity class of the items of `cls`'s array field `field`."""
+    kind = next(kind for name, kind, _ in _fields(cls) if name == field)
+    entity = _entity_of(_unwrap(kind))
+    if entity is None:
+        raise TypeError(f"{cls.__name__}.{field} is not an array of entities")
+    return entity
+
+
+@dataclasses.dataclass(frozen=True)
+class Spliced:
+    """A response whose array field `field` is sent as `items`, each the encoded bytes of one
+    entity of the array's type: a Metadata for every topic of a big cluster (issue 33) encodes
+    each topic once and then only copies it. `response` is the entity with `marker` as the
+    array's only item, an item whose encoding occurs nowhere else in it (a unique name)."""
+
+    response: Any
+    marker: Any
+    items: Sequence[bytes]
+
+    def write(self, buffer: io.BytesIO) -> None:
+        whole, mark = encode(self.response), encode(self.marker)
+        at = whole.index(mark)
+        count = io.BytesIO()
+        if self.response.__flexible__:
+            write_compact_array_length(count, 1)
+        else:
+            write_legacy_array_length(count, 1)
+        start = at - len(count.getvalue())
+        if whole[start:at] != count.getvalue():
+            raise ValueError("the marker is not the only item of its array")
+        buffer.write(whole[:start])
+        if self.response.__flexible__:
+            write_compact_array_length(buffer, len(self.items))
+        else:
+            write_legacy_array_length(buffer, len(self.items))
+        buffer.writelines(self.items)
+        buffer.write(whole[at + len(mark):])
+
+
 def encode_frame(*entities: Any) -> bytes:
     """`encode`, behind the frame's 4-byte length: a response as the connection sends it,
     with no second copy of a fetch's megabytes to put the length before them."""
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     for entity in entities:
-        writer(type(entity))(buffer, entity)
+        if isinstance(entity, Spliced):
+            entity.write(buffer)
+        else:
+            writer(type(entity))(buffer, entity)
     size = buffer.tell() - 4
     buffer.seek(0)
     buffer.write(size.to_bytes(4, "big"))

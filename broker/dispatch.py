@@ -26,7 +26,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
 from broker import errors
-from broker.codec import build, encode_frame, has_field, reader
+from broker.codec import Spliced, build, encode_frame, has_field, reader
 from broker.errors import CloseConnection, KafkaError
 
 if TYPE_CHECKING:
@@ -103,7 +103,8 @@ def _decode(payload: bytes, api_key: int, version: int) -> tuple[RequestHeader, 
 def _encode(correlation_id: int, response: Any) -> bytes:
     # ApiVersions responses keep header v0 whatever their version, so that a client can read
     # one before it knows which versions the broker speaks (KIP-511).
-    flexible = response.__flexible__ and response.__api_key__ != API_VERSIONS
+    entity = response.response if isinstance(response, Spliced) else response
+    flexible = entity.__flexible__ and entity.__api_key__ != API_VERSIONS
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
     return encode_frame(header, response)
 
@@ -166,10 +167,19 @@ def _check_session(session: Session, api_key: int) -> None:
 def _answer(session: Session, correlation_id: int, response: Any) -> bytes | None:
     if response is None:
         return None
-    if session.throttle_seconds > 0 and has_field(type(response), "throttle_time"):
-        response = dataclasses.replace(response, throttle_time=datetime.timedelta(
-            milliseconds=min(int(session.throttle_seconds * 1000), MAX_THROTTLE_MS)))
+    if session.throttle_seconds > 0:
+        throttle = datetime.timedelta(
+            milliseconds=min(int(session.throttle_seconds * 1000), MAX_THROTTLE_MS))
+        response = _throttled(response, throttle)
     return _encode(correlation_id, response)
+
+
+def _throttled(response: Any, throttle: datetime.timedelta) -> Any:
+    if isinstance(response, Spliced):
+        return dataclasses.replace(response, response=_throttled(response.response, throttle))
+    if not has_field(type(response), "throttle_time"):
+        return response
+    return dataclasses.replace(response, throttle_time=throttle)
 
 
 # --- requests served together -------------------------------------------------------------

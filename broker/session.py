@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from replication import listings
 from replication.grants import cached_perms, perms_held
 from replication.listeners import Node
 from replication.quotas import (
@@ -167,6 +168,25 @@ class Session:
         if found is not None:
             self._resolved[(name, False)] = (now, found)
         return found
+
+    async def listing(self, perms: tuple[str, ...]) -> list[ResolvedTopic]:
+        """Every topic this connection's user sees and holds one of `perms` on, through the
+        listings kept for every connection (replication/listings.py). A listing due to be
+        read afresh is answered while one read runs beside the request."""
+        key = listings.key_of(self.user, self.listener.cluster, self.listener.default_stream,
+                              perms)
+        topics, due = listings.kept(key)
+        if topics is None:
+            return await self.run_sync(listings.read, key, actor=self.user)
+        if due:
+            loop = asyncio.get_running_loop()
+            call = functools.partial(_sync_call, listings.read, key, actor=self.user, ahead=True)
+            loop.run_in_executor(self.listener.executor, call).add_done_callback(self._read_ahead)
+        return topics
+
+    def _read_ahead(self, done: asyncio.Future) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            self.log.warning("kafka_listing_read_failed", error=str(done.exception()))
 
     def unplaceable(self, name: str) -> str | None:
         """Why the plain name `name` reaches no stream for this user (no default stream

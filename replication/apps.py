@@ -7,8 +7,8 @@ class ReplicationConfig(AppConfig):
 
     def ready(self) -> None:
         """Each module whose state a model change alters connects its own receivers."""
-        from replication import grants, plans, quotas
+        from replication import grants, listings, plans, quotas
         from replication.services import messages, wakeups
 
-        for module in (grants, messages, plans, quotas, wakeups):
+        for module in (grants, listings, messages, plans, quotas, wakeups):
             module.connect_receivers()

@@ -71,6 +71,11 @@ def grants_require(actor: AbstractBaseUser, stream: Stream, *perms: str, action:
         stream.require(actor, *perms, action=action)  # raises, saying what is needed
 
 
+def generation() -> int:
+    """How many times the cache was cleared (caches built on these answers compare it)."""
+    return _generation
+
+
 def forget(**_signal: Any) -> None:
     """Drop every cached answer (a receiver of the changes that alter one)."""
     global _generation

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import errors
-from broker.codec import build
+from broker.codec import Spliced, build, encode, item_class
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.session import Node, Session
 from replication.errors import PlanLimitExceeded, StreamgateError
 from replication.models import Topic
 from replication.names import parse_topic_name
-from replication.services.names import ResolvedTopic, topic_listing
+from replication.services.names import ResolvedTopic
 
 CLUSTER_ID = "streamgate"
 NO_OPERATIONS = -(2**31)  # "not requested" (INT32_MIN), as Kafka answers without the flag
@@ -96,6 +96,31 @@ def topic_entry(name: str | None, code: errors.ErrorCode = errors.NONE, *,
     return entry
 
 
+# A topic's encoded entry by everything it is made of (the entity class is the version's):
+# a Metadata for every topic (issue 33: 10,000 topics, 100,000 partitions) then encodes only
+# what changed since the last one, and copies the rest. Dropped whole past the bound.
+_ENCODED: dict[tuple, bytes] = {}
+ENCODED_CACHED = 50_000  # topic entries
+# The placeholder item a spliced answer is encoded around (broker/codec.py Spliced).
+MARKER = f"streamgate-splice-{uuid.uuid4()}"
+
+
+def encoded_entry(cls: type, resolved: ResolvedTopic, nodes: list[Node], operations: int) -> bytes:
+    """The bytes of `resolved`'s topic entry as entity `cls` encodes it."""
+    record = resolved.record
+    key = (cls, resolved.client_name, topic_key(resolved), record.pk if record else None,
+           resolved.partitions, tuple(n.node_id for n in nodes), operations)
+    found = _ENCODED.get(key)
+    if found is None:
+        entry = topic_entry(resolved.client_name, resolved=resolved, nodes=nodes)
+        entry["topic_authorized_operations"] = operations
+        found = encode(build(cls, **entry))
+        if len(_ENCODED) >= ENCODED_CACHED:
+            _ENCODED.clear()
+        _ENCODED[key] = found
+    return found
+
+
 @dataclass
 class Describer:
     """Answers for named topics (ACE results cached by the session)."""
@@ -142,10 +167,7 @@ def _every_topic(request: Any) -> bool:
 
 
 async def _listing(describer: Describer) -> list[ResolvedTopic]:
-    session = describer.session
-    return await session.run_sync(
-        topic_listing, actor=session.user, cluster=session.listener.cluster,
-        default_stream=session.listener.default_stream, perms=PERMS)
+    return await describer.session.listing(PERMS)
 
 
 async def _asked(describer: Describer, request: Any) -> list[dict[str, Any]]:
@@ -165,6 +187,17 @@ async def _asked(describer: Describer, request: Any) -> list[dict[str, Any]]:
     return entries
 
 
+async def _every_topic_encoded(describer: Describer, cls: type) -> list[bytes]:
+    """Every listed topic's entry, encoded as entity `cls` (the version's topic entity)."""
+    items = []
+    for resolved in await _listing(describer):
+        operations = NO_OPERATIONS
+        if describer.operations:
+            operations = operations_of(await describer.perms_held(resolved))
+        items.append(encoded_entry(cls, resolved, describer.nodes, operations))
+    return items
+
+
 async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
     entries = []
     for resolved in await _listing(describer):
@@ -182,13 +215,17 @@ async def metadata(session: Session, header: RequestHeader, request: Any) -> Any
     create = bool(getattr(request, "allow_auto_topic_creation", request.__version__ < 4))
     operations = bool(getattr(request, "include_topic_authorized_operations", False))
     describer = Describer(session, create, nodes, operations)
-    if _every_topic(request):
-        topics = await _all_topics(describer)
-    else:
-        topics = await _asked(describer, request)
+    cls = response_class(request)
     brokers = [{"node_id": n.node_id, "host": n.host, "port": n.port} for n in nodes]
     cluster_operations = (CLUSTER_OPERATIONS if getattr(
         request, "include_cluster_authorized_operations", False) else NO_OPERATIONS)
-    return build(response_class(request), throttle_time=0, brokers=brokers,
-                 cluster_id=CLUSTER_ID, controller_id=nodes[0].node_id, topics=topics,
-                 cluster_authorized_operations=cluster_operations)
+    answer = {"throttle_time": 0, "brokers": brokers, "cluster_id": CLUSTER_ID,
+              "controller_id": nodes[0].node_id,
+              "cluster_authorized_operations": cluster_operations}
+    if not _every_topic(request):
+        return build(cls, topics=await _asked(describer, request), **answer)
+    # Every topic: each topic's entry encoded once, copied into every later answer.
+    topic_cls = item_class(cls, "topics")
+    marker = build(topic_cls, **topic_entry(MARKER))
+    return Spliced(build(cls, topics=[marker], **answer), marker,
+                   await _every_topic_encoded(describer, topic_cls))

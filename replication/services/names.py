@@ -129,20 +129,30 @@ def topic_listing(
     perms: tuple[str, ...] = ("produceperm", "consumeperm", "topicperm"),
 ) -> list[ResolvedTopic]:
     """Every topic `actor` sees and holds one of `perms` on; named plainly in the default
-    stream, by MapR name elsewhere, so each topic is listed once."""
+    stream, by MapR name elsewhere, so each topic is listed once.
+
+    Two queries whatever the size (a Kafka Metadata for every topic of a cluster of 10,000,
+    issue 33): the visible streams, then their topics; the user's identity is looked up once
+    per tenant, and each Topic shares its stream's instance."""
     default_stream = default_stream or default_stream_for(actor=actor, cluster=cluster).path
-    topics = Topic.objects.restrict(actor).select_related("stream__cluster", "stream__tenant")
+    streams = Stream.objects.restrict(actor).select_related("cluster", "tenant")
     if cluster is not None:
-        topics = topics.filter(stream__cluster__name=cluster)
-    allowed: dict[int, bool] = {}
+        streams = streams.filter(cluster__name=cluster)
+    identities: dict[int, ace.Identity] = {}
+    allowed: dict[int, Stream] = {}
+    for stream in streams.order_by("path"):
+        if stream.tenant_id not in identities:
+            identities[stream.tenant_id] = stream.identity_of(actor)
+        if any(ace.allows(getattr(stream, p), identities[stream.tenant_id]) for p in perms):
+            allowed[stream.pk] = stream
+    topics: dict[int, list[Topic]] = {pk: [] for pk in allowed}
+    for record in Topic.objects.filter(stream_id__in=allowed).order_by("name"):
+        record.stream = allowed[record.stream_id]
+        topics[record.stream_id].append(record)
     listing = []
-    for record in topics.order_by("stream__path", "name"):
-        stream = record.stream
-        if stream.pk not in allowed:
-            identity = stream.identity_of(actor)
-            allowed[stream.pk] = any(ace.allows(getattr(stream, p), identity) for p in perms)
-        if allowed[stream.pk]:
-            plain = stream.path == default_stream
+    for pk, stream in allowed.items():
+        plain = stream.path == default_stream
+        for record in topics[pk]:
             name = record.name if plain else f"{stream.path}:{record.name}"
             listing.append(ResolvedTopic(stream, record.name, name, record))
     return listing

@@ -4,6 +4,7 @@ missing ones zeroed, nested (and nullable nested) arrays built from dicts."""
 from __future__ import annotations
 
 import datetime
+import uuid
 
 from kio.schema.metadata.v0.response import MetadataResponse as MetadataV0
 from kio.schema.metadata.v12.request import MetadataRequest
@@ -31,3 +32,31 @@ def test_nullable_arrays_of_entities_are_built_from_dicts_or_left_null():
     named = build(MetadataRequest, topics=[{"name": "orders"}])
     assert named.topics[0].name == "orders"
     assert build(MetadataRequest, topics=None).topics is None
+
+
+def test_a_spliced_array_encodes_as_the_whole_response_would_in_every_version():
+    """Metadata for every topic sends each topic's entry encoded once (issue 33): spliced into
+    the response, the bytes are exactly kio's for the whole response, in every version, the
+    throttle applied after the fact included."""
+    from kio.index import load_response_schema
+
+    from broker.codec import Spliced, encode_frame, item_class
+    from broker.dispatch import _throttled
+
+    topics = [{"name": f"t{i}", "error_code": 3 * (i % 2), "topic_id": uuid.uuid4(),
+               "partitions": [{"partition_index": p, "leader_id": 1} for p in range(i)]}
+              for i in range(4)]
+    for version in range(13):
+        cls = load_response_schema(3, version)
+        topic_cls = item_class(cls, "topics")
+        answer = {**VALUES, "controller_id": 1, "cluster_authorized_operations": 7}
+        marker = build(topic_cls, name="marker-occurring-nowhere-else")
+        spliced = Spliced(build(cls, **{**answer, "topics": [marker]}), marker,
+                          [encode(build(topic_cls, **t)) for t in topics])
+        whole = build(cls, **{**answer, "topics": topics})
+        assert encode_frame(spliced) == encode_frame(whole), version
+        throttled = _throttled(spliced, datetime.timedelta(milliseconds=250))
+        assert encode_frame(throttled) == encode_frame(
+            _throttled(whole, datetime.timedelta(milliseconds=250))), version
+    empty = Spliced(build(cls, **{**answer, "topics": [marker]}), marker, [])
+    assert encode_frame(empty) == encode_frame(build(cls, **{**answer, "topics": []}))

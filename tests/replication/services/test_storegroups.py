@@ -264,3 +264,27 @@ def test_placement_weighs_bytes_and_write_rate():
     assert placement.least_loaded(loads, 4) == ["s3", "s1", "s2", "s3"]
     unknown = {"s1": placement.Load(0, 2), "s2": placement.Load(0, 1)}
     assert placement.least_loaded(unknown, 3) == ["s2", "s1", "s2"]
+
+
+def test_placing_a_topic_rereads_its_own_rows_unless_another_change_came_between(
+        owner, activity, three):
+    """A topic created reads back only its own placement (not a cluster's 100,000 rows, issue
+    33) when the version moved by its own bump alone; when another process's change came
+    between, the whole placement, that change included."""
+    name = activity.cluster.name
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="a", partitions=2))
+    group = placement.view_of(name).group_of(activity.uuid, "a", 0)
+    group_pk = activity.cluster.store_groups.get(name=group).pk
+    # A row with no bump (never done for real): only a whole reread would bring it in.
+    Placement.objects.create(stream=activity, topic="unseen", partition=0, group_id=group_pk)
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="b", partitions=2))
+    view = placement.view_of(name)
+    assert view.group_of(activity.uuid, "b", 1) is not None
+    assert view.group_of(activity.uuid, "unseen", 0) is None
+    # Another process's placement, bumped: the next topic's placement sees the version jump.
+    Placement.objects.create(stream=activity, topic="elsewhere", partition=0, group_id=group_pk)
+    placement.bump(name)
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="c", partitions=2))
+    view = placement.view_of(name)
+    assert {view.group_of(activity.uuid, t, 0) for t in ("elsewhere", "unseen")} == {group}
+    assert view.group_of(activity.uuid, "c", 1) is not None

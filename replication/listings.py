@@ -1,0 +1,109 @@
+"""Every topic a user sees, kept briefly: a Kafka Metadata for every topic of a cluster of
+10,000 topics (issue 33) would otherwise read them all on each request.
+
+A listing is kept per (user, cluster, default stream, permissions) for LISTING_SECONDS, the
+same bound as the authorization cache (replication/grants.py): a topic or stream saved or
+deleted in this process, and any change that clears the authorization cache, drop every
+listing at once; another process's change is seen within LISTING_SECONDS. A listing older
+than half that is still answered while one caller reads it afresh (`due`), so a client asking
+steadily never waits for the read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from replication import grants
+from replication.services.names import ResolvedTopic, topic_listing
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+LISTING_SECONDS = grants.GRANT_SECONDS
+MAX_LISTINGS = 64
+Key = tuple[Any, ...]
+
+
+@dataclass
+class _Kept:
+    read_at: float
+    generation: tuple[int, int]
+    topics: list[ResolvedTopic]
+    reading: bool = False  # a caller is reading it afresh
+
+
+_kept: dict[Key, _Kept] = {}
+_generation = 0
+_lock = threading.Lock()
+
+
+def key_of(actor: AbstractBaseUser, cluster: str | None, default_stream: str | None,
+           perms: tuple[str, ...]) -> Key:
+    return (actor.pk, cluster, default_stream, perms)
+
+
+def _now_generation() -> tuple[int, int]:
+    return (_generation, grants.generation())
+
+
+def kept(key: Key) -> tuple[list[ResolvedTopic] | None, bool]:
+    """(the kept listing, None when there is none fresh; whether this caller should read it
+    afresh now, `read` with `ahead=True`, while the kept one is answered). No query: safe on an
+    event loop."""
+    now = time.monotonic()
+    with _lock:
+        held = _kept.get(key)
+        if held is None or held.generation != _now_generation():
+            return None, False
+        age = now - held.read_at
+        if age >= LISTING_SECONDS:
+            return None, False
+        if age >= LISTING_SECONDS / 2 and not held.reading:
+            held.reading = True
+            return held.topics, True
+        return held.topics, False
+
+
+def read(key: Key, *, actor: AbstractBaseUser, ahead: bool = False) -> list[ResolvedTopic]:
+    """The listing read from the database (topic_listing), and kept."""
+    _, cluster, default_stream, perms = key
+    generation, read_at = _now_generation(), time.monotonic()
+    try:
+        topics = topic_listing(actor=actor, cluster=cluster, default_stream=default_stream,
+                               perms=perms)
+    except BaseException:
+        if ahead:
+            with _lock:
+                if (held := _kept.get(key)) is not None:
+                    held.reading = False
+        raise
+    with _lock:
+        # A change that dropped the listings while this was read may not be in it: keep it
+        # out, so the next caller reads again.
+        if generation == _now_generation():
+            if len(_kept) >= MAX_LISTINGS and key not in _kept:
+                _kept.clear()
+            _kept[key] = _Kept(read_at, generation, topics)
+    return topics
+
+
+def forget(**_signal: Any) -> None:
+    """Drop every kept listing (a topic created, changed or deleted here)."""
+    global _generation
+    with _lock:
+        _generation += 1
+        _kept.clear()
+
+
+def connect_receivers() -> None:
+    """ReplicationConfig.ready: a topic saved or deleted drops the listings (stream, ACE and
+    identity changes do too, through the authorization cache's generation)."""
+    from django.db.models.signals import post_delete, post_save
+
+    from replication.models import Topic
+
+    post_save.connect(forget, sender=Topic, dispatch_uid="listings-save-Topic")
+    post_delete.connect(forget, sender=Topic, dispatch_uid="listings-delete-Topic")
