@@ -11,7 +11,9 @@ then every topic's rows are made held in every group's store (placement.hold: en
 the fence), as the router's ensure_topic does one topic at a time.
 
 Measured, with a Kafka listener (`manage.py runkafka`) on the scene:
-1. Metadata for all topics: a librdkafka AdminClient's list_topics(), N times: p50/p99;
+1. Metadata for all topics, N times, p50/p99: answered (a bare Metadata v1 request on a
+   signed-in connection, timed to the last byte of the answer), and in the client (a librdkafka
+   AdminClient's list_topics(), which also builds 100,000 partition objects in Python);
 2. topic create: K topics through CreateTopics (AdminClient.create_topics) and K through the
    service (`topic_create`, then the router's first ensure_topic): p50/p95;
 3. placement spread: partitions per group, max/min.
@@ -26,6 +28,7 @@ import time
 
 from bench.kafka import Listener, _kafka_config
 from bench.pages import Scene, _percentile
+from bench.sasl import Connection
 
 METADATA_TARGET_MS = 200.0
 CREATE_TARGET_MS = 100.0
@@ -154,6 +157,24 @@ def _metadata(config: dict, count: int, expect: int) -> list[float]:
     return times
 
 
+def _wire_metadata(port: int, token: str, count: int) -> list[float]:
+    """Metadata v1 for every topic on one signed-in connection (bench/sasl.py's client): from
+    the request sent to the whole answer read, the listener's time with no client library
+    turning 100,000 partitions into objects."""
+    connection = Connection(port)
+    try:
+        connection.sign_in("PLAIN", token)
+        connection.metadata()
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            connection.metadata()
+            times.append((time.perf_counter() - started) * 1000)
+        return times
+    finally:
+        connection.close()
+
+
 def _kafka_creates(config: dict, count: int, partitions: int) -> list[float]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -193,6 +214,7 @@ def main(args: argparse.Namespace) -> int:
         listener = Listener(scene.env)
         config = _kafka_config(f"127.0.0.1:{listener.port}", seeded["token"])
         meta = _metadata(config, args.requests, topics)
+        wire = _wire_metadata(listener.port, seeded["token"], args.requests)
         kafka_creates = _kafka_creates(config, args.creates, args.partitions_per_topic)
         svc = json.loads(scene.manage("shell", "-c", "from bench.partitions import "
                                       f"service_creates; service_creates({args.creates}, "
@@ -211,11 +233,14 @@ def main(args: argparse.Namespace) -> int:
     print()
     print("| measure | figures | target | met? |")
     print("| --- | --- | --- | --- |")
-    p99 = _percentile(meta, 0.99)
-    print(f"| Metadata, all {topics:,} topics ({args.requests} x AdminClient.list_topics) | "
-          f"p50 {statistics.median(meta):.0f} ms, p99 {p99:.0f} ms | p99 < 200 ms | "
-          f"{'yes' if p99 < METADATA_TARGET_MS else 'no'} |")
-    ok = p99 < METADATA_TARGET_MS
+    ok = True
+    for label, times in ((f"answered (Metadata v1 on the wire, {args.requests} requests)", wire),
+                         (f"in the client ({args.requests} x AdminClient.list_topics)", meta)):
+        p99 = _percentile(times, 0.99)
+        ok &= p99 < METADATA_TARGET_MS
+        print(f"| Metadata, all {topics:,} topics, {label} | p50 {statistics.median(times):.0f}"
+              f" ms, p99 {p99:.0f} ms | p99 < 200 ms | "
+              f"{'yes' if p99 < METADATA_TARGET_MS else 'no'} |")
     for label, times in (("CreateTopics (AdminClient.create_topics)", kafka_creates),
                          ("topic_create + first ensure_topic (service)", svc)):
         p95 = _percentile(times, 0.95)
