@@ -16,7 +16,9 @@ Measured, with a Kafka listener (`manage.py runkafka`) on the scene:
    AdminClient's list_topics(), which also builds 100,000 partition objects in Python);
 2. topic create: K topics through CreateTopics (AdminClient.create_topics) and K through the
    service (`topic_create`, then the router's first ensure_topic): p50/p95;
-3. placement spread: partitions per group, max/min.
+3. placement spread: partitions per group, max/min;
+4. the portal's main pages (served as compose.yaml serves them, bench/pages.py's Scene and
+   timing: the server's own `duration_ms`), p50/p95.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import statistics
 import time
 
 from bench.kafka import Listener, _kafka_config
-from bench.pages import Scene, _percentile
+from bench.pages import PASSWORD, Scene, _percentile, measure
 from bench.sasl import Connection
 
 METADATA_TARGET_MS = 200.0
 CREATE_TARGET_MS = 100.0
 SPREAD_TARGET = 1.10
+PAGE_TARGET_MS = 300.0
 GROUPS = ("g1", "g2", "g3")
 
 
@@ -42,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions-per-topic", type=int, default=10)
     parser.add_argument("--requests", type=int, default=50, help="Metadata requests")
     parser.add_argument("--creates", type=int, default=50, help="topics created per way")
+    parser.add_argument("--pages", type=int, default=50,
+                        help="timed requests per portal page (0: no pages)")
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="the PostgreSQL server (the benchmark creates its own databases)")
 
@@ -62,7 +67,7 @@ def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> Non
     started = time.perf_counter()
     users = get_user_model()
     operator = users.objects.create_user("ops", password="bench", is_staff=True)
-    alice = users.objects.create_user("alice", password="bench")
+    alice = users.objects.create_user("alice", password=PASSWORD)
     tenant = Tenant.objects.get_or_create(name="bench")[0]
     Membership.objects.create(user=alice, tenant=tenant, role=Role.MEMBER)
     sf, _ = (cluster_create(actor=operator, name=n) for n in ("sanfrancisco", "newyork"))
@@ -108,7 +113,8 @@ def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> Non
     out = StringIO()
     call_command("createtenantuser", "--tenant", "bench", "--username", "bench", "--operator",
                  stdout=out)
-    print(json.dumps({"token": out.getvalue().strip().splitlines()[-1], **timings}))
+    print(json.dumps({"token": out.getvalue().strip().splitlines()[-1], "stream": made[0].pk,
+                      **timings}))
 
 
 def spread() -> None:
@@ -213,7 +219,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"scene ready in {seed_s:.0f} s ({json.dumps(steps)})", flush=True)
         listener = Listener(scene.env)
         config = _kafka_config(f"127.0.0.1:{listener.port}", seeded["token"])
+        cpu = listener.cpu_seconds()
         meta = _metadata(config, args.requests, topics)
+        # The listener's share of list_topics' time (the rest is the client's parsing).
+        listener_ms = (listener.cpu_seconds() - cpu) * 1000 / (args.requests + 1)
         wire = _wire_metadata(listener.port, seeded["token"], args.requests)
         kafka_creates = _kafka_creates(config, args.creates, args.partitions_per_topic)
         svc = json.loads(scene.manage("shell", "-c", "from bench.partitions import "
@@ -221,6 +230,7 @@ def main(args: argparse.Namespace) -> int:
                                       f"{args.partitions_per_topic})").strip().splitlines()[-1])
         per_group = json.loads(scene.manage("shell", "-c", "from bench.partitions import spread;"
                                             " spread()").strip().splitlines()[-1])
+        pages = _pages(scene, seeded["stream"], args.pages) if args.pages else []
     finally:
         if listener is not None:
             listener.stop()
@@ -248,8 +258,27 @@ def main(args: argparse.Namespace) -> int:
         print(f"| topic create, {label}, {len(times)} topics of {args.partitions_per_topic} "
               f"partitions | p50 {statistics.median(times):.0f} ms, p95 {p95:.0f} ms | "
               f"< 100 ms | {'yes' if p95 < CREATE_TARGET_MS else 'no'} |")
+    print(f"| Metadata, all {topics:,} topics, the listener's CPU per list_topics | "
+          f"{listener_ms:.0f} ms | | |")
     groups = ", ".join(f"{g} {n:,}" for g, n in sorted(per_group.items()))
     print(f"| placement spread (partitions per group) | {groups}; max/min {ratio:.3f} | "
           f"within 10% | {'yes' if ratio <= SPREAD_TARGET else 'no'} |")
     ok &= ratio <= SPREAD_TARGET
+    for label, path, server, _trips, _size in pages:
+        p95 = _percentile(server, 0.95)
+        ok &= p95 < PAGE_TARGET_MS
+        print(f"| portal, {label} `{path}` ({len(server)} requests, server time) | p50 "
+              f"{statistics.median(server):.0f} ms, p95 {p95:.0f} ms | p95 < 300 ms | "
+              f"{'yes' if p95 < PAGE_TARGET_MS else 'no'} |")
     return 0 if ok else 1
+
+
+def _pages(scene: Scene, stream: int, count: int) -> list[tuple]:
+    """The portal's main pages on the scene, as bench/pages.py times them (alice's tenant
+    holds every stream; the stream page is one of 10 topics of 10 partitions)."""
+    scene.manage("collectstatic", "--no-input", "-v0")  # the manifest the pages name
+    scene.start()
+    pages = {"overview": "/", "streams list": "/streams/", "stream page": f"/streams/{stream}/",
+             "stream topics tab": f"/streams/{stream}/topics/", "consumer groups": "/groups/",
+             "usage": "/usage/"}
+    return measure(scene, pages, count, [])
