@@ -1,0 +1,265 @@
+"""Store groups as Kafka clients see them (issue 33): `python -m bench groups`.
+
+One deployment as bench/kafka.py serves it (a private PostgreSQL, a production-mode portal, one
+Kafka listener), and in it, each with a stream `produce` and a topic `t` of PARTITIONS
+partitions:
+- `bench`: today's single store, a cluster that never had a group added;
+- `single`: a cluster that had a second group added and removed: one group again (the same
+  code path as `bench`: with one group `store_for` returns the plain store, no router);
+- `routed`: a cluster of two groups whose topic is placed whole on its home group `s1` (the
+  topic made before `s2` was added; `s2` an empty database on the same server): every call
+  goes through the router (replication/storerouter.py) to the same one store, so the
+  difference from `bench` is the routing alone.
+
+Parts (`--parts`, all by default):
+- routing: per run, Kafka produce then consume (bench/kafka.py's kafka_produce and
+  kafka_consume) of `--messages` on each cluster, the order rotated each run; medians and the
+  ratio to `bench` per run;
+- cutover: bench/cutover.py, the delivery latency a producer sees while its partition moves;
+- servers: a cluster `wide` of two groups on SEPARATE PostgreSQL servers (the second a private
+  server of its own), its topic's partitions spread over both, produced to beside `bench`;
+  with each group's stored bytes, the connections each server holds and the listener's memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import psycopg
+
+from bench.kafka import PARTITIONS, Listener, _kafka_config, ends, kafka_consume, kafka_produce
+from bench.kafka import served as kafka_served
+from bench.pgserver import PrivatePostgres
+from bench.pipes import add_layout_argument
+from bench.produce import Portal
+
+PARTS = ("routing", "cutover", "servers")
+OVERHEAD_TARGET = 0.05
+ROUTING = (("bench", "plain store (never a group added)"),
+           ("single", "one group (a second added, then removed)"),
+           ("routed", "router, two groups, the topic whole on s1"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=300_000, help="per produce or consume")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--moves", type=int, default=3, help="cutover: partition moves")
+    parser.add_argument("--rate", type=int, default=2000, help="cutover: the producer's msg/s")
+    parser.add_argument("--history", type=int, default=200_000,
+                        help="cutover: messages in the partition before the first move")
+    add_layout_argument(parser)
+
+
+# --- the deployment ---------------------------------------------------------------------------
+
+
+def topic_of(cluster: str) -> str:
+    return f"/mapr/{cluster}/produce:t"
+
+
+def store_of(portal: Portal, cluster: str) -> str:
+    """The URL of a cluster's own store (its home group), beside the control database."""
+    return portal.env["DATABASE_URL"].replace("postgres://", "postgresql://", 1) \
+        + f"_store_{cluster}"
+
+
+def beside(portal: Portal, name: str) -> str:
+    """A database on the portal's server, dropped with the portal's (its name starts so)."""
+    return portal.server.rsplit("/", 1)[0] + f"/{portal.name}_{name}"
+
+
+def make_cluster(client, cluster: str, partitions: int = PARTITIONS,  # type: ignore[no-untyped-def]
+                 group_first: str = "") -> None:
+    """The cluster, its stream `produce` and topic `t`; with `group_first`, a group `s2` at
+    that URL added before the topic, so the topic's partitions spread over both groups."""
+    client.call("cluster create", {"name": cluster})
+    if group_first:
+        add_group(client, cluster, group_first)
+    client.call("stream create", {"path": f"/mapr/{cluster}/produce"})
+    client.call("stream topic create", {"path": f"/mapr/{cluster}/produce", "topic": "t",
+                                        "partitions": partitions})
+
+
+def add_group(client, cluster: str, url: str) -> None:  # type: ignore[no-untyped-def]
+    client.call("cluster store add", {"cluster": cluster, "name": "s2", "url": url})
+
+
+def placed(client, cluster: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Partitions per group, as `cluster store list` counts them."""
+    return {row["name"]: row["partitions"]
+            for row in client.call("cluster store list", {"cluster": cluster})}
+
+
+def settle() -> None:
+    """Past a placement refresh (placement.REFRESH_SECONDS): every process sees the groups."""
+    time.sleep(3.0)
+
+
+def load() -> str:
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def each(values: list[float]) -> str:
+    return ", ".join(f"{v / 1000:,.0f}k" for v in values)
+
+
+def ratios(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def listed(values: list[float]) -> str:
+    return ", ".join(f"{v:.3f}" for v in values)
+
+
+# --- routing ------------------------------------------------------------------------------------
+
+
+def prepare_routing(portal: Portal, client) -> None:  # type: ignore[no-untyped-def]
+    for cluster in ("single", "routed"):
+        make_cluster(client, cluster)
+        add_group(client, cluster, beside(portal, f"{cluster}_s2"))
+    client.call("cluster store remove", {"cluster": "single", "name": "s2"})
+    where = placed(client, "routed")
+    if where.get("s2"):
+        raise RuntimeError(f"the routed topic is not whole on s1: {where}")
+    settle()
+
+
+def produce_consume(portal: Portal, config: dict, cluster: str, messages: int
+                    ) -> tuple[float, float]:
+    starts = ends(store_of(portal, cluster)) or dict.fromkeys(range(PARTITIONS), 0)
+    produced = kafka_produce(config, messages, topic=topic_of(cluster))
+    return produced, kafka_consume(config, starts, messages, topic=topic_of(cluster))
+
+
+def routing(portal: Portal, config: dict, client, args: argparse.Namespace  # type: ignore[no-untyped-def]
+            ) -> list[str]:
+    prepare_routing(portal, client)
+    names = [name for name, _ in ROUTING]
+    produce: dict[str, list[float]] = {n: [] for n in names}
+    consume: dict[str, list[float]] = {n: [] for n in names}
+    started = load()
+    for run in range(args.runs):
+        for name in names[run % 3:] + names[:run % 3]:
+            p, c = produce_consume(portal, config, name, args.messages)
+            produce[name].append(p)
+            consume[name].append(c)
+        print(f"run {run + 1}: " + "  ".join(
+            f"{n} {produce[n][-1]:,.0f}/{consume[n][-1]:,.0f}" for n in names), flush=True)
+    return routing_table(produce, consume, args, started)
+
+
+def routing_table(produce: dict[str, list[float]], consume: dict[str, list[float]],
+                  args: argparse.Namespace, started: str) -> list[str]:
+    lines = [f"{args.messages:,} messages of 200 B per produce and consume, {PARTITIONS} "
+             f"partitions, one listener, medians of {args.runs} runs (order rotated each run); "
+             f"load average {started} at the start, {load()} at the end", "",
+             "| store of the cluster | produce msg/s (median) | each run | vs plain | consume "
+             "msg/s (median) | each run | vs plain |", "| --- | ---: | --- | --- | ---: | --- | "
+             "--- |"]
+    for name, label in ROUTING:
+        cells = []
+        for figures in (produce, consume):
+            r = ratios(figures[name], figures["bench"])
+            cells.append(f"{statistics.median(figures[name]):,.0f} | {each(figures[name])} | "
+                         f"{statistics.median(r):.3f} ({listed(r)})")
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    worst = min(statistics.median(ratios(f["routed"], f["bench"])) for f in (produce, consume))
+    lines += ["", f"Routing overhead (worst of produce and consume, median of per-run ratios): "
+              f"{(1 - worst) * 100:.1f}% (target at most 5%: "
+              f"{'met' if 1 - worst <= OVERHEAD_TARGET else 'not met'})."]
+    return lines
+
+
+# --- two groups on separate servers -------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def connections(url: str) -> int:
+    """Client connections the server holds, this probe's own not counted."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                            "'client backend' AND pid <> pg_backend_pid()").fetchone()[0]
+
+
+def size(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
+
+def servers(portal: Portal, listener: Listener, config: dict, client,  # type: ignore[no-untyped-def]
+            args: argparse.Namespace) -> list[str]:
+    before = rss_mb(listener.process.pid)
+    with PrivatePostgres(prefix="sgbench-groups-") as second:
+        s2 = second.url("wide_s2")
+        make_cluster(client, "wide", group_first=s2)
+        settle()
+        s1 = store_of(portal, "wide")
+        sizes = {"s1": size(s1), "s2": size(s2)}
+        plain, wide, started = [], [], load()
+        for run in range(args.runs):
+            pair = [("bench", plain), ("wide", wide)]
+            for name, out in pair if run % 2 == 0 else pair[::-1]:
+                out.append(kafka_produce(config, args.messages, topic=topic_of(name)))
+            print(f"run {run + 1}: one group {plain[-1]:,.0f}/s  two servers {wide[-1]:,.0f}/s",
+                  flush=True)
+        grown = {g: (size(u) - sizes[g]) / 1e6 for g, u in (("s1", s1), ("s2", s2))}
+        held = connections(s2)
+        where = placed(client, "wide")  # each partition is placed at its first write
+    r = ratios(wide, plain)
+    total = args.runs * args.messages
+    return [f"{args.messages:,} messages of 200 B per produce, {PARTITIONS} partitions "
+            f"({', '.join(f'{g} {n}' for g, n in sorted(where.items()))}), one producer, one "
+            f"listener, medians of {args.runs} runs; load average {started} at the start, "
+            f"{load()} at the end", "",
+            "| cluster | produce msg/s (median) | each run | vs one group |",
+            "| --- | ---: | --- | --- |",
+            f"| one group (`bench`) | {statistics.median(plain):,.0f} | {each(plain)} | 1.00 |",
+            f"| two groups on two servers (`wide`) | {statistics.median(wide):,.0f} | "
+            f"{each(wide)} | {statistics.median(r):.3f} ({listed(r)}) |", "",
+            f"Stored by the runs ({total:,} messages to `wide`): "
+            + ", ".join(f"{g} {mb:,.0f} MB" for g, mb in grown.items())
+            + f", {sum(grown.values()) * 1e6 / total:,.0f} B/message in all."
+            f" The second server holds {held} client connections (listener and the "
+            f"portal's 2 workers). Listener RSS {before:,.0f} MB before `wide`, "
+            f"{rss_mb(listener.process.pid):,.0f} MB after."]
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def main(args: argparse.Namespace) -> int:
+    from bench.cutover import cutover
+    from streamgate.client import Client
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))}; choose of "
+                         f"{', '.join(PARTS)}")
+    out: list[str] = []
+    with kafka_served(args) as (portal, listener, token, _stream):
+        client = Client(portal.url, token, timeout=600)
+        config = _kafka_config(f"127.0.0.1:{listener.port}", token)
+        if "routing" in parts:
+            out += ["", "Routing overhead", "", *routing(portal, config, client, args)]
+        if "cutover" in parts:
+            out += ["", "Cut-over seen by a producer", "",
+                    *cutover(portal, config, client, args)]
+        if "servers" in parts:
+            out += ["", "Two groups on two PostgreSQL servers", "",
+                    *servers(portal, listener, config, client, args)]
+    print("\n".join(out))
+    return 0
