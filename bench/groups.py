@@ -216,6 +216,23 @@ def size(url: str) -> int:
         return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
+def busy() -> tuple[int, int]:
+    """The machine's (busy, total) CPU ticks so far, all cores (/proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
+
+
+def produce_measured(listener: Listener, config: dict, cluster: str, messages: int
+                     ) -> dict[str, float]:
+    """A produce's msg/s, the listener's CPU ms per 1,000 messages and the machine's busy
+    share of all its cores during it (%)."""
+    cpu, (used, total) = listener.cpu_seconds(), busy()
+    rate = kafka_produce(config, messages, topic=topic_of(cluster))
+    used_after, total_after = busy()
+    return {"rate": rate, "cpu": (listener.cpu_seconds() - cpu) * 1e6 / messages,
+            "busy": 100 * (used_after - used) / (total_after - total)}
+
+
 def servers(portal: Portal, listener: Listener, config: dict, client,  # type: ignore[no-untyped-def]
             args: argparse.Namespace) -> list[str]:
     before = rss_mb(listener.process.pid)
@@ -225,33 +242,45 @@ def servers(portal: Portal, listener: Listener, config: dict, client,  # type: i
         settle()
         s1 = store_of(portal, "wide")
         sizes = {"s1": size(s1), "s2": size(s2)}
-        plain, wide, started = [], [], load()
+        got: dict[str, list[dict[str, float]]] = {"bench": [], "wide": []}
+        started = load()
         for run in range(args.runs):
-            pair = [("bench", plain), ("wide", wide)]
-            for name, out in pair if run % 2 == 0 else pair[::-1]:
-                out.append(kafka_produce(config, args.messages, topic=topic_of(name)))
-            print(f"run {run + 1}: one group {plain[-1]:,.0f}/s  two servers {wide[-1]:,.0f}/s",
-                  flush=True)
+            for name in ("bench", "wide") if run % 2 == 0 else ("wide", "bench"):
+                got[name].append(produce_measured(listener, config, name, args.messages))
+            print(f"run {run + 1}: " + "  ".join(
+                f"{n} {got[n][-1]['rate']:,.0f}/s {got[n][-1]['cpu']:.2f} ms/1k "
+                f"{got[n][-1]['busy']:.0f}% busy" for n in got), flush=True)
         grown = {g: (size(u) - sizes[g]) / 1e6 for g, u in (("s1", s1), ("s2", s2))}
         held = connections(s2)
         where = placed(client, "wide")  # each partition is placed at its first write
-    r = ratios(wide, plain)
+    return servers_table(got, where, grown, held, (before, rss_mb(listener.process.pid)),
+                         started, args)
+
+
+def servers_table(got: dict[str, list[dict[str, float]]], where: dict[str, int],
+                  grown: dict[str, float], held: int, rss: tuple[float, float], started: str,
+                  args: argparse.Namespace) -> list[str]:
     total = args.runs * args.messages
-    return [f"{args.messages:,} messages of 200 B per produce, {PARTITIONS} partitions "
-            f"({', '.join(f'{g} {n}' for g, n in sorted(where.items()))}), one producer, one "
-            f"listener, medians of {args.runs} runs; load average {started} at the start, "
-            f"{load()} at the end", "",
-            "| cluster | produce msg/s (median) | each run | vs one group |",
-            "| --- | ---: | --- | --- |",
-            f"| one group (`bench`) | {statistics.median(plain):,.0f} | {each(plain)} | 1.00 |",
-            f"| two groups on two servers (`wide`) | {statistics.median(wide):,.0f} | "
-            f"{each(wide)} | {statistics.median(r):.3f} ({listed(r)}) |", "",
-            f"Stored by the runs ({total:,} messages to `wide`): "
-            + ", ".join(f"{g} {mb:,.0f} MB" for g, mb in grown.items())
-            + f", {sum(grown.values()) * 1e6 / total:,.0f} B/message in all."
-            f" The second server holds {held} client connections (listener and the "
-            f"portal's 2 workers). Listener RSS {before:,.0f} MB before `wide`, "
-            f"{rss_mb(listener.process.pid):,.0f} MB after."]
+    lines = [f"{args.messages:,} messages of 200 B per produce, {PARTITIONS} partitions "
+             f"({', '.join(f'{g} {n}' for g, n in sorted(where.items()))}), one producer, one "
+             f"listener, medians of {args.runs} runs (order alternated); load average "
+             f"{started} at the start, {load()} at the end", "",
+             "| cluster | produce msg/s (median) | each run | vs one group | listener CPU ms "
+             "per 1,000 | machine busy (2 cores) |", "| --- | ---: | --- | --- | ---: | ---: |"]
+    for name, label in (("bench", "one group (`bench`)"),
+                        ("wide", "two groups on two servers (`wide`)")):
+        rates = [g["rate"] for g in got[name]]
+        r = ratios(rates, [g["rate"] for g in got["bench"]])
+        lines.append(f"| {label} | {statistics.median(rates):,.0f} | {each(rates)} | "
+                     f"{statistics.median(r):.3f} ({listed(r)}) | "
+                     f"{statistics.median(g['cpu'] for g in got[name]):.2f} | "
+                     f"{statistics.median(g['busy'] for g in got[name]):.0f}% |")
+    return [*lines, "", f"Stored by the runs ({total:,} messages to `wide`): "
+                    + ", ".join(f"{g} {mb:,.0f} MB" for g, mb in grown.items())
+                    + f", {sum(grown.values()) * 1e6 / total:,.0f} B/message in all (database "
+                    f"size, WAL not counted). The second server holds {held} client connections "
+                    f"(the listener's pool and the portal's 2 workers'). Listener RSS "
+                    f"{rss[0]:,.0f} MB before `wide`, {rss[1]:,.0f} MB after."]
 
 
 # --- the command --------------------------------------------------------------------------------
