@@ -274,6 +274,8 @@ def servers(portal: Portal, listener: Listener, config: dict, client,  # type: i
         s2 = second.url("wide_s2")
         make_cluster(client, "wide", group_first=s2)
         settle()
+        kafka_produce(config, 10_000, topic=topic_of("wide"))  # the groups' pools opened
+        opened = rss_mb(listener.process.pid)
         s1 = store_of(portal, "wide")
         sizes = {"s1": size(s1), "s2": size(s2)}
         got: dict[str, list[dict[str, float]]] = {"bench": [], "wide": []}
@@ -287,12 +289,13 @@ def servers(portal: Portal, listener: Listener, config: dict, client,  # type: i
         grown = {g: (size(u) - sizes[g]) / 1e6 for g, u in (("s1", s1), ("s2", s2))}
         held = connections(s2)
         where = placed(client, "wide")  # each partition is placed at its first write
-    return servers_table(got, where, grown, held, (before, rss_mb(listener.process.pid)),
-                         started, args)
+    return servers_table(got, where, grown, held,
+                         (before, opened, rss_mb(listener.process.pid)), started, args)
 
 
 def servers_table(got: dict[str, list[dict[str, float]]], where: dict[str, int],
-                  grown: dict[str, float], held: int, rss: tuple[float, float], started: str,
+                  grown: dict[str, float], held: int, rss: tuple[float, float, float],
+                  started: str,
                   args: argparse.Namespace) -> list[str]:
     total = args.runs * args.messages
     lines = [f"{args.messages:,} messages of 200 B per produce, {PARTITIONS} partitions "
@@ -314,7 +317,8 @@ def servers_table(got: dict[str, list[dict[str, float]]], where: dict[str, int],
                     + f", {sum(grown.values()) * 1e6 / total:,.0f} B/message in all (database "
                     f"size, WAL not counted). The second server holds {held} client connections "
                     f"(the listener's pool and the portal's 2 workers'). Listener RSS "
-                    f"{rss[0]:,.0f} MB before `wide`, {rss[1]:,.0f} MB after."]
+                    f"{rss[0]:,.0f} MB before `wide`, {rss[1]:,.0f} MB once it wrote to both "
+                    f"groups (10,000 messages), {rss[2]:,.0f} MB after the runs."]
 
 
 # --- the command --------------------------------------------------------------------------------
