@@ -12,6 +12,8 @@ partitions:
   difference from `bench` is the routing alone.
 
 Parts (`--parts`, all by default):
+- fence: bench/fencecost.py, the placement fence's cost on a store's appends, in the engine on
+  the local PostgreSQL (no deployment);
 - routing: per run, Kafka produce then consume (bench/kafka.py's kafka_produce and
   kafka_consume) of `--messages` on each cluster, the order rotated each run; medians and the
   ratio to `bench` per run;
@@ -39,7 +41,7 @@ from bench.pgserver import PrivatePostgres
 from bench.pipes import add_layout_argument
 from bench.produce import Portal
 
-PARTS = ("routing", "cutover", "servers")
+PARTS = ("fence", "routing", "cutover", "servers")
 OVERHEAD_TARGET = 0.05
 ROUTING = (("bench", "plain store (never a group added)"),
            ("single", "one group (a second added, then removed)"),
@@ -55,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=int, default=2000, help="cutover: the producer's msg/s")
     parser.add_argument("--history", type=int, default=200_000,
                         help="cutover: messages in the partition before the first move")
+    parser.add_argument("--fence-appends", type=int, default=2000, help="fence: per store")
+    parser.add_argument("--fence-records", type=int, default=1000, help="fence: per append")
     add_layout_argument(parser)
 
 
@@ -334,6 +338,7 @@ def servers_table(got: dict[str, list[dict[str, float]]], where: dict[str, int],
 
 def main(args: argparse.Namespace) -> int:
     from bench.cutover import cutover
+    from bench.fencecost import fence_cost
     from streamgate.client import Client
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -342,6 +347,12 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit(f"--parts: unknown {', '.join(sorted(unknown))}; choose of "
                          f"{', '.join(PARTS)}")
     out: list[str] = []
+    if "fence" in parts:
+        out += ["", "The placement fence on a store's appends", "",
+                *fence_cost(args.fence_appends, args.fence_records)]
+    if set(parts) <= {"fence"}:
+        print("\n".join(out))
+        return 0
     with kafka_served(args) as (portal, listener, token, _stream):
         client = Client(portal.url, token, timeout=600)
         config = _kafka_config(f"127.0.0.1:{listener.port}", token)
