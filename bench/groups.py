@@ -49,8 +49,9 @@ ROUTING = (("bench", "plain store (never a group added)"),
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=300_000, help="per produce or consume")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=1_000_000,
+                        help="per produce or consume (fewer: coarse CPU figures, 10 ms ticks)")
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--moves", type=int, default=3, help="cutover: partition moves")
