@@ -28,6 +28,7 @@ from bench.produce import Portal
 
 PAUSE_TARGET_MS = 200.0
 STEP = 0.01  # the producer's pacing step, seconds
+WARM_UP = 1.0  # seconds of the producer's start left out of the steady figures
 
 
 def _producer(config: dict, topic: str, rate: int, stop: multiprocessing.Event,  # type: ignore[valid-type]
@@ -124,10 +125,18 @@ def table(delivered: list[tuple[float, float, int]], errors: list[str],
                      f"{len(window):,} | {p50:.1f} | {p99:.1f} | {top:.0f} |")
     med = [statistics.median(f[i] for f in per_move) for i in range(3)]
     lines.append(f"| median of the moves | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:.0f} |")
-    steady = [lat for i, (_, lat, _) in enumerate(delivered) if i not in inside]
+    # The producer's first second is left out of the steady figures: its first messages wait
+    # for the connection and the idempotent producer's id (InitProducerId), up to ~0.5 s here.
+    warm = delivered[0][0] + WARM_UP
+    steady = [lat for i, (sent, lat, _) in enumerate(delivered) if i not in inside
+              and sent >= warm]
+    first = [lat for sent, lat, _ in delivered if sent < warm]
     p50, p99, top = _figures(steady)
-    lines += [f"| outside the moves (steady) | {len(steady):,} | {p50:.1f} | {p99:.1f} | "
-              f"{top:.0f} |", "",
+    f50, f99, ftop = _figures(first)
+    lines += [f"| outside the moves (steady, after the first {WARM_UP:.0f} s) | {len(steady):,} |"
+              f" {p50:.1f} | {p99:.1f} | {top:.0f} |",
+              f"| the producer's first {WARM_UP:.0f} s (connecting, its producer id) | "
+              f"{len(first):,} | {f50:.1f} | {f99:.1f} | {ftop:.0f} |", "",
               f"Cut-over p99 (median of moves) {med[1]:.0f} ms, worst move "
               f"{max(f[1] for f in per_move):.0f} ms: target p99 < 200 ms "
               f"{'met' if med[1] < PAUSE_TARGET_MS else 'not met'}."]
