@@ -15,8 +15,8 @@ Parts (`--parts`, all by default):
 - fence: bench/fencecost.py, the placement fence's cost on a store's appends, in the engine on
   the local PostgreSQL (no deployment);
 - routing: per run, Kafka produce then consume (bench/kafka.py's kafka_produce and
-  kafka_consume) of `--messages` on each cluster, the order rotated each run; medians and the
-  ratio to `bench` per run;
+  kafka_consume) of `--messages` on each cluster, the order rotated each run, with the CPU
+  the listener and the PostgreSQL server spent; medians and the ratio to `bench` per run;
 - cutover: bench/cutover.py, the delivery latency a producer sees while its partition moves;
 - servers: a cluster `wide` of two groups on SEPARATE PostgreSQL servers (the second a private
   server of its own), its topic's partitions spread over both, produced to beside `bench`;
