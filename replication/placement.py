@@ -47,6 +47,7 @@ class View:
 
 
 _views: dict[str, View | None] = {}
+_seen: dict[str, int | None] = {}  # the placement_version each cached view was read at
 _one_group: dict[str, int] = {}  # the version at which each cluster had a single group
 _checked: dict[str, float] = {}  # when each cluster's version was last looked at
 _lock = threading.Lock()
@@ -74,19 +75,16 @@ def view_of(cluster: str) -> View | None:
 def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | None:
     row = Cluster.objects.filter(name=cluster).values_list("pk", "placement_version",
                                                            "store_url").first()
-    _checked[cluster] = time.monotonic()
     if row is None:
-        _views[cluster] = None
-        return None
+        return _install(cluster, None, None)
     pk, version, store_url = row
     if not force and (old.version if old is not None else _one_group.get(cluster)) == version:
-        return old  # one query a look for a cluster whose groups did not change
+        return _install(cluster, version, old)  # one query a look: the groups did not change
     groups = list(StoreGroup.objects.filter(cluster_id=pk).order_by("pk")
                   .values_list("name", "url", "state"))
     if len(groups) < 2:
-        _views[cluster] = None
         _one_group[cluster] = version
-        return None
+        return _install(cluster, version, None)
     _one_group.pop(cluster, None)
     assert opener is not None and router_factory is not None
     assert resolver is not None
@@ -98,19 +96,37 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
                 tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
     view.router = old.router if old is not None and old.router is not None else \
         router_factory(view)
+    return _install(cluster, version, view)
+
+
+def _install(cluster: str, version: int | None, view: View | None) -> View | None:
+    """Cache the view read at `version` and the time of the look, together, and return it.
+
+    Never a window in which the cache is checked but empty: a thread looking then would take
+    a cluster of several groups for one of one group and write to its home store past the
+    router (refused there as NOT_HELD, with no retry: issue 33's drain race). Nor is a view
+    older than the one cached put back (a thread that read the placement before another did).
+    """
     with _lock:
-        _views[cluster] = view
+        seen = _seen.get(cluster)
+        if version is None or seen is None or version >= seen:
+            _views[cluster] = view
+            _seen[cluster] = version
+        _checked[cluster] = time.monotonic()
     return view
 
 
 def forget(cluster: str | None = None) -> None:
-    """Drop the cached view(s): after this process changed them, and between tests."""
+    """Have the next look read the placement again: after this process changed it. The last
+    view stays what a look finds meanwhile (or while the control database is away), never
+    nothing. With no cluster, forget everything (between tests)."""
     with _lock:
-        for cache in (_views, _checked, _one_group):
-            if cluster is None:
+        if cluster is None:
+            for cache in (_views, _seen, _checked, _one_group):
                 cache.clear()
-            else:
-                cache.pop(cluster, None)
+        else:
+            _checked.pop(cluster, None)
+            _one_group.pop(cluster, None)
 
 
 # --- placing new partitions -----------------------------------------------------------------
@@ -225,7 +241,5 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     where.update({(stream, t, p): g for t, p, g in rows.values_list("topic", "partition",
                                                                      "group__name")})
     changed = dataclasses.replace(view, version=version, where=where)
-    with _lock:
-        _views[view.cluster] = changed
-        _checked[view.cluster] = time.monotonic()
+    _install(view.cluster, version, changed)
     return changed

@@ -1,0 +1,129 @@
+"""Writes racing a drain's partition moves in the same process (issue 33): a drain runs in a
+thread (the embedded mode's background run) while this thread keeps creating new topics and
+producing to them, and producing to the topic whose partitions are being moved, through the
+service layer as the REST produce does. Every write succeeds, or meets PartitionMoving
+(retriable) and a retry stores it; none is refused otherwise, none is lost, none doubled.
+
+The race this pins: a move's switch drops the process's cached placement, and while another
+thread read it again, a third thread's look at the cache found nothing and took the cluster
+for a one-group cluster: it wrote to the home group's store directly, past the router, and a
+partition placed on another group was refused there as not held, with no retry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from replication import placement
+from replication.engine.store import Record
+from replication.errors import PartitionMoving
+from replication.models import Placement, Rebalance
+from replication.services import topic_create
+from replication.services.messages import messages_consume, messages_produce
+from replication.services.rebalance import store_group_drain
+from replication.storerouter import GroupRouter
+from replication.stores import store_for
+from tests.replication.services.test_rebalance import _embedded, ended, fill, run_state
+from tests.replication.services.test_storegroups import grow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["_embedded"]  # the fixture, used here too
+
+SIZES = [300] * 12  # four partitions of clicks on each of three groups
+# Reading a big cluster's placement takes a while (100,000 rows); the race is in that while.
+# Opening each group's store a little slower here stands in for it.
+SLOW_READ = 0.02
+
+
+@pytest.fixture
+def slow_placement_reads(monkeypatch):  # type: ignore[no-untyped-def]
+    opener = placement.opener
+
+    def slow(*args):  # type: ignore[no-untyped-def]
+        time.sleep(SLOW_READ)
+        return opener(*args)
+
+    monkeypatch.setattr(placement, "opener", slow)
+
+
+def produced(owner, stream, topic: str, partitions: range, tag: str,  # type: ignore[no-untyped-def]
+             retries: Counter) -> list[tuple[int, int, bytes]]:
+    """One record a partition in one produce, retried on PartitionMoving only (nothing was
+    written then): (partition, offset, value) of each record acknowledged."""
+    records = [Record(value=f"{tag}:{p}".encode(), partition=p) for p in partitions]
+    for _ in range(50):
+        try:
+            placed = messages_produce(actor=owner, stream=stream, topic=topic, records=records)
+        except PartitionMoving:
+            retries[topic] += 1
+            time.sleep(0.05)
+            continue
+        return [(p, offset, r.value) for (p, offset), r in zip(placed, records, strict=True)]
+    raise AssertionError(f"{topic} still moving after 50 tries")
+
+
+def stored(owner, stream, topic: str, partitions: int) -> list[tuple[int, int, bytes]]:  # type: ignore[no-untyped-def]
+    return [(p, m.offset, m.value) for p in range(partitions) for m in messages_consume(
+        actor=owner, stream=stream, topic=topic, partition=p, limit=1000)]
+
+
+def test_writes_racing_a_drain_are_stored_once_or_retried(
+        operator, owner, activity, slow_placement_reads):
+    grow(operator, activity.cluster, "s2", "s3")
+    fill(owner, activity, "clicks", SIZES)
+    acked: dict[str, list] = {"clicks": []}
+    retries: Counter = Counter()
+    started = store_group_drain(actor=operator, cluster=activity.cluster.name, name="s3")
+    rounds = 0
+    while Rebalance.objects.get(pk=started["id"]).state in Rebalance.ACTIVE or rounds < 3:
+        fresh = f"fresh{rounds}"
+        topic_create(actor=owner, stream=activity, name=fresh, partitions=3)
+        acked[fresh] = produced(owner, activity, fresh, range(3), fresh, retries)
+        acked["clicks"] += produced(owner, activity, "clicks", range(len(SIZES)),
+                                    f"r{rounds}", retries)
+        rounds += 1
+    assert run_state(ended(started["id"])) == Rebalance.State.SUCCEEDED
+    for topic, mine in acked.items():
+        got = stored(owner, activity, topic, len(SIZES) if topic == "clicks" else 3)
+        tags = Counter(value for _, _, value in got)
+        assert [v for v, n in tags.items() if n > 1] == [], f"{topic}: written twice"
+        assert set(mine) <= set(got), f"{topic}: acknowledged and lost"
+    assert not Placement.objects.filter(group__name="s3").exists()
+
+
+def test_a_look_at_the_placement_while_another_thread_reads_it_again_finds_the_groups(
+        operator, activity, monkeypatch):
+    """Deterministic: a thread reading the placement again (after this process changed it)
+    is held inside that read while another thread asks for the cluster's store."""
+    grow(operator, activity.cluster, "s2")
+    assert isinstance(store_for(activity.cluster), GroupRouter)
+    inside, go_on = threading.Event(), threading.Event()
+    opener = placement.opener
+
+    def held_open(*args):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "reader":
+            inside.set()
+            go_on.wait(10)
+        return opener(*args)
+
+    def read_again() -> None:
+        try:
+            placement.view_of(activity.cluster.name)
+        finally:
+            connection.close()  # the thread's own
+
+    monkeypatch.setattr(placement, "opener", held_open)
+    placement.bump(activity.cluster.name)  # as a move's switch does
+    placement.forget(activity.cluster.name)
+    reader = threading.Thread(target=read_again, name="reader")
+    reader.start()
+    try:
+        assert inside.wait(10)
+        assert isinstance(store_for(activity.cluster), GroupRouter)
+    finally:
+        go_on.set()
+        reader.join(10)
