@@ -4,7 +4,9 @@ A `View` is one cluster's store groups and placement at one `placement_version`,
 process and looked at again every REFRESH_SECONDS (one indexed query), at once after this
 process changes it, and whenever a store refuses a write as NOT_HELD (the placement fence,
 replication/engine/fence.py): a stale view can cost a retry, never a write to the wrong group
-(DESIGN.md invariant 12). A cluster of one group has no router at all (`View.router` None).
+(DESIGN.md invariant 12), nor a new partition placed on a group that takes none now (a
+draining one: `_record` checks the groups it chose). A cluster of one group has no router at
+all (`View.router` None).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from django.db.models import F
 
 from replication import grouprate
 from replication.engine import fence
+from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
 from replication.models import Cluster, Placement, StoreGroup, Stream
 
 REFRESH_SECONDS = 2.0
+PLACE_ATTEMPTS = 4  # placements of a topic's partitions found stale in a row before giving up
 Where = tuple[UUID, str, int]
 
 
@@ -171,12 +175,26 @@ def place(view: View, stream: UUID, topic: str, partitions: Iterable[int]) -> Vi
     all of them in every group, the fence set). Returns the view reloaded."""
     missing = sorted({p for p in partitions if view.group_of(stream, topic, p) is None})
     if missing:
-        loads = loads_of(view, view.active)
-        chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
-        view = _after_own_change(view, stream, topic,
-                                 bumped=_record(view.cluster, stream, topic, chosen))
+        view = _place_missing(view, stream, topic, missing)
     hold(view, stream, topic)
     return view
+
+
+def _place_missing(view: View, stream: UUID, topic: str, missing: list[int]) -> View:
+    for _ in range(PLACE_ATTEMPTS):
+        loads = loads_of(view, view.active)
+        chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
+        bumped = _record(view.cluster, stream, topic, chosen)
+        if bumped is not None:
+            return _after_own_change(view, stream, topic, bumped=bumped)
+        # A group chosen takes no new partitions now (drained or removed since the view was
+        # read): choose again among the groups as they are.
+        view = refresh(view.cluster, view, force=True) or view
+        missing = [p for p in missing if view.group_of(stream, topic, p) is None]
+        if not missing:
+            return view
+    raise StoreError(f"the store groups of cluster {view.cluster} kept changing while "
+                     f"partitions of topic {topic} were placed: try again")
 
 
 def hold(view: View, stream: UUID, topic: str) -> None:
@@ -193,13 +211,21 @@ def hold(view: View, stream: UUID, topic: str) -> None:
         fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
 
 
-def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> bool:
-    """Whether the placement was recorded (and its version bumped)."""
+def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> bool | None:
+    """Whether the placement was recorded (and its version bumped); None, recording nothing,
+    when a chosen group takes no new partitions now (the view chosen from was stale)."""
     stream_id = Stream.objects.filter(uuid=stream).values_list("pk", flat=True).first()
     if stream_id is None:  # a store-only stream (engine tests): nothing to record
         return False
-    groups = dict(StoreGroup.objects.filter(cluster__name=cluster).values_list("name", "pk"))
     with transaction.atomic():
+        # The chosen groups' rows locked, in one order: a drain marking one of them (an update
+        # of its row) commits before this looks, or waits for this commit, so the drain's plan,
+        # read after its mark, finds every partition placed on the group.
+        groups = dict(StoreGroup.objects.select_for_update(of=("self",), no_key=True).filter(
+            cluster__name=cluster, name__in=set(chosen.values()),
+            state=StoreGroup.State.ACTIVE).order_by("pk").values_list("name", "pk"))
+        if set(chosen.values()) - set(groups):
+            return None
         Placement.objects.bulk_create(
             [Placement(stream_id=stream_id, topic=topic, partition=p, group_id=groups[g])
              for p, g in chosen.items()], ignore_conflicts=True)  # a racing placer won
