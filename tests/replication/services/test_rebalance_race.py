@@ -24,11 +24,12 @@ from replication.errors import PartitionMoving
 from replication.models import Placement, Rebalance
 from replication.services import topic_create
 from replication.services.messages import messages_consume, messages_produce
-from replication.services.rebalance import store_group_drain
+from replication.services.rebalance import rebalance_start, store_group_drain
+from replication.services.storegroups import store_group_add
 from replication.storerouter import GroupRouter
 from replication.stores import store_for
 from tests.replication.services.test_rebalance import _embedded, ended, fill, run_state
-from tests.replication.services.test_storegroups import grow
+from tests.replication.services.test_storegroups import group_url, grow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["_embedded"]  # the fixture, used here too
@@ -71,28 +72,47 @@ def stored(owner, stream, topic: str, partitions: int) -> list[tuple[int, int, b
         actor=owner, stream=stream, topic=topic, partition=p, limit=1000)]
 
 
+def race(owner, stream, run_id: int) -> None:  # type: ignore[no-untyped-def]
+    """While the run goes on (and a few rounds more): a new topic created and written, and a
+    record written to every partition of clicks, each in one produce; then every record
+    acknowledged is stored, once."""
+    acked: dict[str, list] = {"clicks": []}
+    retries: Counter = Counter()
+    rounds = 0
+    while Rebalance.objects.get(pk=run_id).state in Rebalance.ACTIVE or rounds < 3:
+        fresh = f"fresh{rounds}"
+        topic_create(actor=owner, stream=stream, name=fresh, partitions=3)
+        acked[fresh] = produced(owner, stream, fresh, range(3), fresh, retries)
+        acked["clicks"] += produced(owner, stream, "clicks", range(len(SIZES)), f"r{rounds}",
+                                    retries)
+        rounds += 1
+    assert run_state(ended(run_id)) == Rebalance.State.SUCCEEDED
+    for topic, mine in acked.items():
+        got = stored(owner, stream, topic, len(SIZES) if topic == "clicks" else 3)
+        tags = Counter(value for _, _, value in got)
+        assert [v for v, n in tags.items() if n > 1] == [], f"{topic}: written twice"
+        assert set(mine) <= set(got), f"{topic}: acknowledged and lost"
+
+
 def test_writes_racing_a_drain_are_stored_once_or_retried(
         operator, owner, activity, slow_placement_reads):
     grow(operator, activity.cluster, "s2", "s3")
     fill(owner, activity, "clicks", SIZES)
-    acked: dict[str, list] = {"clicks": []}
-    retries: Counter = Counter()
     started = store_group_drain(actor=operator, cluster=activity.cluster.name, name="s3")
-    rounds = 0
-    while Rebalance.objects.get(pk=started["id"]).state in Rebalance.ACTIVE or rounds < 3:
-        fresh = f"fresh{rounds}"
-        topic_create(actor=owner, stream=activity, name=fresh, partitions=3)
-        acked[fresh] = produced(owner, activity, fresh, range(3), fresh, retries)
-        acked["clicks"] += produced(owner, activity, "clicks", range(len(SIZES)),
-                                    f"r{rounds}", retries)
-        rounds += 1
-    assert run_state(ended(started["id"])) == Rebalance.State.SUCCEEDED
-    for topic, mine in acked.items():
-        got = stored(owner, activity, topic, len(SIZES) if topic == "clicks" else 3)
-        tags = Counter(value for _, _, value in got)
-        assert [v for v, n in tags.items() if n > 1] == [], f"{topic}: written twice"
-        assert set(mine) <= set(got), f"{topic}: acknowledged and lost"
+    race(owner, activity, started["id"])
     assert not Placement.objects.filter(group__name="s3").exists()
+
+
+def test_writes_racing_a_rebalance_are_stored_once_or_retried(
+        operator, owner, activity, slow_placement_reads):
+    grow(operator, activity.cluster)
+    fill(owner, activity, "clicks", SIZES)
+    for name in ("s2", "s3"):
+        store_group_add(actor=operator, cluster=activity.cluster.name, name=name,
+                        url=group_url(activity.cluster, name))
+    started = rebalance_start(actor=operator, cluster=activity.cluster.name)
+    assert len(started["moves"]) >= 6
+    race(owner, activity, started["id"])
 
 
 def test_a_look_at_the_placement_while_another_thread_reads_it_again_finds_the_groups(
