@@ -219,9 +219,8 @@ class GroupRouter:
                        for r, p in zip(records, plan.parts, strict=True)]
         parts = sorted({r.partition for r in records})
         placed: dict[int, tuple[int, int]] = {}  # by record index, kept over the retries
-        self._routed(stream, topic, parts, True, lambda view, groups: _append_split(
+        return self._routed(stream, topic, parts, True, lambda view, groups: _append_split(
             view, dict(zip(parts, groups, strict=True)), stream, topic, records, k, placed))
-        return [placed[i] for i in range(len(records))]
 
     def append_batches(self, stream: UUID, topic: str, batches: dict[int, list], **k: Any
                        ) -> dict[int, int]:
@@ -437,17 +436,20 @@ class GroupRouter:
 
 def _append_split(view: placement.View, group_of: dict[int, str], stream: UUID, topic: str,
                   records: Sequence[Record], k: dict, placed: dict[int, tuple[int, int]]
-                  ) -> None:
-    """Each group's records in one append there, their (partition, offset) into `placed`.
-    When one group's append is refused as NOT_HELD after another's committed, the router
-    tries again: the records `placed` holds are stored already and are not sent twice."""
+                  ) -> list[tuple[int, int]]:
+    """Each group's records in one append there; (partition, offset) of each record. When one
+    group's append is refused as NOT_HELD after another's committed, the router tries again:
+    the records `placed` holds are stored already and are not sent twice."""
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, record in enumerate(records):
         if i not in placed:
             by_group[group_of[record.partition]].append(i)  # type: ignore[index]
+    if len(by_group) == 1 and not placed:  # the common case: one group, one append
+        return view.stores[next(iter(by_group))].append(stream, topic, records, **k)
     for group, indexes in by_group.items():
         got = view.stores[group].append(stream, topic, [records[i] for i in indexes], **k)
         placed.update(zip(indexes, got, strict=True))
+    return [placed[i] for i in range(len(records))]
 
 
 def _apply_split(view: placement.View, group_of: dict[int, str], stream: UUID,
