@@ -51,7 +51,10 @@ class View:
 
 
 _views: dict[str, View | None] = {}
-_seen: dict[str, int | None] = {}  # the placement_version each cached view was read at
+# (cluster pk, placement_version) each cached view was read at: a cluster made again under
+# the same name starts its versions over.
+_seen: dict[str, tuple[int, int] | None] = {}
+_forgotten: dict[str, float] = {}  # when this process last changed each cluster's placement
 _one_group: dict[str, int] = {}  # the version at which each cluster had a single group
 _checked: dict[str, float] = {}  # when each cluster's version was last looked at
 _lock = threading.Lock()
@@ -77,18 +80,20 @@ def view_of(cluster: str) -> View | None:
 
 
 def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | None:
+    at = time.monotonic()
     row = Cluster.objects.filter(name=cluster).values_list("pk", "placement_version",
                                                            "store_url").first()
     if row is None:
-        return _install(cluster, None, None)
+        return _install(cluster, None, None, at)
     pk, version, store_url = row
     if not force and (old.version if old is not None else _one_group.get(cluster)) == version:
-        return _install(cluster, version, old)  # one query a look: the groups did not change
+        # One query a look: the groups did not change.
+        return _install(cluster, (pk, version), old, at)
     groups = list(StoreGroup.objects.filter(cluster_id=pk).order_by("pk")
                   .values_list("name", "url", "state"))
     if len(groups) < 2:
         _one_group[cluster] = version
-        return _install(cluster, version, None)
+        return _install(cluster, (pk, version), None, at)
     _one_group.pop(cluster, None)
     assert opener is not None and router_factory is not None
     assert resolver is not None
@@ -100,23 +105,27 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
                 tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
     view.router = old.router if old is not None and old.router is not None else \
         router_factory(view)
-    return _install(cluster, version, view)
+    return _install(cluster, (pk, version), view, at)
 
 
-def _install(cluster: str, version: int | None, view: View | None) -> View | None:
-    """Cache the view read at `version` and the time of the look, together, and return it.
+def _install(cluster: str, read: tuple[int, int] | None, view: View | None,
+             at: float) -> View | None:
+    """Cache the view, `read` (cluster pk, version) at time `at`, and return it.
 
-    Never a window in which the cache is checked but empty: a thread looking then would take
-    a cluster of several groups for one of one group and write to its home store past the
-    router (refused there as NOT_HELD, with no retry: issue 33's drain race). Nor is a view
-    older than the one cached put back (a thread that read the placement before another did).
+    The view and the time of the look are set together: never a window in which the cache is
+    checked but empty (a thread looking then took a cluster of several groups for one of one
+    group and wrote to its home store past the router, refused there as NOT_HELD with no
+    retry: issue 33's drain race). A view older than the one cached is not put back, and one
+    read before this process last changed the placement is not taken as fresh (another
+    thread's read that this process's change overtook): the next look reads it again.
     """
     with _lock:
         seen = _seen.get(cluster)
-        if version is None or seen is None or version >= seen:
+        if read is None or seen is None or read[0] != seen[0] or read[1] >= seen[1]:
             _views[cluster] = view
-            _seen[cluster] = version
-        _checked[cluster] = time.monotonic()
+            _seen[cluster] = read
+        if at >= _forgotten.get(cluster, 0.0):
+            _checked[cluster] = at
     return view
 
 
@@ -126,11 +135,12 @@ def forget(cluster: str | None = None) -> None:
     nothing. With no cluster, forget everything (between tests)."""
     with _lock:
         if cluster is None:
-            for cache in (_views, _seen, _checked, _one_group):
+            for cache in (_views, _seen, _forgotten, _checked, _one_group):
                 cache.clear()
         else:
             _checked.pop(cluster, None)
             _one_group.pop(cluster, None)
+            _forgotten[cluster] = time.monotonic()
 
 
 # --- placing new partitions -----------------------------------------------------------------
@@ -255,9 +265,10 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     change came between (the version moved by exactly this process's bump, if any), only that
     topic's rows are read again, not a cluster's whole placement (issue 33: 100,000 rows for
     each topic created); otherwise the whole view is."""
-    version = Cluster.objects.filter(name=view.cluster).values_list(
-        "placement_version", flat=True).first()
-    if version is None or version != view.version + bumped:
+    at = time.monotonic()
+    pk, version = Cluster.objects.filter(name=view.cluster).values_list(
+        "pk", "placement_version").first() or (None, None)
+    if pk is None or version != view.version + bumped:
         return refresh(view.cluster, view, force=True) or view
     rows = Placement.objects.filter(group__cluster__name=view.cluster, stream__uuid=stream)
     if topic is not None:
@@ -267,5 +278,5 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     where.update({(stream, t, p): g for t, p, g in rows.values_list("topic", "partition",
                                                                      "group__name")})
     changed = dataclasses.replace(view, version=version, where=where)
-    _install(view.cluster, version, changed)
+    _install(view.cluster, (pk, version), changed, at)
     return changed

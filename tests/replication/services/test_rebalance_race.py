@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -115,12 +117,11 @@ def test_writes_racing_a_rebalance_are_stored_once_or_retried(
     race(owner, activity, started["id"])
 
 
-def test_a_look_at_the_placement_while_another_thread_reads_it_again_finds_the_groups(
-        operator, activity, monkeypatch):
-    """Deterministic: a thread reading the placement again (after this process changed it)
-    is held inside that read while another thread asks for the cluster's store."""
-    grow(operator, activity.cluster, "s2")
-    assert isinstance(store_for(activity.cluster), GroupRouter)
+@contextmanager
+def rereading(cluster: str, monkeypatch) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Within the block, a thread reading the cluster's placement again, as after a move's
+    switch, is held inside that read (once it read the version, opening the groups' stores);
+    it finishes when the block ends."""
     inside, go_on = threading.Event(), threading.Event()
     opener = placement.opener
 
@@ -132,21 +133,41 @@ def test_a_look_at_the_placement_while_another_thread_reads_it_again_finds_the_g
 
     def read_again() -> None:
         try:
-            placement.view_of(activity.cluster.name)
+            placement.view_of(cluster)
         finally:
             connection.close()  # the thread's own
 
     monkeypatch.setattr(placement, "opener", held_open)
-    placement.bump(activity.cluster.name)  # as a move's switch does
-    placement.forget(activity.cluster.name)
+    placement.bump(cluster)  # as a move's switch does
+    placement.forget(cluster)
     reader = threading.Thread(target=read_again, name="reader")
     reader.start()
     try:
         assert inside.wait(10)
-        assert isinstance(store_for(activity.cluster), GroupRouter)
+        yield
     finally:
         go_on.set()
         reader.join(10)
+
+
+def test_a_look_at_the_placement_while_another_thread_reads_it_again_finds_the_groups(
+        operator, activity, monkeypatch):
+    grow(operator, activity.cluster, "s2")
+    assert isinstance(store_for(activity.cluster), GroupRouter)
+    with rereading(activity.cluster.name, monkeypatch):
+        assert isinstance(store_for(activity.cluster), GroupRouter)
+
+
+def test_a_view_read_before_this_process_changed_the_placement_is_read_again(
+        operator, activity, monkeypatch):
+    """The reader's view, overtaken by this thread's change, is not taken as fresh."""
+    grow(operator, activity.cluster, "s2")
+    name = activity.cluster.name
+    with rereading(name, monkeypatch):
+        placement.bump(name)
+        placement.forget(name)
+    activity.cluster.refresh_from_db()
+    assert placement.view_of(name).version == activity.cluster.placement_version
 
 
 def test_a_view_read_before_a_drain_never_places_a_new_partition_on_the_draining_group(
