@@ -53,13 +53,14 @@ class Connection:
         return self._exactly(size)[4:]  # the correlation id dropped
 
     def _exactly(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self.sock.recv(size - len(data))
-            if not chunk:
+        data, got = bytearray(size), 0
+        view = memoryview(data)
+        while got < size:
+            count = self.sock.recv_into(view[got:])
+            if not count:
                 raise ConnectionError("the listener closed the connection")
-            data += chunk
-        return data
+            got += count
+        return bytes(data)
 
     def authenticate(self, payload: bytes) -> bytes:
         """One SaslAuthenticate v0 round: the server's bytes; raises on an error code."""
@@ -84,8 +85,8 @@ class Connection:
         client.set_server_first(self.authenticate(client.get_client_first().encode()).decode())
         client.set_server_final(self.authenticate(client.get_client_final().encode()).decode())
 
-    def metadata(self) -> None:
-        self.call(3, 1, struct.pack(">i", -1))  # every topic: a signed-in request
+    def metadata(self) -> bytes:
+        return self.call(3, 1, struct.pack(">i", -1))  # every topic: a signed-in request
 
     def close(self) -> None:
         self.sock.close()

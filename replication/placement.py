@@ -29,7 +29,7 @@ from replication.models import Cluster, Placement, StoreGroup, Stream
 
 REFRESH_SECONDS = 2.0
 PLACE_ATTEMPTS = 4  # placements of a topic's partitions found stale in a row before giving up
-Where = tuple[UUID, str, int]
+TopicKey = tuple[UUID, str]  # (stream, topic)
 
 
 @dataclass
@@ -38,7 +38,9 @@ class View:
     version: int
     stores: dict[str, MessageStore]  # by group name, the home group (the oldest) first
     active: tuple[str, ...]  # groups that take new partitions
-    where: dict[Where, str] = field(default_factory=dict)
+    # Each placed topic's partitions and their groups: a topic's placement is one lookup, not
+    # a scan of a cluster's 100,000 partitions (issue 33).
+    where: dict[TopicKey, dict[int, str]] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)  # each group's store URL, resolved
     router: MessageStore | None = None
 
@@ -47,7 +49,7 @@ class View:
         return next(iter(self.stores))
 
     def group_of(self, stream: UUID, topic: str, partition: int) -> str | None:
-        return self.where.get((stream, topic, partition))
+        return self.where.get((stream, topic), {}).get(partition)
 
 
 _views: dict[str, View | None] = {}
@@ -99,8 +101,10 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
     assert resolver is not None
     urls = {name: resolver(store_url, url, cluster) for name, url, _ in groups}
     stores = {name: opener(store_url, url, cluster) for name, url, _ in groups}
-    where = {(stream, topic, p): group for stream, topic, p, group in Placement.objects.filter(
-        group__cluster_id=pk).values_list("stream__uuid", "topic", "partition", "group__name")}
+    where: dict[TopicKey, dict[int, str]] = {}
+    for stream, topic, p, group in Placement.objects.filter(group__cluster_id=pk).values_list(
+            "stream__uuid", "topic", "partition", "group__name"):
+        where.setdefault((stream, topic), {})[p] = group
     view = View(cluster, version, stores,
                 tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
     view.router = old.router if old is not None and old.router is not None else \
@@ -209,7 +213,7 @@ def _place_missing(view: View, stream: UUID, topic: str, missing: list[int]) -> 
 
 def hold(view: View, stream: UUID, topic: str) -> None:
     """Rows for every placed partition of the topic in every group, held where placed."""
-    placed = {p: g for (s, t, p), g in view.where.items() if s == stream and t == topic}
+    placed = view.where.get((stream, topic), {})
     if not placed:
         return
     count = max(placed) + 1
@@ -273,10 +277,13 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     rows = Placement.objects.filter(group__cluster__name=view.cluster, stream__uuid=stream)
     if topic is not None:
         rows = rows.filter(topic=topic)
-    where = {key: group for key, group in view.where.items()
-             if key[0] != stream or (topic is not None and key[1] != topic)}
-    where.update({(stream, t, p): g for t, p, g in rows.values_list("topic", "partition",
-                                                                     "group__name")})
+    if topic is None:
+        where = {key: placed for key, placed in view.where.items() if key[0] != stream}
+    else:
+        where = {**view.where}
+        where.pop((stream, topic), None)
+    for t, p, g in rows.values_list("topic", "partition", "group__name"):
+        where.setdefault((stream, t), {})[p] = g
     changed = dataclasses.replace(view, version=version, where=where)
     _install(view.cluster, (pk, version), changed, at)
     return changed

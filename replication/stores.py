@@ -110,8 +110,8 @@ def job_side(cluster: Cluster, stream: UUID) -> tuple[str, tuple[tuple[str, int,
     if view is None:
         return store_url(cluster), ()
     return view.urls[view.home], tuple(sorted(
-        (topic, partition, view.urls[group]) for (s, topic, partition), group
-        in view.where.items() if s == stream and group != view.home))
+        (topic, partition, view.urls[group]) for (s, topic), placed in view.where.items()
+        if s == stream for partition, group in placed.items() if group != view.home))
 
 
 placement.opener = _open_group

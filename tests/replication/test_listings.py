@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 
 from replication import listings
 from replication.models import Stream, Topic
@@ -111,3 +112,55 @@ def test_a_stream_made_invisible_leaves_the_listing_at_once(owner, member, activ
     topics, _ = listings.kept(key)
     assert topics is None
     assert _names(listings.read(key, actor=member)) == set()
+
+
+def test_an_unchanged_fingerprint_keeps_the_listing_on_without_reading_it(
+        owner, activity, monkeypatch, django_assert_max_num_queries):
+    for i in range(5):
+        TopicFactory(stream=StreamFactory(cluster=activity.cluster, name=f"s{i}",
+                                          created_by=owner), name="t")
+    monkeypatch.setattr(listings, "LISTING_SECONDS", 0.2)
+    key = _key(owner)
+    kept = listings.read(key, actor=owner)
+    time.sleep(0.25)
+    assert listings.kept(key) == (None, False)
+    with django_assert_max_num_queries(5):  # the fingerprint only
+        assert listings.read(key, actor=owner) is kept
+    assert listings.kept(key) == (kept, False)  # fresh again
+    monkeypatch.setattr(listings, "MAX_SECONDS", 0.0)  # read whole at the latest after it
+    assert listings.read(key, actor=owner) is not kept
+
+
+@pytest.mark.parametrize("change", ["ace", "role", "partitions", "deleted"])
+def test_another_processes_change_of_what_a_listing_depends_on_is_seen(
+        owner, member, activity, monkeypatch, change):
+    """Queryset updates and raw deletes send no signal here, as another process's would not:
+    the fingerprint still sees each of them within LISTING_SECONDS."""
+    from accounts.models import Membership
+
+    monkeypatch.setattr(listings, "LISTING_SECONDS", 0.2)
+    TopicFactory(stream=activity, name="t0", partitions=1)
+    visible = change in ("partitions", "deleted")
+    Stream.objects.filter(pk=activity.pk).update(
+        consumeperm=f"u:{member.username}" if visible else "r:admin")
+    key = listings.key_of(member, "sanfrancisco", activity.path, PERMS)
+    before = listings.read(key, actor=member)
+    if change == "ace":
+        Stream.objects.filter(pk=activity.pk).update(consumeperm=f"u:{member.username}")
+    elif change == "role":
+        Membership.objects.filter(user=member).update(role="admin")
+    elif change == "partitions":
+        Topic.objects.filter(stream=activity).update(partitions=4)
+    else:  # a raw delete: Django's queryset delete would send post_delete here
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {Topic._meta.db_table} WHERE stream_id = %s",
+                           [activity.pk])
+    time.sleep(0.25)
+    after = listings.read(key, actor=member)
+    assert after is not before
+    if change == "partitions":
+        assert [t.partitions for t in after] == [4]
+    elif change == "deleted":
+        assert after == []
+    else:
+        assert _names(before) == set() and _names(after) == {"t0"}

@@ -125,7 +125,7 @@ def test_a_stale_placement_cache_never_writes_to_the_wrong_group(owner, activity
     right = view.group_of(activity.uuid, "clicks", 0)
     wrong = next(name for name in three if name != right)
     # Another process's cache: partition 0 on the wrong group (as after a drop and re-create).
-    view.where[(activity.uuid, "clicks", 0)] = wrong
+    view.where[(activity.uuid, "clicks")][0] = wrong
     with pytest.raises(Exception, match=fence.NOT_HELD):
         view.stores[wrong].append(activity.uuid, "clicks", [Record(b"x", partition=0)],
                                   origin=activity.uuid)
@@ -288,3 +288,16 @@ def test_placing_a_topic_rereads_its_own_rows_unless_another_change_came_between
     view = placement.view_of(name)
     assert {view.group_of(activity.uuid, t, 0) for t in ("elsewhere", "unseen")} == {group}
     assert view.group_of(activity.uuid, "c", 1) is not None
+
+
+def test_a_spark_job_is_told_each_partition_held_off_the_home_group(owner, activity, three):
+    """diffstreams and copystream on Spark read each partition from the group holding it."""
+    from replication.stores import job_side
+
+    topic_watermarks(topic_create(actor=owner, stream=activity, name="clicks", partitions=6))
+    home, placed = job_side(activity.cluster, activity.uuid)
+    by_group = {p.partition: p.group.name for p in Placement.objects.filter(stream=activity)}
+    assert home == three["s1"]
+    assert placed == tuple(sorted(("clicks", p, three[g]) for p, g in by_group.items()
+                                  if g != "s1"))
+    assert len(placed) == 4  # 6 partitions over 3 groups: 2 on the home one
