@@ -8,6 +8,7 @@ import sys
 from bench import (
     conformance,
     failback,
+    groups,
     ha,
     kafka,
     pages,
@@ -43,6 +44,9 @@ COMMANDS = {
                "server, and time from a primary's (and Redis master's) death to the next ack"),
     "partitions": (partitions, "many partitions (issue 33): Metadata for all topics, topic create "
                                "time and placement spread over 3 store groups"),
+    "groups": (groups, "store groups as Kafka clients see them (issue 33): routing overhead "
+                       "with one group, the cut-over pause a producer sees during partition "
+                       "moves, two groups on two PostgreSQL servers"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

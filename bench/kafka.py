@@ -175,12 +175,12 @@ def profile(listener: Listener, path: str) -> subprocess.Popen:
 
 
 def kafka_consume(config: dict, starts: dict[int, int], messages: int,
-                  isolation: str = "read_uncommitted") -> float:
+                  isolation: str = "read_uncommitted", topic: str = TOPIC) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**config, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": isolation})
-    consumer.assign([TopicPartition(TOPIC, p, o) for p, o in starts.items()])
+    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     got, start = 0, time.perf_counter()
     try:
         while got < messages:
