@@ -4,7 +4,9 @@ A `View` is one cluster's store groups and placement at one `placement_version`,
 process and looked at again every REFRESH_SECONDS (one indexed query), at once after this
 process changes it, and whenever a store refuses a write as NOT_HELD (the placement fence,
 replication/engine/fence.py): a stale view can cost a retry, never a write to the wrong group
-(DESIGN.md invariant 12). A cluster of one group has no router at all (`View.router` None).
+(DESIGN.md invariant 12), nor a new partition placed on a group that takes none now (a
+draining one: `_record` checks the groups it chose). A cluster of one group has no router at
+all (`View.router` None).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from django.db.models import F
 
 from replication import grouprate
 from replication.engine import fence
+from replication.engine.store import StoreError
 from replication.engine.storebase import MessageStore
 from replication.models import Cluster, Placement, StoreGroup, Stream
 
 REFRESH_SECONDS = 2.0
+PLACE_ATTEMPTS = 4  # placements of a topic's partitions found stale in a row before giving up
 TopicKey = tuple[UUID, str]  # (stream, topic)
 
 
@@ -50,6 +54,10 @@ class View:
 
 
 _views: dict[str, View | None] = {}
+# (cluster pk, placement_version) each cached view was read at: a cluster made again under
+# the same name starts its versions over.
+_seen: dict[str, tuple[int, int] | None] = {}
+_forgotten: dict[str, float] = {}  # when this process last changed each cluster's placement
 _one_group: dict[str, int] = {}  # the version at which each cluster had a single group
 _checked: dict[str, float] = {}  # when each cluster's version was last looked at
 _lock = threading.Lock()
@@ -75,21 +83,20 @@ def view_of(cluster: str) -> View | None:
 
 
 def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | None:
+    at = time.monotonic()
     row = Cluster.objects.filter(name=cluster).values_list("pk", "placement_version",
                                                            "store_url").first()
-    _checked[cluster] = time.monotonic()
     if row is None:
-        _views[cluster] = None
-        return None
+        return _install(cluster, None, None, at)
     pk, version, store_url = row
     if not force and (old.version if old is not None else _one_group.get(cluster)) == version:
-        return old  # one query a look for a cluster whose groups did not change
+        # One query a look: the groups did not change.
+        return _install(cluster, (pk, version), old, at)
     groups = list(StoreGroup.objects.filter(cluster_id=pk).order_by("pk")
                   .values_list("name", "url", "state"))
     if len(groups) < 2:
-        _views[cluster] = None
         _one_group[cluster] = version
-        return None
+        return _install(cluster, (pk, version), None, at)
     _one_group.pop(cluster, None)
     assert opener is not None and router_factory is not None
     assert resolver is not None
@@ -103,19 +110,42 @@ def refresh(cluster: str, old: View | None, *, force: bool = False) -> View | No
                 tuple(n for n, _, s in groups if s == StoreGroup.State.ACTIVE), where, urls)
     view.router = old.router if old is not None and old.router is not None else \
         router_factory(view)
+    return _install(cluster, (pk, version), view, at)
+
+
+def _install(cluster: str, read: tuple[int, int] | None, view: View | None,
+             at: float) -> View | None:
+    """Cache the view, `read` (cluster pk, version) at time `at`, and return it.
+
+    The view and the time of the look are set together: never a window in which the cache is
+    checked but empty (a thread looking then took a cluster of several groups for one of one
+    group and wrote to its home store past the router, refused there as NOT_HELD with no
+    retry: issue 33's drain race). A view older than the one cached is not put back, and one
+    read before this process last changed the placement is not taken as fresh (another
+    thread's read that this process's change overtook): the next look reads it again.
+    """
     with _lock:
-        _views[cluster] = view
+        seen = _seen.get(cluster)
+        if read is None or seen is None or read[0] != seen[0] or read[1] >= seen[1]:
+            _views[cluster] = view
+            _seen[cluster] = read
+        if at >= _forgotten.get(cluster, 0.0):
+            _checked[cluster] = at
     return view
 
 
 def forget(cluster: str | None = None) -> None:
-    """Drop the cached view(s): after this process changed them, and between tests."""
+    """Have the next look read the placement again: after this process changed it. The last
+    view stays what a look finds meanwhile (or while the control database is away), never
+    nothing. With no cluster, forget everything (between tests)."""
     with _lock:
-        for cache in (_views, _checked, _one_group):
-            if cluster is None:
+        if cluster is None:
+            for cache in (_views, _seen, _forgotten, _checked, _one_group):
                 cache.clear()
-            else:
-                cache.pop(cluster, None)
+        else:
+            _checked.pop(cluster, None)
+            _one_group.pop(cluster, None)
+            _forgotten[cluster] = time.monotonic()
 
 
 # --- placing new partitions -----------------------------------------------------------------
@@ -163,12 +193,26 @@ def place(view: View, stream: UUID, topic: str, partitions: Iterable[int]) -> Vi
     all of them in every group, the fence set). Returns the view reloaded."""
     missing = sorted({p for p in partitions if view.group_of(stream, topic, p) is None})
     if missing:
-        loads = loads_of(view, view.active)
-        chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
-        view = _after_own_change(view, stream, topic,
-                                 bumped=_record(view.cluster, stream, topic, chosen))
+        view = _place_missing(view, stream, topic, missing)
     hold(view, stream, topic)
     return view
+
+
+def _place_missing(view: View, stream: UUID, topic: str, missing: list[int]) -> View:
+    for _ in range(PLACE_ATTEMPTS):
+        loads = loads_of(view, view.active)
+        chosen = dict(zip(missing, least_loaded(loads, len(missing)), strict=True))
+        bumped = _record(view.cluster, stream, topic, chosen)
+        if bumped is not None:
+            return _after_own_change(view, stream, topic, bumped=bumped)
+        # A group chosen takes no new partitions now (drained or removed since the view was
+        # read): choose again among the groups as they are.
+        view = refresh(view.cluster, view, force=True) or view
+        missing = [p for p in missing if view.group_of(stream, topic, p) is None]
+        if not missing:
+            return view
+    raise StoreError(f"the store groups of cluster {view.cluster} kept changing while "
+                     f"partitions of topic {topic} were placed: try again")
 
 
 def hold(view: View, stream: UUID, topic: str) -> None:
@@ -185,13 +229,21 @@ def hold(view: View, stream: UUID, topic: str) -> None:
         fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
 
 
-def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> bool:
-    """Whether the placement was recorded (and its version bumped)."""
+def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> bool | None:
+    """Whether the placement was recorded (and its version bumped); None, recording nothing,
+    when a chosen group takes no new partitions now (the view chosen from was stale)."""
     stream_id = Stream.objects.filter(uuid=stream).values_list("pk", flat=True).first()
     if stream_id is None:  # a store-only stream (engine tests): nothing to record
         return False
-    groups = dict(StoreGroup.objects.filter(cluster__name=cluster).values_list("name", "pk"))
     with transaction.atomic():
+        # The chosen groups' rows locked, in one order: a drain marking one of them (an update
+        # of its row) commits before this looks, or waits for this commit, so the drain's plan,
+        # read after its mark, finds every partition placed on the group.
+        groups = dict(StoreGroup.objects.select_for_update(of=("self",), no_key=True).filter(
+            cluster__name=cluster, name__in=set(chosen.values()),
+            state=StoreGroup.State.ACTIVE).order_by("pk").values_list("name", "pk"))
+        if set(chosen.values()) - set(groups):
+            return None
         Placement.objects.bulk_create(
             [Placement(stream_id=stream_id, topic=topic, partition=p, group_id=groups[g])
              for p, g in chosen.items()], ignore_conflicts=True)  # a racing placer won
@@ -221,9 +273,10 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     change came between (the version moved by exactly this process's bump, if any), only that
     topic's rows are read again, not a cluster's whole placement (issue 33: 100,000 rows for
     each topic created); otherwise the whole view is."""
-    version = Cluster.objects.filter(name=view.cluster).values_list(
-        "placement_version", flat=True).first()
-    if version is None or version != view.version + bumped:
+    at = time.monotonic()
+    pk, version = Cluster.objects.filter(name=view.cluster).values_list(
+        "pk", "placement_version").first() or (None, None)
+    if pk is None or version != view.version + bumped:
         return refresh(view.cluster, view, force=True) or view
     rows = Placement.objects.filter(group__cluster__name=view.cluster, stream__uuid=stream)
     if topic is not None:
@@ -236,7 +289,5 @@ def _after_own_change(view: View, stream: UUID, topic: str | None, *, bumped: bo
     for t, p, g in rows.values_list("topic", "partition", "group__name"):
         where.setdefault((stream, t), {})[p] = g
     changed = dataclasses.replace(view, version=version, where=where)
-    with _lock:
-        _views[view.cluster] = changed
-        _checked[view.cluster] = time.monotonic()
+    _install(view.cluster, (pk, version), changed, at)
     return changed

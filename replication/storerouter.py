@@ -217,36 +217,21 @@ class GroupRouter:
             self._rr = plan.counter
             records = [r if r.partition == p else replace(r, partition=p)
                        for r, p in zip(records, plan.parts, strict=True)]
-        parts = [r.partition for r in records]
-        return self._routed(stream, topic, sorted(set(parts)), True, lambda view, groups:
-                            self._append_split(view, dict(zip(sorted(set(parts)), groups,
-                                                              strict=True)),
-                                               stream, topic, records, k))
-
-    @staticmethod
-    def _append_split(view: placement.View, group_of: dict[int, str], stream: UUID, topic: str,
-                      records: Sequence[Record], k: dict) -> list[tuple[int, int]]:
-        by_group: dict[str, list[int]] = defaultdict(list)
-        for i, record in enumerate(records):
-            by_group[group_of[record.partition]].append(i)  # type: ignore[index]
-        if len(by_group) == 1:
-            return view.stores[next(iter(by_group))].append(stream, topic, records, **k)
-        placed: list[tuple[int, int]] = [(0, 0)] * len(records)
-        for group, indexes in by_group.items():
-            got = view.stores[group].append(stream, topic, [records[i] for i in indexes], **k)
-            for i, where in zip(indexes, got, strict=True):
-                placed[i] = where
-        return placed
+        parts = sorted({r.partition for r in records})
+        placed: dict[int, tuple[int, int]] = {}  # by record index, kept over the retries
+        return self._routed(stream, topic, parts, True, lambda view, groups: _append_split(
+            view, dict(zip(parts, groups, strict=True)), stream, topic, records, k, placed))
 
     def append_batches(self, stream: UUID, topic: str, batches: dict[int, list], **k: Any
                        ) -> dict[int, int]:
         parts = sorted(batches)
+        firsts: dict[int, int] = {}  # kept over the retries, as append's `placed`
 
         def split(view: placement.View, groups: list[str]) -> dict[int, int]:
             by_group: dict[str, dict[int, list]] = defaultdict(dict)
             for p, group in zip(parts, groups, strict=True):
-                by_group[group][p] = batches[p]
-            firsts: dict[int, int] = {}
+                if p not in firsts:  # stored by an earlier attempt: never twice
+                    by_group[group][p] = batches[p]
             for group, mine in by_group.items():
                 firsts.update(view.stores[group].append_batches(stream, topic, mine, **k))
             return firsts
@@ -263,12 +248,14 @@ class GroupRouter:
         nbytes = 0
         for topic, mine in by_topic.items():
             parts = sorted({m.partition for m in mine})
-            applied = self._routed(stream, topic, parts, True, lambda view, groups, t=topic,
-                                   ms=mine, ps=parts: _apply_split(view, dict(zip(
-                                       ps, groups, strict=True)), stream, ms, link, origin_low))
-            ends.update(applied.ends)
-            written.update(applied.written)
-            nbytes += applied.bytes
+            done: dict[int, Applied] = {}  # by partition, kept over the retries
+            self._routed(stream, topic, parts, True, lambda view, groups, ms=mine, ps=parts,
+                         done=done: _apply_split(view, dict(zip(ps, groups, strict=True)),
+                                                 stream, ms, link, origin_low, done))
+            for applied in {id(a): a for a in done.values()}.values():
+                ends.update(applied.ends)
+                written.update(applied.written)
+                nbytes += applied.bytes
         return Applied(ends, written, nbytes)
 
     def commit_cursors(self, stream: UUID, group: str, cursors: Sequence[tuple]) -> None:
@@ -447,17 +434,33 @@ class GroupRouter:
                         f"cluster {self.cluster} has several groups")
 
 
+def _append_split(view: placement.View, group_of: dict[int, str], stream: UUID, topic: str,
+                  records: Sequence[Record], k: dict, placed: dict[int, tuple[int, int]]
+                  ) -> list[tuple[int, int]]:
+    """Each group's records in one append there; (partition, offset) of each record. When one
+    group's append is refused as NOT_HELD after another's committed, the router tries again:
+    the records `placed` holds are stored already and are not sent twice."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, record in enumerate(records):
+        if i not in placed:
+            by_group[group_of[record.partition]].append(i)  # type: ignore[index]
+    if len(by_group) == 1 and not placed:  # the common case: one group, one append
+        return view.stores[next(iter(by_group))].append(stream, topic, records, **k)
+    for group, indexes in by_group.items():
+        got = view.stores[group].append(stream, topic, [records[i] for i in indexes], **k)
+        placed.update(zip(indexes, got, strict=True))
+    return [placed[i] for i in range(len(records))]
+
+
 def _apply_split(view: placement.View, group_of: dict[int, str], stream: UUID,
-                 messages: list[Message], link: str, origin_low: dict | None) -> Applied:
+                 messages: list[Message], link: str, origin_low: dict | None,
+                 done: dict[int, Applied]) -> None:
+    """Each group's messages applied there, each group's answer into `done` by partition: a
+    retry after a NOT_HELD skips the partitions a group applied already (as _append_split)."""
     by_group: dict[str, list[Message]] = defaultdict(list)
     for m in messages:
-        by_group[group_of[m.partition]].append(m)
-    ends: dict = {}
-    written: dict = {}
-    nbytes = 0
+        if m.partition not in done:
+            by_group[group_of[m.partition]].append(m)
     for name, mine in by_group.items():
         applied = view.stores[name].apply(stream, mine, link=link, origin_low=origin_low)
-        ends.update(applied.ends)
-        written.update(applied.written)
-        nbytes += applied.bytes
-    return Applied(ends, written, nbytes)
+        done.update(dict.fromkeys({m.partition for m in mine}, applied))

@@ -34,12 +34,19 @@ from replication.stores import group_store
 STATUS_HINT = "see its progress with cluster store rebalancestatus"
 
 
-def _parts(cluster: Cluster) -> tuple[list[Part], dict[str, str]]:
-    """Every partition each group holds, with its bytes; and each stream's path by UUID."""
+def _parts(cluster: Cluster, draining: StoreGroup | None = None
+           ) -> tuple[list[Part], dict[str, str]]:
+    """Every partition each group holds, with its bytes, and those placed on the `draining`
+    group not held there yet (their placer's hold comes just after its record); each
+    stream's path by UUID."""
     parts = [Part(stream, topic, partition, nbytes, group.name)
              for group in groups_of(cluster)
              for stream, topic, partition, nbytes in fence.held_parts(
                  group_store(cluster, group.url))]
+    if draining is not None:
+        seen = {(p.stream, p.topic, p.partition) for p in parts}
+        parts += [Part(*key, 0, draining.name) for key in draining.placements.values_list(
+            "stream__uuid", "topic", "partition") if key not in seen]
     paths = {str(uuid): path for uuid, path in Stream.objects.filter(
         cluster=cluster, uuid__in={p.stream for p in parts}).values_list("uuid", "path")}
     return [p for p in parts if str(p.stream) in paths], paths
@@ -100,15 +107,24 @@ def store_group_drain(*, actor: AbstractBaseUser, cluster: str, name: str,
                        " its partitions would have nowhere to go; add a group first",
                        hint=LIST_HINT)
     _check_throttle(throttle)
-    parts, paths = _parts(target)
-    plan = _rows(plan_drain(parts, name, [*others, name]), paths)
     if not dryrun:
         _check_idle(target)
-        group.state = StoreGroup.State.DRAINING
-        group.save(update_fields=["state"])  # new partitions go elsewhere at once
-        placement.bump(target.name)
-        placement.forget(target.name)
+        _mark_draining(group)
+    # Planned after the mark: every partition placed on the group is placed by then
+    # (placement._record locks the group's row and places only on active groups).
+    parts, paths = _parts(target, group)
+    plan = _rows(plan_drain(parts, name, [*others, name]), paths)
     return _submit(actor, target, Rebalance.Kind.DRAIN, group, plan, dryrun, throttle)
+
+
+def _mark_draining(group: StoreGroup) -> None:
+    """New partitions go elsewhere from the commit on, in every process (the version bumped
+    with the state: a cached view that still has the group active is found stale)."""
+    with transaction.atomic():
+        group.state = StoreGroup.State.DRAINING
+        group.save(update_fields=["state"])
+        placement.bump(group.cluster.name)
+    placement.forget(group.cluster.name)
 
 
 def _submit(actor: AbstractBaseUser, cluster: Cluster, kind: str, group: StoreGroup | None,
