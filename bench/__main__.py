@@ -12,6 +12,7 @@ from bench import (
     kafka,
     pages,
     partitions,
+    partitions_idle,
     produce,
     quotas,
     replication,
@@ -43,6 +44,8 @@ COMMANDS = {
                "server, and time from a primary's (and Redis master's) death to the next ack"),
     "partitions": (partitions, "many partitions (issue 33): Metadata for all topics, topic create "
                                "time and placement spread over 3 store groups"),
+    "partitions-idle": (partitions_idle, "many partitions (issue 33), half of the streams "
+                                         "replicated: the whole deployment's CPU when idle"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 
