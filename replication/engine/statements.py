@@ -44,7 +44,10 @@ STREAMS_ENDS = (
     "SELECT stream, topic, partition, low_offset, next_offset FROM partitions "
     "WHERE next_offset > 0 AND stream IN ({})"
 )
-STREAM_PIDS = "SELECT id, topic FROM partitions WHERE stream = %s ORDER BY id"
+# The partitions retention looks at: an empty one has nothing to expire, and skipping it
+# spares a write transaction a partition a pass (100,000 partitions a minute, issue 33).
+STREAM_PIDS = ("SELECT id, topic FROM partitions WHERE stream = %s AND next_offset > low_offset "
+               "ORDER BY id")
 REPLICATION_CURSOR = "SELECT next_offset FROM replication_cursors WHERE pid = %s AND link = %s"
 # A consumer's own commit sets exactly what it committed, back or past the end (as Kafka); only
 # replicated cursors are clamped and never move back (the stores' MERGE_CURSORS).

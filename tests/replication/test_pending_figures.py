@@ -6,8 +6,11 @@ before."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from operations import alarms
 from operations.alarms import alarms_evaluate
 from replication import figures, placement
 from replication.engine.store import Record
@@ -98,3 +101,21 @@ def test_ends_come_from_the_group_holding_each_partition(operator, owner, activi
     assert ends == {(activity.uuid, "clicks", p): marks
                     for p, marks in router.watermarks(activity.uuid, "clicks").items()}
     assert sorted(high for _, high in ends.values()) == [1, 1, 1, 2, 2, 2]
+
+
+def test_retention_reads_only_the_links_with_something_pending(owner, activity, link,
+                                                                monkeypatch):
+    read: list[int] = []
+    real = alarms._link_loss
+
+    def counted(link, stream, before_ms):  # type: ignore[no-untyped-def]
+        read.append(link.pk)
+        return real(link, stream, before_ms)
+
+    monkeypatch.setattr(alarms, "_link_loss", counted)
+    assert alarms.retention_check(stream=activity, before_ms=int(time.time() * 1000)) == 0
+    assert read == []
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"old", timestamp_ms=1_000)]))
+    assert alarms.retention_check(stream=activity, before_ms=int(time.time() * 1000)) == 1
+    assert read == [link.pk]
