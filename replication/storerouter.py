@@ -407,6 +407,9 @@ class GroupRouter:
     def delete_cursors(self, stream: UUID, **k: Any) -> int:
         return sum(s.delete_cursors(stream, **k) for s in self._every())
 
+    def holding_streams(self) -> set[UUID]:
+        return set().union(*(s.holding_streams() for s in self._every()))
+
     def expire(self, stream: UUID, **k: Any) -> int:
         return sum(s.expire(stream, **k) for s in self._every())
 
