@@ -6,7 +6,9 @@ The scene is bench/partitions.py's (`build`); then `replicate` gives the first R
 streams a replica each on newyork through the services (`stream_create -copymetafrom`,
 `replica_connect`: both halves of the agreement, the topics propagated), configures the
 gateways gw1 and gw2 (`cluster_gateway_set`), and makes every replica topic's rows in
-newyork's store (its one store group: `ensure_topic`, as a gateway's first apply does).
+newyork's store (its one store group: `ensure_topic`, as a gateway's first apply does), and
+an hour of lag samples for each link (bench/pages.py `fill_history`: the recorder's rings
+as an hour-old deployment has them).
 
 The deployment is started as compose.yaml and bin/run-production run it: the portal (uvicorn,
 two workers), two replicators, the gateways gw1 and gw2 of newyork, a Kafka listener, a Celery
@@ -51,6 +53,7 @@ def replicate(*, count: int, topics: int, partitions: int) -> None:
     `manage.py shell -c`); the gateways configured; prints the timings as JSON."""
     from django.contrib.auth import get_user_model
 
+    from bench.pages import fill_history
     from replication.models import Cluster, Stream
     from replication.services import cluster_gateway_set, replica_connect, stream_create
     from replication.stores import store_for
@@ -60,12 +63,15 @@ def replicate(*, count: int, topics: int, partitions: int) -> None:
     started = time.perf_counter()
     cluster_gateway_set(actor=operator, dstcluster="newyork", gateways=" ".join(GATEWAYS))
     sources = Stream.objects.filter(cluster__name="sanfrancisco", name__lt=f"s{count:04d}")
-    replicas = []
+    replicas, links = [], []
     for source in sources.order_by("name"):
         replica = stream_create(actor=alice, path=f"/mapr/newyork/{source.name}",
                                 copymetafrom=source.path)
-        replica_connect(actor=alice, source=source, replica=replica)
+        links.append(replica_connect(actor=alice, source=source, replica=replica).pk)
         replicas.append(replica)
+    # An hour of lag samples a link, as a deployment up for an hour has them: the recorder
+    # reads and writes each ring whole every 5 s, so a fresh deployment's cost is not its own.
+    fill_history(links, time.time())
     linked_s = time.perf_counter() - started
     started = time.perf_counter()
     # newyork has one store group, so no placement: its store's rows, as a gateway's first
