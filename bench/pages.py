@@ -269,9 +269,9 @@ def fill_history(link_ids: Iterable[int], now: float) -> None:
 
     rings = {}
     for pk in link_ids:
-        rings[lag_history._ring_key(pk)] = [
+        rings[lag_history._ring_key(pk)] = lag_history.pack(
             [int((now - 3600 + t * 5) * 1000), (t * 37) % 500, (t * 37) % 500 * 10,
-             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS)]
+             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS))
     cache.set_many(rings, timeout=lag_history.KEEP_SECONDS * 2)
 
 
