@@ -13,6 +13,7 @@ from bench import (
     kafka,
     pages,
     partitions,
+    partitions_idle,
     produce,
     quotas,
     replication,
@@ -47,6 +48,8 @@ COMMANDS = {
     "groups": (groups, "store groups as Kafka clients see them (issue 33): routing overhead "
                        "with one group, the cut-over pause a producer sees during partition "
                        "moves, two groups on two PostgreSQL servers"),
+    "partitions-idle": (partitions_idle, "many partitions (issue 33), half of the streams "
+                                         "replicated: the whole deployment's CPU when idle"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

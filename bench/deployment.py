@@ -92,20 +92,7 @@ class Deployment(Portal):
                 stdout=log, stderr=subprocess.STDOUT)
 
     def wait_engine(self, timeout: float = 120.0) -> None:
-        """Until both gateways beat and a replicator holds its leases: on a loaded machine the
-        processes take more than a few seconds to import Django, and a steady run measured
-        before that would time their start-up, not replication."""
-        import redis
-
-        client = redis.Redis.from_url(self.env["REDIS_URL"])
-        keys = [f"{self.namespace}sg:gw:{REPLICA}:{name}" for name in ("gw1", "gw2")]
-        deadline = time.monotonic() + timeout
-        while client.exists(*keys) < len(keys) or not client.zcount(
-                f"{self.namespace}sg:replicators", int(time.time() * 1000), "+inf"):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the engine was not up after {timeout:.0f} s: see "
-                                   f"{self.logs}")
-            time.sleep(0.2)
+        wait_engine(self.env, self.namespace, ("gw1", "gw2"), timeout=timeout, logs=self.logs)
 
     def stop(self) -> None:
         for process in self.engine.values():
@@ -124,6 +111,23 @@ class Deployment(Portal):
                 keys = list(client.scan_iter(pattern))
                 if keys:
                     client.delete(*keys)
+
+
+def wait_engine(env: dict[str, str], namespace: str, gateways: tuple[str, ...], *,
+                timeout: float = 120.0, logs: object = "the processes' logs") -> None:
+    """Until the gateways of REPLICA beat and a replicator holds its leases: on a loaded
+    machine the processes take more than a few seconds to import Django, and a run measured
+    before that would time their start-up, not replication."""
+    import redis
+
+    client = redis.Redis.from_url(env["REDIS_URL"])
+    keys = [f"{namespace}sg:gw:{REPLICA}:{name}" for name in gateways]
+    deadline = time.monotonic() + timeout
+    while client.exists(*keys) < len(keys) or not client.zcount(
+            f"{namespace}sg:replicators", int(time.time() * 1000), "+inf"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the engine was not up after {timeout:.0f} s: see {logs}")
+        time.sleep(0.2)
 
 
 def setup(deploy: Deployment, token: str) -> object:

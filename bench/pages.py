@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -255,16 +256,22 @@ def _more_links(streams: list, count: int, alice: object) -> None:
 
 def _fill_history(hub_id: int, now: float) -> None:
     """An hour of samples for every link of the hub, written as the recorder leaves them."""
+    from replication.models import ReplicaLink
+
+    fill_history(ReplicaLink.objects.filter(source_id=hub_id).values_list("pk", flat=True), now)
+
+
+def fill_history(link_ids: Iterable[int], now: float) -> None:
+    """An hour of samples for each link, written as the recorder leaves them."""
     from django.core.cache import cache
 
     from replication import lag_history
-    from replication.models import ReplicaLink
 
     rings = {}
-    for pk in ReplicaLink.objects.filter(source_id=hub_id).values_list("pk", flat=True):
-        rings[lag_history._ring_key(pk)] = [
+    for pk in link_ids:
+        rings[lag_history._ring_key(pk)] = lag_history.pack(
             [int((now - 3600 + t * 5) * 1000), (t * 37) % 500, (t * 37) % 500 * 10,
-             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS)]
+             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS))
     cache.set_many(rings, timeout=lag_history.KEEP_SECONDS * 2)
 
 

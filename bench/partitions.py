@@ -39,16 +39,21 @@ PAGE_TARGET_MS = 300.0
 GROUPS = ("g1", "g2", "g3")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_scene_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scene's size and server (this module's and bench/partitions_idle.py's)."""
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--topics-per-stream", type=int, default=10)
     parser.add_argument("--partitions-per-topic", type=int, default=10)
+    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="the PostgreSQL server (the benchmark creates its own databases)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scene_arguments(parser)
     parser.add_argument("--requests", type=int, default=50, help="Metadata requests")
     parser.add_argument("--creates", type=int, default=50, help="topics created per way")
     parser.add_argument("--pages", type=int, default=50,
                         help="timed requests per portal page (0: no pages)")
-    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/postgres",
-                        help="the PostgreSQL server (the benchmark creates its own databases)")
 
 
 def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> None:
@@ -57,11 +62,9 @@ def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> Non
     from django.core.management import call_command
 
     from accounts.models import Membership, Role, Tenant
-    from replication import placement
-    from replication.models import Placement, StoreGroup, Stream, Topic
+    from replication.models import Stream, Topic
     from replication.services import cluster_create
     from replication.services.storegroups import store_group_add
-    from replication.stores import store_for
 
     timings = {}
     started = time.perf_counter()
@@ -86,27 +89,10 @@ def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> Non
     timings["rows_s"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    store_for(sf)  # the router, and its placement hooks
-    view = placement.refresh("sanfrancisco", None, force=True)
-    loads = placement.loads_of(view, view.active)
-    counts = {g: loads[g].partitions for g in loads}
-    group_pk = dict(StoreGroup.objects.filter(cluster=sf).values_list("name", "pk"))
-    rows = []
-    for s in made:
-        for j in range(topics):
-            now = {g: placement.Load(loads[g].nbytes, counts[g], loads[g].rate) for g in loads}
-            for p, g in enumerate(placement.least_loaded(now, partitions)):
-                counts[g] += 1
-                rows.append(Placement(stream_id=s.pk, topic=f"t{j:02d}", partition=p,
-                                      group_id=group_pk[g]))
-    Placement.objects.bulk_create(rows, batch_size=10000)
-    placement.bump("sanfrancisco")
-    view = placement.refresh("sanfrancisco", view, force=True)
+    view = place_in_bulk(sf, made, [f"t{j:02d}" for j in range(topics)], partitions)
     timings["placed_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    for s in made:
-        for j in range(topics):
-            placement.hold(view, s.uuid, f"t{j:02d}")
+    hold_all(view, made, [f"t{j:02d}" for j in range(topics)])
     timings["held_s"] = time.perf_counter() - started
     from io import StringIO
 
@@ -115,6 +101,41 @@ def seed(*, streams: int, topics: int, partitions: int, groups_base: str) -> Non
                  stdout=out)
     print(json.dumps({"token": out.getvalue().strip().splitlines()[-1], "stream": made[0].pk,
                       **timings}))
+
+
+def place_in_bulk(cluster, streams: list, names: list[str], partitions: int):  # type: ignore[no-untyped-def]
+    """Every partition of `names` in each of `streams` placed as the router's placement path
+    places them one topic at a time (placement.least_loaded over the groups' loads as they
+    grow), in one bulk insert and one version bump; the cluster's fresh view."""
+    from replication import placement
+    from replication.models import Placement, StoreGroup
+    from replication.stores import store_for
+
+    store_for(cluster)  # the router, and its placement hooks
+    view = placement.refresh(cluster.name, None, force=True)
+    loads = placement.loads_of(view, view.active)
+    counts = {g: loads[g].partitions for g in loads}
+    group_pk = dict(StoreGroup.objects.filter(cluster=cluster).values_list("name", "pk"))
+    rows = []
+    for s in streams:
+        for name in names:
+            now = {g: placement.Load(loads[g].nbytes, counts[g], loads[g].rate) for g in loads}
+            for p, g in enumerate(placement.least_loaded(now, partitions)):
+                counts[g] += 1
+                rows.append(Placement(stream_id=s.pk, topic=name, partition=p,
+                                      group_id=group_pk[g]))
+    Placement.objects.bulk_create(rows, batch_size=10000)
+    placement.bump(cluster.name)
+    return placement.refresh(cluster.name, view, force=True)
+
+
+def hold_all(view, streams: list, names: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Each topic's rows made in every group's store, held where placed (placement.hold)."""
+    from replication import placement
+
+    for s in streams:
+        for name in names:
+            placement.hold(view, s.uuid, name)
 
 
 def spread() -> None:
@@ -196,27 +217,33 @@ def _kafka_creates(config: dict, count: int, partitions: int) -> list[float]:
     return times
 
 
+def build(scene: Scene, args: argparse.Namespace) -> tuple[dict, float]:
+    """The scene's database, migrated and seeded (`seed`): its JSON and the seconds taken."""
+    import psycopg
+    from psycopg import sql
+
+    started = time.perf_counter()
+    with psycopg.connect(scene.server, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(scene.name)))
+    scene.manage("migrate", "--no-input", "-v0")
+    base = scene.env["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
+    out = scene.manage("shell", "-c", f"from bench.partitions import seed; seed(streams="
+                       f"{args.streams}, topics={args.topics_per_stream}, partitions="
+                       f"{args.partitions_per_topic}, groups_base={base!r})")
+    seeded = json.loads(out.strip().splitlines()[-1])
+    seed_s = time.perf_counter() - started
+    steps = {k: round(v, 1) for k, v in seeded.items() if k != "token"}
+    print(f"scene ready in {seed_s:.0f} s ({json.dumps(steps)})", flush=True)
+    return seeded, seed_s
+
+
 def main(args: argparse.Namespace) -> int:
     scene = Scene(args.url, "uvicorn", "many")
     topics = args.streams * args.topics_per_stream
     partitions = topics * args.partitions_per_topic
     listener = None
     try:
-        import psycopg
-        from psycopg import sql
-
-        started = time.perf_counter()
-        with psycopg.connect(scene.server, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(scene.name)))
-        scene.manage("migrate", "--no-input", "-v0")
-        base = scene.env["DATABASE_URL"].replace("postgres://", "postgresql://", 1)
-        out = scene.manage("shell", "-c", f"from bench.partitions import seed; seed(streams="
-                           f"{args.streams}, topics={args.topics_per_stream}, partitions="
-                           f"{args.partitions_per_topic}, groups_base={base!r})")
-        seeded = json.loads(out.strip().splitlines()[-1])
-        seed_s = time.perf_counter() - started
-        steps = {k: round(v, 1) for k, v in seeded.items() if k != "token"}
-        print(f"scene ready in {seed_s:.0f} s ({json.dumps(steps)})", flush=True)
+        seeded, seed_s = build(scene, args)
         listener = Listener(scene.env)
         config = _kafka_config(f"127.0.0.1:{listener.port}", seeded["token"])
         cpu = listener.cpu_seconds()

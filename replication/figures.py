@@ -111,8 +111,38 @@ def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
         "stream_id", "name", "origin_uuid"
     ):
         topics[stream_id][name] = origin
-    return {link.pk: _pending(sources[link.source_id], link, topics[link.source_id])
+    idle = _idle_links(links, sources, topics)
+    return {link.pk: PendingFigures() if link.pk in idle
+            else _pending(sources[link.source_id], link, topics[link.source_id])
             for link in links}
+
+
+def _idle_links(links: list[ReplicaLink], sources: dict[int, Stream],
+                topics: dict[int, dict[str, UUID]]) -> set[int]:
+    """The links with nothing pending, told from every partition's ends (a few queries per
+    store, `ends_of`) rather than two per topic and group: a deployment of 100,000 partitions
+    samples its idle links cheaply (issue 33). The others are read in full (`_pending`), by
+    the same rule: a partition lags when its high watermark is past both the replica's end
+    and its own low watermark (engine/replicator.py `_backlog`)."""
+    wanted: dict[int, tuple[object, set[UUID]]] = {}
+    for link in links:
+        for cluster, stream in ((sources[link.source_id].cluster, sources[link.source_id].uuid),
+                                (link.replica.cluster, link.replica.uuid)):
+            wanted.setdefault(cluster.pk, (cluster, set()))[1].add(stream)
+    ends: dict[tuple[UUID, str, int], tuple[int, int]] = {}
+    for cluster, streams in wanted.values():
+        ends.update(store_for(cluster).ends_of(sorted(streams)))
+    held: dict[UUID, list[tuple[str, int, int, int]]] = {}
+    for (stream, topic, p), (low, high) in ends.items():
+        held.setdefault(stream, []).append((topic, p, low, high))
+    idle = set()
+    for link in links:
+        replica = link.replica.uuid
+        carried = carried_topics(replica, topics[link.source_id])
+        if not any(topic in carried and high > max(ends.get((replica, topic, p), (0, 0))[1], low)
+                   for topic, p, low, high in held.get(sources[link.source_id].uuid, ())):
+            idle.add(link.pk)
+    return idle
 
 
 def _pending(source: Stream, link: ReplicaLink, topics: dict[str, UUID]) -> PendingFigures:

@@ -363,6 +363,17 @@ class GroupRouter:
                 "physicalsize": sum(e["physicalsize"] for e in each),
                 "numtopics": max(e["numtopics"] for e in each)}
 
+    def ends_of(self, streams: Sequence[UUID]) -> dict[tuple[UUID, str, int], tuple[int, int]]:
+        """Each partition's ends from the group holding it (unplaced: the home group): the
+        other groups keep only its held-elsewhere rows."""
+        view = self.view()
+        ends = {}
+        for name, store in view.stores.items():
+            for key, marks in store.ends_of(streams).items():
+                if (view.group_of(*key) or view.home) == name:
+                    ends[key] = marks
+        return ends
+
     def logical_sizes(self) -> dict[UUID, int]:
         sizes: dict[UUID, int] = defaultdict(int)
         for store in self._every():
@@ -382,6 +393,9 @@ class GroupRouter:
 
     def delete_cursors(self, stream: UUID, **k: Any) -> int:
         return sum(s.delete_cursors(stream, **k) for s in self._every())
+
+    def holding_streams(self) -> set[UUID]:
+        return set().union(*(s.holding_streams() for s in self._every()))
 
     def expire(self, stream: UUID, **k: Any) -> int:
         return sum(s.expire(stream, **k) for s in self._every())

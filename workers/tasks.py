@@ -17,7 +17,7 @@ from replication.models import Cluster, Stream
 from replication.services.compaction import compacted_streams, stream_compact
 from replication.services.jobs import jobs_stale
 from replication.services.partitionmove import moves_recover
-from replication.services.purge import stream_expire
+from replication.services.purge import stream_expire, streams_to_expire
 from replication.services.rebalance import rebalance_run
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
@@ -40,7 +40,7 @@ def expire_stream_task(stream_id: int) -> int:
 @shared_task(name="workers.tasks.expire_messages_task")
 def expire_messages_task() -> int:
     """Beat's entry: one expire task per stream with a ttl, so a big stream delays no other."""
-    ids = list(Stream.objects.exclude(ttl=0).values_list("pk", flat=True))
+    ids = streams_to_expire()
     for stream_id in ids:
         expire_stream_task.delay(stream_id)
     return len(ids)

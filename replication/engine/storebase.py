@@ -37,6 +37,7 @@ from replication.engine.statements import (
     REOPEN_LINK,
     REPLICATION_CURSOR,
     STREAM_SIZE,
+    STREAMS_ENDS,
     TOPIC_IDS,
     TS_AT,
     WATERMARKS,
@@ -68,6 +69,9 @@ from replication.engine.storeretention import RetentionMethods
 if TYPE_CHECKING:
     from replication.engine.batches import Ends
     from replication.engine.producers import ProducerBatch, ProducerState
+
+# Streams per query of `ends_of`: SQLite binds at most 32,766 variables (999 before 3.32).
+ENDS_CHUNK = 500
 
 
 class MessageStore(CursorMethods, RetentionMethods, ABC):
@@ -435,6 +439,21 @@ class MessageStore(CursorMethods, RetentionMethods, ABC):
         with self._reading() as conn:
             rows = self._all(conn, PARTITION_STATS, (self._key(stream), topic))
         return partition_stats_from(rows, topic)
+
+    def ends_of(self, streams: Sequence[UUID]) -> dict[tuple[UUID, str, int], tuple[int, int]]:
+        """(stream, topic, partition) -> (low, high) of every partition of `streams` that ever
+        held a message (an absent one is empty: 0, 0); a few queries for any number of
+        streams (chunks within SQLite's bound variables)."""
+        ends = {}
+        with self._reading() as conn:
+            for at in range(0, len(streams), ENDS_CHUNK):
+                chunk = streams[at:at + ENDS_CHUNK]
+                statement = STREAMS_ENDS.format(", ".join(["%s"] * len(chunk)))
+                for s, topic, p, low, high in self._all(conn, statement,
+                                                        [self._key(x) for x in chunk]):
+                    stream = UUID(bytes=s) if isinstance(s, bytes) else UUID(str(s))
+                    ends[(stream, topic, p)] = (low, high)
+        return ends
 
     def logical_sizes(self) -> dict[UUID, int]:
         """Every stream's logicalsize (as `sizes` reports it), in one query."""

@@ -11,6 +11,7 @@ from replication.engine.batches import expire_end
 from replication.engine.statements import (
     CUT_PREFIX,
     EXPIRE_CUT,
+    HOLDING_STREAMS,
     STREAM_PIDS,
     TRUNCATE,
     TRUNCATE_CURSORS,
@@ -26,6 +27,12 @@ class RetentionMethods(StoreHooks):
         def _lock(self, conn: Connection, pid: int) -> tuple[int, int]: ...
         def _delete_range(self, conn: Connection, pid: int, low: int,
                           end: int) -> tuple[int, int]: ...
+
+    def holding_streams(self) -> set[UUID]:
+        """The streams with a message in some partition, in one query."""
+        with self._reading() as conn:
+            rows = self._all(conn, HOLDING_STREAMS, ())
+        return {UUID(bytes=s) if isinstance(s, bytes) else UUID(str(s)) for (s,) in rows}
 
     def expire(self, stream: UUID, *, before_ms: int, batch: int = 10_000,
                keep: frozenset[str] = frozenset()) -> int:

@@ -409,6 +409,16 @@ def test_recorder_keeps_a_capped_ring(owner, agreed, monkeypatch):
     assert [p[0] for p in lag_history.lag_history([agreed.pk])[agreed.pk]] == [3000, 4000, 5000]
 
 
+def test_recorder_keeps_rings_packed_and_reads_rings_written_as_lists(owner, agreed):
+    # A sample appends 40 bytes to a packed ring, not an unpickling of 720 lists and a
+    # pickling back every 5 s a link (issue 33); a ring an earlier version left still reads.
+    cache.set(lag_history._ring_key(agreed.pk), [[1_000, 0, 0, 0, 0]])
+    lag_history.lag_record(now_ms=2_000)
+    ring = cache.get(lag_history._ring_key(agreed.pk))
+    assert isinstance(ring, bytes) and len(ring) == 2 * lag_history.FIELDS * 8
+    assert [p[0] for p in lag_history.lag_history([agreed.pk])[agreed.pk]] == [1_000, 2_000]
+
+
 def test_paused_links_are_sampled_so_the_backlog_shows(owner, agreed, activity, activity_ny):
     signed_in(owner).post(f"/streams/{activity.pk}/replicas/{agreed.pk}/pause/")
     produce(owner, activity, 3)

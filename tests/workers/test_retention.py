@@ -5,6 +5,7 @@ import pytest
 from replication.engine.store import Record
 from replication.services import stream_edit, topic_create
 from replication.services.messages import messages_produce
+from replication.services.purge import streams_to_expire
 from replication.stores import store_for
 from tests.workers.conftest import wait_until
 from workers.tasks import expire_messages_task, expire_stream_task
@@ -32,6 +33,17 @@ def test_beat_entry_expires_through_a_real_worker(celery_worker, aged):
     expire_messages_task.delay()
     wait_until(lambda: low_watermark(aged) == 3)
     assert store_for(aged.cluster).watermarks(aged.uuid, "clicks") == {0: (3, 5)}
+
+
+def test_the_beat_entry_lists_only_streams_holding_messages(owner, aged, activity_ny):
+    # 1,500 empty streams made 1,500 tasks a minute (issue 33): a stream with nothing to
+    # expire gets none, one whose messages all expired neither.
+    store_for(activity_ny.cluster)
+    stream_edit(actor=owner, stream=activity_ny, ttl=60)
+    topic_create(actor=owner, stream=activity_ny, name="idle", partitions=4)
+    assert streams_to_expire() == [aged.pk]
+    store_for(aged.cluster).expire(aged.uuid, before_ms=int(time.time() * 1000) + 1000)
+    assert streams_to_expire() == []
 
 
 def test_a_redelivered_expire_task_changes_nothing_more(celery_worker, aged):

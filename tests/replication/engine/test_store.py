@@ -342,6 +342,28 @@ def test_expire_removes_a_prefix_and_offsets_never_restart(store, stream):
     assert store.append(stream, "t", [Record(b"v")], origin=ORIGIN) == [(0, 4)]
 
 
+def test_expire_passes_over_empty_partitions(store, stream, monkeypatch):
+    # An idle cluster of 100,000 partitions (issue 33): retention looks only at partitions
+    # holding messages, not a write transaction a partition a minute.
+    store.ensure_topic(stream, "t", 8)
+    store.append(stream, "t", [Record(b"o", partition=5, timestamp_ms=1_000)] * 2,
+                 origin=ORIGIN)
+    store.append(stream, "t", [Record(b"o", partition=6, timestamp_ms=1_000)], origin=ORIGIN)
+    store.expire(stream, before_ms=now_ms())  # partition 6 emptied: 5 and 6 visited once
+    visited = []
+    real = store._expire_partition
+
+    def counted(pid: int, before_ms: int, limit: int) -> int:
+        visited.append(pid)
+        return real(pid, before_ms, limit)
+
+    monkeypatch.setattr(store, "_expire_partition", counted)
+    store.append(stream, "t", [Record(b"o", partition=2, timestamp_ms=1_000)], origin=ORIGIN)
+    assert store.expire(stream, before_ms=now_ms()) == 1
+    assert len(visited) == 1
+    assert store.watermarks(stream, "t")[2] == (1, 1)
+
+
 def test_append_completes_while_expire_runs(store, stream):
     store.ensure_topic(stream, "t", 1)
     store.append(stream, "t", [Record(b"o" * 200, timestamp_ms=1)] * 20_000, origin=ORIGIN)

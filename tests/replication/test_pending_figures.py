@@ -1,0 +1,121 @@
+"""A link's backlog figures (`pending_figures`, read by the lag recorder every 5 s and the
+alarms every 10 s): an idle link is told from every partition's ends in a few queries per
+store, not read topic by topic (issue 33: 500 replicated streams of 100 partitions kept a
+Celery worker a third busy per 100 links); a link with a backlog gets the same figures as
+before."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from operations import alarms
+from operations.alarms import alarms_evaluate
+from replication import figures, placement
+from replication.engine.store import Record
+from replication.figures import PendingFigures, pending_figures
+from replication.services import topic_create
+from replication.services.messages import messages_produce
+from replication.stores import store_for
+from tests.factories import replicated_clicks, spread
+from tests.replication.services.test_storegroups import grow
+from workers.replication.applier import batch_serve
+
+
+@pytest.fixture(autouse=True)
+def _fresh_views():
+    placement.forget()
+    yield
+    placement.forget()
+
+
+@pytest.fixture
+def full_reads(monkeypatch):
+    """The links whose backlog was read in full (the per-topic path), in order."""
+    seen: list[object] = []
+    real = figures._pending
+
+    def counted(source, link, topics):  # type: ignore[no-untyped-def]
+        seen.append(link.pk)
+        return real(source, link, topics)
+
+    monkeypatch.setattr(figures, "_pending", counted)
+    return seen
+
+
+@pytest.fixture
+def link(owner, activity, activity_ny):  # type: ignore[no-untyped-def]
+    """activity -> activity_ny, 3 messages a partition of `clicks` replicated, and two
+    topics never written to."""
+    for cluster in (activity.cluster, activity_ny.cluster):
+        store_for(cluster)
+    made = replicated_clicks(owner, activity, activity_ny, per_partition=3)
+    for name in ("views", "carts"):
+        topic_create(actor=owner, stream=activity, name=name, partitions=4)
+    return made
+
+
+def test_an_idle_link_is_not_read_topic_by_topic(link, full_reads):
+    assert pending_figures([link]) == {link.pk: PendingFigures()}
+    assert full_reads == []
+
+
+def test_a_new_message_makes_the_link_read_in_full(owner, activity, link, full_reads):
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"a"), Record(b"b")]))
+    found = pending_figures([link])[link.pk]
+    assert (found.messages, full_reads) == (2, [link.pk])
+    assert found.min_ts > 0 and found.bytes > 0
+
+
+def test_a_partly_applied_partition_counts_what_is_left(owner, activity, link, full_reads):
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"%d" % i) for i in range(4)]))
+    # Partition 0's new batch (offsets 3 and 4, as produced) applied, partition 1's not.
+    batch_serve(link_id=link.pk, topic="clicks", partition=0, start=3, end=5)
+    assert pending_figures([link])[link.pk].messages == 2
+    assert full_reads == [link.pk]
+
+
+def test_a_replica_behind_on_its_last_partition_is_not_idle(owner, activity, link):
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"x")], start=1))
+    assert pending_figures([link])[link.pk].messages == 1
+
+
+def test_the_alarms_read_every_idle_link_at_once(link, full_reads):
+    alarms_evaluate()
+    assert full_reads == []
+
+
+def test_ends_come_from_the_group_holding_each_partition(operator, owner, activity):
+    grow(operator, activity.cluster, "s2", "s3")
+    topic_create(actor=owner, stream=activity, name="clicks", partitions=6)
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"%d" % i) for i in range(9)]))
+    router = store_for(activity.cluster)
+    view = placement.view_of(activity.cluster.name)
+    assert len({view.group_of(activity.uuid, "clicks", p) for p in range(6)}) == 3
+    ends = router.ends_of([activity.uuid])
+    assert ends == {(activity.uuid, "clicks", p): marks
+                    for p, marks in router.watermarks(activity.uuid, "clicks").items()}
+    assert sorted(high for _, high in ends.values()) == [1, 1, 1, 2, 2, 2]
+
+
+def test_retention_reads_only_the_links_with_something_pending(owner, activity, link,
+                                                                monkeypatch):
+    read: list[int] = []
+    real = alarms._link_loss
+
+    def counted(link, stream, before_ms):  # type: ignore[no-untyped-def]
+        read.append(link.pk)
+        return real(link, stream, before_ms)
+
+    monkeypatch.setattr(alarms, "_link_loss", counted)
+    assert alarms.retention_check(stream=activity, before_ms=int(time.time() * 1000)) == 0
+    assert read == []
+    messages_produce(actor=owner, stream=activity, topic="clicks",
+                     records=spread(activity, "clicks", [Record(b"old", timestamp_ms=1_000)]))
+    assert alarms.retention_check(stream=activity, before_ms=int(time.time() * 1000)) == 1
+    assert read == [link.pk]
