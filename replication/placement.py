@@ -12,6 +12,7 @@ all (`View.router` None).
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -176,13 +177,25 @@ def least_loaded(loads: dict[str, Load], count: int) -> list[str]:
     return [order[i % len(order)] for i in range(count)]
 
 
+# The threads loads_of asks the groups' stores in, kept (starting them cost more than asking),
+# per process: a forked worker inherits a pool whose threads it does not have.
+_asking: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _asking
+    if _asking is None or _asking[0] != os.getpid():
+        _asking = (os.getpid(), ThreadPoolExecutor(max_workers=8,
+                                                   thread_name_prefix="placement-loads"))
+    return _asking[1]
+
+
 def loads_of(view: View, groups: Iterable[str]) -> dict[str, Load]:
     """Each group's load, its store asked in a thread of its own: each answer sums a table of
     a row per partition (100,000 of them on a big cluster, issue 33), so asked one after the
     other they would add up in every topic's creation."""
     names = list(groups)
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        measured = list(pool.map(lambda name: fence.load(view.stores[name]), names))
+    measured = list(_pool().map(lambda name: fence.load(view.stores[name]), names))
     return {name: Load(nbytes, partitions, grouprate.rate(view.cluster, name, written))
             for name, (nbytes, partitions, written) in zip(names, measured, strict=True)}
 
