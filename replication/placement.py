@@ -236,10 +236,14 @@ def hold(view: View, stream: UUID, topic: str) -> None:
     count = max(placed) + 1
     # The fence is not installed here: `cluster store add` did it on every group before the
     # view could name them, and a stale view must not put it back once the cluster is down to
-    # one group (store_group_remove takes it off).
-    for name, store in view.stores.items():
+    # one group (store_group_remove takes it off). Each group's store in a thread of its own.
+    def held_in(name: str) -> None:
+        store = view.stores[name]
         store.ensure_topic(stream, topic, count)
         fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
+
+    for _ in _pool().map(held_in, view.stores):
+        pass  # each one's error, if any, raised here
 
 
 def _record(cluster: str, stream: UUID, topic: str, chosen: dict[int, str]) -> bool | None:
