@@ -6,6 +6,7 @@ before."""
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import pytest
@@ -30,18 +31,25 @@ def _fresh_views():
     placement.forget()
 
 
+def links_read(monkeypatch, module, name: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """The ids of the links `module.name` is called for (its `link` argument), in order; the
+    function itself still runs."""
+    seen: list[int] = []
+    real = getattr(module, name)
+    parameters = list(inspect.signature(real).parameters)
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(args[parameters.index("link")].pk)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return seen
+
+
 @pytest.fixture
 def full_reads(monkeypatch):
     """The links whose backlog was read in full (the per-topic path), in order."""
-    seen: list[object] = []
-    real = figures._pending
-
-    def counted(source, link, topics):  # type: ignore[no-untyped-def]
-        seen.append(link.pk)
-        return real(source, link, topics)
-
-    monkeypatch.setattr(figures, "_pending", counted)
-    return seen
+    return links_read(monkeypatch, figures, "_pending")
 
 
 @pytest.fixture
@@ -105,14 +113,7 @@ def test_ends_come_from_the_group_holding_each_partition(operator, owner, activi
 
 def test_retention_reads_only_the_links_with_something_pending(owner, activity, link,
                                                                 monkeypatch):
-    read: list[int] = []
-    real = alarms._link_loss
-
-    def counted(link, stream, before_ms):  # type: ignore[no-untyped-def]
-        read.append(link.pk)
-        return real(link, stream, before_ms)
-
-    monkeypatch.setattr(alarms, "_link_loss", counted)
+    read = links_read(monkeypatch, alarms, "_link_loss")
     assert alarms.retention_check(stream=activity, before_ms=int(time.time() * 1000)) == 0
     assert read == []
     messages_produce(actor=owner, stream=activity, topic="clicks",
