@@ -134,6 +134,12 @@ class Describer:
     async def perms_held(self, resolved: ResolvedTopic) -> frozenset[str]:
         return await self.session.perms(resolved.stream) & frozenset(PERMS)
 
+    async def operations_on(self, resolved: ResolvedTopic) -> int:
+        """The topic_authorized_operations to answer (NO_OPERATIONS unless asked for)."""
+        if not self.operations:
+            return NO_OPERATIONS
+        return operations_of(await self.perms_held(resolved))
+
     async def entry(self, name: str) -> dict[str, Any]:
         try:
             parse_topic_name(name)
@@ -189,22 +195,15 @@ async def _asked(describer: Describer, request: Any) -> list[dict[str, Any]]:
 
 async def _every_topic_encoded(describer: Describer, cls: type) -> list[bytes]:
     """Every listed topic's entry, encoded as entity `cls` (the version's topic entity)."""
-    items = []
-    for resolved in await _listing(describer):
-        operations = NO_OPERATIONS
-        if describer.operations:
-            operations = operations_of(await describer.perms_held(resolved))
-        items.append(encoded_entry(cls, resolved, describer.nodes, operations))
-    return items
+    return [encoded_entry(cls, resolved, describer.nodes, await describer.operations_on(resolved))
+            for resolved in await _listing(describer)]
 
 
 async def _all_topics(describer: Describer) -> list[dict[str, Any]]:
     entries = []
     for resolved in await _listing(describer):
         entry = topic_entry(resolved.client_name, resolved=resolved, nodes=describer.nodes)
-        if describer.operations:
-            entry["topic_authorized_operations"] = operations_of(
-                await describer.perms_held(resolved))
+        entry["topic_authorized_operations"] = await describer.operations_on(resolved)
         entries.append(entry)
     return entries
 
