@@ -141,10 +141,10 @@ def item_class(cls: type, field: str) -> type:
 
 @dataclasses.dataclass(frozen=True)
 class Spliced:
-    """A response whose array field `field` is sent as `items`, each the encoded bytes of one
-    entity of the array's type: a Metadata for every topic of a big cluster (issue 33) encodes
-    each topic once and then only copies it. `response` is the entity with `marker` as the
-    array's only item, an item whose encoding occurs nowhere else in it (a unique name)."""
+    """A response one of whose arrays is sent as `items`, each the encoded bytes of one entity
+    of the array's type: a Metadata for every topic of a big cluster (issue 33) encodes each
+    topic once and then only copies it. `response` is the entity with `marker` as that array's
+    only item, an item whose encoding occurs nowhere else in it (a unique name)."""
 
     response: Any
     marker: Any
@@ -153,21 +153,23 @@ class Spliced:
     def write(self, buffer: io.BytesIO) -> None:
         whole, mark = encode(self.response), encode(self.marker)
         at = whole.index(mark)
-        count = io.BytesIO()
-        if self.response.__flexible__:
-            write_compact_array_length(count, 1)
-        else:
-            write_legacy_array_length(count, 1)
-        start = at - len(count.getvalue())
-        if whole[start:at] != count.getvalue():
+        one = self._length(1)
+        start = at - len(one)
+        if whole[start:at] != one:
             raise ValueError("the marker is not the only item of its array")
         buffer.write(whole[:start])
-        if self.response.__flexible__:
-            write_compact_array_length(buffer, len(self.items))
-        else:
-            write_legacy_array_length(buffer, len(self.items))
+        buffer.write(self._length(len(self.items)))
         buffer.writelines(self.items)
         buffer.write(whole[at + len(mark):])
+
+    def _length(self, count: int) -> bytes:
+        """An array's length as the response's version writes it."""
+        out = io.BytesIO()
+        if self.response.__flexible__:
+            write_compact_array_length(out, count)
+        else:
+            write_legacy_array_length(out, count)
+        return out.getvalue()
 
 
 def encode_frame(*entities: Any) -> bytes:
