@@ -113,7 +113,8 @@ class Session:
         self.grant: TokenGrant | None = None
         self.lifetime = 0.0  # seconds the last sign-in lasts
         self.expires = float("inf")  # time.monotonic() when the SASL session ends
-        self._resolved: dict[tuple[str, bool], tuple[float, ResolvedTopic | None]] = {}
+        # name and create -> (when, the listings' generation then, what it resolved to)
+        self._resolved: dict[tuple[str, bool], tuple[float, Any, ResolvedTopic | None]] = {}
         # Plain names this user cannot place (no default stream applies), and why.
         self._unplaceable: dict[str, str] = {}
         self._noted: set[str] = set()
@@ -150,23 +151,25 @@ class Session:
         return await loop.run_in_executor(self.listener.executor, call)
 
     async def resolve(self, name: str, *, create: bool = False) -> ResolvedTopic | None:
-        """The topic `name` means to this connection's user (None: absent or invisible)."""
-        key, now = (name, create), time.monotonic()
+        """The topic `name` means to this connection's user (None: absent or invisible). A
+        resolution is kept for RESOLVE_CACHE_SECONDS, unless a topic, ACE or identity changed
+        in this process since (another connection made the topic, or added partitions)."""
+        key, now, generation = (name, create), time.monotonic(), listings.generation()
         cached = self._resolved.get(key)
-        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS:
-            return cached[1]
+        if cached and now - cached[0] < RESOLVE_CACHE_SECONDS and cached[1] == generation:
+            return cached[2]
         missing: list[str] = []
         found = await self.run_sync(
             topic_resolve, actor=self.user, name=name, cluster=self.listener.cluster,
             default_stream=self.listener.default_stream, create=create,
             on_missing=lambda reason: (missing.append(reason), self._missing_default(reason)))
-        self._resolved[key] = (now, found)
+        self._resolved[key] = (now, generation, found)
         if missing:
             self._unplaceable[name] = missing[0]
         else:
             self._unplaceable.pop(name, None)
         if found is not None:
-            self._resolved[(name, False)] = (now, found)
+            self._resolved[(name, False)] = (now, generation, found)
         return found
 
     async def listing(self, perms: tuple[str, ...]) -> list[ResolvedTopic]:

@@ -60,7 +60,9 @@ def key_of(actor: AbstractBaseUser, cluster: str | None, default_stream: str | N
     return (actor.pk, cluster, default_stream, perms)
 
 
-def _now_generation() -> tuple[int, int]:
+def generation() -> tuple[int, int]:
+    """Moves whenever a topic, ACE or identity changes in this process: what was resolved
+    before it moved may be stale."""
     return (_generation, grants.generation())
 
 
@@ -71,7 +73,7 @@ def kept(key: Key) -> tuple[list[ResolvedTopic] | None, bool]:
     now = time.monotonic()
     with _lock:
         held = _kept.get(key)
-        if held is None or held.generation != _now_generation():
+        if held is None or held.generation != generation():
             return None, False
         age = now - held.read_at
         if age >= LISTING_SECONDS:
@@ -105,12 +107,12 @@ def read(key: Key, *, actor: AbstractBaseUser, ahead: bool = False) -> list[Reso
     """The listing of `key`: the kept one when its fingerprint has not changed, else read
     from the database (topic_listing); kept either way."""
     _, cluster, default_stream, perms = key
-    generation, read_at = _now_generation(), time.monotonic()
+    seen, read_at = generation(), time.monotonic()
     try:
         now = fingerprint(key, actor)
         with _lock:
             held = _kept.get(key)
-            if held is not None and held.generation == generation and (
+            if held is not None and held.generation == seen and (
                     held.fingerprint == now and read_at - held.listed_at < MAX_SECONDS):
                 held.read_at, held.reading = read_at, False
                 return held.topics
@@ -125,10 +127,10 @@ def read(key: Key, *, actor: AbstractBaseUser, ahead: bool = False) -> list[Reso
     with _lock:
         # A change that dropped the listings while this was read may not be in it: keep it
         # out, so the next caller reads again.
-        if generation == _now_generation():
+        if seen == generation():
             if len(_kept) >= MAX_LISTINGS and key not in _kept:
                 _kept.clear()
-            _kept[key] = _Kept(read_at, generation, topics, now, read_at)
+            _kept[key] = _Kept(read_at, seen, topics, now, read_at)
     return topics
 
 

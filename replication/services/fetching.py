@@ -48,7 +48,8 @@ def messages_fetch_partitions(
     it, by its first batch, so a consumer never stalls on a batch larger than its fetch
     size. `committed` (Kafka's read_committed): each partition read up to its last stable
     offset, with the aborted transactions of what is read."""
-    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
+    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic),
+                      (r.partition for r in reads))
     store = store_for(stream.cluster)
     committed = committed and store.KEEPS_BATCHES  # a row store holds no transaction
     together: tuple[list[Fetched], list[TxnView]] | None = None
@@ -109,7 +110,8 @@ def partition_offsets(
     message with the largest timestamp (-3), or of the first message at or after the
     timestamp (offset -1 when none is). `committed` (read_committed): latest is the last
     stable offset."""
-    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic))
+    target = _granted(actor, stream, topic, "consumeperm", lambda: topic_of(stream, topic),
+                      (partition for partition, _ in queries))
     store = store_for(stream.cluster)
     marks = topic_watermarks(target)
     out: list[tuple[int, Exception | None, int, int]] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -208,19 +208,20 @@ class PartitionWrite:
 
 
 def _granted(actor: AbstractBaseUser, stream: Stream, topic: str, perm: str,
-             find: Callable[[], Topic]) -> Topic:
+             find: Callable[[], Topic], partitions: Iterable[int] = ()) -> Topic:
     """`perm` checked through the authorization cache (replication/grants.py), then the topic
     lookup, remembered for TOPIC_SECONDS per (stream, topic, perm): a Kafka client sends
     hundreds of requests a second, and the lookup's query costs about as much as the batch's
     append. A topic saved or deleted in this process (an origin moved by a failover, a topic
     deleted and made anew) clears it at once (`forget_topics`); another process's change is
-    seen within TOPIC_SECONDS."""
+    seen within TOPIC_SECONDS, or at once when the caller names one of `partitions` that the
+    remembered topic lacks (added by another process)."""
     grants_require(actor, stream, perm,
                    action="produce" if perm == "produceperm" else "consume")
     key = (stream.pk, topic, perm)
     now = time.monotonic()
     hit = _topics.get(key)
-    if hit is not None and hit[0] > now:
+    if hit is not None and hit[0] > now and hit[1].partitions > max(partitions, default=-1):
         return hit[1]
     target = find()
     if len(_topics) > 10_000:
@@ -336,7 +337,8 @@ def messages_append(
     (the Kafka listener's throttle_time_ms). A tenant storing what its plan allows is refused
     before anything is written too (PlanLimitExceeded, replication/plans.py)."""
     target = _granted(actor, stream, topic, "produceperm",
-                      lambda: _producible_topic(stream, topic))
+                      lambda: _producible_topic(stream, topic),
+                      (w.partition for w in writes if w.partition is not None))
     storage_require_room(stream.tenant_id)
     if not throttled:
         quota_require(stream.tenant_id, PRODUCE)
