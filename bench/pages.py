@@ -263,16 +263,11 @@ def _fill_history(hub_id: int, now: float) -> None:
 
 def fill_history(link_ids: Iterable[int], now: float) -> None:
     """An hour of samples for each link, written as the recorder leaves them."""
-    from django.core.cache import cache
-
     from replication import lag_history
 
-    rings = {}
-    for pk in link_ids:
-        rings[lag_history._ring_key(pk)] = lag_history.pack(
-            [int((now - 3600 + t * 5) * 1000), (t * 37) % 500, (t * 37) % 500 * 10,
-             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS))
-    cache.set_many(rings, timeout=lag_history.KEEP_SECONDS * 2)
+    ring = [[int((now - 3600 + t * 5) * 1000), (t * 37) % 500, (t * 37) % 500 * 10,
+             (t * 53) % 4000, 0] for t in range(lag_history.MAX_POINTS)]
+    lag_history.rings().fill(dict.fromkeys(link_ids, ring))
 
 
 def _percentile(values: list[float], q: float) -> float:

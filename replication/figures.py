@@ -103,9 +103,14 @@ def _partition_figures(stats: list[PartitionStats], count: int, physicalsize: in
 def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
     """Per link id, the backlog not yet applied at the replica, from the two clusters' stores
     (the replica's partition ends against the source's high watermarks). The one source of
-    them. Two control-database queries, whatever the number of links."""
+    them. Two control-database queries whatever the number of links, one when the links were
+    read with their sources and those sources' clusters."""
     links = list(links)
-    sources = Stream.objects.select_related("cluster").in_bulk({ln.source_id for ln in links})
+    # The sources the links were read with (select_related("source__cluster")), else read.
+    sources = {ln.source_id: ln.source for ln in links
+               if ReplicaLink.source.is_cached(ln) and Stream.cluster.is_cached(ln.source)}
+    if unread := {ln.source_id for ln in links} - sources.keys():
+        sources.update(Stream.objects.select_related("cluster").in_bulk(unread))
     topics: dict[int, dict[str, UUID]] = {sid: {} for sid in sources}
     for stream_id, name, origin in Topic.objects.filter(stream_id__in=sources).values_list(
         "stream_id", "name", "origin_uuid"

@@ -232,7 +232,7 @@ def moves_recover(cluster: Cluster) -> int:
     switch (step 3 of the docstring: placed there, held nowhere, so taking no writes until the
     move ran again): Celery beat's sweep. A partition whose move is running (its lock taken)
     is left alone. How many were given back."""
-    view = placement.refresh(cluster.name, placement.view_of(cluster.name), force=True)
+    view = placement.view_of(cluster.name)  # its groups; each partition is read afresh below
     if view is None:
         return 0
     given = 0

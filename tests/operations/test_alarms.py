@@ -13,7 +13,7 @@ from django.db import IntegrityError
 from operations.alarms import Condition, alarm_raise, alarms_evaluate
 from operations.models import Alarm, AlarmKind
 from operations.tasks import evaluate_alarms_task
-from replication import services
+from replication import lag_history, services
 from replication.engine.store import Record
 from replication.models import ReplicaLink, SyncMode
 from replication.services.linknotes import link_error, link_progress, link_waiting
@@ -139,6 +139,21 @@ def test_stalled_link_is_raised_and_cleared_once_the_replica_catches_up(
                        end=3) == 3
     alarms_evaluate()
     assert open_kinds() == []
+
+
+def test_the_lag_recorders_fresh_sample_stands_for_the_backlog_an_old_one_does_not(
+        pair, live_gateway, settings):
+    # The evaluation reads the recorder's samples rather than every link's backlog again
+    # (issue 33's idle cost). The store holds nothing, so only a sample can say 4 pending.
+    ReplicaLink.objects.filter(pk=pair.pk).update(last_progress=ago(
+        settings.REPLICATION_STALL_SECONDS + 5))
+    now_ms = int(time.time() * 1000)
+    lag_history._append({pair.pk: [now_ms - 60_000, 4, 40, 0, 1]})  # a minute old
+    alarms_evaluate()
+    assert open_kinds() == []  # read afresh from the stores: nothing pending
+    lag_history._append({pair.pk: [now_ms, 4, 40, 0, 1]})
+    alarms_evaluate()
+    assert Alarm.objects.get().description.startswith("4 messages pending")
 
 
 def test_synchronous_replica_that_fell_back_to_async_is_raised_until_it_returns(

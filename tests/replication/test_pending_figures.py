@@ -16,6 +16,7 @@ from operations.alarms import alarms_evaluate
 from replication import figures, placement
 from replication.engine.store import Record
 from replication.figures import PendingFigures, pending_figures
+from replication.models import ReplicaLink
 from replication.services import topic_create
 from replication.services.messages import messages_produce
 from replication.stores import store_for
@@ -67,6 +68,16 @@ def link(owner, activity, activity_ny):  # type: ignore[no-untyped-def]
 def test_an_idle_link_is_not_read_topic_by_topic(link, full_reads):
     assert pending_figures([link]) == {link.pk: PendingFigures()}
     assert full_reads == []
+
+
+def test_links_read_with_their_sources_clusters_cost_one_query(link, django_assert_num_queries):
+    # The recorder and the alarms read their links with select_related("source__cluster"):
+    # their sources are not read a second time (issue 33's idle cost).
+    loaded = ReplicaLink.objects.select_related("source__cluster", "replica__cluster").get(
+        pk=link.pk)
+    with django_assert_num_queries(1):  # the sources' topics
+        found = pending_figures([loaded])
+    assert found == pending_figures([ReplicaLink.objects.get(pk=link.pk)])
 
 
 def test_a_new_message_makes_the_link_read_in_full(owner, activity, link, full_reads):
