@@ -22,7 +22,6 @@ from uuid import UUID
 
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Tenant
@@ -88,26 +87,41 @@ def _stored(streams: Iterable[Stream]) -> dict[UUID, int]:
 def usage_rollup(*, tenant: Tenant, day: dt.date | None = None) -> int:
     """Add the growth of the tenant's streams' counters to their rows of `day` (today, UTC);
     the number of streams rolled up. Redis and the stores are read before the transaction:
-    no row lock is held across them (DESIGN.md invariant 14)."""
+    no row lock is held across them (DESIGN.md invariant 14). Only rows and marks that change
+    are written, each kind in one statement: an idle tenant of 1,500 streams cost 3,000
+    updates every 5 minutes (issue 33's idle cost)."""
     day = day or timezone.now().date()
     streams = list(Stream.objects.filter(tenant=tenant).select_related("cluster"))
     if not streams:
         return 0
     epoch, live = _epoch(), _live([s.uuid for s in streams])
     stored = _stored(streams)
+    uuids = [s.uuid for s in streams]
     with transaction.atomic():
-        UsageMark.objects.bulk_create([UsageMark(stream_uuid=s.uuid, epoch="") for s in streams],
+        UsageMark.objects.bulk_create([UsageMark(stream_uuid=u, epoch="") for u in uuids],
                                       ignore_conflicts=True)
-        # The marks' locks serialise rollups of a stream: the second run sees the first's mark.
+        # The marks' locks serialise rollups of a stream: the second run sees the first's mark
+        # and the first's rows of the day (no one else writes them).
         marks = {m.stream_uuid: m for m in UsageMark.objects.select_for_update().filter(
-            stream_uuid__in=[s.uuid for s in streams])}
+            stream_uuid__in=uuids)}
+        rows = {r.stream_uuid: r for r in UsageDay.objects.filter(day=day,
+                                                                 stream_uuid__in=uuids)}
+        changed_rows, changed_marks, now = [], [], timezone.now()
         for stream in streams:
             mark = marks[stream.uuid]
             grown = _growth(live[stream.uuid], mark if mark.epoch else None, epoch)
-            _add(day, tenant, stream, grown, stored[stream.uuid])
-            mark.totals = _merged(mark, live[stream.uuid], epoch)
-            mark.epoch = epoch
-            mark.save(update_fields=["totals", "epoch", "updated"])
+            row = rows.get(stream.uuid) or UsageDay(day=day, tenant=tenant,
+                                                    stream_uuid=stream.uuid)
+            if _added(row, stream.path, stored[stream.uuid], grown):
+                changed_rows.append(row)
+            totals = _merged(mark, live[stream.uuid], epoch)
+            if (mark.totals, mark.epoch) != (totals, epoch):
+                mark.totals, mark.epoch, mark.updated = totals, epoch, now
+                changed_marks.append(mark)
+        UsageDay.objects.bulk_create(changed_rows, update_conflicts=True,
+                                     unique_fields=["stream_uuid", "day"],
+                                     update_fields=["path", "stored_bytes", *COUNTED])
+        UsageMark.objects.bulk_update(changed_marks, ["totals", "epoch", "updated"])
     return len(streams)
 
 
@@ -117,14 +131,15 @@ def _merged(mark: UsageMark, live: dict[str, int], epoch: str) -> dict[str, int]
     return {k: max(v, int(mark.totals.get(k, 0))) for k, v in live.items()}
 
 
-def _add(day: dt.date, tenant: Tenant, stream: Stream, grown: dict[str, int],
-         stored: int) -> None:
-    changes = {k: F(k) + v for k, v in grown.items() if k in COUNTED}
-    rows = UsageDay.objects.filter(day=day, stream_uuid=stream.uuid)
-    if not rows.update(stored_bytes=stored, path=stream.path, **changes):
-        UsageDay.objects.create(day=day, tenant=tenant, stream_uuid=stream.uuid,
-                                path=stream.path, stored_bytes=stored,
-                                **{k: v for k, v in grown.items() if k in COUNTED})
+def _added(row: UsageDay, path: str, stored: int, grown: dict[str, int]) -> bool:
+    """`row` with the stream's path, its bytes stored now and `grown` added; whether it is
+    new or changed (and so to be written)."""
+    before = (row.path, row.stored_bytes, *(getattr(row, k) for k in COUNTED))
+    row.path, row.stored_bytes = path, stored
+    for key in COUNTED:
+        setattr(row, key, getattr(row, key) + grown.get(key, 0))
+    return row.pk is None or before != (row.path, row.stored_bytes,
+                                        *(getattr(row, k) for k in COUNTED))
 
 
 def usage_rows(*, tenant: Tenant, days: int) -> list[UsageRow]:
