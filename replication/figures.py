@@ -103,32 +103,47 @@ def _partition_figures(stats: list[PartitionStats], count: int, physicalsize: in
 def pending_figures(links: Iterable[ReplicaLink]) -> dict[int, PendingFigures]:
     """Per link id, the backlog not yet applied at the replica, from the two clusters' stores
     (the replica's partition ends against the source's high watermarks). The one source of
-    them. Two control-database queries whatever the number of links, one when the links were
-    read with their sources and those sources' clusters."""
+    them. At most two control-database queries whatever the number of links: the sources
+    (none when the links were read with them and their clusters) and the topics of the
+    sources holding messages (none in an idle deployment)."""
     links = list(links)
-    # The sources the links were read with (select_related("source__cluster")), else read.
     sources = {ln.source_id: ln.source for ln in links
                if ReplicaLink.source.is_cached(ln) and Stream.cluster.is_cached(ln.source)}
     if unread := {ln.source_id for ln in links} - sources.keys():
         sources.update(Stream.objects.select_related("cluster").in_bulk(unread))
+    ends = _ends(links, sources)
+    held: dict[UUID, list[tuple[str, int, int, int]]] = {}
+    for (stream, topic, p), (low, high) in ends.items():
+        held.setdefault(stream, []).append((topic, p, low, high))
     topics: dict[int, dict[str, UUID]] = {sid: {} for sid in sources}
-    for stream_id, name, origin in Topic.objects.filter(stream_id__in=sources).values_list(
+    busy = [sid for sid, source in sources.items() if source.uuid in held]
+    for stream_id, name, origin in Topic.objects.filter(stream_id__in=busy).values_list(
         "stream_id", "name", "origin_uuid"
     ):
         topics[stream_id][name] = origin
-    idle = _idle_links(links, sources, topics)
-    return {link.pk: PendingFigures() if link.pk in idle
+    return {link.pk: PendingFigures() if _idle(link, sources[link.source_id], topics, ends, held)
             else _pending(sources[link.source_id], link, topics[link.source_id])
             for link in links}
 
 
-def _idle_links(links: list[ReplicaLink], sources: dict[int, Stream],
-                topics: dict[int, dict[str, UUID]]) -> set[int]:
-    """The links with nothing pending, told from every partition's ends (a few queries per
-    store, `ends_of`) rather than two per topic and group: a deployment of 100,000 partitions
-    samples its idle links cheaply (issue 33). The others are read in full (`_pending`), by
-    the same rule: a partition lags when its high watermark is past both the replica's end
-    and its own low watermark (engine/replicator.py `_backlog`)."""
+def _idle(link: ReplicaLink, source: Stream, topics: dict[int, dict[str, UUID]],
+          ends: dict[tuple[UUID, str, int], tuple[int, int]],
+          held: dict[UUID, list[tuple[str, int, int, int]]]) -> bool:
+    """Whether none of the partitions `source` holds lags at the link's replica."""
+    replica = link.replica.uuid
+    carried = carried_topics(replica, topics[source.pk])
+    return not any(topic in carried and high > max(ends.get((replica, topic, p), (0, 0))[1], low)
+                   for topic, p, low, high in held.get(source.uuid, ()))
+
+
+def _ends(links: list[ReplicaLink], sources: dict[int, Stream]
+          ) -> dict[tuple[UUID, str, int], tuple[int, int]]:
+    """(low, high) of every partition holding messages of the links' sources and replicas,
+    read a few queries per store (`ends_of`), so that the links with nothing pending are told
+    without reading them topic by topic and group by group: a deployment of 100,000
+    partitions samples its idle links cheaply (issue 33). The others are read in full
+    (`_pending`), by the same rule: a partition lags when its high watermark is past both the
+    replica's end and its own low watermark (engine/replicator.py `_backlog`)."""
     wanted: dict[int, tuple[object, set[UUID]]] = {}
     for link in links:
         for cluster, stream in ((sources[link.source_id].cluster, sources[link.source_id].uuid),
@@ -137,17 +152,7 @@ def _idle_links(links: list[ReplicaLink], sources: dict[int, Stream],
     ends: dict[tuple[UUID, str, int], tuple[int, int]] = {}
     for cluster, streams in wanted.values():
         ends.update(store_for(cluster).ends_of(sorted(streams)))
-    held: dict[UUID, list[tuple[str, int, int, int]]] = {}
-    for (stream, topic, p), (low, high) in ends.items():
-        held.setdefault(stream, []).append((topic, p, low, high))
-    idle = set()
-    for link in links:
-        replica = link.replica.uuid
-        carried = carried_topics(replica, topics[link.source_id])
-        if not any(topic in carried and high > max(ends.get((replica, topic, p), (0, 0))[1], low)
-                   for topic, p, low, high in held.get(sources[link.source_id].uuid, ())):
-            idle.add(link.pk)
-    return idle
+    return ends
 
 
 def _pending(source: Stream, link: ReplicaLink, topics: dict[str, UUID]) -> PendingFigures:

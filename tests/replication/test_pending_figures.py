@@ -80,6 +80,16 @@ def test_links_read_with_their_sources_clusters_cost_one_query(link, django_asse
     assert found == pending_figures([ReplicaLink.objects.get(pk=link.pk)])
 
 
+def test_sources_holding_nothing_cost_no_query(owner, activity, agreed,
+                                               django_assert_num_queries):
+    topic_create(actor=owner, stream=activity, name="empty", partitions=4)
+    loaded = ReplicaLink.objects.select_related("source__cluster", "replica__cluster").get(
+        pk=agreed.pk)
+    assert pending_figures([loaded]) == {agreed.pk: PendingFigures()}  # the stores opened
+    with django_assert_num_queries(0):  # no topics read: nothing is held to be pending
+        assert pending_figures([loaded]) == {agreed.pk: PendingFigures()}
+
+
 def test_a_new_message_makes_the_link_read_in_full(owner, activity, link, full_reads):
     messages_produce(actor=owner, stream=activity, topic="clicks",
                      records=spread(activity, "clicks", [Record(b"a"), Record(b"b")]))
