@@ -5,6 +5,7 @@ check names and failures, never tenant data."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
+from replication import placement
 from replication.models import Cluster, Gateway, ReplicaLink
 from replication.stores import store_for
 from replication.transport import transport
@@ -50,15 +52,27 @@ def _database() -> str:
 
 def _stores() -> str:
     clusters = list(Cluster.objects.all())
-    failed = []
+    failed, count = [], 0
     for cluster in clusters:
-        try:
-            store_for(cluster).sizes(NOBODY)
-        except Exception as error:
-            failed.append(f"{cluster.name} ({type(error).__name__})")
+        for label, check in _store_checks(cluster):
+            count += 1
+            try:
+                check()
+            except Exception as error:
+                failed.append(f"{label} ({type(error).__name__})")
     if failed:
         raise RuntimeError("message store unreachable: " + ", ".join(failed))
-    return f"{len(clusters)} cluster stores reachable"
+    return f"{count} stores of {len(clusters)} clusters reachable"
+
+
+def _store_checks(cluster: Cluster) -> list[tuple[str, Callable[[], object]]]:
+    """The cluster's store to reach, or each of its store groups by name (issue 33: one
+    group's server down is named, not only its cluster)."""
+    view = placement.view_of(cluster.name)
+    if view is None:
+        return [(cluster.name, lambda: store_for(cluster).sizes(NOBODY))]
+    return [(f"{cluster.name} group {name}", functools.partial(store.sizes, NOBODY))
+            for name, store in view.stores.items()]
 
 
 def _redis() -> str:
