@@ -8,31 +8,26 @@ The figures are `replication.figures.pending_figures` / `time_lag`, the ones `re
 shows. Paused links are sampled too: a backlog growing while paused is what an owner wants to
 see before resuming.
 
-A sample is a list `[t_ms, messages_pending, bytes_pending, time_lag_ms, stalled]`, kept
-packed (`pack`, 40 bytes). On Redis a ring is a list of packed samples: a pass appends every
-link's sample and trims its ring in one script call, reading nothing back (`_Rings`). On the
-embedded default's in-process cache a ring is one packed bytes value, read and written whole;
-the cache is one writer's (the beat entry runs one at a time), so that needs no lock. A lost
-sample after a crash only leaves a gap in a chart.
+A sample is a list `[t_ms, messages_pending, bytes_pending, time_lag_ms, stalled]`, in a
+capped ring per link (replication/rings.py: on Redis a pass is one script call that reads
+nothing back). A lost sample after a crash only leaves a gap in a chart.
 """
 
 from __future__ import annotations
 
-import array
 import contextlib
 import gc
-import itertools
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache, caches
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache import cache
 
 from replication.events import publish_after_commit
 from replication.figures import pending_figures, time_lag
 from replication.models import Gateway, ReplicaLink, link_is_stalled
+from replication.rings import Point, Rings
 
 SAMPLE_SECONDS = 5.0
 KEEP_SECONDS = 3600
@@ -40,14 +35,8 @@ MAX_POINTS = int(KEEP_SECONDS / SAMPLE_SECONDS)
 LAG_EVENT = "replica.lag"
 ALL_LAST_KEY = "lag:last:all"
 MANY_LINKS = 100  # from this many links on, lag_latest reads ALL_LAST_KEY
-SAMPLE_BYTES = 40
 
-Point = list[int]
 FIELDS = 5  # a sample's figures
-
-
-def _ring_key(link_id: int) -> str:
-    return f"lag:ring:{link_id}"
 
 
 def _gateway_key(gateway_id: int) -> str:
@@ -95,85 +84,9 @@ def lag_record(*, now_ms: int | None = None, links: Iterable[ReplicaLink] | None
     return len(links)
 
 
-def pack(points: Iterable[Point]) -> bytes:
-    """Samples as rings keep them: each sample's five figures as signed 64-bit integers."""
-    return array.array("q", itertools.chain.from_iterable(points)).tobytes()
-
-
-def unpack(value: bytes | None) -> list[Point]:
-    if not value:
-        return []
-    flat = array.array("q", value).tolist()
-    return [flat[at:at + FIELDS] for at in range(0, len(flat), FIELDS)]  # as fast as pickle
-
-
-# Every link's sample appended to its ring, the ring trimmed to its newest ARGV[1] and kept
-# ARGV[2] seconds: one call a pass. A key an earlier version left as a string is replaced.
-_APPEND = """
-for i, key in ipairs(KEYS) do
-  if redis.call('TYPE', key).ok ~= 'list' then redis.call('DEL', key) end
-  redis.call('RPUSH', key, ARGV[i + 2])
-  redis.call('LTRIM', key, -tonumber(ARGV[1]), -1)
-  redis.call('EXPIRE', key, ARGV[2])
-end
-"""
-
-
-class _Rings:
-    """Each link's ring of samples. On Redis (production), a list of packed samples: a pass
-    is one script call, where reading and writing 500 rings of 720 samples whole moved 14 MB
-    each way every 5 s (the deployment's largest idle cost, issue 33). Elsewhere (the embedded
-    default's in-process cache) one packed bytes value a ring, read and written whole."""
-
-    def __init__(self) -> None:
-        self.cache = caches["default"]
-        self.client = (self.cache._cache.get_client(write=True)
-                       if isinstance(self.cache, RedisCache) else None)
-        self.script = self.client.register_script(_APPEND) if self.client else None
-
-    def _key(self, pk: int) -> str:
-        return self.cache.make_and_validate_key(_ring_key(pk))
-
-    def append(self, points: dict[int, Point]) -> None:
-        if self.script is not None:
-            self.script(keys=[self._key(pk) for pk in points],
-                        args=[MAX_POINTS, KEEP_SECONDS * 2,
-                              *(pack([point]) for point in points.values())])
-            return
-        rings = self.cache.get_many([_ring_key(pk) for pk in points])
-        self.cache.set_many({_ring_key(pk): (rings.get(_ring_key(pk), b"") + pack([point]))[
-            -MAX_POINTS * SAMPLE_BYTES:] for pk, point in points.items()},
-            timeout=KEEP_SECONDS * 2)
-
-    def fill(self, rings: dict[int, list[Point]]) -> None:
-        """Whole rings written at once (the benchmarks' hour-old deployments)."""
-        if self.client is None:
-            self.cache.set_many({_ring_key(pk): pack(points) for pk, points in rings.items()},
-                           timeout=KEEP_SECONDS * 2)
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for pk, points in rings.items():
-            pipe.delete(self._key(pk))
-            pipe.rpush(self._key(pk), *(pack([point]) for point in points))
-            pipe.expire(self._key(pk), KEEP_SECONDS * 2)
-        pipe.execute()
-
-    def read(self, ids: list[int], last: bool = False) -> dict[int, bytes]:
-        """Per link id, its ring packed (or only its last sample), when it has one."""
-        if self.client is None:
-            rings = self.cache.get_many([_ring_key(pk) for pk in ids])
-            return {pk: rings[_ring_key(pk)][-SAMPLE_BYTES if last else 0:]
-                    for pk in ids if rings.get(_ring_key(pk))}
-        pipe = self.client.pipeline(transaction=False)
-        for pk in ids:
-            pipe.lrange(self._key(pk), -1 if last else 0, -1)
-        return {pk: b"".join(ring) for pk, ring in zip(ids, pipe.execute(), strict=True)
-                if ring}
-
-
-def rings() -> _Rings:
-    """The rings, in the cache this thread uses now."""
-    return _Rings()
+def rings() -> Rings:
+    """The links' rings of lag samples (replication/rings.py)."""
+    return Rings("lag:ring:", fields=FIELDS, most=MAX_POINTS, keep_seconds=KEEP_SECONDS * 2)
 
 
 def _append(points: dict[int, Point]) -> None:
@@ -192,7 +105,7 @@ def lag_history(link_ids: Iterable[int]) -> dict[int, list[Point]]:
     # whole process's objects (130 ms where the reading takes 10, issue 34). Paused meanwhile.
     with gc_paused():
         found = rings().read(ids)
-        return {pk: unpack(found.get(pk)) for pk in ids}
+    return {pk: found.get(pk, []) for pk in ids}
 
 
 @contextlib.contextmanager
@@ -239,7 +152,7 @@ def lag_latest(link_ids: Iterable[int]) -> dict[int, Point]:
     if len(ids) > MANY_LINKS:
         every = cache.get(ALL_LAST_KEY) or {}
         return {pk: every[pk] for pk in ids if pk in every}
-    return {pk: unpack(last)[0] for pk, last in rings().read(ids, last=True).items()}
+    return {pk: points[-1] for pk, points in rings().read(ids, last=True).items()}
 
 
 def gateways_record(*, now: float | None = None) -> None:

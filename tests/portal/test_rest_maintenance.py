@@ -12,7 +12,7 @@ from django.core.cache import cache
 from operations.models import AuditEvent
 from replication import services
 from replication.engine.store import Record
-from replication.lag_history import _ring_key, lag_latest
+from replication.lag_history import lag_latest, rings
 from replication.models import Job, ReplicaLink, ReplicaState, Stream, Topic, Upstream
 from replication.services.messages import messages_produce
 from replication.services.purge import watermarks
@@ -174,7 +174,7 @@ def test_gateway_local_refusals_name_the_problem(api, world, params, status, exp
 def test_replica_list_refreshnow_records_the_figures_the_pages_show(api, world):
     alice, sf = world.users["alice"], world.activity
     link = ReplicaLink.objects.get(source=sf, replica=world.ny)
-    cache.delete(_ring_key(link.pk))
+    cache.delete(rings().key(link.pk))
     produce(alice, sf, "clicks", ["a", "b", "c"])
     ok(call(api(alice), "stream/replica/list", path=sf.path))
     assert lag_latest([link.pk]) == {}  # without -refreshnow: the recorder's, none yet
@@ -186,7 +186,7 @@ def test_replica_list_refreshnow_records_the_figures_the_pages_show(api, world):
 
 def test_replica_list_refreshnow_by_an_outsider_records_nothing(api, world):
     link = ReplicaLink.objects.get(source=world.activity, replica=world.ny)
-    cache.delete(_ring_key(link.pk))
+    cache.delete(rings().key(link.pk))
     response = call(api(world.users["mallory"]), "stream/replica/list",
                     path=world.activity.path, refreshnow="true")
     assert response.status_code == 404 and lag_latest([link.pk]) == {}

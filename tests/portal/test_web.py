@@ -424,11 +424,11 @@ def test_recorder_appends_to_rings_in_redis_and_replaces_an_older_versions_ring(
     # script call, reading nothing back (issue 33: 500 rings read and written whole every 5 s
     # were the deployment's largest idle cost). A ring an earlier version left (a pickled
     # value under the same key) is replaced, not an error.
-    cache.set(lag_history._ring_key(agreed.pk), [[1_000, 0, 0, 0, 0]])
+    cache.set(lag_history.rings().key(agreed.pk), [[1_000, 0, 0, 0, 0]])
     lag_history.lag_record(now_ms=2_000)
     lag_history.lag_record(now_ms=3_000)
     client = cache._cache.get_client(write=True)
-    key = cache.make_and_validate_key(lag_history._ring_key(agreed.pk))
+    key = cache.make_and_validate_key(lag_history.rings().key(agreed.pk))
     assert client.type(key) == b"list" and client.llen(key) == 2
     assert client.ttl(key) > lag_history.KEEP_SECONDS
     assert [p[0] for p in lag_history.lag_history([agreed.pk])[agreed.pk]] == [2_000, 3_000]
