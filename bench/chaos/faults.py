@@ -42,7 +42,7 @@ FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark 
 REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
 # How often each kind is drawn once every kind has run (the slow or rare ones are gated).
 WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
-           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1, "move": 2,
+           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1, "move": 4,
            **dict.fromkeys(HA_KINDS, 2)}  # with --ha only
 # The watchdog's deadline from a fault to replication moving again, where not DEADLINE: a
 # catch-up's JVM takes 20-50 s to start on two busy cores before its link moves.
