@@ -72,16 +72,17 @@ def _growth(live: dict[str, int], mark: UsageMark | None, epoch: str) -> dict[st
     return {k: max(0, v - int(mark.totals.get(k, 0))) for k, v in live.items()}
 
 
-def _stored(streams: Iterable[Stream]) -> dict[UUID, int]:
-    """Bytes stored per stream, from the stores' counters (one query per cluster); a store out
-    of reach counts 0."""
+def stored_bytes(streams: Iterable[Stream]) -> dict[UUID, int | None]:
+    """Bytes stored per stream, from the stores' counters (one query per cluster); None for
+    the streams of a store out of reach (the others still count)."""
     streams = list(streams)
     sizes: dict[UUID, int] = {}
+    reached = set()
     for cluster in {s.cluster.pk: s.cluster for s in streams}.values():
-        # A store out of reach: its figures wait for the next rollup; the others still count.
         with contextlib.suppress(Exception):
             sizes.update(store_for(cluster).logical_sizes())
-    return {s.uuid: sizes.get(s.uuid, 0) for s in streams}
+            reached.add(cluster.pk)
+    return {s.uuid: sizes.get(s.uuid, 0) if s.cluster_id in reached else None for s in streams}
 
 
 def usage_rollup(*, tenant: Tenant, day: dt.date | None = None) -> int:
@@ -95,7 +96,7 @@ def usage_rollup(*, tenant: Tenant, day: dt.date | None = None) -> int:
     if not streams:
         return 0
     epoch, live = _epoch(), _live([s.uuid for s in streams])
-    stored = _stored(streams)
+    stored = stored_bytes(streams)
     uuids = [s.uuid for s in streams]
     with transaction.atomic():
         UsageMark.objects.bulk_create([UsageMark(stream_uuid=u, epoch="") for u in uuids],
@@ -131,11 +132,14 @@ def _merged(mark: UsageMark, live: dict[str, int], epoch: str) -> dict[str, int]
     return {k: max(v, int(mark.totals.get(k, 0))) for k, v in live.items()}
 
 
-def _added(row: UsageDay, path: str, stored: int, grown: dict[str, int]) -> bool:
-    """`row` with the stream's path, its bytes stored now and `grown` added; whether it is
-    new or changed (and so to be written)."""
+def _added(row: UsageDay, path: str, stored: int | None, grown: dict[str, int]) -> bool:
+    """`row` with the stream's path, its bytes stored now (None: its store is out of reach,
+    the figure waits for the next rollup) and `grown` added; whether it is new or changed (and
+    so to be written)."""
     before = (row.path, row.stored_bytes, *(getattr(row, k) for k in COUNTED))
-    row.path, row.stored_bytes = path, stored
+    row.path = path
+    if stored is not None:
+        row.stored_bytes = stored
     for key in COUNTED:
         setattr(row, key, getattr(row, key) + grown.get(key, 0))
     return row.pk is None or before != (row.path, row.stored_bytes,
@@ -188,9 +192,9 @@ def _today(tenant: Tenant, uuids: list[UUID]) -> dict[UUID, UsageRow]:
         return {}
     today, epoch = timezone.now().date(), _epoch()
     live = _live([s.uuid for s in streams])
-    stored = _stored(streams)
+    stored = stored_bytes(streams)
     marks = {m.stream_uuid: m for m in UsageMark.objects.filter(
         stream_uuid__in=[s.uuid for s in streams]).exclude(epoch="")}
     return {s.uuid: UsageRow(today, s.path, {
-        **_growth(live[s.uuid], marks.get(s.uuid), epoch), "stored_bytes": stored[s.uuid]})
+        **_growth(live[s.uuid], marks.get(s.uuid), epoch), "stored_bytes": stored[s.uuid] or 0})
         for s in streams}

@@ -8,22 +8,24 @@ permission rules (ACEs) are the API's own; a refusal shows the service's `desc`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from operations.throughput import stream_throughput
+from operations.usage import stored_bytes
 from portal.web.access import access_check
 from portal.web.forms import field_errors
-from portal.web.health import links_health
+from portal.web.health import LINK_VALUES, links_health, rows_health, streams_health
 from portal.web.hints import refusal
 from portal.web.paging import paged
 from portal.web.stream_health import TAB_URLS, stream_attention
@@ -71,6 +73,23 @@ def _aces(data: Any) -> dict[str, str]:
     return {perm: data[perm].strip() for perm in PERMISSIONS if data.get(perm, "").strip()}
 
 
+def _list_figures(streams: Iterable[Stream]) -> None:
+    """Each listed stream's health (the worst of the replica links it is a source or a replica
+    of, from the lag recorder's last samples), bytes stored (one store query per cluster) and
+    produce rate (messages a second over the throughput recorder's last interval; None before
+    its second sample), set on it."""
+    streams = list(streams)
+    ids = [stream.pk for stream in streams]
+    rows = list(ReplicaLink.objects.with_agreement().filter(
+        Q(source_id__in=ids) | Q(replica_id__in=ids)).values(*LINK_VALUES))
+    rows_health(rows)
+    health, stored, rates = streams_health(rows), stored_bytes(streams), stream_throughput(ids)
+    for stream in streams:
+        stream.health = health.get(stream.pk)
+        stream.stored = stored[stream.uuid]
+        stream.rate = rates[stream.pk][-1][1] if rates[stream.pk] else None
+
+
 @login_required
 def stream_list(request: HttpRequest) -> HttpResponse:
     tenant = current_tenant(request)
@@ -94,6 +113,7 @@ def stream_list(request: HttpRequest) -> HttpResponse:
     if query:  # a part of the path, as the topology's filter takes it
         streams = streams.filter(path__icontains=query)
     shown = paged(request, streams.annotate(num_topics=Count("topics")).order_by("path"))
+    _list_figures(shown["page"])
     context = {"streams": shown["page"], "pager": shown["pager"],
                "query": query, "form": form, "errors": errors,
                "ace_fields": [(perm, form.get(perm, "")) for perm in PERMISSIONS]}

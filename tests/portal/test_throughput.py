@@ -2,17 +2,22 @@
 gateways' applied counters and the replicas' backlog: sampled by the lag recorder's beat
 entry, served as rates for the charts; the outsider from another tenant sees none of it."""
 
+import re
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from operations import throughput
+from portal.web.templatetags.human import size
 from replication import lag_history
 from replication.engine.store import Record
-from replication.models import Gateway
+from replication.models import Gateway, Stream
 from replication.services import replica_add, replica_pause, topic_create, upstream_add
 from replication.services.messages import messages_produce
 from replication.stores import store_for
 from tests.clients import signed_in
-from tests.factories import GatewayFactory
+from tests.factories import GatewayFactory, StreamFactory
 
 pytestmark = pytest.mark.usefixtures("private_cache")
 
@@ -111,3 +116,37 @@ def test_another_tenant_sees_no_throughput(outsider, owner, activity, paused_pai
     client = signed_in(outsider)
     assert client.get(f"/streams/{activity.pk}/throughput/").status_code == 404
     assert client.get("/overview/throughput/").json()["charts"] == []
+
+
+def test_the_streams_list_shows_each_streams_health_bytes_stored_and_produce_rate(
+        owner, sanfrancisco, activity, activity_ny, paused_pair):
+    lonely = StreamFactory(cluster=sanfrancisco, name="lonely", created_by=owner,
+                           tenant=owner.memberships.get().tenant)
+    throughput.throughput_record(now=1_000.0)
+    produce(owner, activity, 300)  # 30 s later: 10 msg/s
+    lag_history.lag_record()
+    throughput.throughput_record(now=1_030.0)
+    client = signed_in(owner)
+    page = client.get("/streams/").content.decode()
+
+    def row(stream) -> str:  # type: ignore[no-untyped-def]
+        return re.search(rf'<tr data-stream="{stream.path}">.*?</tr>', page, re.S).group(0)
+
+    held = sum(p.bytes for p in store_for(activity.cluster).partition_stats(activity.uuid,
+                                                                             "clicks"))
+    source = row(activity)
+    assert ">Paused<" in source and ">10 msg/s<" in source and f">{size(held)}<" in source
+    assert ">Paused<" in row(activity_ny) and ">0 msg/s<" in row(activity_ny)
+    alone = row(lonely)
+    assert "Not replicated" in alone and ">0 bytes<" in alone and ">0 msg/s<" in alone
+    # The figures of a page cost the same queries whatever its number of streams.
+    with CaptureQueriesContext(connection) as few:
+        client.get("/streams/")
+    for i in range(20):
+        StreamFactory(cluster=sanfrancisco, name=f"more{i}", created_by=owner,
+                      tenant=owner.memberships.get().tenant)
+    with CaptureQueriesContext(connection) as many:
+        page = client.get("/streams/").content.decode()
+    assert len(many.captured_queries) == len(few.captured_queries)
+    assert '<td data-label="Produced" data-field="rate"><span class="muted">—</span>' in row(
+        Stream.objects.get(name="more0"))  # not sampled twice yet
