@@ -54,7 +54,7 @@ PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",
          "/approvals/{waiting}/", "/account/", "/members/", "/account/tokens/", "/usage/",
-         "/schemas/", "/schemas/register/"]
+         "/schemas/", "/schemas/register/", "/clusters/", "/clusters/{cl}/"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -64,12 +64,14 @@ def test_every_page_has_no_serious_accessibility_violation(portal_url, browser: 
     job = _job(activity)
     waiting = ReplicaLink.objects.get(replica__name="waits").pk
     page = browser.new_context(color_scheme=scheme).new_page()
-    page.goto(f"{portal_url}/login/")
-    assert_accessible(page)
+    for path in ("/login/", "/signup/", "/password-reset/", "/no-such-page/"):  # signed out
+        page.goto(portal_url + path)
+        assert_accessible(page)
     sign_in(page, portal_url, "alice")
     for path in PAGES:
         response = page.goto(portal_url + path.format(a=activity.pk, ny=activity_ny.pk, job=job,
-                                                      link=scene.pk, waiting=waiting))
+                                                      link=scene.pk, waiting=waiting,
+                                                      cl=activity.cluster.name))
         assert response is not None and response.ok, path  # the page itself, not a 404
         if path == "/topology/":
             expect(page.locator("#topology")).to_have_attribute("data-ready", "1")
@@ -97,7 +99,8 @@ def test_every_page_fits_a_phone_with_no_horizontal_scroll(portal_url, browser: 
     wide = []
     for path in PAGES:
         page.goto(portal_url + path.format(a=activity.pk, ny=activity_ny.pk, job=job,
-                                           link=scene.pk, waiting=waiting))
+                                           link=scene.pk, waiting=waiting,
+                                           cl=activity.cluster.name))
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > 390:
             wide.append(f"{path}: {width}px")
