@@ -29,8 +29,12 @@ link to the Spark catch-up job (the Celery worker runs it; skipped, printed "not
 `workers.spark` does not exist), and a failover/failback cycle: newyork takes over
 sanfrancisco's topics with `replica failover -force` while producers write (sanfrancisco's
 producer moves to newyork), then `replica failback` brings sanfrancisco back, keeping its
-divergent tail in `<topic>.diverged` (bench/chaos/failover.py). Then everything is restored,
-the run waits until every replica's ends equal its origins' and the checker
+divergent tail in `<topic>.diverged` (bench/chaos/failover.py), and (on by default, off with
+--no-moves) a partition move: newyork gets a second store group at set-up and a random partition
+of its topics moves to its other group in a thread, throttled to last a few seconds while the
+other faults go on, retried when a fault fails it; its outcome (completed, retried, left) and
+the stores' held flags are checked against the placement (bench/chaos/moves.py). Then
+everything is restored, the run waits until every replica's ends equal its origins' and the checker
 (replication/engine/checker.py) reads every stream against its origins with the acknowledged
 offsets, and sanfrancisco's topics and divergence topics with the acknowledged ids: lost,
 duplicate, inconsistent, reordered and unreplicated messages must all be 0. Per fault kind the
@@ -57,11 +61,12 @@ killed -9, and the primary SIGSTOPped past Patroni's leader lease, one at a time
 group.
 
 `python -m bench.chaos [--seconds 180] [--seed N] [--no-spark] [--no-portal] [--no-kafka]
-[--no-cli] [--no-failover] [--ha] [--availability-strict] [--deadline S]` runs on servers of
-its own: the control database `sgchaos_<pid>` sits on the second private PostgreSQL (or on `--url`),
-Redis is a redis-server of the run's own (the shared one is never restarted); everything it made
-is removed at the end, failure or not. The exit status is non-zero on any anomaly, a step past
-its deadline, and with --availability-strict a missed availability goal.
+[--no-cli] [--no-failover] [--no-moves] [--ha] [--availability-strict] [--deadline S]` runs on
+servers of its own: the control database `sgchaos_<pid>` sits on the second private PostgreSQL
+(or on `--url`), Redis is a redis-server of the run's own (the shared one is never restarted);
+everything it made is removed at the end, failure or not. The exit status is non-zero on any
+anomaly (a move's held flags disagreeing with the placement too), a step past its deadline, and
+with --availability-strict a missed availability goal.
 tests/workers/test_chaos.py runs a short soak on the test database with the tests' fixtures
 (the shared Redis, so no Redis restart there).
 """

@@ -167,6 +167,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cli", action="store_true",
                         help="no producer through the command line (it goes through the portal)")
     parser.add_argument("--no-failover", action="store_true", help="no failover/failback cycle")
+    parser.add_argument("--moves", action=argparse.BooleanOptionalAction, default=True,
+                        help="newyork on two store groups, its partitions moved between them "
+                             "while producers write (fault `move`, bench/chaos/moves.py; on "
+                             "by default)")
     parser.add_argument("--kafka-timeout", type=float, default=60.0,
                         help="the Kafka producer's message.timeout.ms, in seconds: shorter "
                              "makes librdkafka time messages out (and bump its epoch) at each "
@@ -249,6 +253,7 @@ class Run:
                           converge_timeout=args.converge_timeout, spark=not args.no_spark,
                           portal=not args.no_portal, kafka=not args.no_kafka,
                           cli=not args.no_cli, failover=not args.no_failover, say=say,
+                          moves=args.moves,
                           kafka_timeout=args.kafka_timeout, watchdog=watchdog)
         if args.seed is not None:
             options.seed = args.seed
@@ -338,11 +343,15 @@ def report(result: Result, *, strict: bool) -> int:
     print()
     print(result.recovery_table())
     print()
+    if result.mover is not None:
+        print(result.mover.table())
+        print()
     print(result.availability_table())
     print()
     available, line = result.availability_verdict()
     print(line + ("" if strict else " (not failing the run: --availability-strict would)"))
     verdict = "passed" if result.ok else "FAILED"
-    print(f"CORRECTNESS: {verdict} ({sum(result.anomalies.values())} anomalies, "
+    print(f"CORRECTNESS: {verdict} ({sum(result.anomalies.values()) + result.misplaced} "
+          "anomalies, "
           f"{'converged' if result.converge_seconds is not None else 'did not converge'})")
     return 0 if result.ok and (available or not strict) else 1

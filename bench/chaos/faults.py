@@ -33,15 +33,16 @@ from bench.chaos.watchdog import DEADLINE, Watchdog
 
 if TYPE_CHECKING:
     from bench.chaos.failover import Cycle
+    from bench.chaos.moves import Mover
     from bench.chaos.options import Options
 
 FAULT_KINDS = ("gateway kill -9", "PostgreSQL restart", "replica pause", "Spark catch-up",
                "replicator kill -9", "Redis restart", "portal kill -9", "Kafka listener kill -9",
-               "Spark worker kill -9", "failover -force", "failback", *HA_KINDS)
+               "Spark worker kill -9", "failover -force", "failback", "move", *HA_KINDS)
 REPLICATORS = ("replicator-1", "replicator-2")  # two, so either may be killed
 # How often each kind is drawn once every kind has run (the slow or rare ones are gated).
 WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
-           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1,
+           "Redis restart": 1, "portal kill -9": 1, "Kafka listener kill -9": 1, "move": 4,
            **dict.fromkeys(HA_KINDS, 2)}  # with --ha only
 # The watchdog's deadline from a fault to replication moving again, where not DEADLINE: a
 # catch-up's JVM takes 20-50 s to start on two busy cores before its link moves.
@@ -182,6 +183,7 @@ class Driver:
     began: float = 0.0  # when faults began (time.monotonic())
     last_held: dict = field(default_factory=dict)  # what a catch-up held, and when last
     ha: HaFaults | None = None  # the replicated group's faults (--ha), which replace the restart
+    mover: Mover | None = None  # partition moves between newyork's store groups (moves.py)
 
     def say(self, text: str) -> None:
         """A line of the run's log, with its time into the faults (the availability table's
@@ -250,7 +252,8 @@ class Driver:
     @property
     def kinds_possible(self) -> set[str]:
         return {"gateway kill -9", "replica pause", "replicator kill -9", *self.entrances,
-                *(["Redis restart"] if self.redis else []), *(self.ha.kinds if self.ha else ())}
+                *(["Redis restart"] if self.redis else []), *(self.ha.kinds if self.ha else ()),
+                *(["move"] if self.mover else [])}
 
     @property
     def spark(self) -> bool:
@@ -263,7 +266,7 @@ class Driver:
             "PostgreSQL restart": self.restart_store, "replicator kill -9": self.kill_replicator,
             "Redis restart": self.restart_redis, "failover -force": self.fail_over,
             "Spark worker kill -9": self.kill_spark_worker,
-            "Spark catch-up": lambda: spark_catchup(self),
+            "Spark catch-up": lambda: spark_catchup(self), "move": self.move_partition,
             **(self.ha.actions(self) if self.ha else {})}
         # A failover first undoes the faults pending (each a step of its own).
         with self.watchdog.step(f"inject {kind}",
@@ -377,6 +380,17 @@ class Driver:
         restart = threading.Thread(target=register, name="spark-worker", daemon=True)
         self.later(self.rng.uniform(0.5, 3.0), restart.start, "restart the Spark worker",
                    "Spark worker kill -9")
+
+    def move_partition(self) -> None:
+        """A partition of newyork moved to its other store group in a thread (moves.py), while
+        the driver goes on; none while a move still runs."""
+        move = self.mover.start() if self.mover else None
+        if move is None:
+            return
+        self.hit = set(GATEWAYS) - {RESTARTED}  # the replicas of newyork's topics
+        self.faults["move"] += 1
+        self.say(f"move {move.topic}[{move.partition}] of {RESTARTED} from store group "
+                 f"{move.source} to {move.target} (in a thread)")
 
     def pause_replica(self) -> None:
         from replication.services import replica_pause, replica_resume

@@ -36,6 +36,7 @@ from bench.chaos.faults import (
     spark_built,
 )
 from bench.chaos.hafaults import HaFaults
+from bench.chaos.moves import GROUPS, MOVED, Mover, add_group
 from bench.chaos.options import Options
 from bench.chaos.producers import Producer, Target
 from bench.chaos.topology import (
@@ -97,10 +98,17 @@ class Result:
     availability: list[Availability] = field(default_factory=list)  # a row per producer
     windows: list[Window] = field(default_factory=list)  # each fault, injected to undone
     began: float = 0.0  # when faults began (time.monotonic())
+    mover: Mover | None = field(default=None, repr=False)  # the partition moves, if any
+
+    @property
+    def misplaced(self) -> int:
+        """Moves after which the stores' held flags disagree with the placement."""
+        return self.mover.disagreements() if self.mover else 0
 
     @property
     def ok(self) -> bool:
-        return self.converge_seconds is not None and not sum(self.anomalies.values())
+        return (self.converge_seconds is not None and not sum(self.anomalies.values())
+                and not self.misplaced)
 
     def table(self) -> str:
         converge = ("did not converge" if self.converge_seconds is None
@@ -118,6 +126,11 @@ class Result:
                 ("messages checked (all streams, and the failback's)", f"{self.checked:,}"),
                 *((f"anomalies: {kind} (must be 0)", str(self.anomalies[kind]))
                   for kind in ANOMALIES),
+                *((("moves: completed, retried, left", ", ".join(
+                    str(sum(m.outcome == o for m in self.mover.moves))
+                    for o in ("completed", "retried", "left"))),
+                   ("moves: held flags disagreeing with the placement (must be 0)",
+                    str(self.misplaced))) if self.mover else ()),
                 ("of the duplicates, acknowledged ones", str(self.acked_twice)),
                 ("sent twice by librdkafka (a later epoch re-sent them: not the store's)",
                  f"{self.resent:,}"),
@@ -273,6 +286,8 @@ def run_soak(engine: Engine, store: Store, options: Options,
     urls = {RESTARTED: store.url(f"{RESTARTED}_store")}
     if others:
         urls |= {c: others.url(f"{c}_store") for c in GATEWAYS if c != RESTARTED}
+    if options.moves:  # newyork's second store group, on the server not restarted
+        urls[f"{MOVED} {GROUPS[1]}"] = (others or store).url(f"{MOVED}_{GROUPS[1]}_store")
     watchdog, own = options.watchdog, options.watchdog is None
     if watchdog is None:  # the tests: stop the engine, and the main thread's next step raises
         watchdog = Watchdog(say=say, stop=engine.kill_all, exit=lambda code: None).start()
@@ -293,6 +308,8 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
     say = options.say
     with watchdog.step("set up the topology"):
         result.topology = topology = build_topology(urls)
+        if options.moves:
+            add_group(topology, urls[f"{MOVED} {GROUPS[1]}"])
     with watchdog.step("start the engine (every gateway live)", 2 * DEADLINE):
         start_engine(engine, topology, say)
     result.spark = "" if spark_built() else "not built"
@@ -315,12 +332,17 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
     driver = Driver(engine, store, topology, options, random.Random(options.seed), redis=redis,
                     entrances=entrances, cycle=cycle, spark_cluster=spark_cluster,
                     watchdog=watchdog, ha=ha)
+    if options.moves:
+        result.mover = driver.mover = Mover(topology, driver.rng, driver.say)
     try:
         driver.run(options.seconds)
     finally:
         stop.set()
         stop_producers(producers, driver)
         driver.restore()
+        if driver.mover is not None:
+            with watchdog.step("the last partition move to end", 4 * DEADLINE):
+                driver.mover.join(4 * DEADLINE)
     tally(result, driver, producers, cycle)
     with watchdog.step("wait for the Spark jobs and every replica to equal its origins",
                        2 * options.converge_timeout + DEADLINE):

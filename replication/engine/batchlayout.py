@@ -9,6 +9,7 @@ SQLite's); the rules no dialect touches are batchrules.py's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 from operator import itemgetter
 from typing import Any, Unpack
 from uuid import UUID
@@ -280,7 +281,10 @@ class BatchLayout(TransactionRanges, CompactionMethods):
 
     def _apply(self, stream: UUID, runs: dict[Key, list[Message]], link: str,
                origin_low: dict[Key, int] | None) -> tuple[Trimmed, Ends]:
-        """Replicated messages (from a row store): each partition's run one batch."""
+        """Replicated messages (from a row store, or read through a store router): each
+        partition's run as batches, one per stretch of equal origin and producer (a batch has
+        one of each: a run across a failover holds two origins, and one batch would give the
+        later messages the first's)."""
         with self._writing() as conn:
             pids = self._apply_pids(conn, stream, runs)
             marks = self._lock_many(conn, list(set(pids.values())))
@@ -291,9 +295,11 @@ class BatchLayout(TransactionRanges, CompactionMethods):
             ends: Ends = {}
             for key, run in trimmed.todo.items():
                 if run:
-                    batch = message_batch(run)
-                    self._copy(conn, pids[key], [batch])
-                    ends[pids[key]] = (run[-1].offset + 1, len(run), batch.size)
+                    batches = [message_batch(list(alike)) for _, alike in groupby(
+                        run, key=lambda m: (m.origin, m.producer))]
+                    self._copy(conn, pids[key], batches)
+                    ends[pids[key]] = (run[-1].offset + 1, len(run),
+                                       sum(b.size for b in batches))
             conn.cursor().executemany(self._sql(ADVANCE_ONE),
                                       [(*end, pid) for pid, end in ends.items()])
             conn.cursor().executemany(self._sql(LINK_CURSOR), [

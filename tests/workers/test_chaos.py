@@ -3,8 +3,9 @@ streams and a secondary, producers writing all along (through the services, a po
 over REST and an idempotent librdkafka producer through a Kafka listener), gateways,
 replicators, the portal and the listener killed with SIGKILL and restarted, newyork's
 PostgreSQL crashed and restarted, replicas paused and resumed, a forced failover of newyork
-from sanfrancisco and its failback; then every stream must equal its origins (invariants 1-3)
-with every acknowledged message in place, once, in the primary or kept aside.
+from sanfrancisco and its failback, newyork's partitions moved between its two store groups;
+then every stream must equal its origins (invariants 1-3) with every acknowledged message in
+place, once, in the primary or kept aside, and each move placed and held in one group only.
 
 No Spark catch-up here: its JVM takes 20-50 s to start on these two cores and the link waits
 for the job, which would double the test's time; `make chaos` runs it. No Redis restart
@@ -119,8 +120,14 @@ def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak, engine):
     assert soak.converge_seconds is not None, soak.table()
     assert sum(soak.anomalies.values()) == 0, "\n".join([soak.table(), *soak.examples[:20]])
     for kind in (*FAULT_KINDS[:3], "replicator kill -9", "portal kill -9",
-                 "Kafka listener kill -9", "failover -force", "failback"):
+                 "Kafka listener kill -9", "failover -force", "failback", "move"):
         assert soak.faults[kind] >= 1, soak.table()  # each, while producers wrote
+    # newyork's partitions moved between its two store groups while faults ran: each move
+    # ended placed on one group, held there and only there.
+    moves = soak.mover.moves
+    assert len(moves) == soak.faults["move"] and soak.misplaced == 0, soak.mover.table()
+    assert all(m.outcome in ("completed", "retried", "left") for m in moves), soak.mover.table()
+    assert any(m.outcome != "left" for m in moves), soak.mover.table()
     assert all(acked > 0 for acked, _ in soak.ways.values()) and len(soak.ways) == 4
     # Replication moved again after each killed replicator: the other took its links.
     assert len(soak.driver.recovered["replicator kill -9"]) == soak.faults["replicator kill -9"]

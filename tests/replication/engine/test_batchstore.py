@@ -22,6 +22,7 @@ from replication.engine.recordbatch import (
     encode_batch,
 )
 from replication.engine.store import (
+    Message,
     Misordered,
     OffsetOutOfRange,
     Record,
@@ -331,6 +332,21 @@ def test_a_fresh_replica_starts_with_the_batch_holding_the_origins_low_watermark
     assert (applied.ends, applied.count) == ({("t", 0): 15}, 10)
     assert store.watermarks(replica, "t") == {0: (5, 15)}
     assert store.fetch(replica, "t", 0, 5, 1 << 20) == store.fetch(stream, "t", 0, 5, 1 << 20)
+
+
+def test_replicated_messages_of_two_origins_in_one_run_keep_each_its_origin(store, stream):
+    """A replica applying messages read through a row store or a store router (the chaos soak
+    with newyork on two store groups, issue 33): a run that spans a failover holds the old
+    origin's messages then the new one's, and each keeps its own origin and producer."""
+    other = uuid.uuid4()
+    who = [(ORIGIN, "p1"), (ORIGIN, "p1"), (other, None), (other, None), (ORIGIN, "p2")]
+    messages = [Message("t", 0, offset, 1_000 + offset, None, b"v%d" % offset, (), origin,
+                        producer) for offset, (origin, producer) in enumerate(who)]
+    applied = store.apply(stream, messages, link="l")
+    assert (applied.ends, applied.count) == ({("t", 0): 5}, 5)
+    got = store.read(stream, "t", 0, 0, limit=10)
+    assert [(m.origin, m.producer) for m in got] == who
+    assert [m.value for m in got] == [m.value for m in messages]
 
 
 def test_a_batch_store_replica_refuses_batches_that_would_leave_a_gap(store, stream):
