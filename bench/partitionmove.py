@@ -5,6 +5,10 @@ cut-over timed while a writer keeps appending 10-record batches to the partition
 latencies reported; the one caught by the cut-over meets NOT_HELD, as a router would).
 
     PYTHONPATH=. .venv/bin/python -m bench.partitionmove --messages 1000000
+
+`--copy-rates N`: instead, the bulk copy alone N times by the COPY pipe and N times by a Spark
+job (workers/spark/movecopy.py, a local session started beforehand, `--split` offsets a task),
+the target emptied before each, medians reported.
 """
 
 from __future__ import annotations
@@ -74,11 +78,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--copy-rates", type=int, default=0, metavar="RUNS")
+    parser.add_argument("--split", type=int, default=200_000)
     args = parser.parse_args(argv)
     source, target = stores()
     stream = uuid.uuid4()
     fill(source, target, stream, args.messages, args.batch)
     spid, tpid = (moving.pid_of(s, stream, "t", 0) for s in (source, target))
+    if args.copy_rates:
+        copy_rates(source, target, spid, tpid, args)
+        return
     began = time.monotonic()
     upto = moving.copy_history(source, target, spid, tpid)
     bulk = time.monotonic() - began
@@ -102,6 +111,29 @@ def main(argv: list[str] | None = None) -> None:
           f"its append caught by the cut-over waited {refused}, then NOT_HELD")
     source.close()
     target.close()
+
+
+def copy_rates(source: MessageStore, target: MessageStore, spid: int, tpid: int,
+               args: argparse.Namespace) -> None:
+    from workers.spark.movecopy import MoveCopy, copy_on_spark
+    from workers.spark.session import spark_context
+
+    spark = spark_context()
+    urls = [SERVER + "sgbench_move_a", SERVER + "sgbench_move_b"]
+    move = MoveCopy(*urls, source.DATA_TABLE, moving.key_column(source), spid, tpid)  # type: ignore[attr-defined]
+    copiers = {"COPY pipe": None,
+               "Spark": lambda s, e: copy_on_spark(spark, move, s, e, args.split)}
+    for name, bulk in copiers.items():
+        rates = []
+        for _ in range(args.copy_rates):
+            moving.prepare(target, tpid)
+            began = time.monotonic()
+            upto = moving.copy_history(source, target, spid, tpid, bulk=bulk)
+            rates.append(upto / (time.monotonic() - began))
+        rates.sort()
+        print(f"{name}: median {rates[len(rates) // 2]:,.0f} msg/s "
+              f"({', '.join(f'{r:,.0f}' for r in rates)}) for {upto:,} messages")
+    spark.stop()
 
 
 if __name__ == "__main__":

@@ -389,6 +389,12 @@ if STORE_LAYOUT not in ("rows", "batches"):
 # Messages below which a comparison (failback's common prefix, verification) or a failback's
 # copy runs in the calling process rather than on Spark (workers/compare.py).
 BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)
+# A partition move copies the history of a partition of this many bytes or more with a Spark
+# job (workers/moves.py), smaller ones by the COPY pipe alone: Spark's start and its tasks'
+# set-up cost seconds, which the pipe spends copying a few hundred MB (docs/benchmarks.md).
+MOVE_SPARK_BYTES = _positive(env.int, "STREAMGATE_MOVE_SPARK_BYTES", 1 << 30)
+# Offsets per Spark task of such a move's copy.
+MOVE_SPARK_SPLIT = _positive(env.int, "STREAMGATE_MOVE_SPARK_SPLIT", 200_000)
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the

@@ -18,7 +18,7 @@ only: the SQLite store is one file for one server, and a move is refused there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -138,7 +138,14 @@ def marks(store: MessageStore, pid: int) -> tuple[int, int]:
     return int(low), int(nxt)
 
 
-def _key_column(store: MessageStore) -> str:
+def size(store: MessageStore, pid: int) -> int:
+    """The partition's bytes as its row counts them."""
+    with store._reading() as conn:
+        return int(conn.execute("SELECT bytes FROM partitions WHERE id = %s", (pid,)
+                                ).fetchone()[0])
+
+
+def key_column(store: MessageStore) -> str:
     return "last_offset" if store.KEEPS_BATCHES else "offset"
 
 
@@ -184,22 +191,39 @@ def copy_range(source: MessageStore, target: MessageStore, spid: int, tpid: int,
                target_conn: psycopg.Connection | None = None) -> None:
     """Pipe the messages keyed in [start, end) from the source partition to the target one
     (binary COPY out, binary COPY in: no row is decoded)."""
-    table = source.DATA_TABLE  # type: ignore[attr-defined]
-    key = _key_column(source)
     with _conn(source, source_conn, write=False) as src, _conn(target, target_conn) as dst:
-        columns = _columns(src, table)
-        names = sql.SQL(", ").join(map(sql.Identifier, columns))
-        out = sql.SQL("COPY (SELECT {tpid}::int4, {names} FROM {table} WHERE pid = {spid} AND "
-                      "{key} >= {start} AND {key} < {end} ORDER BY {key}) TO STDOUT "
-                      "(FORMAT BINARY)").format(
-            tpid=sql.Literal(tpid), names=names, table=sql.Identifier(table),
-            spid=sql.Literal(spid), key=sql.Identifier(key), start=sql.Literal(start),
-            end=sql.Literal(end))
-        into = sql.SQL("COPY {table} (pid, {names}) FROM STDIN (FORMAT BINARY)").format(
-            table=sql.Identifier(table), names=names)
-        with src.cursor().copy(out) as reading, dst.cursor().copy(into) as writing:
-            for data in reading:
-                writing.write(data)
+        pipe_range(src, dst, source.DATA_TABLE, key_column(source),  # type: ignore[attr-defined]
+                   spid, tpid, start, end)
+
+
+def pipe_range(src: psycopg.Connection, dst: psycopg.Connection, table: str, key: str,
+               spid: int, tpid: int, start: int, end: int) -> None:
+    """copy_range on two open connections (a Spark task's, workers/spark/movecopy.py)."""
+    columns = _columns(src, table)
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    out = sql.SQL("COPY (SELECT {tpid}::int4, {names} FROM {table} WHERE pid = {spid} AND "
+                  "{key} >= {start} AND {key} < {end} ORDER BY {key}) TO STDOUT "
+                  "(FORMAT BINARY)").format(
+        tpid=sql.Literal(tpid), names=names, table=sql.Identifier(table),
+        spid=sql.Literal(spid), key=sql.Identifier(key), start=sql.Literal(start),
+        end=sql.Literal(end))
+    into = sql.SQL("COPY {table} (pid, {names}) FROM STDIN (FORMAT BINARY)").format(
+        table=sql.Identifier(table), names=names)
+    with src.cursor().copy(out) as reading, dst.cursor().copy(into) as writing:
+        for data in reading:
+            writing.write(data)
+
+
+def recopy_range(src: psycopg.Connection, dst: psycopg.Connection, table: str, key: str,
+                 spid: int, tpid: int, start: int, end: int) -> None:
+    """pipe_range idempotent by offset range: in one target transaction, whatever an earlier
+    attempt of the same range left is deleted, then the range is piped again (a retried Spark
+    task never doubles a row). The target row is not held, so nothing else writes there."""
+    with dst.transaction():
+        dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} >= %s AND {} < %s").format(
+            sql.Identifier(table), sql.Identifier(key), sql.Identifier(key)),
+            (tpid, start, end))
+        pipe_range(src, dst, table, key, spid, tpid, start, end)
 
 
 class _conn:
@@ -219,15 +243,20 @@ class _conn:
 
 
 def copy_history(source: MessageStore, target: MessageStore, spid: int, tpid: int,
-                 chunk: int = CHUNK_OFFSETS) -> int:
+                 chunk: int = CHUNK_OFFSETS, bulk: Callable[[int, int], None] | None = None
+                 ) -> int:
     """The bulk copy, without any lock: every message below the source's next offset, a chunk
     of offsets a transaction, then again what producers added meanwhile while that is more
-    than a small tail (the cut-over copies the rest with producers waiting). Returns the
-    offset copied up to."""
+    than a small tail (the cut-over copies the rest with producers waiting). `bulk(start,
+    end)`, when given, copies the first pass instead (a Spark job: workers/spark/movecopy.py).
+    Returns the offset copied up to."""
     start, end = marks(source, spid)
-    for _ in range(CATCH_UP_PASSES):
-        for at in range(start, end, chunk):
-            copy_range(source, target, spid, tpid, at, min(at + chunk, end))
+    for n in range(CATCH_UP_PASSES):
+        if n == 0 and bulk is not None and end > start:
+            bulk(start, end)
+        else:
+            for at in range(start, end, chunk):
+                copy_range(source, target, spid, tpid, at, min(at + chunk, end))
         start, end = end, marks(source, spid)[1]
         if end - start <= SMALL_TAIL:
             break
@@ -282,7 +311,7 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
     and commit. Returns the messages the partition holds (now at the target). Writers of the
     partition wait on the lock, then find it not held (NOT_HELD: the router looks at the
     placement again)."""
-    key = _key_column(source)
+    key = key_column(source)
     table = source.DATA_TABLE  # type: ignore[attr-defined]
     with source._writing() as src:
         counters = dict(zip(ROW_COUNTERS, src.execute(

@@ -38,8 +38,13 @@ Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, install
 group's store by the first move): a commit sent to the source by a process with a stale
 placement is refused as NOT_HELD and the router sends it to the target.
 
-Not in this slice: a move as a job with progress, rebalance, drain, Spark for large
-partitions.
+A partition of STREAMGATE_MOVE_SPARK_BYTES or more, moved from an interface that hands in a
+`bulk` copier (the REST command: workers/moves.py), has step 2's first pass copied by a Spark
+job, a task per offset range, each idempotent by its range (a retried task deletes what its
+earlier attempt left in the target's not-held row first): the crash argument of step 2 is
+unchanged, a died job leaving a partial copy the retry wipes.
+
+Not in this slice: a move as a job with progress, drain.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -63,10 +69,16 @@ from replication.signals import partition_moved
 # source's copy deleted.
 CLEANUP_GRACE = placement.REFRESH_SECONDS + 0.5
 Pause = Callable[[str], None]
+# (source URL, target URL, data table, offset column, source pid, target pid, start, end):
+# copies the partition's offsets [start, end) into the target's not-held row, idempotent by
+# range (workers/moves.py: a Spark job). The domain cannot start Spark (the layers), so the
+# interface that runs the move hands it in.
+BulkCopy = Callable[[str, str, str, str, int, int, int, int], None]
 
 
 def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, partition: int,
-                   to: str, pause: Pause | None = None, defer_cleanup: bool = False) -> dict:
+                   to: str, pause: Pause | None = None, defer_cleanup: bool = False,
+                   bulk: BulkCopy | None = None) -> dict:
     """Move the partition to group `to`; the result row {partition, from, to, messagesCopied,
     seconds}. `pause(stage)` is called after "copied", "cut" and "switched" (tests crash the
     process there). `defer_cleanup`: return at once after the switch, leaving the source's
@@ -99,7 +111,7 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
                            "already: wait for that move to finish, then see where it is with "
                            "cluster store list", hint=LIST_HINT)
         row = _locked_move(view, stream, topic, partition, source_name, target_group, pause,
-                           defer_cleanup)
+                           defer_cleanup, bulk)
     partition_moved.send(sender=Stream, stream=stream, actor=actor,
                          details={"topic": topic, **row})
     return row
@@ -107,7 +119,7 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
 
 def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
                  source_name: str, target_group: StoreGroup, pause: Pause | None,
-                 defer_cleanup: bool) -> dict:
+                 defer_cleanup: bool, bulk: BulkCopy | None) -> dict:
     to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
@@ -117,7 +129,7 @@ def _locked_move(view: placement.View, stream: Stream, topic: str, partition: in
                        f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
     started = time.monotonic()
     copied = _move(view, stream, topic, partition, source_name, target_group, pause,
-                   defer_cleanup)
+                   defer_cleanup, bulk)
     return _row(partition, source_name, to, copied, time.monotonic() - started)
 
 
@@ -164,7 +176,8 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
 
 
 def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
-          target_group: StoreGroup, pause: Pause | None, defer_cleanup: bool) -> int:
+          target_group: StoreGroup, pause: Pause | None, defer_cleanup: bool,
+          bulk: BulkCopy | None) -> int:
     source, target = view.stores[source_name], view.stores[target_group.name]
     try:
         moving.check_pair(source, target)
@@ -178,7 +191,8 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
                        "this on the partition's next write; try the move again")
     moving.prepare(target, tpid)
     compaction = moving.compaction_mark(source, spid)
-    copied_to = moving.copy_history(source, target, spid, tpid)
+    copied_to = moving.copy_history(source, target, spid, tpid, bulk=_bulk(
+        bulk, view, source_name, target_group.name, spid, tpid))
     _pause(pause, "copied")
     messages = moving.cut_over(source, target, spid, tpid, copied_to=copied_to,
                            compaction=compaction, target_name=target_group.name)
@@ -191,6 +205,18 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
         time.sleep(CLEANUP_GRACE)
         moving.clean_up(source, spid)
     return messages
+
+
+def _bulk(bulk: BulkCopy | None, view: placement.View, source_name: str, target_name: str,
+          spid: int, tpid: int) -> Callable[[int, int], None] | None:
+    """The first pass's copier when the partition is large enough for it (None: the pipe)."""
+    source = view.stores[source_name]
+    if bulk is None or moving.size(source, spid) < settings.MOVE_SPARK_BYTES:
+        return None
+    table = source.DATA_TABLE  # type: ignore[attr-defined]
+    args = (view.urls[source_name], view.urls[target_name], table, moving.key_column(source),
+            spid, tpid)
+    return lambda start, end: bulk(*args, start, end)
 
 
 def clean_up_moved(stream: Stream, topic: str, partition: int) -> bool:

@@ -15,6 +15,7 @@ from replication.models import CleanupPolicy, TimestampType
 from replication.paths import validate_topic_name
 from replication.services import partitionmove
 from replication.services.topiccompaction import COMPACTION, INHERIT_POLICY
+from workers.moves import spark_bulk
 
 # MapR's rule for topic list and info.
 READ_PERMS = ("consumeperm", "produceperm", "topicperm", "adminperm")
@@ -91,4 +92,4 @@ def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 def partition_move(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
     return [partitionmove.partition_move(actor=user, stream=stream_at(user, opts),
                                          topic=opts["topic"], partition=opts["partition"],
-                                         to=opts["to"])]
+                                         to=opts["to"], bulk=spark_bulk)]
