@@ -14,7 +14,9 @@ from replication.services.messages import messages_produce
 from tests.e2e.a11y import assert_accessible
 from tests.e2e.conftest import off_loop
 from tests.e2e.test_portal import sign_in
+from tests.e2e.test_schemas import _register
 from tests.factories import StreamFactory
+from tests.portal.registry.helpers import USER
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -34,6 +36,7 @@ def scene(owner, activity, activity_ny, newyork):
     off_loop(replica_pause, actor=owner, source=activity, replica=paused_to)
     off_loop(replica_add, actor=owner, source=activity_ny,
              replica=StreamFactory(cluster=newyork, name="waits", created_by=owner))
+    off_loop(_register, owner, "clicks-value", USER)  # the schema subject's page
     return link
 
 
@@ -54,7 +57,8 @@ PAGES = ["/", "/topology/", "/streams/", "/streams/{a}/", "/streams/{a}/messages
          "/kafka/", "/setup/manual/", "/setup/manual/{a}/{ny}/3/", "/setup/auto/",
          "/setup/auto/{link}/", "/streams/{ny}/failover/", "/streams/{ny}/failback/",
          "/approvals/{waiting}/", "/account/", "/members/", "/account/tokens/", "/usage/",
-         "/schemas/", "/schemas/register/", "/clusters/", "/clusters/{cl}/"]
+         "/schemas/", "/schemas/register/", "/clusters/", "/clusters/{cl}/",
+         "/schemas/subjects/clicks-value/"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
