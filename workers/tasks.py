@@ -21,6 +21,7 @@ from replication.services.purge import stream_expire, streams_to_expire
 from replication.services.rebalance import rebalance_run
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
+from workers.moves import spark_bulk
 from workers.replication.applier import batch_serve
 
 log = structlog.get_logger(__name__)
@@ -123,7 +124,7 @@ def resume_jobs_task() -> int:
 def rebalance_task(rebalance_id: int) -> str:
     """Runs a store group rebalance or drain; a redelivery (its worker died) goes on from the
     first move not done."""
-    return rebalance_run(rebalance_id=rebalance_id)
+    return rebalance_run(rebalance_id=rebalance_id, bulk=spark_bulk)
 
 
 @shared_task(name="workers.tasks.recover_moves_task")

@@ -26,7 +26,7 @@ from replication.models import Cluster, Rebalance, StoreGroup, Stream
 from replication.rebalance import Move, Part, plan_drain, plan_rebalance
 from replication.services import partitionmove
 from replication.services.clusters import _operator_only, cluster_by_name
-from replication.services.partitionmove import clean_up_moved, partition_move
+from replication.services.partitionmove import BulkCopy, clean_up_moved, partition_move
 from replication.services.storegroups import LIST_HINT, group_named, groups_of
 from replication.signals import rebalance_submitted
 from replication.stores import group_store
@@ -165,8 +165,9 @@ def rebalance_status(*, actor: AbstractBaseUser, cluster: str) -> list[dict[str,
     return [rebalance_row(r) for r in target.rebalances.select_related("cluster", "group")[:20]]
 
 
-def rebalance_run(*, rebalance_id: int) -> str:
-    """Run the moves not done yet; the run's final state."""
+def rebalance_run(*, rebalance_id: int, bulk: BulkCopy | None = None) -> str:
+    """Run the moves not done yet; the run's final state. `bulk`: the copier of large
+    partitions' histories (partitionmove.BulkCopy; the worker hands in Spark's)."""
     updated = Rebalance.objects.filter(pk=rebalance_id, state__in=Rebalance.ACTIVE).update(
         state=Rebalance.State.RUNNING, started=timezone.now())
     run = Rebalance.objects.select_related("cluster", "requested_by").filter(
@@ -174,7 +175,7 @@ def rebalance_run(*, rebalance_id: int) -> str:
     if run is None or not updated:
         return run.state if run is not None else "GONE"
     try:
-        _run_moves(run)
+        _run_moves(run, bulk)
     except Exception as err:  # any failure ends the run, recorded for the operator
         Rebalance.objects.filter(pk=run.pk).update(
             state=Rebalance.State.FAILED, error=f"{type(err).__name__}: {err}"[:2000],
@@ -185,7 +186,7 @@ def rebalance_run(*, rebalance_id: int) -> str:
     return Rebalance.State.SUCCEEDED
 
 
-def _run_moves(run: Rebalance) -> None:
+def _run_moves(run: Rebalance, bulk: BulkCopy | None) -> None:
     actor = run.requested_by
     if actor is None or not actor.is_staff:
         raise Conflict("the operator who asked for this run is no longer one: ask again")
@@ -194,7 +195,8 @@ def _run_moves(run: Rebalance) -> None:
         stream = _stream_of(row)
         if stream is not None and _placed_on(run.cluster, stream, row) != row["to"]:
             partition_move(actor=actor, stream=stream, topic=row["topic"],
-                           partition=row["partition"], to=row["to"], defer_cleanup=True)
+                           partition=row["partition"], to=row["to"], defer_cleanup=True,
+                           bulk=bulk)
         moved += row["bytes"]  # a dropped topic's bytes count as done: nothing left to move
         Rebalance.objects.filter(pk=run.pk).update(moves_done=F("moves_done") + 1,
                                                    bytes_done=F("bytes_done") + row["bytes"])

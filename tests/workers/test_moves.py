@@ -126,3 +126,36 @@ def test_a_spark_driver_killed_mid_copy_leaves_the_partition_and_the_retry_compl
     assert where(activity) == target
     assert values_at_0(owner, activity) == [b"a%d" % i for i in range(50)] + [b"b"]
     assert rows_in(two[source], activity) == 0
+
+
+def test_a_rebalance_copies_its_large_partitions_with_spark(spark, small, operator, owner,
+                                                            activity, settings, monkeypatch):
+    from replication.models import Rebalance
+    from replication.services import partitionmove
+    from replication.services.rebalance import rebalance_start
+    from replication.services.storegroups import store_group_add
+    from tests.replication.services.test_rebalance import fill, readable
+    from tests.replication.services.test_storegroups import group_url, grow
+    from workers import tasks
+
+    monkeypatch.setattr(partitionmove, "CLEANUP_GRACE", 0.2)
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # the worker's task, run here by hand
+    grow(operator, activity.cluster)
+    sizes = [500, 500, 500, 500]
+    fill(owner, activity, "clicks", sizes)
+    store_group_add(actor=operator, cluster=activity.cluster.name, name="s2",
+                    url=group_url(activity.cluster, "s2"))
+    run = Rebalance.objects.create(cluster=activity.cluster, kind=Rebalance.Kind.REBALANCE,
+                                   requested_by=operator, state=Rebalance.State.RUNNING,
+                                   plan=rebalance_start(actor=operator, dryrun=True,
+                                                        cluster=activity.cluster.name)["moves"])
+    copied: list[tuple[int, int]] = []
+
+    def bulk(*args):  # type: ignore[no-untyped-def]  # the worker's own copier, watched
+        copied.append(args[-2:])
+        spark_bulk(*args)
+
+    monkeypatch.setattr(tasks, "spark_bulk", bulk)
+    assert tasks.rebalance_task(run.pk) == Rebalance.State.SUCCEEDED
+    assert copied == [(0, 20)] * len(run.plan) and len(run.plan) == 2
+    readable(owner, activity, "clicks", sizes)
