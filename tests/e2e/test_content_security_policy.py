@@ -36,7 +36,8 @@ def test_every_page_carries_the_policy_and_the_browser_refuses_nothing(
     sign_in(page, portal_url, "alice")
     for path in [*PAGES, "/api/v1/docs/", f"/api/v1/streams/{activity.uuid}/"]:
         response = page.goto(portal_url + path.format(a=activity.pk, ny=activity_ny.pk, job=job,
-                                                      link=scene.pk, waiting=waiting))
+                                                      link=scene.pk, waiting=waiting,
+                                                      cl=activity.cluster.name))
         assert response is not None and response.ok, path
         policy = response.headers.get("content-security-policy", "")
         assert "script-src 'self'" in policy and "'unsafe-inline'" not in policy.split(
