@@ -39,10 +39,10 @@ group's store by the first move): a commit sent to the source by a process with 
 placement is refused as NOT_HELD and the router sends it to the target.
 
 A partition of STREAMGATE_MOVE_SPARK_BYTES or more, moved from an interface that hands in a
-`bulk` copier (the REST command and the rebalance task: workers/moves.py), has step 2's first pass copied by a Spark
-job, a task per offset range, each idempotent by its range (a retried task deletes what its
-earlier attempt left in the target's not-held row first): the crash argument of step 2 is
-unchanged, a died job leaving a partial copy the retry wipes.
+`bulk` copier (the REST command and the rebalance task: workers/moves.py), has step 2's
+first pass copied by a Spark job, a task per offset range, each idempotent by its range (a
+retried task deletes what its earlier attempt left in the target's not-held row first): the
+crash argument of step 2 is unchanged, a died job leaving a partial copy the retry wipes.
 
 Not in this slice: a single move as a job with progress (a rebalance or drain has one).
 """
