@@ -81,6 +81,20 @@ def portal_url(transactional_db, _e2e_settings) -> Iterator[str]:  # type: ignor
 from tests.workers.conftest import engine  # noqa: E402,F401  (a fixture, used by name)
 
 
+def sign_up(page, tenant: str, user: str, password: str) -> None:  # type: ignore[no-untyped-def]
+    """Fill the sign-up form open on `page` (user@tenant.example) and see the new user signed
+    in."""
+    from playwright.sync_api import expect
+
+    page.get_by_label("Tenant name").fill(tenant)
+    page.get_by_label("Your user name").fill(user)
+    page.get_by_label("Email").fill(f"{user}@{tenant}.example")
+    page.get_by_label("Password", exact=True).fill(password)
+    page.get_by_label("Password again").fill(password)
+    page.get_by_role("button", name="Create the tenant").click()
+    expect(page.locator("#who")).to_have_text(user)
+
+
 def off_loop(call, *args, **kwargs):  # type: ignore[no-untyped-def]
     """Run a service in a thread of its own: in the test thread Playwright's loop runs, so a
     service publishing its events after commit could not (async_to_sync refuses there)."""

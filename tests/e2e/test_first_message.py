@@ -10,7 +10,7 @@ from playwright.sync_api import Browser, expect
 from replication.models import Stream
 from tests.broker.conftest import kafka_listeners  # noqa: F401  (a fixture, used by name)
 from tests.e2e.a11y import assert_accessible
-from tests.e2e.conftest import off_loop
+from tests.e2e.conftest import off_loop, sign_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -22,13 +22,7 @@ def test_sign_up_create_a_stream_and_a_token_then_the_first_kafka_message_shows(
                                    "LOCATION": "e2e-first-message"}}
     page = browser.new_context().new_page()
     page.goto(f"{portal_url}/signup/")
-    page.get_by_label("Tenant name").fill("hooli")
-    page.get_by_label("Your user name").fill("gavin")
-    page.get_by_label("Email").fill("gavin@hooli.example")
-    page.get_by_label("Password", exact=True).fill("middle out forever")
-    page.get_by_label("Password again").fill("middle out forever")
-    page.get_by_role("button", name="Create the tenant").click()
-    expect(page.locator("#who")).to_have_text("gavin")
+    sign_up(page, "hooli", "gavin", "middle out forever")
 
     page.goto(f"{portal_url}/streams/")
     page.fill("#create-stream input[name=path]", "/mapr/sanfrancisco/first")

@@ -8,6 +8,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from accounts.models import Membership
 from tests.e2e.a11y import assert_accessible
+from tests.e2e.conftest import sign_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,13 +32,7 @@ def test_sign_up_invite_by_link_and_the_invitee_signs_in_to_the_tenant(portal_ur
     founder.get_by_role("link", name="Create a tenant and its account").click()
     expect(founder.get_by_role("heading", name="Create a tenant")).to_be_visible()
     readable(founder)
-    founder.get_by_label("Tenant name").fill("initech")
-    founder.get_by_label("Your user name").fill("peter")
-    founder.get_by_label("Email").fill("peter@initech.example")
-    founder.get_by_label("Password", exact=True).fill("tps reports twice")
-    founder.get_by_label("Password again").fill("tps reports twice")
-    founder.get_by_role("button", name="Create the tenant").click()
-    expect(founder.locator("#who")).to_have_text("peter")
+    sign_up(founder, "initech", "peter", "tps reports twice")
 
     founder.get_by_role("link", name="Members").click()
     expect(founder.get_by_role("heading", name="Members of initech")).to_be_visible()
