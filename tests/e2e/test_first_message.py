@@ -27,7 +27,8 @@ def test_sign_up_create_a_stream_and_a_token_then_the_first_kafka_message_shows(
     page.goto(f"{portal_url}/streams/")
     page.fill("#create-stream input[name=path]", "/mapr/sanfrancisco/first")
     page.click("#create-stream button[type=submit]")
-    expect(page.get_by_role("heading", name="/mapr/sanfrancisco/first")).to_be_visible()
+    expect(page.get_by_role("heading", level=1,
+                             name="/mapr/sanfrancisco/first")).to_be_visible()
 
     page.goto(f"{portal_url}/account/tokens/")
     page.fill("#make-token input[name=name]", "my first producer")
