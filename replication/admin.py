@@ -166,8 +166,9 @@ class StoreGroupAdmin(OperatorAccess, admin.ModelAdmin):
 
 @admin.register(Rebalance)
 class RebalanceAdmin(ReadOnlyAccess, admin.ModelAdmin):
-    """Rebalances and drains with their progress: started with `cluster store rebalance|drain`
-    (or the API), which plan them; shown here."""
+    """Rebalances, drains and single partition moves with their progress: started with
+    `cluster store rebalance|drain` or `stream topic partition move` (or the API); shown
+    here."""
 
     list_display = ("__str__", "cluster", "kind", "group", "state", "progress", "bytes_done",
                     "bytes_total", "requested_by", "created", "finished")
@@ -177,6 +178,8 @@ class RebalanceAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress(self, run: Rebalance) -> str:
+        if run.kind == Rebalance.Kind.MOVE:  # one move: its copy's share
+            return f"{run.percent}% ({run.bytes_done:,} of {run.bytes_total:,} bytes)"
         return f"{run.percent}% ({run.moves_done} of {len(run.plan)} moves)"
 
 

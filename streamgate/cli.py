@@ -141,6 +141,11 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
                  ["stream", "replica", "repair"]):
         return jobs.follow(client, " ".join(words), invocation.params, out,
                            as_json="json" in invocation.flags)
+    if words == jobs.MOVE.split() and "json" not in invocation.flags \
+            and waits(invocation.params):
+        print(table([jobs.follow_move(client, invocation.params, out)],
+                    header="noheader" not in invocation.flags), file=out)
+        return EXIT_OK
     if words in (["gateway", "run"], ["replicator", "run"], ["kafka", "run"]):
         return run_server_process(words[0], invocation.params)
     params = schema_from_file(words, invocation.params)
@@ -152,6 +157,12 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
     if rows:  # action commands return no rows and print nothing, as maprcli does
         print(table(rows, header="noheader" not in invocation.flags), file=out)
     return EXIT_OK
+
+
+def waits(params: dict[str, str]) -> bool:
+    """Whether a -wait option left to the server would be true (its default); a value it
+    would refuse goes to it, to be refused in its words."""
+    return params.get("wait", "true").strip().lower() in ("true", "yes", "1")
 
 
 def schema_from_file(words: list[str], params: dict[str, str]) -> dict[str, str]:

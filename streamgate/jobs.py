@@ -1,15 +1,18 @@
 """`streamgate copystream`, `streamgate diffstreams`, `streamgate stream replica autosetup` and
 `... repair`: start the job (autosetup's is its copy step, repair's the link's diffstreams
 -repair), then follow it to its end like MapR's own tools
-do, with a progress line on a terminal."""
+do, with a progress line on a terminal. `stream topic partition move` is followed the same
+way (a run of the cluster's, seen with `cluster store rebalancestatus -id`)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
-from streamgate.client import Client, Row
+from streamgate.client import Client, CommandError, Row
 
 POLL = 0.5  # seconds between looks at the job
 ENDED = ("SUCCEEDED", "FAILED")
@@ -80,3 +83,30 @@ def summary(job: Row) -> str:
         lines.append(f"  repaired {fixed['topic']}:{fixed['partition']}: recopied "
                      f"{fixed['messages']:,} messages from offset {fixed['from']}")
     return "\n".join(lines)
+
+
+MOVE = "stream topic partition move"
+
+
+def follow_move(client: Client, params: Mapping[str, str], out: TextIO) -> Row:
+    """Queue the move (-wait false to the server), follow its run, with a progress line on a
+    terminal; the result row the server's waiting move answers, or CommandError."""
+    (run,) = client.call(MOVE, {**params, "wait": "false"})
+    live = out.isatty()
+    where = {"cluster": run["cluster"], "id": run["id"]}
+    while run["state"] not in ENDED:
+        if live:
+            print(f"\r{move_line(run)}", end="", file=out, flush=True)
+        time.sleep(POLL)
+        (run,) = client.call("cluster store rebalancestatus", where)
+    if live:
+        print(f"\r{move_line(run)}", file=out)
+    if run["result"] is None:
+        raise CommandError(errno.EBUSY, f"move #{run['id']} {run['state']}: {run['error']}; "
+                           "see where the partition is with cluster store list")
+    return run["result"]
+
+
+def move_line(run: Row) -> str:
+    return (f"partition move {run['id']}: {run['state']} {run['percent']}% "
+            f"({size(run['bytesDone'])} of {size(run['bytesTotal'])})")

@@ -181,11 +181,20 @@ class RebalanceStartSerializer(StrictSerializer):
         return data
 
 
+class PartitionMoveSerializer(StrictSerializer):
+    partition = serializers.IntegerField(min_value=0, help_text="the partition to move")
+    to = serializers.CharField(help_text="the store group to move it to")
+    throttle = serializers.IntegerField(required=False, min_value=1,
+                                        help_text="at most this many bytes copied per second")
+
+
 class RebalanceSerializer(serializers.Serializer):
-    """A rebalance or drain: its plan and progress (`cluster store rebalancestatus`)."""
+    """A rebalance, drain or partition move: its plan and progress (`cluster store
+    rebalancestatus`)."""
 
     id = serializers.IntegerField(allow_null=True, help_text="null for a dry run's plan")
-    kind = serializers.CharField()
+    cluster = serializers.CharField(required=False)
+    kind = serializers.CharField(help_text="rebalance, drain or move (one partition)")
     group = serializers.CharField(allow_null=True, required=False)
     state = serializers.CharField(help_text="PLANNED (dry run), QUEUED, RUNNING, SUCCEEDED, "
                                             "FAILED")
@@ -196,7 +205,11 @@ class RebalanceSerializer(serializers.Serializer):
     percent = serializers.IntegerField(required=False)
     error = serializers.CharField(required=False, allow_blank=True)
     moves = serializers.ListField(child=serializers.DictField(), help_text=(
-        "the plan, in order: {path, stream, topic, partition, from, to, bytes}"))
+        "the plan, in order: {path, stream, topic, partition, from, to, bytes}, with "
+        "messagesCopied and seconds once moved"))
+    result = serializers.DictField(allow_null=True, required=False, help_text=(
+        "a partition move once it succeeded: {partition, from, to, messagesCopied, seconds, "
+        "id}"))
 
 
 class StoreGroupSerializer(serializers.Serializer):

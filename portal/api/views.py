@@ -130,6 +130,15 @@ class ClusterViewSet(ReadOnlyViewSet):
         rows = rebalance.rebalance_status(actor=request.user, cluster=self.get_object().name)
         return Response(s.RebalanceSerializer(rows, many=True).data)
 
+    @extend_schema(responses=s.RebalanceSerializer, filters=False)
+    @action(detail=True, methods=["get"], url_path="rebalances/<int:run>", filter_backends=[],
+            serializer_class=s.RebalanceSerializer)
+    def rebalance(self, request: Request, name: str, run: int) -> Response:
+        """One rebalance, drain or partition move: its state and percent (operators only)."""
+        [row] = rebalance.rebalance_status(actor=request.user, cluster=self.get_object().name,
+                                           id=run)
+        return Response(s.RebalanceSerializer(row).data)
+
     @extend_schema(request=s.RebalanceStartSerializer, responses=s.RebalanceSerializer)
     @rebalances.mapping.post
     def start_rebalance(self, request: Request, name: str) -> Response:
@@ -232,6 +241,18 @@ class TopicViewSet(ListModelMixin, RetrieveModelMixin, StreamChildViewSet):
         topic = self.get_object()
         services.topic_delete(actor=request.user, stream=self.parent, name=topic.name)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=s.PartitionMoveSerializer, responses={202: s.RebalanceSerializer})
+    @action(detail=True, methods=["post"])
+    def move(self, request: Request, stream_uuid: str, name: str) -> Response:
+        """`stream topic partition move`: move a partition to another store group (operators
+        only); 202 with the queued run, to follow at
+        /api/v1/clusters/<name>/rebalances/<id>/."""
+        topic = self.get_object()
+        data = self.validated(s.PartitionMoveSerializer)
+        row = rebalance.partition_move_start(actor=request.user, stream=self.parent,
+                                             topic=topic.name, **data)
+        return Response(s.RebalanceSerializer(row).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(responses=s.PartitionTxnsSerializer(many=True))
     @action(detail=True, methods=["get"])

@@ -36,6 +36,8 @@ STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors",
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
 MOVE_LOCK = 0x5367_4D76  # advisory lock key space: a partition's move, by its pid
 CHUNK_OFFSETS = 200_000
+# (offsets copied, offsets known): a move's copy reports each chunk (copy_history).
+Progress = Callable[[int, int], None]
 CATCH_UP_PASSES = 4
 SMALL_TAIL = 5_000  # offsets: what the cut-over copies with the partition's writers waiting
 # A partition moved out of a store, not yet cleaned up there: fence.set_held never holds it
@@ -243,24 +245,35 @@ class _conn:
 
 
 def copy_history(source: MessageStore, target: MessageStore, spid: int, tpid: int,
-                 chunk: int = CHUNK_OFFSETS, bulk: Callable[[int, int], None] | None = None
-                 ) -> int:
+                 chunk: int | None = None, bulk: Callable[[int, int], None] | None = None,
+                 progress: Progress | None = None) -> int:
     """The bulk copy, without any lock: every message below the source's next offset, a chunk
     of offsets a transaction, then again what producers added meanwhile while that is more
     than a small tail (the cut-over copies the rest with producers waiting). `bulk(start,
     end)`, when given, copies the first pass instead (a Spark job: workers/spark/movecopy.py).
-    Returns the offset copied up to."""
-    start, end = marks(source, spid)
+    `progress(done, total)` is called after each chunk (and after `bulk`) with the offsets
+    copied and the offsets known so far, from the partition's low offset on; it may sleep (a
+    throttle): no lock is held between chunks. Returns the offset copied up to."""
+    chunk = chunk or CHUNK_OFFSETS
+    low, end = marks(source, spid)
+    start = low
     for n in range(CATCH_UP_PASSES):
         if n == 0 and bulk is not None and end > start:
             bulk(start, end)
+            _report(progress, end - low, end - low)
         else:
             for at in range(start, end, chunk):
                 copy_range(source, target, spid, tpid, at, min(at + chunk, end))
+                _report(progress, min(at + chunk, end) - low, end - low)
         start, end = end, marks(source, spid)[1]
         if end - start <= SMALL_TAIL:
             break
     return start
+
+
+def _report(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
 
 
 def _state_rows(conn: psycopg.Connection, table: str, pid: int) -> tuple[list[str], list[tuple]]:

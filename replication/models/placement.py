@@ -56,12 +56,14 @@ class Placement(models.Model):
 
 
 class Rebalance(models.Model):
-    """A run of partition moves over a cluster's store groups (`cluster store rebalance`, or
-    `cluster store drain` of `group`): its plan, made when asked, and its progress."""
+    """A run of partition moves over a cluster's store groups (`cluster store rebalance`,
+    `cluster store drain` of `group`, or one `stream topic partition move`): its plan, made
+    when asked, and its progress."""
 
     class Kind(models.TextChoices):
         REBALANCE = "rebalance"
         DRAIN = "drain"
+        MOVE = "move"  # one partition: a plan of one move
 
     class State(models.TextChoices):
         QUEUED = "QUEUED"
@@ -76,7 +78,8 @@ class Rebalance(models.Model):
     group = models.ForeignKey(StoreGroup, null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="+")
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    # [{path, stream, topic, partition, from, to, bytes}], in the order they run.
+    # [{path, stream, topic, partition, from, to, bytes}], in the order they run; a move
+    # done adds its messagesCopied and seconds.
     plan = models.JSONField(default=list, blank=True)
     throttle = models.PositiveBigIntegerField(null=True, blank=True)  # bytes per second
     moves_done = models.PositiveIntegerField(default=0)
@@ -94,11 +97,17 @@ class Rebalance(models.Model):
 
     def __str__(self) -> str:
         what = f"drain of {self.group.name}" if self.group_id else self.kind
+        if self.kind == self.Kind.MOVE and self.plan:
+            move = self.plan[0]
+            what = f"move of {move['path']}:{move['topic']}[{move['partition']}] to {move['to']}"
         return f"{what}@{self.cluster.name} #{self.pk}"
 
     @property
     def percent(self) -> int:
         if self.bytes_total:
-            return min(100, self.bytes_done * 100 // self.bytes_total)
-        moves = len(self.plan)
-        return 100 if not moves else self.moves_done * 100 // moves
+            done = min(100, self.bytes_done * 100 // self.bytes_total)
+        else:
+            moves = len(self.plan)
+            done = 100 if not moves else self.moves_done * 100 // moves
+        # 100 once it succeeded: a run whose moves are all done still deletes their copies.
+        return min(done, 99) if self.state in self.ACTIVE else done

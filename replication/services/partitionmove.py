@@ -1,4 +1,4 @@
-"""Moving a partition online between a cluster's store groups (issue 33, first slice):
+"""Moving a partition online between a cluster's store groups (issue 33):
 `stream topic partition move -path P -topic T -partition N -to s2`.
 
 The move copies the partition's history from the group holding it (the source) to the target
@@ -38,19 +38,31 @@ Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, install
 group's store by the first move): a commit sent to the source by a process with a stale
 placement is refused as NOT_HELD and the router sends it to the target.
 
-A partition of STREAMGATE_MOVE_SPARK_BYTES or more, moved from an interface that hands in a
-`bulk` copier (the REST command and the rebalance task: workers/moves.py), has step 2's
-first pass copied by a Spark job, a task per offset range, each idempotent by its range (a
-retried task deletes what its earlier attempt left in the target's not-held row first): the
-crash argument of step 2 is unchanged, a died job leaving a partial copy the retry wipes.
+A partition of STREAMGATE_MOVE_SPARK_BYTES or more, moved by a caller that hands in a `bulk`
+copier (the worker's rebalance task: workers/moves.py), has step 2's first pass copied by a
+Spark job, a task per offset range, each idempotent by its range (a retried task deletes
+what its earlier attempt left in the target's not-held row first): the crash argument of
+step 2 is unchanged, a died job leaving a partial copy the retry wipes.
 
-Not in this slice: a single move as a job with progress (a rebalance or drain has one).
+A move as a run with progress. The interfaces do not move in the request: they check the
+move with `partition_move_plan` (partition_move's refusals, answered at once) and queue a
+Rebalance run of kind move, a plan of this one move (services/rebalance.py
+partition_move_start), which the worker's task (acks late) runs through partition_move as it
+runs a rebalance's moves; the request waits for the run unless told not to. A worker that
+dies at any step leaves what the list above says, and its redelivered task is the retried
+move: step 1 wipes a partial copy, step 3's marker is taken off (or beat's recover-moves
+sweep gave the partition back meanwhile), and a move switched before the crash counts as
+done, its source's copy deleted at the run's end. Step 2 reports each chunk it copied (and
+a Spark first pass its finished tasks) to `progress`, which the run turns into the row's
+bytes and percent and where `-throttle` waits: between chunks, holding no control-plane lock
+and no transaction, only the partition's move lock on the source store (invariant 14).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -71,18 +83,65 @@ CLEANUP_GRACE = placement.REFRESH_SECONDS + 0.5
 Pause = Callable[[str], None]
 # (source URL, target URL, data table, offset column, source pid, target pid, start, end):
 # copies the partition's offsets [start, end) into the target's not-held row, idempotent by
-# range (workers/moves.py: a Spark job). The domain cannot start Spark (the layers), so the
-# interface that runs the move hands it in.
-BulkCopy = Callable[[str, str, str, str, int, int, int, int], None]
+# range (workers/moves.py: a Spark job), and reports (done, total) offsets to its keyword
+# `progress` when given one. The domain cannot start Spark (the layers), so the interface
+# that runs the move hands it in.
+BulkCopy = Callable[..., None]
 
 
 def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, partition: int,
                    to: str, pause: Pause | None = None, defer_cleanup: bool = False,
-                   bulk: BulkCopy | None = None) -> dict:
+                   bulk: BulkCopy | None = None, progress: moving.Progress | None = None
+                   ) -> dict:
     """Move the partition to group `to`; the result row {partition, from, to, messagesCopied,
     seconds}. `pause(stage)` is called after "copied", "cut" and "switched" (tests crash the
     process there). `defer_cleanup`: return at once after the switch, leaving the source's
-    copy for `clean_up_moved` (a rebalance waits one refresh for all its moves, not each)."""
+    copy for `clean_up_moved` (a rebalance waits one refresh for all its moves, not each).
+    `progress(done, total)`: the bulk copy's offsets, after each chunk (a run's progress)."""
+    view, source_name, target_group = _checked(actor, stream, topic, partition, to)
+    source = view.stores[source_name]
+    pid = moving.pid_of(source, stream.uuid, topic, partition)
+    # One move of a partition at a time: a lock of the group holding it, on a connection of
+    # its own (a crash lets go), never a control-plane lock (invariant 14).
+    with moving.move_lock(view.urls[source_name], pid) as locked:
+        view = placement.refresh(stream.cluster.name, view, force=True) or view
+        if not locked or (view.group_of(stream.uuid, topic, partition) or view.home) \
+                != source_name:
+            raise _being_moved(stream, topic, partition)
+        row = _locked_move(view, stream, topic, partition, source_name, target_group,
+                           _Steps(pause, defer_cleanup, bulk, progress))
+    partition_moved.send(sender=Stream, stream=stream, actor=actor,
+                         details={"topic": topic, **row})
+    return row
+
+
+def partition_move_plan(*, actor: AbstractBaseUser, stream: Stream, topic: str,
+                        partition: int, to: str) -> dict:
+    """What a move would do, checked as partition_move checks it, moving nothing: the plan
+    row {path, stream, topic, partition, from, to, bytes} of a run of kind move (the
+    interfaces queue one: services/rebalance.py partition_move_start). Refused with the same
+    errors as partition_move, so they reach the caller at once, not in a run."""
+    view, source_name, target_group = _checked(actor, stream, topic, partition, to)
+    source = view.stores[source_name]
+    pid = moving.pid_of(source, stream.uuid, topic, partition)
+    with moving.move_lock(view.urls[source_name], pid) as alone:
+        if not alone:
+            raise _being_moved(stream, topic, partition)
+    if source_name == to and not _left_over(view, stream, topic, partition, source_name):
+        raise _already_on(stream, topic, partition, to)
+    try:
+        moving.check_pair(source, view.stores[to])
+    except StoreError as err:
+        raise Conflict(str(err), field="to") from err
+    return {"path": stream.path, "stream": str(stream.uuid), "topic": topic,
+            "partition": partition, "from": source_name, "to": target_group.name,
+            "bytes": moving.size(source, pid)}
+
+
+def _checked(actor: AbstractBaseUser, stream: Stream, topic: str, partition: int,
+             to: str) -> tuple[placement.View, str, StoreGroup]:
+    """The cluster's groups (a row of the partition in each), the group holding it and the
+    target, or the refusal naming the fix."""
     _operator_only(actor, "move partitions")
     cluster = stream.cluster
     target_group = _target(stream, topic, partition, to)
@@ -92,44 +151,54 @@ def partition_move(*, actor: AbstractBaseUser, stream: Stream, topic: str, parti
                        "cluster store add before moving partitions", hint=LIST_HINT)
     count = Topic.objects.get(stream=stream, name=topic).partitions
     view = placement.place(view, stream.uuid, topic, range(count))  # rows in every group
-    source_name = view.group_of(stream.uuid, topic, partition) or view.home
     for store in view.stores.values():
         try:
             moving.check_store(store)
         except StoreError as err:
             raise Conflict(str(err)) from err
         moving.ensure_marker_table(store)
-    source = view.stores[source_name]
-    pid = moving.pid_of(source, stream.uuid, topic, partition)
-    # One move of a partition at a time: a lock of the group holding it, on a connection of
-    # its own (a crash lets go), never a control-plane lock (invariant 14).
-    with moving.move_lock(view.urls[source_name], pid) as locked:
-        view = placement.refresh(cluster.name, view, force=True) or view
-        if not locked or (view.group_of(stream.uuid, topic, partition) or view.home) \
-                != source_name:
-            raise Conflict(f"partition {partition} of {stream.path}:{topic} is being moved "
-                           "already: wait for that move to finish, then see where it is with "
-                           "cluster store list", hint=LIST_HINT)
-        row = _locked_move(view, stream, topic, partition, source_name, target_group, pause,
-                           defer_cleanup, bulk)
-    partition_moved.send(sender=Stream, stream=stream, actor=actor,
-                         details={"topic": topic, **row})
-    return row
+    return view, view.group_of(stream.uuid, topic, partition) or view.home, target_group
+
+
+def _being_moved(stream: Stream, topic: str, partition: int) -> Conflict:
+    return Conflict(f"partition {partition} of {stream.path}:{topic} is being moved already: "
+                    "wait for that move to finish, then see where it is with cluster store "
+                    "list", hint=LIST_HINT)
+
+
+def _already_on(stream: Stream, topic: str, partition: int, to: str) -> Conflict:
+    return Conflict(f"partition {partition} of {stream.path}:{topic} is already on store group "
+                    f"{to}: give another group with -to", field="to", hint=LIST_HINT)
+
+
+def _left_over(view: placement.View, stream: Stream, topic: str, partition: int,
+               placed: str) -> bool:
+    """Whether a finished move of the partition left its copy in another group (a move to
+    where it is now finishes that clean-up)."""
+    return any(moving.moved_out(store, moving.pid_of(store, stream.uuid, topic, partition))
+               is not None for name, store in view.stores.items() if name != placed)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """How partition_move's caller wants the steps run (see partition_move)."""
+
+    pause: Pause | None
+    defer_cleanup: bool
+    bulk: BulkCopy | None
+    progress: moving.Progress | None
 
 
 def _locked_move(view: placement.View, stream: Stream, topic: str, partition: int,
-                 source_name: str, target_group: StoreGroup, pause: Pause | None,
-                 defer_cleanup: bool, bulk: BulkCopy | None) -> dict:
+                 source_name: str, target_group: StoreGroup, steps: _Steps) -> dict:
     to = target_group.name
     finished = _recover(view, stream, topic, partition, source_name)
     if source_name == to:
         if finished is not None:  # a move interrupted after its commit point: now complete
             return _row(partition, finished, to, 0, 0.0)
-        raise Conflict(f"partition {partition} of {stream.path}:{topic} is already on store "
-                       f"group {to}: give another group with -to", field="to", hint=LIST_HINT)
+        raise _already_on(stream, topic, partition, to)
     started = time.monotonic()
-    copied = _move(view, stream, topic, partition, source_name, target_group, pause,
-                   defer_cleanup, bulk)
+    copied = _move(view, stream, topic, partition, source_name, target_group, steps)
     return _row(partition, source_name, to, copied, time.monotonic() - started)
 
 
@@ -176,8 +245,7 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
 
 
 def _move(view: placement.View, stream: Stream, topic: str, partition: int, source_name: str,
-          target_group: StoreGroup, pause: Pause | None, defer_cleanup: bool,
-          bulk: BulkCopy | None) -> int:
+          target_group: StoreGroup, steps: _Steps) -> int:
     source, target = view.stores[source_name], view.stores[target_group.name]
     try:
         moving.check_pair(source, target)
@@ -192,31 +260,35 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
     moving.prepare(target, tpid)
     compaction = moving.compaction_mark(source, spid)
     copied_to = moving.copy_history(source, target, spid, tpid, bulk=_bulk(
-        bulk, view, source_name, target_group.name, spid, tpid))
-    _pause(pause, "copied")
+        steps, view, source_name, target_group.name, spid, tpid), progress=steps.progress)
+    _pause(steps.pause, "copied")
     messages = moving.cut_over(source, target, spid, tpid, copied_to=copied_to,
-                           compaction=compaction, target_name=target_group.name)
-    _pause(pause, "cut")
+                               compaction=compaction, target_name=target_group.name)
+    _pause(steps.pause, "cut")
     _switch(stream, topic, partition, target_group)
-    _pause(pause, "switched")
+    _pause(steps.pause, "switched")
     view = placement.refresh(stream.cluster.name, None, force=True) or view
     placement.hold(view, stream.uuid, topic)
-    if not defer_cleanup:
+    if not steps.defer_cleanup:
         time.sleep(CLEANUP_GRACE)
         moving.clean_up(source, spid)
     return messages
 
 
-def _bulk(bulk: BulkCopy | None, view: placement.View, source_name: str, target_name: str,
+def _bulk(steps: _Steps, view: placement.View, source_name: str, target_name: str,
           spid: int, tpid: int) -> Callable[[int, int], None] | None:
     """The first pass's copier when the partition is large enough for it (None: the pipe)."""
-    source = view.stores[source_name]
+    source, bulk = view.stores[source_name], steps.bulk
     if bulk is None or moving.size(source, spid) < settings.MOVE_SPARK_BYTES:
         return None
     table = source.DATA_TABLE  # type: ignore[attr-defined]
     args = (view.urls[source_name], view.urls[target_name], table, moving.key_column(source),
             spid, tpid)
-    return lambda start, end: bulk(*args, start, end)
+    if steps.progress is None:
+        return lambda start, end: bulk(*args, start, end)
+    # The first pass starts at the partition's low offset: the copier's (done, total) of its
+    # range are the move's.
+    return lambda start, end: bulk(*args, start, end, progress=steps.progress)
 
 
 def clean_up_moved(stream: Stream, topic: str, partition: int) -> bool:

@@ -3,10 +3,17 @@ and `cluster store drain`, each a plan of partition moves (replication/rebalance
 first with `-dryrun true`, then run in the background one move after the other
 (services/partitionmove.py) with its progress kept on a Rebalance row, which the CLI
 (`cluster store rebalancestatus`), the API and the admin site show. Creating the row is
-audited (operations/audit.py), and so is each move's switch of its placement.
+audited (operations/audit.py), and so is each move's switch of its placement. A single
+`stream topic partition move` is such a run too, of kind move with a plan of one move
+(partition_move_start), so it has the same progress, worker task and redelivery.
+
+Progress: bytes_done counts the moves done and, within the move running, each chunk of its
+copy (_Pace; a move's last 1% is its cut-over and switch). `-throttle` paces the copy
+between chunks, over the run.
 
 A run is safe to run twice (a redelivered task): it goes on from the first move not done, and
-a partition already where the plan sends it counts as moved. One run at a time per cluster.
+a partition already where the plan sends it counts as moved. One rebalance or drain at a time
+per cluster, and none beside a move; moves of different partitions run side by side.
 """
 
 from __future__ import annotations
@@ -16,12 +23,12 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from replication import placement
 from replication.engine import fence
-from replication.errors import Conflict, InvalidInput
+from replication.engine.partitionmove import Progress
+from replication.errors import Conflict, InvalidInput, NotFound
 from replication.models import Cluster, Rebalance, StoreGroup, Stream
 from replication.rebalance import Move, Part, plan_drain, plan_rebalance
 from replication.services import partitionmove
@@ -32,6 +39,8 @@ from replication.signals import rebalance_submitted
 from replication.stores import group_store
 
 STATUS_HINT = "see its progress with cluster store rebalancestatus"
+WAIT_POLL = 0.25  # seconds between looks at a run a request waits for
+QUEUE_PATIENCE = 60.0  # seconds a waiting request gives a worker to start the run
 
 
 def _parts(cluster: Cluster, draining: StoreGroup | None = None
@@ -72,11 +81,22 @@ def _check_throttle(throttle: int | None) -> None:
                            "more (or leave it out for no limit)", field="throttle")
 
 
-def _check_idle(cluster: Cluster) -> None:
-    running = cluster.rebalances.filter(state__in=Rebalance.ACTIVE).first()
+def _check_idle(cluster: Cluster, move: dict[str, Any] | None = None) -> None:
+    """One rebalance or drain at a time, and none beside a move; moves of different
+    partitions go on side by side (each partition's move takes its lock), one at a time a
+    partition."""
+    active = cluster.rebalances.filter(state__in=Rebalance.ACTIVE)
+    running = (active if move is None else active.exclude(kind=Rebalance.Kind.MOVE)).first()
     if running is not None:
         raise Conflict(f"{running.kind} #{running.pk} of cluster {cluster.name} is "
                        f"{running.state}: wait for it to end ({STATUS_HINT})")
+    same = None if move is None else active.filter(
+        kind=Rebalance.Kind.MOVE, plan__0__stream=move["stream"], plan__0__topic=move["topic"],
+        plan__0__partition=move["partition"]).first()
+    if same is not None:
+        raise Conflict(f"partition {move['partition']} of {move['path']}:{move['topic']} is "
+                       f"being moved already by move #{same.pk}, {same.state}: wait for it to "
+                       f"end ({STATUS_HINT} -cluster {cluster.name} -id {same.pk})")
 
 
 def rebalance_start(*, actor: AbstractBaseUser, cluster: str, dryrun: bool = False,
@@ -117,6 +137,18 @@ def store_group_drain(*, actor: AbstractBaseUser, cluster: str, name: str,
     return _submit(actor, target, Rebalance.Kind.DRAIN, group, plan, dryrun, throttle)
 
 
+def partition_move_start(*, actor: AbstractBaseUser, stream: Stream, topic: str,
+                         partition: int, to: str, throttle: int | None = None
+                         ) -> dict[str, Any]:
+    """Queue the move of one partition to group `to` as a run of kind move (a plan of that
+    one move), run in the background as rebalances are, with its progress on the row. What
+    partition_move would refuse is refused here, at once."""
+    row = partitionmove.partition_move_plan(actor=actor, stream=stream, topic=topic,
+                                            partition=partition, to=to)
+    _check_throttle(throttle)
+    return _submit(actor, stream.cluster, Rebalance.Kind.MOVE, None, [row], False, throttle)
+
+
 def _mark_draining(group: StoreGroup) -> None:
     """New partitions go elsewhere from the commit on, in every process (the version bumped
     with the state: a cached view that still has the group active is found stale)."""
@@ -134,7 +166,7 @@ def _submit(actor: AbstractBaseUser, cluster: Cluster, kind: str, group: StoreGr
         return {"id": None, "kind": kind, "state": "PLANNED", "moves": plan,
                 "bytesTotal": total}
     with transaction.atomic():
-        _check_idle(cluster)
+        _check_idle(cluster, plan[0] if kind == Rebalance.Kind.MOVE else None)
         run = Rebalance.objects.create(
             cluster=cluster, kind=kind, group=group, plan=plan, throttle=throttle,
             bytes_total=total, requested_by=actor,
@@ -155,14 +187,53 @@ def rebalance_row(run: Rebalance) -> dict[str, Any]:
             "created": run.created.isoformat(),
             "started": run.started.isoformat() if run.started else None,
             "finished": run.finished.isoformat() if run.finished else None,
-            "moves": run.plan}
+            "moves": run.plan, "result": move_result(run)}
 
 
-def rebalance_status(*, actor: AbstractBaseUser, cluster: str) -> list[dict[str, Any]]:
-    """The cluster's runs, newest first (the last 20)."""
+def move_result(run: Rebalance) -> dict[str, Any] | None:
+    """A finished move's row as partition_move answers it, with the run's id; None for other
+    runs and before the end."""
+    if run.kind != Rebalance.Kind.MOVE or run.state != Rebalance.State.SUCCEEDED:
+        return None
+    row = run.plan[0]
+    return {"partition": row["partition"], "from": row["from"], "to": row["to"],
+            "messagesCopied": row.get("messagesCopied", 0), "seconds": row.get("seconds", 0.0),
+            "id": run.pk}
+
+
+def rebalance_status(*, actor: AbstractBaseUser, cluster: str, id: int | None = None
+                     ) -> list[dict[str, Any]]:
+    """The cluster's runs, newest first (the last 20), or run `id` alone."""
     _operator_only(actor, "see store group rebalances")
     target = cluster_by_name(cluster, field="cluster")
-    return [rebalance_row(r) for r in target.rebalances.select_related("cluster", "group")[:20]]
+    runs = target.rebalances.select_related("cluster", "group")
+    if id is None:
+        return [rebalance_row(r) for r in runs[:20]]
+    run = runs.filter(pk=id).first()
+    if run is None:
+        raise NotFound(f"cluster {target.name} has no rebalance, drain or move #{id}: "
+                       f"list them with cluster store rebalancestatus -cluster {target.name}",
+                       field="id")
+    return [rebalance_row(run)]
+
+
+def rebalance_wait(*, actor: AbstractBaseUser, cluster: str, id: int,
+                   poll: float = WAIT_POLL, patience: float | None = None
+                   ) -> dict[str, Any]:
+    """Run `id`'s row once it has ended (a request that waits for its move: no lock is held
+    meanwhile, each look a query of its own). A run no worker has started within `patience`
+    seconds is refused with how to follow it (it runs when a worker takes it)."""
+    patience = QUEUE_PATIENCE if patience is None else patience
+    deadline = time.monotonic() + patience
+    while True:
+        [row] = rebalance_status(actor=actor, cluster=cluster, id=id)
+        if row["state"] not in Rebalance.ACTIVE:
+            return row
+        if row["state"] == Rebalance.State.QUEUED and time.monotonic() > deadline:
+            raise Conflict(f"{row['kind']} #{id} of cluster {cluster} is still QUEUED after "
+                           f"{patience:g} s: no worker has taken it yet, and it runs when one "
+                           f"does ({STATUS_HINT} -cluster {cluster} -id {id})")
+        time.sleep(poll)
 
 
 def rebalance_run(*, rebalance_id: int, bulk: BulkCopy | None = None) -> str:
@@ -190,18 +261,21 @@ def _run_moves(run: Rebalance, bulk: BulkCopy | None) -> None:
     actor = run.requested_by
     if actor is None or not actor.is_staff:
         raise Conflict("the operator who asked for this run is no longer one: ask again")
-    started, moved = time.monotonic(), 0
-    for row in run.plan[run.moves_done:]:
+    pace = _Pace(run)
+    for index in range(run.moves_done, len(run.plan)):
+        row = run.plan[index]
+        base = sum(r["bytes"] for r in run.plan[:index])
         stream = _stream_of(row)
         if stream is not None and _placed_on(run.cluster, stream, row) != row["to"]:
-            partition_move(actor=actor, stream=stream, topic=row["topic"],
-                           partition=row["partition"], to=row["to"], defer_cleanup=True,
-                           bulk=bulk)
-        moved += row["bytes"]  # a dropped topic's bytes count as done: nothing left to move
-        Rebalance.objects.filter(pk=run.pk).update(moves_done=F("moves_done") + 1,
-                                                   bytes_done=F("bytes_done") + row["bytes"])
-        if run.throttle:  # at most `throttle` bytes a second, over the run
-            time.sleep(max(0.0, moved / run.throttle - (time.monotonic() - started)))
+            result = partition_move(actor=actor, stream=stream, topic=row["topic"],
+                                    partition=row["partition"], to=row["to"],
+                                    defer_cleanup=True, bulk=bulk,
+                                    progress=pace.during(base, row["bytes"]))
+            row.update({k: result[k] for k in ("from", "messagesCopied", "seconds")})
+        # A dropped topic's bytes count as done: nothing left to move.
+        Rebalance.objects.filter(pk=run.pk).update(moves_done=index + 1, plan=run.plan,
+                                                   bytes_done=base + row["bytes"])
+        pace.moved(row["bytes"])
     # The sources' copies, once readers with a cached placement have moved over: one wait
     # for the run (a redelivered run cleans up what its dead worker's moves left, too).
     time.sleep(partitionmove.CLEANUP_GRACE)
@@ -209,6 +283,33 @@ def _run_moves(run: Rebalance, bulk: BulkCopy | None) -> None:
         stream = _stream_of(row)
         if stream is not None:
             clean_up_moved(stream, row["topic"], row["partition"])
+
+
+class _Pace:
+    """A run's progress and throttle. Each chunk of a move's copy advances the row's
+    bytes_done by its share of the partition's bytes (short of the whole: the move ends
+    with its cut-over and switch), and waits while the run is ahead of `throttle` bytes a
+    second. The waits come between chunks, when the move holds no lock but its own
+    partition's (invariant 14)."""
+
+    def __init__(self, run: Rebalance) -> None:
+        self.run, self.started, self.done = run, time.monotonic(), 0
+
+    def during(self, base: int, nbytes: int) -> Progress:
+        def report(copied: int, total: int) -> None:
+            part = min(nbytes * copied // total, nbytes * 99 // 100) if total > 0 else 0
+            Rebalance.objects.filter(pk=self.run.pk).update(bytes_done=base + part)
+            self.wait(self.done + part)
+
+        return report
+
+    def moved(self, nbytes: int) -> None:
+        self.done += nbytes
+        self.wait(self.done)
+
+    def wait(self, moved: int) -> None:
+        if self.run.throttle:  # at most `throttle` bytes a second, over the run
+            time.sleep(max(0.0, moved / self.run.throttle - (time.monotonic() - self.started)))
 
 
 def _stream_of(row: dict[str, Any]) -> Stream | None:

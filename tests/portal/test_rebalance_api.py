@@ -1,16 +1,21 @@
 """`cluster store rebalance|drain|rebalancestatus` through /rest (and so the CLI) and
-/api/v1/clusters/<name>/rebalances/, and the admin's Rebalance page (issue 33): operators
-only, a dry run's plan changing nothing, errors in the maprcli shape and as DRF errors."""
+/api/v1/clusters/<name>/rebalances/, a single partition move through
+/api/v1/streams/<uuid>/topics/<name>/move/ followed at .../rebalances/<id>/, and the admin's
+Rebalance page (issue 33): operators only, a dry run's plan changing nothing, errors in the
+maprcli shape and as DRF errors, a move's state and percent as it copies."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from django.urls import reverse
 
 from replication import placement
+from replication.engine import partitionmove as moving
 from replication.engine.store import Record
 from replication.models import Rebalance, StoreGroup
-from replication.services import topic_create
+from replication.services import partitionmove, topic_create
 from replication.services.messages import messages_produce
 from replication.services.storegroups import store_group_add
 from tests.portal.test_rest import call, error_of, ok
@@ -84,3 +89,55 @@ def test_admin_shows_each_run_with_its_progress(operator, activity, client):
     page = client.get(reverse("admin:replication_rebalance_changelist")).content.decode()
     assert "25% (1 of 4 moves)" in page and "RUNNING" in page
     assert client.get(reverse("admin:replication_rebalance_add")).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)  # the run's thread reads what the request committed
+def test_api_moves_a_partition_and_shows_its_state_and_percent(
+        api, operator, owner, outsider, activity, settings, monkeypatch):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the run: a thread, as on `make run`
+    monkeypatch.setattr(partitionmove, "CLEANUP_GRACE", 0.2)
+    monkeypatch.setattr(moving, "CHUNK_OFFSETS", 20)
+    for _ in range(19):  # partition 0: 20 batches of 20 offsets, 400 messages
+        messages_produce(actor=owner, stream=activity, topic="clicks",
+                         records=[Record(b"y" * 100, partition=0) for _ in range(20)])
+    url = f"/api/v1/streams/{activity.uuid}/topics/clicks/move/"
+    body = {"partition": 0, "to": "s2", "throttle": 15_000}  # ~45 KB: 3 s
+    assert api(owner).post(url, body, format="json").status_code == 403
+    assert api(outsider).post(url, body, format="json").status_code == 404
+    refused = api(operator).post(url, {"partition": 0, "to": "s1"}, format="json")
+    assert refused.status_code == 409 and "already on store group s1" in str(refused.json())
+    assert not Rebalance.objects.exists()
+
+    started = api(operator).post(url, body, format="json")
+    assert started.status_code == 202, started.json()
+    run = started.json()
+    assert (run["kind"], run["state"], run["percent"], run["cluster"]) == (
+        "move", "QUEUED", 0, activity.cluster.name)
+    follow = f"/api/v1/clusters/{activity.cluster.name}/rebalances/{run['id']}/"
+    seen: list[tuple[str, int]] = []
+    deadline = time.monotonic() + 60
+    while not seen or seen[-1][0] in ("QUEUED", "RUNNING"):
+        assert time.monotonic() < deadline, seen[-3:]
+        got = api(operator).get(follow)
+        assert got.status_code == 200
+        seen.append((got.json()["state"], got.json()["percent"]))
+        time.sleep(0.05)
+    assert any(state == "RUNNING" and 0 < percent < 100 for state, percent in seen), seen
+    done = api(operator).get(follow).json()
+    assert (done["state"], done["percent"], done["result"]["messagesCopied"]) == (
+        "SUCCEEDED", 100, 400)
+    listed = api(operator).get(f"/api/v1/clusters/{activity.cluster.name}/rebalances/")
+    assert [(r["id"], r["kind"]) for r in listed.json()] == [(run["id"], "move")]
+    assert api(owner).get(follow).status_code == 403
+    assert api(operator).get(follow.replace(f"/{run['id']}/", "/999/")).status_code == 404
+
+
+def test_admin_shows_a_single_move_with_its_copy_progress(operator, activity, client):
+    Rebalance.objects.create(cluster=activity.cluster, kind="move", requested_by=operator,
+                             plan=[{"path": activity.path, "topic": "clicks", "partition": 2,
+                                    "to": "s2", "bytes": 2000}],
+                             bytes_total=2000, bytes_done=800, state="RUNNING")
+    client.force_login(operator)
+    page = client.get(reverse("admin:replication_rebalance_changelist")).content.decode()
+    assert f"move of {activity.path}:clicks[2] to s2@{activity.cluster.name}" in page
+    assert "40% (800 of 2,000 bytes)" in page and "RUNNING" in page

@@ -151,11 +151,47 @@ def test_a_rebalance_copies_its_large_partitions_with_spark(spark, small, operat
                                                         cluster=activity.cluster.name)["moves"])
     copied: list[tuple[int, int]] = []
 
-    def bulk(*args):  # type: ignore[no-untyped-def]  # the worker's own copier, watched
+    def bulk(*args, **kwargs):  # type: ignore[no-untyped-def]  # the worker's own, watched
         copied.append(args[-2:])
-        spark_bulk(*args)
+        spark_bulk(*args, **kwargs)
 
     monkeypatch.setattr(tasks, "spark_bulk", bulk)
     assert tasks.rebalance_task(run.pk) == Rebalance.State.SUCCEEDED
     assert copied == [(0, 20)] * len(run.plan) and len(run.plan) == 2
     readable(owner, activity, "clicks", sizes)
+
+
+def test_a_move_run_copied_by_spark_shows_its_progress_as_tasks_finish(
+        spark, small, operator, owner, activity, two, settings, monkeypatch):
+    from replication.models import Rebalance
+    from replication.services.partitionmove import partition_move_plan
+    from workers import tasks
+    from workers.spark import movecopy
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # the worker's task, run here by hand
+    settings.MOVE_SPARK_SPLIT = 5  # 80 tasks
+    monkeypatch.setattr(movecopy, "WATCH", 0.02)
+    values = [b"w%d" % i for i in range(400)]
+    for at in range(0, 400, 20):
+        produce(owner, activity, values[at:at + 20])
+    target = other(two, where(activity))
+    plan = partition_move_plan(actor=operator, stream=activity, topic="clicks", partition=0,
+                               to=target)
+    run = Rebalance.objects.create(cluster=activity.cluster, kind=Rebalance.Kind.MOVE,
+                                   requested_by=operator, plan=[plan],
+                                   bytes_total=plan["bytes"])
+    seen: list[int] = []
+
+    def bulk(*args, progress):  # type: ignore[no-untyped-def]  # the worker's own, watched
+        def report(done: int, total: int) -> None:
+            progress(done, total)
+            seen.append(Rebalance.objects.get(pk=run.pk).percent)
+
+        spark_bulk(*args, progress=report)
+
+    monkeypatch.setattr(tasks, "spark_bulk", bulk)
+    assert tasks.rebalance_task(run.pk) == Rebalance.State.SUCCEEDED
+    assert seen == sorted(seen) and any(0 < p < 100 for p in seen), seen
+    run.refresh_from_db()
+    assert run.percent == 100 and where(activity) == target
+    assert values_at_0(owner, activity) == values

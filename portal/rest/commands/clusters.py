@@ -141,7 +141,8 @@ def store_drain(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 
 
 @command("cluster/store/rebalancestatus", STORE_CLUSTER,
-         summary="A cluster's rebalances and drains, newest first: state, moves and bytes done "
-                 "(operators only).", changes=False)
+         Int("id", "only this run (a rebalance, drain or partition move)", min=1),
+         summary="A cluster's rebalances, drains and partition moves, newest first: state, "
+                 "moves and bytes done (operators only).", changes=False)
 def store_rebalance_status(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return rebalance.rebalance_status(actor=user, cluster=opts["cluster"])
+    return rebalance.rebalance_status(actor=user, cluster=opts["cluster"], id=opts["id"])

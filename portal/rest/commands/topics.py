@@ -8,14 +8,13 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from portal.rest import rows
 from portal.rest.commands.registry import Row, command, stream_at
-from portal.rest.options import Choice, Int, Ratio, Str, StreamPath
+from portal.rest.options import Bool, Choice, Int, Ratio, Str, StreamPath
 from replication import services
-from replication.errors import NotFound
+from replication.errors import Conflict, NotFound
 from replication.models import CleanupPolicy, TimestampType
 from replication.paths import validate_topic_name
-from replication.services import partitionmove
+from replication.services import rebalance
 from replication.services.topiccompaction import COMPACTION, INHERIT_POLICY
-from workers.moves import spark_bulk
 
 # MapR's rule for topic list and info.
 READ_PERMS = ("consumeperm", "produceperm", "topicperm", "adminperm")
@@ -86,10 +85,23 @@ def topic_info(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
 @command("stream/topic/partition/move", PATH, TOPIC,
          Int("partition", "the partition to move", required=True, min=0),
          Str("to", "the store group to move it to (see cluster store list)", required=True),
+         Int("throttle", "at most this many bytes copied per second (default: no limit)",
+             min=1),
+         Bool("wait", "true (default): answer when the move is done, with its result; false: "
+              "answer at once with the queued move's row (its id, state and percent: cluster "
+              "store rebalancestatus -id follows it)", default=True),
          summary="Move a partition to another store group of its cluster while clients go on "
-                 "producing and consuming (operators only).",
+                 "producing and consuming, as a background run with progress (operators "
+                 "only).",
          changes=True)
 def partition_move(user: AbstractBaseUser, opts: dict[str, Any]) -> list[Row]:
-    return [partitionmove.partition_move(actor=user, stream=stream_at(user, opts),
-                                         topic=opts["topic"], partition=opts["partition"],
-                                         to=opts["to"], bulk=spark_bulk)]
+    run = rebalance.partition_move_start(
+        actor=user, stream=stream_at(user, opts), topic=opts["topic"],
+        partition=opts["partition"], to=opts["to"], throttle=opts["throttle"])
+    if not opts["wait"]:
+        return [run]
+    ended = rebalance.rebalance_wait(actor=user, cluster=run["cluster"], id=run["id"])
+    if ended["result"] is None:
+        raise Conflict(f"move #{ended['id']} {ended['state']}: {ended['error']}; see where "
+                       "the partition is with cluster store list")
+    return [ended["result"]]

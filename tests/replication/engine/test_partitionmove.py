@@ -93,6 +93,23 @@ def test_a_partition_moves_whole_and_the_source_lets_go(pair):
     assert counters(surl, 1)[:2] == (True, 1)  # the other partition untouched
 
 
+def test_the_copy_reports_each_chunk_with_what_is_copied_and_what_is_known(pair):
+    source, target, _, _ = pair
+    for at in range(0, 50, 5):
+        source.append(STREAM, "t", [Record(b"%d" % i, partition=0) for i in range(at, at + 5)],
+                      origin=STREAM)
+    spid, tpid = (moving.pid_of(s, STREAM, "t", 0) for s in (source, target))
+    seen: list[tuple[int, int]] = []
+    upto = moving.copy_history(source, target, spid, tpid, chunk=10,
+                               progress=lambda done, total: seen.append((done, total)))
+    assert upto == 50
+    # A chunk a report (batches of 5 within 10 offsets), never more copied than known.
+    assert seen == [(n, 50) for n in range(10, 51, 10)]
+    with target._reading() as conn:
+        assert conn.execute(f"SELECT count(*) FROM {target.DATA_TABLE} WHERE pid = %s",
+                            (tpid,)).fetchone()[0] == (10 if target.KEEPS_BATCHES else 50)
+
+
 def test_batches_rewritten_during_the_copy_are_copied_again(pair):
     source, target, _, turl = pair
     for i in range(5):

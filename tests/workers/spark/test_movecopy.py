@@ -13,7 +13,7 @@ from replication.engine import partitionmove as moving
 from replication.engine.producers import ProducerBatch
 from replication.engine.store import Record
 from tests.replication.engine.test_partitionmove import STREAM, _pair, counters
-from workers.spark.movecopy import MoveCopy, copy_on_spark
+from workers.spark.movecopy import MoveCopy, copy_on_spark, copy_watched
 
 pytestmark = pytest.mark.django_db
 SPLIT = 170  # offsets per task: several tasks for a small partition
@@ -86,3 +86,28 @@ def test_a_spark_copy_that_died_leaves_the_partition_at_the_source_and_a_retry_c
     upto = moving.copy_history(source, target, spid, tpid,
                                bulk=lambda s, e: copy_on_spark(spark, move, s, e, SPLIT))
     assert finish(source, target, spid, tpid, upto) == [*values, b"meanwhile"]
+
+
+def test_a_watched_spark_copy_reports_its_finished_tasks_as_it_goes(spark, pair):
+    source, target, surl, turl = pair
+    values = fill(source, 2000)
+    move, spid, tpid = job(source, target, surl, turl)
+    moving.prepare(target, tpid)
+    seen: list[tuple[int, int]] = []
+    assert copy_watched(spark, move, 0, len(values), 20, every=0.02,
+                        progress=lambda done, total: seen.append((done, total))) == len(values)
+    assert {total for _, total in seen} == {len(values)}
+    done = [d for d, _ in seen]
+    assert done == sorted(done)
+    assert any(0 < d < len(values) for d in done), seen  # reported while tasks were running
+    assert finish(source, target, spid, tpid, len(values)) == values
+
+
+def test_a_watched_spark_copy_that_fails_raises_on_the_watching_thread(spark, pair):
+    source, target, surl, turl = pair
+    fill(source, 100)
+    move, _, _ = job(source, target, surl, turl)
+    broken = MoveCopy(move.src_url, move.dst_url, "no_such_table", move.key, move.spid,
+                      move.tpid)
+    with pytest.raises(Exception, match="no_such_table"):
+        copy_watched(spark, broken, 0, 100, 50, every=0.02, progress=lambda *_: None)
