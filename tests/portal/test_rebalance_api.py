@@ -123,6 +123,7 @@ def test_api_moves_a_partition_and_shows_its_state_and_percent(
         seen.append((got.json()["state"], got.json()["percent"]))
         time.sleep(0.05)
     assert any(state == "RUNNING" and 0 < percent < 100 for state, percent in seen), seen
+    assert all(percent < 100 for _, percent in seen[:-1]) and seen[-1] == ("SUCCEEDED", 100)
     done = api(operator).get(follow).json()
     assert (done["state"], done["percent"], done["result"]["messagesCopied"]) == (
         "SUCCEEDED", 100, 400)

@@ -65,6 +65,7 @@ def test_a_move_on_a_terminal_shows_its_copy_progress_then_the_result_row(
     assert ("RUNNING", "0") in progress or ("QUEUED", "0") in progress
     assert any(state == "RUNNING" and 0 < int(p) < 100 for state, p in progress), screen
     assert progress[-1] == ("SUCCEEDED", "100")
+    assert all(int(p) < 100 for state, p in progress[:-1])  # 100 once it succeeded
     header, row = screen.split("\n")[-3:-1]
     assert header.split() == ["partition", "from", "to", "messagesCopied", "seconds", "id"]
     assert row.split()[:4] == ["0", source, target, "400"] and row.split()[5] == str(run.pk)
