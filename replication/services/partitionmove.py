@@ -190,6 +190,7 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
                        f"{topic} though the placement says {source_name}: a router repairs "
                        "this on the partition's next write; try the move again")
     moving.prepare(target, tpid)
+    moving.watch_cut_backs(source, spid)
     compaction = moving.compaction_mark(source, spid)
     copied_to = moving.copy_history(source, target, spid, tpid, bulk=_bulk(
         bulk, view, source_name, target_group.name, spid, tpid))
