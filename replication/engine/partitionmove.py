@@ -35,6 +35,7 @@ STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors",
                 "compaction_state")
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
 MOVE_LOCK = 0x5367_4D76  # advisory lock key space: a partition's move, by its pid
+DDL_LOCK = 0x5367_4D44  # the moves' tables and triggers made in a store, one session at a time
 CHUNK_OFFSETS = 200_000
 CATCH_UP_PASSES = 4
 SMALL_TAIL = 5_000  # offsets: what the cut-over copies with the partition's writers waiting
@@ -112,8 +113,11 @@ def check_pair(source: MessageStore, target: MessageStore) -> None:
 
 def ensure_marker_table(store: MessageStore) -> None:
     """The marker table, the cursors' fence and the cut-back note, once per store (looked at
-    first: DDL waits for every transaction on the tables)."""
+    first: DDL waits for every transaction on the tables). Two moves starting at once take
+    turns: CREATE ... IF NOT EXISTS does not wait for another session's uncommitted one, and
+    fails on the catalog instead."""
     with store._writing() as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (DDL_LOCK,))
         if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
             conn.execute(MOVED_OUT)
         for trigger, ddl in (("sg_cursor_not_held", CURSOR_FENCE),

@@ -6,6 +6,8 @@ move between are refused with the fix."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -119,3 +121,37 @@ def test_stores_that_cannot_move_a_partition_are_refused(tmp_path):
         with pytest.raises(StoreError, match=r"different store layouts \(rows at the "
                                              r"source, batches at the target\): convert"):
             moving.check_pair(source, target)
+
+
+def test_two_first_moves_at_once_both_find_the_marker_table(monkeypatch):
+    """The chaos soak of 29 Nov (seed 11): the first two moves of a cluster, started together,
+    both found no `moved_out` table and both created it; one failed on PostgreSQL's catalog
+    (`pg_type_typname_nsp_index`: CREATE TABLE IF NOT EXISTS does not wait for another
+    session's). Here the first one's transaction is held open a moment past its DDL."""
+    made = _scratch_database("batches")
+    url = next(made)
+    stores = [open_store(url) for _ in range(2)]
+    slow = moving.MOVED_OUT + ";\nSELECT pg_sleep(1.5)"
+    monkeypatch.setattr(moving, "MOVED_OUT", slow)
+    errors: list[BaseException] = []
+
+    def ensure(store: MessageStore) -> None:
+        try:
+            moving.ensure_marker_table(store)
+        except BaseException as error:  # noqa: BLE001: the test wants none
+            errors.append(error)
+
+    first = threading.Thread(target=ensure, args=(stores[0],))
+    try:
+        first.start()
+        time.sleep(0.5)  # the first has created the table, not committed yet
+        ensure(stores[1])
+        first.join(30)
+        assert errors == []
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                                "('sg_cursor_not_held', 'sg_note_cut_back')").fetchone()[0] == 2
+    finally:
+        for store in stores:
+            store.close()
+        next(made, None)
