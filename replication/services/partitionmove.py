@@ -15,7 +15,9 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    earlier attempt left. Crash: nothing changed that anyone reads.
 2. Bulk copy in chunks, no lock. Crash: a partial copy in a not-held row of the target; the
    placement still names the source, which still holds the partition. A retried move starts
-   over (step 1 wipes the copy).
+   over (step 1 wipes the copy). A cut-back of the source meanwhile (store truncate: a
+   failback's, diffstreams' repair) is noted there by a trigger, and step 3 drops what the
+   target copied from its offset on and copies it again.
 3. Cut-over, one source transaction: the source row locked (FOR UPDATE: every write of the
    partition updates it, so writers wait), the tail and every per-partition table copied to
    the target and its counters set there (committed, still not held), then the source row
