@@ -19,7 +19,8 @@ Parts (`--parts`, all by default):
   the listener and the PostgreSQL server spent; medians and the ratio to `bench` per run;
 - cutover: bench/cutover.py, the delivery latency a producer sees while its partition moves;
 - servers: a cluster `wide` of two groups on SEPARATE PostgreSQL servers (the second a private
-  server of its own), its topic's partitions spread over both, produced to beside `bench`;
+  server of its own), its topic's partitions spread over both, produced to and consumed from
+  beside `bench`;
   with each group's stored bytes, the connections each server holds and the listener's memory.
 """
 
@@ -269,15 +270,19 @@ def busy() -> tuple[int, int]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
 
 
-def produce_measured(listener: Listener, config: dict, cluster: str, messages: int
-                     ) -> dict[str, float]:
+def measured(listener: Listener, config: dict, cluster: str, messages: int) -> dict[str, float]:
     """A produce's msg/s, the listener's CPU ms per 1,000 messages and the machine's busy
-    share of all its cores during it (%)."""
+    share of all its cores during it (%); then a consume of as many messages from the topic's
+    start (the groups' every partition) and its msg/s and listener CPU."""
     cpu, (used, total) = listener.cpu_seconds(), busy()
     rate = kafka_produce(config, messages, topic=topic_of(cluster))
     used_after, total_after = busy()
-    return {"rate": rate, "cpu": (listener.cpu_seconds() - cpu) * 1e6 / messages,
-            "busy": 100 * (used_after - used) / (total_after - total)}
+    produced = listener.cpu_seconds()
+    consume = kafka_consume(config, dict.fromkeys(range(PARTITIONS), 0), messages,
+                            topic=topic_of(cluster))
+    return {"rate": rate, "cpu": (produced - cpu) * 1e6 / messages,
+            "busy": 100 * (used_after - used) / (total_after - total), "consume": consume,
+            "consume_cpu": (listener.cpu_seconds() - produced) * 1e6 / messages}
 
 
 def servers(portal: Portal, listener: Listener, config: dict, client,  # type: ignore[no-untyped-def]
@@ -295,10 +300,11 @@ def servers(portal: Portal, listener: Listener, config: dict, client,  # type: i
         started = load()
         for run in range(args.runs):
             for name in ("bench", "wide") if run % 2 == 0 else ("wide", "bench"):
-                got[name].append(produce_measured(listener, config, name, args.messages))
+                got[name].append(measured(listener, config, name, args.messages))
             print(f"run {run + 1}: " + "  ".join(
                 f"{n} {got[n][-1]['rate']:,.0f}/s {got[n][-1]['cpu']:.2f} ms/1k "
-                f"{got[n][-1]['busy']:.0f}% busy" for n in got), flush=True)
+                f"{got[n][-1]['busy']:.0f}% busy, consume {got[n][-1]['consume']:,.0f}/s"
+                for n in got), flush=True)
         grown = {g: (size(u) - sizes[g]) / 1e6 for g, u in (("s1", s1), ("s2", s2))}
         held = connections(s2)
         where = placed(client, "wide")  # each partition is placed at its first write
@@ -315,16 +321,20 @@ def servers_table(got: dict[str, list[dict[str, float]]], where: dict[str, int],
              f"({', '.join(f'{g} {n}' for g, n in sorted(where.items()))}), one producer, one "
              f"listener, medians of {args.runs} runs (order alternated); load average "
              f"{started} at the start, {load()} at the end", "",
-             "| cluster | produce msg/s (median) | each run | vs one group | listener CPU ms "
-             "per 1,000 | machine busy (2 cores) |", "| --- | ---: | --- | --- | ---: | ---: |"]
+             "| cluster | measure | msg/s (median) | each run | vs one group | listener CPU ms "
+             "per 1,000 | machine busy (2 cores) |",
+             "| --- | --- | ---: | --- | --- | ---: | ---: |"]
     for name, label in (("bench", "one group (`bench`)"),
                         ("wide", "two groups on two servers (`wide`)")):
-        rates = [g["rate"] for g in got[name]]
-        r = ratios(rates, [g["rate"] for g in got["bench"]])
-        lines.append(f"| {label} | {statistics.median(rates):,.0f} | {each(rates)} | "
-                     f"{statistics.median(r):.3f} ({listed(r)}) | "
-                     f"{statistics.median(g['cpu'] for g in got[name]):.2f} | "
-                     f"{statistics.median(g['busy'] for g in got[name]):.0f}% |")
+        for what, rate, cpu in (("produce", "rate", "cpu"),
+                                ("consume", "consume", "consume_cpu")):
+            rates = [g[rate] for g in got[name]]
+            r = ratios(rates, [g[rate] for g in got["bench"]])
+            busy_share = (f"{statistics.median(g['busy'] for g in got[name]):.0f}%"
+                          if what == "produce" else "")
+            lines.append(f"| {label} | {what} | {statistics.median(rates):,.0f} | "
+                         f"{each(rates)} | {statistics.median(r):.3f} ({listed(r)}) | "
+                         f"{statistics.median(g[cpu] for g in got[name]):.2f} | {busy_share} |")
     return [*lines, "", f"Stored by the runs ({total:,} messages to `wide`): "
                     + ", ".join(f"{g} {mb:,.0f} MB" for g, mb in grown.items())
                     + f", {sum(grown.values()) * 1e6 / total:,.0f} B/message in all (database "

@@ -52,6 +52,7 @@ class GroupRouter:
         self._initial = view
         home = view.stores[view.home]
         self.KEEPS_BATCHES = home.KEEPS_BATCHES
+        self.SEQUENCES_TOGETHER = home.SEQUENCES_TOGETHER
         self.DIALECT = home.DIALECT
         self._rr = 0
 
@@ -222,8 +223,8 @@ class GroupRouter:
         return self._routed(stream, topic, parts, True, lambda view, groups: _append_split(
             view, dict(zip(parts, groups, strict=True)), stream, topic, records, k, placed))
 
-    def append_batches(self, stream: UUID, topic: str, batches: dict[int, list], **k: Any
-                       ) -> dict[int, int]:
+    def append_batches(self, stream: UUID, topic: str, batches: dict[int, list], *,
+                       sequences: dict | None = None, **k: Any) -> dict[int, int]:
         parts = sorted(batches)
         firsts: dict[int, int] = {}  # kept over the retries, as append's `placed`
 
@@ -233,6 +234,8 @@ class GroupRouter:
                 if p not in firsts:  # stored by an earlier attempt: never twice
                     by_group[group][p] = batches[p]
             for group, mine in by_group.items():
+                if sequences:  # an idempotent producer's: each group's its own
+                    k["sequences"] = {p: sequences[p] for p in mine}
                 firsts.update(view.stores[group].append_batches(stream, topic, mine, **k))
             return firsts
 

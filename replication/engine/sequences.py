@@ -28,6 +28,12 @@ class SequenceError(StoreError):
         return "invalid_producer_epoch" if self.fenced else "out_of_order_sequence_number"
 
 
+class SequencesApart(StoreError):
+    """An idempotent producer's batches of several partitions, offered together, of which one
+    is not simply the next (a retry, or a batch its state refuses): nothing was written, and
+    the caller appends them one by one, each answered as Kafka answers it."""
+
+
 def sequence_check(state: ProducerState | None, batch: ProducerBatch) -> int | None:
     """Kafka's rule, under the partition's lock: the first offset of a retried batch (written
     already: acknowledge it again, write nothing), None for the next batch, SequenceError
@@ -49,6 +55,15 @@ def sequence_check(state: ProducerState | None, batch: ProducerBatch) -> int | N
         raise SequenceError(f"producer {pid} epoch {batch.epoch}: sequence {batch.first_seq} "
                             f"does not follow {state.lasts[-1]}; expected {expected}")
     return None
+
+
+def sequence_is_next(state: ProducerState | None, batch: ProducerBatch) -> bool:
+    """Whether `batch` is simply the producer's next in the partition (not a retry, not
+    refused)."""
+    try:
+        return sequence_check(state, batch) is None
+    except SequenceError:
+        return False
 
 
 def sequence_next(state: ProducerState | None, batch: ProducerBatch, offset: int) -> ProducerState:

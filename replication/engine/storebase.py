@@ -79,6 +79,9 @@ class MessageStore(CursorMethods, RetentionMethods, ABC):
 
     DIALECT = "postgresql"
     KEEPS_BATCHES = False  # the batch store (issue 30) takes Kafka's batches as they come
+    # append_batches takes `sequences`: an idempotent producer's batches of several partitions
+    # in one transaction (the PostgreSQL batch store)
+    SEQUENCES_TOGETHER = False
     ROW_OVERHEAD = 0  # rough bytes a row costs on disk beyond its payload (see `sizes`)
     _STATEMENTS: dict[tuple[str, str], str] = {}  # sql() of each statement used, per dialect
 

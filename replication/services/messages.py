@@ -357,7 +357,8 @@ def messages_append(
            "admit": producers_admitted(stream, abandoned)}
     if any(w.batches is not None for w in good):
         _append_batches(target, functools.partial(store.append_batches, stream.uuid,
-                                                  target.name, **how), good)
+                                                  target.name, **how), good,
+                        together=store.SEQUENCES_TOGETHER)
     else:
         _append_writes(target, functools.partial(store.append, stream.uuid, target.name,
                                                  codec=CODECS[stream.compression], **how), good)
@@ -393,9 +394,12 @@ def _append_writes(target: Topic, append: Callable, good: list[PartitionWrite]) 
                 write.error = error
 
 
-def _append_batches(target: Topic, append: Callable, good: list[PartitionWrite]) -> None:
+def _append_batches(target: Topic, append: Callable, good: list[PartitionWrite],
+                    together: bool = False) -> None:
     """`_append_writes` for Kafka batches kept as sent: the plain ones of every partition in
-    one append (one transaction), each idempotent producer's batch in its own."""
+    one append (one transaction); an idempotent producer's, on a store that can (`together`),
+    in one append too when each is its partition's next (the common case: one commit for a
+    request, not one a partition), else each in its own."""
     plain = [w for w in good if w.sequence is None]
     if plain:
         batches: dict[int, list[RawBatch]] = {}
@@ -411,13 +415,30 @@ def _append_batches(target: Topic, append: Callable, good: list[PartitionWrite])
             for write in plain:
                 write.base_offset = at[write.partition]
                 at[write.partition] += write.count
-    for write in good:
-        if write.sequence is not None:
-            try:
-                write.base_offset = _on_store(target, lambda w=write: append(
-                    {w.partition: w.batches}, sequence=w.sequence))[write.partition]
-            except Exception as error:  # SequenceError, or the store failed midway
-                write.error = error
+    sequenced = [w for w in good if w.sequence is not None]
+    if together and len(sequenced) > 1 and _one_each(sequenced):
+        try:
+            firsts = _on_store(target, lambda: append(
+                {w.partition: w.batches for w in sequenced},
+                sequences={w.partition: w.sequence for w in sequenced}))
+        except Exception:  # SequencesApart, or a store failing: one by one, below
+            pass  # a batch stored already is found by its sequence and answered, not rewritten
+        else:
+            for write in sequenced:
+                write.base_offset = firsts[write.partition]
+            return
+    for write in sequenced:
+        try:
+            write.base_offset = _on_store(target, lambda w=write: append(
+                {w.partition: w.batches}, sequence=w.sequence))[write.partition]
+        except Exception as error:  # SequenceError, or the store failed midway
+            write.error = error
+
+
+def _one_each(writes: list[PartitionWrite]) -> bool:
+    """One producer's batches, a partition each."""
+    return (len({w.partition for w in writes}) == len(writes)
+            and len({w.sequence.producer_id for w in writes}) == 1)
 
 
 def _produced(stream: Stream, target: Topic, writes: list[PartitionWrite]) -> None:

@@ -1,18 +1,21 @@
 """End to end in Debian's chromium: from the user name in the header to the account page, a
 SCRAM password set and listed, then deleted; an API token made, its secret seen once and
-used against the API; a second factor set up by scanning its QR code."""
+used against the API; a second factor set up by scanning its QR code; another browser's
+session signed out from the sessions list; a forgotten password reset by the mailed link."""
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from playwright.sync_api import expect
+from django.core import mail
+from playwright.sync_api import Browser, expect
 
 from accounts.models import ScramCredential
 from tests.e2e.a11y import assert_accessible
-from tests.e2e.test_portal import sign_in
+from tests.e2e.test_portal import PASSWORD, sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -98,3 +101,66 @@ def test_a_second_factor_set_up_by_scanning_its_qr_code(portal_url, browser, sch
     page.click("#totp-confirm button[type=submit]")
     expect(page.locator("#recovery-codes li")).to_have_count(10)
     expect(qr).to_have_count(0)
+
+
+def test_signing_out_another_session_signs_that_browser_out(portal_url, browser: Browser,
+                                                             owner):
+    here = browser.new_context(user_agent="streamgate-e2e laptop").new_page()
+    there = browser.new_context(user_agent="streamgate-e2e phone").new_page()
+    sign_in(here, portal_url, "alice")
+    sign_in(there, portal_url, "alice")
+    here.goto(f"{portal_url}/account/")
+    sessions = here.locator("#sessions tbody tr")
+    expect(sessions).to_have_count(2)
+    expect(here.locator("#sessions tr.current")).to_contain_text(
+        "streamgate-e2e laptop (this browser)")
+    assert_accessible(here)
+    phone = here.locator("#sessions tbody tr", has_text="streamgate-e2e phone")
+    phone.get_by_role("button", name="Sign out").click()
+    expect(here.locator("ul.messages")).to_contain_text("that session is signed out")
+    expect(sessions).to_have_count(1)
+    expect(here.locator("#who")).to_have_text("alice")  # this one stays signed in
+
+    there.goto(f"{portal_url}/account/")
+    expect(there).to_have_url(re.compile(r"/login/\?next=/account/$"))
+    expect(there.locator("#who")).to_have_count(0)
+    here.reload()
+    expect(here.locator("#sessions tbody tr")).to_have_count(1)
+
+
+@pytest.mark.usefixtures("private_cache")  # the reset's per-address limit: this test's
+def test_a_forgotten_password_is_reset_by_the_mailed_link(portal_url, page, owner):
+    owner.email = "alice@acme.example"
+    owner.save()
+    page.goto(f"{portal_url}/login/")
+    page.get_by_role("link", name="Forgot your password?").click()
+    page.get_by_label("Email").fill("alice@acme.example")
+    page.get_by_role("button", name="Send the link").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Check your mail")
+    assert len(mail.outbox) == 1 and mail.outbox[0].to == ["alice@acme.example"]
+    link = re.search(r"http://\S+/password-reset/\S+/", mail.outbox[0].body)
+    assert link and link.group(0).startswith(portal_url), mail.outbox[0].body
+
+    page.goto(link.group(0))
+    expect(page.get_by_role("heading", level=1)).to_have_text("Choose a new password")
+    page.get_by_label("New password", exact=True).fill("short")
+    page.get_by_label("New password again").fill("short")
+    page.get_by_role("button", name="Set the password").click()
+    expect(page.locator("#err-new_password2")).to_contain_text("too short")
+    assert_accessible(page)
+    page.get_by_label("New password", exact=True).fill("a brand new passphrase")
+    page.get_by_label("New password again").fill("a brand new passphrase")
+    page.get_by_role("button", name="Set the password").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Password set")
+
+    page.get_by_role("link", name="Sign in").click()
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)  # the old one no longer works
+    page.click("button[type=submit]")
+    expect(page.locator("p.error")).to_contain_text("didn't match")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "a brand new passphrase")
+    page.click("button[type=submit]")
+    expect(page.locator("#who")).to_have_text("alice")
+    page.goto(link.group(0))  # the link worked once
+    expect(page.locator("main")).to_contain_text("This reset link is not valid")

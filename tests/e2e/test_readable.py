@@ -40,6 +40,16 @@ def scene(owner, activity, activity_ny, newyork):
     return link
 
 
+def reset_link(user) -> str:  # type: ignore[no-untyped-def]
+    """The path a password-reset mail links to (it opens the form to choose a password)."""
+    from django.contrib.auth.tokens import default_token_generator
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    return f"/password-reset/{uid}/{default_token_generator.make_token(user)}/"
+
+
 def _job(activity) -> int:
     from replication.models import Job
 
@@ -68,8 +78,12 @@ def test_every_page_has_no_serious_accessibility_violation(portal_url, browser: 
     job = _job(activity)
     waiting = ReplicaLink.objects.get(replica__name="waits").pk
     page = browser.new_context(color_scheme=scheme).new_page()
-    for path in ("/login/", "/signup/", "/password-reset/", "/no-such-page/"):  # signed out
+    reset, spent = reset_link(owner), "/password-reset/x/spent-link/"
+    for path in ("/login/", "/signup/", "/password-reset/", "/password-reset/sent/", reset,
+                 spent, "/password-reset/done/", "/no-such-page/"):  # signed out
         page.goto(portal_url + path)
+        if path in (reset, spent):  # the mailed link's form, or why it no longer works
+            expect(page.locator("#password-set")).to_have_count(1 if path == reset else 0)
         assert_accessible(page)
     sign_in(page, portal_url, "alice")
     for path in PAGES:

@@ -132,29 +132,29 @@ class Appending(Catalog):
 
 def reserve(conn: psycopg.Connection, cur: psycopg.Cursor, stream: UUID, topic: str,
             partitions: int, pids: dict[int, int], totals: dict[int, tuple[int, int]],
-            producer: tuple[int, int] | None = None,
-            ) -> tuple[dict[int, int], ProducerState | None]:
-    """`Appending._reserve`, and with `producer` (partition id, producer id) that producer's
-    state read in the same round trip: a statement of its own after the UPDATEs, so its
-    snapshot is taken once the partition's row lock is held and sees the state the last
-    append of the partition committed."""
+            producer: int | None = None,
+            ) -> tuple[dict[int, int], dict[int, ProducerState | None]]:
+    """`Appending._reserve`, and with `producer` (a producer id) that producer's state in each
+    partition read in the same round trip (by partition, None where it has none): statements
+    of their own after the UPDATEs, so their snapshots are taken once the partitions' row
+    locks are held and see the states the last appends of the partitions committed."""
     order = sorted(pids, key=pids.__getitem__)
     params = [
         {"id": pids[p], "n": totals[p][0], "b": totals[p][1], "s": stream, "t": topic}
         for p in order
     ]
-    state = conn.cursor() if producer is not None else None
+    states = {p: conn.cursor() for p in pids} if producer is not None else {}
     with conn.pipeline():
         conn.execute("BEGIN")
         cur.executemany(RESERVE, params, returning=True)
-        if state is not None:
-            state.execute(SEQ_GET, producer)
+        for p, state in states.items():
+            state.execute(SEQ_GET, (pids[p], producer))
     rows = cur.fetchall()
     while cur.nextset():
         rows += cur.fetchall()
     if len(rows) != len(order) or any(n != partitions for *_, n in rows):
         raise _TopicChanged  # rolls the transaction back: the offsets are given back
     first = {pid: off for pid, off, _ in rows}
-    got = state.fetchone() if state is not None else None
+    got = {p: state.fetchone() for p, state in states.items()}
     return ({p: first[pid] for p, pid in pids.items()},
-            ProducerState(got[0], *map(tuple, got[1:])) if got else None)
+            {p: ProducerState(g[0], *map(tuple, g[1:])) if g else None for p, g in got.items()})

@@ -29,7 +29,9 @@ from replication.engine.pgbatch import schema as s
 from replication.engine.pgbatch.apply import copy_batches
 from replication.engine.sequences import (
     ProducerBatch,
+    SequencesApart,
     sequence_check,
+    sequence_is_next,
     sequence_next,
     sequenced_partition,
 )
@@ -47,6 +49,8 @@ from replication.engine.stored import RawBatch, StoredBatch, place
 class PgBatchStore(BatchLayout, PostgresStore):
     """MessageStore on PostgreSQL, a batch a row. Thread-safe, as PostgresStore. Reads,
     retention and replication are BatchLayout's (shared with SQLite); appends are COPY."""
+
+    SEQUENCES_TOGETHER = True
 
     def _create_schema(self, conn: psycopg.Connection) -> None:
         if conn.execute("SELECT to_regclass('messages') IS NOT NULL").fetchone()[0]:
@@ -94,12 +98,17 @@ class PgBatchStore(BatchLayout, PostgresStore):
     def append_batches(self, stream: UUID, topic: str, batches: dict[int, list[RawBatch]], *,
                        origin: UUID, producer: str | None = None,
                        log_append_time: bool = False, sequence: ProducerBatch | None = None,
+                       sequences: dict[int, ProducerBatch] | None = None,
                        admit: Callable[[], None] | None = None) -> dict[int, int]:
         """The checked batches stored as sent, their base offsets written (and a LogAppendTime
-        topic's timestamps): no record is decoded."""
+        topic's timestamps): no record is decoded. `sequences`: an idempotent producer's batch
+        in each partition, in one transaction if each is the next of its partition (else
+        SequencesApart, nothing written)."""
         stamp = now_ms() if log_append_time else None
+        if sequence is not None:
+            sequences = {next(iter(batches)): sequence}
         try:
-            return self._write(stream, topic, batches, sequence, admit,
+            return self._write(stream, topic, batches, sequences, admit,
                                lambda b, first: place(b, first, origin.bytes, producer, stamp))
         except _Retried as retried:
             return {next(iter(batches)): retried.first}
@@ -112,8 +121,10 @@ class PgBatchStore(BatchLayout, PostgresStore):
                 sequenced_partition(records, len(ids))
             plan = plan_partitions(records, len(ids), self._rr)
             batches = record_batches(records, plan, produce)
+            sequences = None if produce.sequence is None else {
+                records[0].partition: produce.sequence}
             try:
-                firsts = self._write_once(stream, topic, ids, batches, produce.sequence,
+                firsts = self._write_once(stream, topic, ids, batches, sequences,
                                           produce.admit, renumbered)
             except _TopicChanged:
                 self._topics.pop((stream, topic), None)  # it grew or vanished: look again
@@ -125,8 +136,8 @@ class PgBatchStore(BatchLayout, PostgresStore):
             return placed(plan, firsts)
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
 
-    def _write(self, stream: UUID, topic: str, batches: dict[int, list], sequence:
-               ProducerBatch | None, admit: Callable[[], None] | None,
+    def _write(self, stream: UUID, topic: str, batches: dict[int, list], sequences:
+               dict[int, ProducerBatch] | None, admit: Callable[[], None] | None,
                numbered: Callable[[Any, int], tuple]) -> dict[int, int]:
         """`_write_once` of batches naming their partitions, again when the topic changed
         meanwhile; PartitionOutOfRange when one names a partition the topic does not have."""
@@ -141,34 +152,39 @@ class PgBatchStore(BatchLayout, PostgresStore):
                         f"partition {wrong[0]} does not exist: the topic has partitions "
                         f"0..{len(ids) - 1}")
             try:
-                return self._write_once(stream, topic, ids, batches, sequence, admit, numbered)
+                return self._write_once(stream, topic, ids, batches, sequences, admit, numbered)
             except _TopicChanged:
                 self._topics.pop((stream, topic), None)
         raise StoreError(f"topic {topic!r} kept changing while appending: try again")
 
     def _write_once(self, stream: UUID, topic: str, ids: list[int], batches: dict[int, list],
-                    sequence: ProducerBatch | None, admit: Callable[[], None] | None,
+                    sequences: dict[int, ProducerBatch] | None,
+                    admit: Callable[[], None] | None,
                     numbered: Callable[[Any, int], tuple]) -> dict[int, int]:
-        """Reserve each partition's offsets, check the producer's sequence, admit, and insert
+        """Reserve each partition's offsets, check the producer's sequences, admit, and insert
         the batches, each numbered from its first offset, in one transaction; the first
         offset of each partition.
 
         Two round trips to the store: BEGIN, the reservations (which lock the partitions'
-        rows) and the producer's state in one pipeline; then its new state, the batch rows,
-        the transactions' ranges and COMMIT in another, sent before the fence's read of the
-        control database (`admit`, which must follow the locks: see fence_appends) so the
-        store works while it runs, the COMMIT last, once admitted."""
+        rows) and the producer's states in one pipeline; then their new states, the batch
+        rows, the transactions' ranges and COMMIT in another, sent before the fence's read of
+        the control database (`admit`, which must follow the locks: see fence_appends) so the
+        store works while it runs, the COMMIT last, once admitted. An idempotent producer's
+        batches of several partitions share the transaction, so its produce request waits
+        for one commit, not one a partition (as a plain producer's)."""
         pids = {p: ids[p] for p in batches}
         totals = {p: (sum(b.records for b in bs), sum(b.size for b in bs))
                   for p, bs in batches.items()}
         with self._pool.connection() as conn, _rolled_back(conn), conn.cursor() as cur:
-            producer = None
-            if sequence is not None:
-                ((p, pid),) = pids.items()
-                producer = (pid, sequence.producer_id)
-            firsts, state = reserve(conn, cur, stream, topic, len(ids), pids, totals, producer)
-            if sequence is not None:
-                retried = sequence_check(state, sequence)
+            producer = None if not sequences else next(iter(sequences.values())).producer_id
+            firsts, states = reserve(conn, cur, stream, topic, len(ids), pids, totals, producer)
+            for p, batch in (sequences or {}).items():
+                if len(sequences) > 1:
+                    if not sequence_is_next(states[p], batch):  # rolls back, as below
+                        raise SequencesApart(f"producer {producer}: partition {p}'s batch is "
+                                             "not its next")
+                    continue
+                retried = sequence_check(states[p], batch)
                 if retried is not None:
                     raise _Retried(retried)  # rolls back: the reserved offsets are given back
             rows = []
@@ -178,8 +194,9 @@ class PgBatchStore(BatchLayout, PostgresStore):
                     rows.append((pids[part], numbered(b, at)))
                     at += b.records
             with conn.pipeline():  # each statement is sent as it is executed
-                if producer is not None:
-                    self._put_state(cur, *producer, sequence_next(state, sequence, firsts[p]))
+                for p, batch in (sequences or {}).items():
+                    self._put_state(cur, pids[p], producer,
+                                    sequence_next(states[p], batch, firsts[p]))
                 if rows:
                     cur.execute(s.INSERT_BATCHES, columns(rows), binary=True)
                 self._open_ranges(conn, rows)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import threading
 import uuid
 
+import psycopg
 import pytest
 
 from replication.engine import open_store
 from replication.engine.durability import primary_commit_only
 from replication.engine.producers import ProducerBatch
 from replication.engine.recordbatch import encode_batch
-from replication.engine.sequences import SequenceError
+from replication.engine.sequences import SequenceError, SequencesApart
 from replication.engine.store import Record
 from replication.engine.stored import check_batches
 
@@ -138,3 +139,50 @@ def test_one_batch_sent_twice_at_once_is_written_once(store):
             t.join(30)
         assert got == [{0: 2 * i}, {0: 2 * i}]
     assert store.watermarks(stream, "t") == {0: (0, 40)}
+
+
+def _xmins(url: str, stream: uuid.UUID) -> int:
+    """How many transactions wrote the stream's batch rows."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(DISTINCT b.xmin::text) FROM batches b JOIN partitions"
+                            " p ON p.id = b.pid WHERE p.stream = %s", (stream,)).fetchone()[0]
+
+
+def test_an_idempotent_producers_batches_of_several_partitions_commit_together(pg_batch_url):
+    """One request's batches of three partitions: one transaction, and each partition's
+    producer state moved as if appended alone (the next is taken, a retry answered)."""
+    store = open_store(pg_batch_url)
+    stream = uuid.uuid4()
+    store.ensure_topic(stream, "t", 3)
+    firsts = {p: _raw(2 + p, pid=31, seq=0, tag=b"a%d-" % p) for p in range(3)}
+    assert _append(store, stream, {p: [r] for p, r in firsts.items()},
+                   sequences={p: _seq(r) for p, r in firsts.items()}) == {0: 0, 1: 0, 2: 0}
+    assert _xmins(pg_batch_url, stream) == 1
+    for p, raw in firsts.items():  # a retry of each: its offset, nothing written
+        assert _append(store, stream, {p: [raw]}, sequence=_seq(raw)) == {p: 0}
+    seconds = {p: _raw(3, pid=31, seq=2 + p, tag=b"b%d-" % p) for p in range(3)}
+    assert _append(store, stream, {p: [r] for p, r in seconds.items()},
+                   sequences={p: _seq(r) for p, r in seconds.items()}) == {0: 2, 1: 3, 2: 4}
+    assert store.watermarks(stream, "t") == {0: (0, 5), 1: (0, 6), 2: (0, 7)}
+    assert _xmins(pg_batch_url, stream) == 2
+    store.close()
+
+
+@pytest.mark.parametrize("odd", ["retry", "gap", "fenced"])
+def test_batches_together_of_which_one_is_not_next_write_nothing(pg_batch_url, odd):
+    """A retry, a gap or an older epoch among batches offered together: SequencesApart and
+    nothing written or moved, so appending each alone answers each as Kafka would."""
+    store = open_store(pg_batch_url)
+    stream = uuid.uuid4()
+    store.ensure_topic(stream, "t", 2)
+    first = _raw(2, pid=32, seq=0, epoch=1)
+    assert _append(store, stream, {0: [first]}, sequence=_seq(first)) == {0: 0}
+    other = _raw(2, pid=32, seq=0, epoch=1, tag=b"o")
+    zero = {"retry": first, "gap": _raw(2, pid=32, seq=5, epoch=1),
+            "fenced": _raw(2, pid=32, seq=2, epoch=0)}[odd]
+    with pytest.raises(SequencesApart):
+        _append(store, stream, {0: [zero], 1: [other]},
+                sequences={0: _seq(zero), 1: _seq(other)})
+    assert store.watermarks(stream, "t") == {0: (0, 2), 1: (0, 0)}
+    assert _append(store, stream, {1: [other]}, sequence=_seq(other)) == {1: 0}
+    store.close()
