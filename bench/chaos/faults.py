@@ -474,9 +474,9 @@ class Driver:
         assert self.cycle is not None
         at = time.monotonic()
         drain = drain_seconds()
-        # Moves of sanfrancisco's partitions while the failback drains newyork's copy into
-        # sanfrancisco's (a replica again until the switch back).
-        self.move_partition((PROMOTED, FAILED), ", during the failback")
+        # Moves of sanfrancisco's partitions while the failback cuts them back and drains
+        # newyork's copy into them: replica partitions until the switch back.
+        self.move_partition((FAILED,), ", during the failback")
         for attempt in range(attempts):
             self.restore()
             try:

@@ -146,9 +146,11 @@ class Mover:
         """Move a random partition to its cluster's other group, and with room for two now and
         then a second one beside it; none while CONCURRENT moves run. With `path`, only
         partitions of sanfrancisco's topics on those clusters (the failover path: the driver
-        moves them as it fails over and back), as the opening pair does on newyork, so even a
-        short soak moves replica partitions."""
+        moves them as it fails over and back, one even past CONCURRENT, so that every soak
+        moves them then), as the opening pair does on newyork."""
         room = CONCURRENT - len(self.running())
+        if path:
+            room = max(room, 1)
         if room <= 0:
             return []
         opening = not self.moves
