@@ -30,10 +30,14 @@ link to the Spark catch-up job (the Celery worker runs it; skipped, printed "not
 sanfrancisco's topics with `replica failover -force` while producers write (sanfrancisco's
 producer moves to newyork), then `replica failback` brings sanfrancisco back, keeping its
 divergent tail in `<topic>.diverged` (bench/chaos/failover.py), and (on by default, off with
---no-moves) a partition move: newyork gets a second store group at set-up and a random partition
-of its topics moves to its other group in a thread, throttled to last a few seconds while the
-other faults go on, retried when a fault fails it; its outcome (completed, retried, left) and
-the stores' held flags are checked against the placement (bench/chaos/moves.py). Then
+--no-moves) partition moves: every cluster gets a second store group at set-up, and random
+partitions move to their cluster's other group, one or two at once (a pair of one topic, both
+ways when it sits on both groups), each in a thread, throttled to last a few seconds while the
+other faults go on, retried when a fault fails it. Origin partitions and replica ones (those a
+gateway applies) alike: sanfrancisco's topics on newyork (the failover path) move first, as
+newyork takes them over, and while the failback drains them back; each outcome (completed,
+retried, left) and the stores' held flags are checked against the placement
+(bench/chaos/moves.py). Then
 everything is restored, the run waits until every replica's ends equal its origins' and the checker
 (replication/engine/checker.py) reads every stream against its origins with the acknowledged
 offsets, and sanfrancisco's topics and divergence topics with the acknowledged ids: lost,

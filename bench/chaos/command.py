@@ -168,8 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no producer through the command line (it goes through the portal)")
     parser.add_argument("--no-failover", action="store_true", help="no failover/failback cycle")
     parser.add_argument("--moves", action=argparse.BooleanOptionalAction, default=True,
-                        help="newyork on two store groups, its partitions moved between them "
-                             "while producers write (fault `move`, bench/chaos/moves.py; on "
+                        help="every cluster on two store groups, origin and replica "
+                             "partitions moved between them, two at once too, while producers "
+                             "write (fault `move`, bench/chaos/moves.py; on "
                              "by default)")
     parser.add_argument("--kafka-timeout", type=float, default=60.0,
                         help="the Kafka producer's message.timeout.ms, in seconds: shorter "

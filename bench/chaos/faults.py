@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bench.chaos.availability import Window
 from bench.chaos.hafaults import HA_KINDS, HaFaults
 from bench.chaos.topology import (
+    FAILED,
     GATEWAYS,
+    PROMOTED,
     RESTARTED,
     Ends,
     Topology,
@@ -183,7 +185,7 @@ class Driver:
     began: float = 0.0  # when faults began (time.monotonic())
     last_held: dict = field(default_factory=dict)  # what a catch-up held, and when last
     ha: HaFaults | None = None  # the replicated group's faults (--ha), which replace the restart
-    mover: Mover | None = None  # partition moves between newyork's store groups (moves.py)
+    mover: Mover | None = None  # partition moves between each cluster's store groups (moves.py)
 
     def say(self, text: str) -> None:
         """A line of the run's log, with its time into the faults (the availability table's
@@ -381,16 +383,22 @@ class Driver:
         self.later(self.rng.uniform(0.5, 3.0), restart.start, "restart the Spark worker",
                    "Spark worker kill -9")
 
-    def move_partition(self) -> None:
-        """A partition of newyork moved to its other store group in a thread (moves.py), while
-        the driver goes on; none while a move still runs."""
-        move = self.mover.start() if self.mover else None
-        if move is None:
+    def move_partition(self, path: tuple[str, ...] = (), why: str = "") -> None:
+        """A partition (or two at once) moved to its cluster's other store group, each in a
+        thread (moves.py), while the driver goes on; none while the most moves run. `path`:
+        sanfrancisco's partitions on those clusters, as a failover or failback (`why`)
+        begins."""
+        started = self.mover.start(path) if self.mover else []
+        if not started:
             return
-        self.hit = set(GATEWAYS) - {RESTARTED}  # the replicas of newyork's topics
-        self.faults["move"] += 1
-        self.say(f"move {move.topic}[{move.partition}] of {RESTARTED} from store group "
-                 f"{move.source} to {move.target} (in a thread)")
+        self.hit = set(GATEWAYS)  # a replica partition's gateway, and the links it feeds
+        self.faults["move"] += 1  # an injection, of one move or two
+        for move in started:
+            self.say(f"move {move.name} ({move.role}) from store group {move.source} to "
+                     f"{move.target} (in a thread{', with another' if move.together else ''}"
+                     f"{why})")
+        if why:  # inject's own bookkeeping, for a move the failover cycle starts
+            self.started("move")
 
     def pause_replica(self) -> None:
         from replication.services import replica_pause, replica_resume
@@ -457,6 +465,8 @@ class Driver:
         self.windows.append(Window("failover -force", at, time.monotonic()))
         self.faults["failover -force"] += 1
         self.say("failover -force of newyork from sanfrancisco")
+        # newyork now the origin of sanfrancisco's topics: one of them moves under producers.
+        self.move_partition((PROMOTED,), ", as newyork took over")
         self.later(self.rng.uniform(6.0, 12.0), self.fail_back, "failback of sanfrancisco",
                    seconds=FAILBACK_ATTEMPTS * (drain_seconds() + 2 * DEADLINE))
 
@@ -464,6 +474,9 @@ class Driver:
         assert self.cycle is not None
         at = time.monotonic()
         drain = drain_seconds()
+        # Moves of sanfrancisco's partitions while the failback cuts them back and drains
+        # newyork's copy into them: replica partitions until the switch back.
+        self.move_partition((FAILED,), ", during the failback")
         for attempt in range(attempts):
             self.restore()
             try:

@@ -28,7 +28,7 @@ class Options:
     failover: bool = True  # failover/failback cycles of newyork from sanfrancisco
     failover_every: float = 40.0  # at least this long from a failback to the next failover
     converge_timeout: float = 120.0
-    moves: bool = True  # partition moves between newyork's two store groups (moves.py)
+    moves: bool = True  # partition moves between each cluster's two store groups (moves.py)
     say: Callable[[str], None] = print
     # Deadlines for every step (bench/chaos/watchdog.py); run_soak starts one if not given.
     watchdog: Watchdog | None = None

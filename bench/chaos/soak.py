@@ -36,7 +36,7 @@ from bench.chaos.faults import (
     spark_built,
 )
 from bench.chaos.hafaults import HaFaults
-from bench.chaos.moves import GROUPS, MOVED, Mover, add_group
+from bench.chaos.moves import Mover, add_groups, group_urls_wanted
 from bench.chaos.options import Options
 from bench.chaos.producers import Producer, Target
 from bench.chaos.topology import (
@@ -129,6 +129,9 @@ class Result:
                 *((("moves: completed, retried, left", ", ".join(
                     str(sum(m.outcome == o for m in self.mover.moves))
                     for o in ("completed", "retried", "left"))),
+                   ("moves: of replica partitions, alongside another move", ", ".join(
+                       (str(sum(m.role == "replica" for m in self.mover.moves)),
+                        str(self.mover.concurrent())))),
                    ("moves: held flags disagreeing with the placement (must be 0)",
                     str(self.misplaced))) if self.mover else ()),
                 ("of the duplicates, acknowledged ones", str(self.acked_twice)),
@@ -286,8 +289,8 @@ def run_soak(engine: Engine, store: Store, options: Options,
     urls = {RESTARTED: store.url(f"{RESTARTED}_store")}
     if others:
         urls |= {c: others.url(f"{c}_store") for c in GATEWAYS if c != RESTARTED}
-    if options.moves:  # newyork's second store group, on the server not restarted
-        urls[f"{MOVED} {GROUPS[1]}"] = (others or store).url(f"{MOVED}_{GROUPS[1]}_store")
+    if options.moves:  # each cluster's second store group, on the server not restarted
+        urls |= group_urls_wanted(store, others)
     watchdog, own = options.watchdog, options.watchdog is None
     if watchdog is None:  # the tests: stop the engine, and the main thread's next step raises
         watchdog = Watchdog(say=say, stop=engine.kill_all, exit=lambda code: None).start()
@@ -308,8 +311,7 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
     say = options.say
     with watchdog.step("set up the topology"):
         result.topology = topology = build_topology(urls)
-        if options.moves:
-            add_group(topology, urls[f"{MOVED} {GROUPS[1]}"])
+        moved = add_groups(topology, urls) if options.moves else []
     with watchdog.step("start the engine (every gateway live)", 2 * DEADLINE):
         start_engine(engine, topology, say)
     result.spark = "" if spark_built() else "not built"
@@ -333,7 +335,7 @@ def soak(engine: Engine, store: Store, options: Options, watchdog: Watchdog, res
                     entrances=entrances, cycle=cycle, spark_cluster=spark_cluster,
                     watchdog=watchdog, ha=ha)
     if options.moves:
-        result.mover = driver.mover = Mover(topology, driver.rng, driver.say)
+        result.mover = driver.mover = Mover(topology, driver.rng, driver.say, tuple(moved))
     try:
         driver.run(options.seconds)
     finally:

@@ -88,6 +88,13 @@ def _pg_installed(conn) -> bool:
         is not None
 
 
+_PG_SET_HELD = ("UPDATE partitions SET held = {want} WHERE held <> {want} AND stream = %s "
+                "AND topic = %s")
+_WANT = "(partition = ANY(%s))"
+_WANT_NOT_MOVED = ("(partition = ANY(%s) AND NOT EXISTS (SELECT 1 FROM moved_out m "
+                   "WHERE m.pid = partitions.id))")
+
+
 def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int]) -> None:
     """Make exactly the partitions `held` of the topic writable in this store."""
     mine = sorted(set(held))
@@ -98,18 +105,15 @@ def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int])
                          "AND held", (key, topic))
             conn.executemany("UPDATE partitions SET held = 1 WHERE stream = ? AND topic = ? "
                              "AND partition = ?", [(key, topic, p) for p in mine])
+        elif conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
+            conn.execute(_PG_SET_HELD.format(want=_WANT), (*[mine] * 2, key, topic))
         else:
             # A partition moved out of this store (engine/partitionmove.py) is never held
-            # here again, whatever a stale placement says, until the move is finished or undone.
-            if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is not None:
-                gone = {p for (p,) in conn.execute(
-                    "SELECT p.partition FROM moved_out m JOIN partitions p ON p.id = m.pid "
-                    "WHERE p.stream = %s AND p.topic = %s", (key, topic)).fetchall()}
-                mine = [p for p in mine if p not in gone]
-            # Released rows first, in id order as appenders lock them, then the held ones.
-            conn.execute("UPDATE partitions SET held = (partition = ANY(%s)) WHERE stream = %s "
-                         "AND topic = %s AND held <> (partition = ANY(%s))",
-                         (mine, key, topic, mine))
+            # here again, whatever a stale placement says, until the move is finished or
+            # undone. Looked at in the update itself: a cut-over committing between a look
+            # and the update would find its partition held again at its source, in the
+            # placement's eyes still its home, and writers would follow.
+            conn.execute(_PG_SET_HELD.format(want=_WANT_NOT_MOVED), (*[mine] * 2, key, topic))
 
 
 def held(store: MessageStore, stream: UUID, topic: str) -> list[int]:

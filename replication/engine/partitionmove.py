@@ -35,6 +35,7 @@ STATE_TABLES = ("consumer_cursors", "producer_sequences", "replication_cursors",
                 "compaction_state")
 ROW_COUNTERS = ("next_offset", "low_offset", "rows", "bytes")
 MOVE_LOCK = 0x5367_4D76  # advisory lock key space: a partition's move, by its pid
+DDL_LOCK = 0x5367_4D44  # the moves' tables and triggers made in a store, one session at a time
 CHUNK_OFFSETS = 200_000
 # (offsets copied, offsets known): a move's copy reports each chunk (copy_history).
 Progress = Callable[[int, int], None]
@@ -77,6 +78,27 @@ CREATE OR REPLACE TRIGGER sg_cursor_not_held BEFORE INSERT OR UPDATE ON consumer
 """
 
 
+# A cut-back (store truncate: a failback's, diffstreams' repair) of a partition while it moves
+# rewrites offsets the bulk copy took already. It moves the row's next offset back, which no
+# other write does: this notes the lowest one per partition, and the cut-over drops what the
+# target holds from there and copies it again.
+CUT_NOTE = """
+CREATE TABLE IF NOT EXISTS cut_back (
+    pid integer PRIMARY KEY,
+    next_offset bigint NOT NULL
+);
+CREATE OR REPLACE FUNCTION sg_note_cut_back() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO cut_back (pid, next_offset) VALUES (NEW.id, NEW.next_offset)
+        ON CONFLICT (pid) DO UPDATE SET next_offset = least(cut_back.next_offset,
+                                                            excluded.next_offset);
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER sg_note_cut_back AFTER UPDATE OF next_offset ON partitions
+    FOR EACH ROW WHEN (NEW.next_offset < OLD.next_offset) EXECUTE FUNCTION sg_note_cut_back();
+"""
+
+
 def check_store(store: MessageStore) -> None:
     if store.DIALECT != "postgresql":
         raise StoreError("moving a partition needs PostgreSQL store groups: an embedded (SQLite) "
@@ -92,14 +114,19 @@ def check_pair(source: MessageStore, target: MessageStore) -> None:
 
 
 def ensure_marker_table(store: MessageStore) -> None:
-    """The marker table and the cursors' fence, once per store (looked at first: DDL waits
-    for every transaction on the tables)."""
+    """The marker table, the cursors' fence and the cut-back note, once per store (looked at
+    first: DDL waits for every transaction on the tables). Two moves starting at once take
+    turns: CREATE ... IF NOT EXISTS does not wait for another session's uncommitted one, and
+    fails on the catalog instead."""
     with store._writing() as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (DDL_LOCK,))
         if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
             conn.execute(MOVED_OUT)
-        if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'sg_cursor_not_held'"
-                        ).fetchone() is None:
-            conn.execute(CURSOR_FENCE)
+        for trigger, ddl in (("sg_cursor_not_held", CURSOR_FENCE),
+                             ("sg_note_cut_back", CUT_NOTE)):
+            if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = %s", (trigger,)
+                            ).fetchone() is None:
+                conn.execute(ddl)
 
 
 def moved_out(store: MessageStore, pid: int) -> str | None:
@@ -186,6 +213,13 @@ def prepare(target: MessageStore, tpid: int) -> None:
         wipe(conn, target, tpid)
         if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is not None:
             conn.execute("DELETE FROM moved_out WHERE pid = %s", (tpid,))
+
+
+def watch_cut_backs(source: MessageStore, spid: int) -> None:
+    """Before the bulk copy: the source partition's cut-back note cleared, so the cut-over
+    sees the cut-backs made from here on (CUT_NOTE)."""
+    with source._writing() as conn:
+        conn.execute("DELETE FROM cut_back WHERE pid = %s", (spid,))
 
 
 def copy_range(source: MessageStore, target: MessageStore, spid: int, tpid: int, start: int,
@@ -338,6 +372,7 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
                 dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s").format(
                     sql.Identifier(table)), (tpid,))
                 copied_to = counters["low_offset"]
+            copied_to = _after_cut_back(src, dst, table, key, spid, tpid, copied_to)
             # Retention meanwhile removed a prefix the bulk copy took.
             dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} < %s").format(
                 sql.Identifier(table), sql.Identifier(key)), (tpid, counters["low_offset"]))
@@ -350,6 +385,21 @@ def cut_over(source: MessageStore, target: MessageStore, spid: int, tpid: int, *
                     "UPDATE SET target = excluded.target", (spid, target_name))
         src.execute("UPDATE partitions SET held = false WHERE id = %s", (spid,))
     return int(counters["rows"])
+
+
+def _after_cut_back(src: psycopg.Connection, dst: psycopg.Connection, table: str, key: str,
+                    spid: int, tpid: int, copied_to: int) -> int:
+    """Where the cut-over copies on from when the source was cut back since `prepare`: the
+    target's messages from the lowest offset it was cut back to are dropped (a batch holding
+    it was written again, shorter), and the copy goes on after the last one left."""
+    row = src.execute("SELECT next_offset FROM cut_back WHERE pid = %s", (spid,)).fetchone()
+    if row is None or row[0] >= copied_to:
+        return copied_to
+    dst.execute(sql.SQL("DELETE FROM {} WHERE pid = %s AND {} >= %s").format(
+        sql.Identifier(table), sql.Identifier(key)), (tpid, row[0]))
+    last = dst.execute(sql.SQL("SELECT max({}) FROM {} WHERE pid = %s").format(
+        sql.Identifier(key), sql.Identifier(table)), (tpid,)).fetchone()[0]
+    return 0 if last is None else int(last) + 1
 
 
 def unmark(store: MessageStore, pid: int) -> None:

@@ -69,7 +69,7 @@ def replica_failback(
     failover = _failover_of(source, replica)
     source.require(actor, "adminperm", action="fail back")
     replica.require(actor, "adminperm", action="fail back")
-    _check_fenced(source, replica)
+    _check_fenced(failover, source, replica)
     plans = failback_plan(failover, source, replica)
     report = _report(plans, dryrun=dryrun, reverse=reverse)
     if dryrun:
@@ -106,9 +106,15 @@ def _failover_of(source: Stream, replica: Stream) -> Failover:
     return failover
 
 
-def _check_fenced(source: Stream, replica: Stream) -> None:
-    # Producers writing to both would make the tail to keep aside grow under the failback.
-    if not Stream.objects.filter(pk=source.pk).exclude(producers_stopped="").exists():
+def _check_fenced(failover: Failover, source: Stream, replica: Stream) -> None:
+    # Producers writing to both would make the tail to keep aside grow under the failback. A
+    # failback that failed after making the old source a replica (its drain) reopened the
+    # source, whose switched topics refuse producers there all the same (their origin is the
+    # promoted stream): run again, it goes on.
+    reversed_ = bool(failover.topics) and not source.topics.filter(
+        name__in=failover.topics).exclude(origin_uuid=replica.uuid).exists()
+    if not reversed_ and not Stream.objects.filter(pk=source.pk).exclude(
+            producers_stopped="").exists():
         raise Conflict(f"producers write to {source.path} again, as well as to {replica.path}: "
                        f"stop them on {source.path} before failing back", field="path")
     if not store_reachable(source):

@@ -15,7 +15,9 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    earlier attempt left. Crash: nothing changed that anyone reads.
 2. Bulk copy in chunks, no lock. Crash: a partial copy in a not-held row of the target; the
    placement still names the source, which still holds the partition. A retried move starts
-   over (step 1 wipes the copy).
+   over (step 1 wipes the copy). A cut-back of the source meanwhile (store truncate: a
+   failback's, diffstreams' repair) is noted there by a trigger, and step 3 drops what the
+   target copied from its offset on and copies it again.
 3. Cut-over, one source transaction: the source row locked (FOR UPDATE: every write of the
    partition updates it, so writers wait), the tail and every per-partition table copied to
    the target and its counters set there (committed, still not held), then the source row
@@ -258,6 +260,7 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
                        f"{topic} though the placement says {source_name}: a router repairs "
                        "this on the partition's next write; try the move again")
     moving.prepare(target, tpid)
+    moving.watch_cut_backs(source, spid)
     compaction = moving.compaction_mark(source, spid)
     copied_to = moving.copy_history(source, target, spid, tpid, bulk=_bulk(
         steps, view, source_name, target_group.name, spid, tpid), progress=steps.progress)

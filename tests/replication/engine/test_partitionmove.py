@@ -6,8 +6,11 @@ move between are refused with the fix."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -136,3 +139,94 @@ def test_stores_that_cannot_move_a_partition_are_refused(tmp_path):
         with pytest.raises(StoreError, match=r"different store layouts \(rows at the "
                                              r"source, batches at the target\): convert"):
             moving.check_pair(source, target)
+
+
+class _PausedBefore:
+    """A connection that waits for `go` before running a statement starting with `prefix`
+    (and says so through `there`)."""
+
+    def __init__(self, conn: psycopg.Connection, prefix: str, there: threading.Event,
+                 go: threading.Event) -> None:
+        self._conn, self._prefix, self._there, self._go = conn, prefix, there, go
+
+    def execute(self, query, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if isinstance(query, str) and query.startswith(self._prefix):
+            self._there.set()
+            assert self._go.wait(30)
+        return self._conn.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._conn, name)
+
+
+def test_a_repair_that_looked_before_a_cut_over_never_holds_the_partition_after_it(pair):
+    """Two moves of one topic at once (the chaos soak's pairs): the first one's repair of the
+    topic's held flags (placement.hold after its switch, from a placement that still names
+    the source for the other partition) read the moved-out markers, then the other move's
+    cut-over committed, then the repair's update held the partition at its source again:
+    writers that still placed it there wrote where the cut-over had copied from already."""
+    source, target, surl, _ = pair
+    source.append(STREAM, "t", [Record(b"v%d" % i, partition=0) for i in range(5)],
+                  origin=STREAM)
+    spid, tpid = (moving.pid_of(s, STREAM, "t", 0) for s in (source, target))
+    moving.prepare(target, tpid)
+    upto = moving.copy_history(source, target, spid, tpid)
+    repairer = open_store(surl)  # another process's pool on the same store
+    opened = repairer._writing
+    there, go = threading.Event(), threading.Event()
+
+    @contextmanager
+    def writing():  # type: ignore[no-untyped-def]
+        with opened() as conn:
+            yield _PausedBefore(conn, "UPDATE partitions SET held", there, go)
+
+    repairer._writing = writing  # type: ignore[method-assign]
+    repair = threading.Thread(target=fence.set_held, args=(repairer, STREAM, "t", [0, 1]))
+    try:
+        repair.start()
+        assert there.wait(30)  # it looked, and is about to update the flags
+        moving.cut_over(source, target, spid, tpid, copied_to=upto,
+                        compaction=moving.compaction_mark(source, spid), target_name="b")
+        go.set()
+        repair.join(30)
+    finally:
+        go.set()
+        repairer.close()
+    assert counters(surl, 0)[0] is False  # moved out: held nowhere until the switch
+    assert counters(surl, 1)[0] is True
+    with pytest.raises(Exception, match=fence.NOT_HELD):
+        source.append(STREAM, "t", [Record(b"late", partition=0)], origin=STREAM)
+
+
+def test_two_first_moves_at_once_both_find_the_marker_table(monkeypatch):
+    """The chaos soak of 29 Nov (seed 11): the first two moves of a cluster, started together,
+    both found no `moved_out` table and both created it; one failed on PostgreSQL's catalog
+    (`pg_type_typname_nsp_index`: CREATE TABLE IF NOT EXISTS does not wait for another
+    session's). Here the first one's transaction is held open a moment past its DDL."""
+    made = _scratch_database("batches")
+    url = next(made)
+    stores = [open_store(url) for _ in range(2)]
+    slow = moving.MOVED_OUT + ";\nSELECT pg_sleep(1.5)"
+    monkeypatch.setattr(moving, "MOVED_OUT", slow)
+    errors: list[BaseException] = []
+
+    def ensure(store: MessageStore) -> None:
+        try:
+            moving.ensure_marker_table(store)
+        except BaseException as error:  # noqa: BLE001: the test wants none
+            errors.append(error)
+
+    first = threading.Thread(target=ensure, args=(stores[0],))
+    try:
+        first.start()
+        time.sleep(0.5)  # the first has created the table, not committed yet
+        ensure(stores[1])
+        first.join(30)
+        assert errors == []
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname IN "
+                                "('sg_cursor_not_held', 'sg_note_cut_back')").fetchone()[0] == 2
+    finally:
+        for store in stores:
+            store.close()
+        next(made, None)

@@ -208,6 +208,33 @@ def test_failback_while_producers_write_to_both_is_refused(owner, failed_over):
     assert not ReplicaLink.objects.exists()
 
 
+def test_a_failback_whose_drain_failed_completes_when_run_again(owner, failed_over,
+                                                                monkeypatch):
+    """The chaos soak of 29 Nov (seed 11): a failback failed in its drain, past the point
+    where the old source became a replica of the promoted stream (its producers no longer
+    stopped but refused: the topics' origin is the promoted stream), and every failback after
+    was refused as if producers wrote to both."""
+    source, replica, first, second = failed_over
+    drain = failback.link_drain
+
+    def fails(link, *, why):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(failback, "link_drain", drain)
+        raise Conflict(f"{link.replica.path} did not catch up: nothing was switched and {why}")
+
+    monkeypatch.setattr(failback, "link_drain", fails)
+    with pytest.raises(Conflict, match="fail back again"):
+        replica_failback(source=source, replica=replica, actor=owner)
+    assert Failover.objects.get(replica=replica).failed_back_at is None
+    report = replica_failback(source=Stream.objects.get(pk=source.pk),
+                              replica=Stream.objects.get(pk=replica.pk), actor=owner)
+    assert report["keptAside"] == 0  # kept by the first run, and cut: nothing diverges now
+    ids = [dict(m.headers)["id"].decode()
+           for m in read_all(source, "clicks") + read_all(source, "clicks.diverged")]
+    assert len(ids) == len(set(ids)) and set(ids) == first | second
+    assert (origin_of(source), origin_of(replica)) == (source.uuid, source.uuid)
+    assert all(f.failed_back_at for f in Failover.objects.all())
+
+
 @BOTH_LAYOUTS
 def test_the_common_prefix_is_found_even_without_the_failovers_record_of_it(
         owner, failed_over, monkeypatch):

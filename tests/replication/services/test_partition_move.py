@@ -233,6 +233,31 @@ def test_a_partition_moves_while_a_producer_writes_and_loses_nothing(
     assert rows_in(two[source], activity) == 0
 
 
+@pytest.mark.parametrize("cut", [10, 15])  # at a batch's start, and inside one
+def test_a_partition_cut_back_while_it_moves_arrives_as_cut(operator, owner, activity, two,
+                                                            cut):
+    """The chaos soak of 29 Nov (seed 11): a failback cut sanfrancisco's partition back
+    (store truncate) while it moved between groups, and writes filled it again; the cut-over
+    copied on from where the bulk copy had ended, so the target kept the batches cut away,
+    and the failback's drain then met one of them (a duplicate key in `batches`)."""
+    produce(owner, activity, [b"old%d" % i for i in range(10)])
+    produce(owner, activity, [b"old%d" % i for i in range(10, 20)])
+    source = where(activity)
+    router = store_for(activity.cluster)
+
+    def pause(stage: str) -> None:
+        if stage == "copied":  # the history is at the target: cut it back at the source
+            assert router.truncate(activity.uuid, "clicks", 0, cut) == 20 - cut
+            produce(owner, activity, [b"new%d" % i for i in range(12)])
+
+    partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                   to=other(two, source), pause=pause)
+    stored = values_at_0(owner, activity)
+    assert stored == [b"old%d" % i for i in range(cut)] + [b"new%d" % i for i in range(12)]
+    assert held(two[other(two, source)], activity)[("clicks", 0)] == cut + 12
+    assert produce(owner, activity, [b"after"]) == [(0, cut + 12)]
+
+
 def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity, two):
     produce(owner, activity, [b"x"] * 3)
     source = where(activity)
