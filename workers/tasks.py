@@ -18,7 +18,7 @@ from replication.services.compaction import compacted_streams, stream_compact
 from replication.services.jobs import jobs_stale
 from replication.services.partitionmove import moves_recover
 from replication.services.purge import stream_expire, streams_to_expire
-from replication.services.rebalance import rebalance_run
+from replication.services.rebalance import rebalance_run, rebalances_stale
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
 from workers.moves import spark_bulk
@@ -113,11 +113,14 @@ def run_job_task(job_id: int) -> str:
 
 @shared_task(name="workers.tasks.resume_jobs_task")
 def resume_jobs_task() -> int:
-    """Beat's safety net: an active job whose record stopped moving lost its worker."""
-    stale = jobs_stale()
+    """Beat's safety net: an active job, or rebalance, drain or move run, whose record
+    stopped moving lost its worker."""
+    stale, runs = jobs_stale(), rebalances_stale()
     for job_id in stale:
         job_enqueue(job_id)
-    return len(stale)
+    for run_id in runs:
+        rebalance_enqueue(run_id)
+    return len(stale) + len(runs)
 
 
 @shared_task(name="workers.tasks.rebalance_task", acks_late=True, ignore_result=True)

@@ -91,6 +91,9 @@ class Rebalance(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
+    # Its last step or progress: a run active and still for long lost its worker (a Redis
+    # restarted empty, a worker killed and its task never redelivered); beat queues it again.
+    updated = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created", "-pk"]

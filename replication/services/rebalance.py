@@ -21,8 +21,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from replication import placement
@@ -240,7 +242,7 @@ def rebalance_run(*, rebalance_id: int, bulk: BulkCopy | None = None) -> str:
     """Run the moves not done yet; the run's final state. `bulk`: the copier of large
     partitions' histories (partitionmove.BulkCopy; the worker hands in Spark's)."""
     updated = Rebalance.objects.filter(pk=rebalance_id, state__in=Rebalance.ACTIVE).update(
-        state=Rebalance.State.RUNNING, started=timezone.now())
+        state=Rebalance.State.RUNNING, started=timezone.now(), updated=timezone.now())
     run = Rebalance.objects.select_related("cluster", "requested_by").filter(
         pk=rebalance_id).first()
     if run is None or not updated:
@@ -248,13 +250,28 @@ def rebalance_run(*, rebalance_id: int, bulk: BulkCopy | None = None) -> str:
     try:
         _run_moves(run, bulk)
     except Exception as err:  # any failure ends the run, recorded for the operator
-        Rebalance.objects.filter(pk=run.pk).update(
-            state=Rebalance.State.FAILED, error=f"{type(err).__name__}: {err}"[:2000],
-            finished=timezone.now())
+        _record(run.pk, state=Rebalance.State.FAILED,
+                error=f"{type(err).__name__}: {err}"[:2000], finished=timezone.now())
         return Rebalance.State.FAILED
-    Rebalance.objects.filter(pk=run.pk).update(state=Rebalance.State.SUCCEEDED,
-                                               finished=timezone.now())
+    _record(run.pk, state=Rebalance.State.SUCCEEDED, finished=timezone.now())
     return Rebalance.State.SUCCEEDED
+
+
+def _record(pk: int, **fields: Any) -> None:
+    """A run's step or progress, with the time it was made (`rebalances_stale`)."""
+    Rebalance.objects.filter(pk=pk).update(updated=timezone.now(), **fields)
+
+
+def rebalances_stale() -> list[int]:
+    """Active runs that stopped reporting, as `jobs_stale` finds jobs: their worker died and
+    Celery did not deliver the task again, or the queued task was lost with the broker. A run
+    taken up again goes on from its first move not done (`rebalance_run`)."""
+    now = timezone.now()
+    running = now - timezone.timedelta(seconds=settings.JOB_STALE_SECONDS)
+    queued = now - timezone.timedelta(seconds=settings.JOB_QUEUED_SECONDS)
+    stale = Rebalance.objects.filter(state__in=Rebalance.ACTIVE).filter(
+        Q(updated__lt=running) | Q(state=Rebalance.State.QUEUED, updated__lt=queued))
+    return list(stale.values_list("pk", flat=True))
 
 
 def _run_moves(run: Rebalance, bulk: BulkCopy | None) -> None:
@@ -273,7 +290,7 @@ def _run_moves(run: Rebalance, bulk: BulkCopy | None) -> None:
                                     progress=pace.during(base, row["bytes"]))
             row.update({k: result[k] for k in ("from", "messagesCopied", "seconds")})
         # A dropped topic's bytes count as done: nothing left to move.
-        Rebalance.objects.filter(pk=run.pk).update(moves_done=index + 1, plan=run.plan,
+        _record(run.pk, moves_done=index + 1, plan=run.plan,
                                                    bytes_done=base + row["bytes"])
         pace.moved(row["bytes"])
     # The sources' copies, once readers with a cached placement have moved over: one wait
@@ -298,7 +315,7 @@ class _Pace:
     def during(self, base: int, nbytes: int) -> Progress:
         def report(copied: int, total: int) -> None:
             part = min(nbytes * copied // total, nbytes * 99 // 100) if total > 0 else 0
-            Rebalance.objects.filter(pk=self.run.pk).update(bytes_done=base + part)
+            _record(self.run.pk, bytes_done=base + part)
             self.wait(self.done + part)
 
         return report
