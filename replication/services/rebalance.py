@@ -257,6 +257,10 @@ def rebalance_run(*, rebalance_id: int, bulk: BulkCopy | None = None) -> str:
     return Rebalance.State.SUCCEEDED
 
 
+# A throttled run's waits report at least this often (JOB_STALE_SECONDS is 300 s).
+ALIVE_SECONDS = 60.0
+
+
 def _record(pk: int, **fields: Any) -> None:
     """A run's step or progress, with the time it was made (`rebalances_stale`)."""
     Rebalance.objects.filter(pk=pk).update(updated=timezone.now(), **fields)
@@ -325,8 +329,14 @@ class _Pace:
         self.wait(self.done)
 
     def wait(self, moved: int) -> None:
-        if self.run.throttle:  # at most `throttle` bytes a second, over the run
-            time.sleep(max(0.0, moved / self.run.throttle - (time.monotonic() - self.started)))
+        if not self.run.throttle:
+            return
+        # At most `throttle` bytes a second, over the run; a long wait reports now and then,
+        # so the resume sweep does not take the run for one that lost its worker.
+        until = self.started + moved / self.run.throttle
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, ALIVE_SECONDS))
+            _record(self.run.pk)
 
 
 def _stream_of(row: dict[str, Any]) -> Stream | None:

@@ -177,3 +177,23 @@ def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity):
         store_group_drain(actor=operator, cluster=name, name="s2")
     assert StoreGroup.objects.get(name="s2").state == StoreGroup.State.ACTIVE
     assert Rebalance.objects.count() == 1
+
+
+def test_a_long_throttled_wait_reports_the_run_alive(operator, activity, monkeypatch):
+    """A run paced by a low -throttle waits long between chunks: it reports meanwhile, so
+    beat's resume sweep (rebalances_stale) never takes it for a run that lost its worker."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from replication.services import rebalance as running
+
+    monkeypatch.setattr(running, "ALIVE_SECONDS", 0.3)
+    run = Rebalance.objects.create(cluster=activity.cluster, kind=Rebalance.Kind.REBALANCE,
+                                   state=Rebalance.State.RUNNING, throttle=1_000,
+                                   requested_by=operator)
+    Rebalance.objects.filter(pk=run.pk).update(updated=timezone.now() - timedelta(hours=1))
+    before = Rebalance.objects.get(pk=run.pk).updated
+    running._Pace(run).wait(1_000)  # a second's worth of bytes at 1,000 a second
+    assert Rebalance.objects.get(pk=run.pk).updated > before + timedelta(minutes=59)
+    assert run.pk not in running.rebalances_stale()
