@@ -146,6 +146,10 @@ def run(invocation: Invocation, client: Client, out: TextIO) -> int:
         print(table([jobs.follow_move(client, invocation.params, out)],
                     header="noheader" not in invocation.flags), file=out)
         return EXIT_OK
+    if " ".join(words) in jobs.RUNS and "json" not in invocation.flags and out.isatty():
+        print(table([jobs.follow_rebalance(client, " ".join(words), invocation.params, out)],
+                    header="noheader" not in invocation.flags), file=out)
+        return EXIT_OK
     if words in (["gateway", "run"], ["replicator", "run"], ["kafka", "run"]):
         return run_server_process(words[0], invocation.params)
     params = schema_from_file(words, invocation.params)

@@ -2,7 +2,8 @@
 `... repair`: start the job (autosetup's is its copy step, repair's the link's diffstreams
 -repair), then follow it to its end like MapR's own tools
 do, with a progress line on a terminal. `stream topic partition move` is followed the same
-way (a run of the cluster's, seen with `cluster store rebalancestatus -id`)."""
+way (a run of the cluster's, seen with `cluster store rebalancestatus -id`), and so are
+`cluster store rebalance` and `drain` on a terminal (a script gets the queued run at once)."""
 
 from __future__ import annotations
 
@@ -92,21 +93,49 @@ def follow_move(client: Client, params: Mapping[str, str], out: TextIO) -> Row:
     """Queue the move (-wait false to the server), follow its run, with a progress line on a
     terminal; the result row the server's waiting move answers, or CommandError."""
     (run,) = client.call(MOVE, {**params, "wait": "false"})
-    live = out.isatty()
-    where = {"cluster": run["cluster"], "id": run["id"]}
-    while run["state"] not in ENDED:
-        if live:
-            print(f"\r{move_line(run)}", end="", file=out, flush=True)
-        time.sleep(POLL)
-        (run,) = client.call("cluster store rebalancestatus", where)
-    if live:
-        print(f"\r{move_line(run)}", file=out)
+    run = follow_run(client, run, out)
     if run["result"] is None:
         raise CommandError(errno.EBUSY, f"move #{run['id']} {run['state']}: {run['error']}; "
                            "see where the partition is with cluster store list")
     return run["result"]
 
 
-def move_line(run: Row) -> str:
-    return (f"partition move {run['id']}: {run['state']} {run['percent']}% "
-            f"({size(run['bytesDone'])} of {size(run['bytesTotal'])})")
+RUNS = ("cluster store rebalance", "cluster store drain")
+
+
+def follow_rebalance(client: Client, command: str, params: Mapping[str, str], out: TextIO
+                     ) -> Row:
+    """`cluster store rebalance|drain` on a terminal: start the run and follow it with a
+    progress line to its end (a dry run's plan at once); the run's last row, or
+    CommandError when it failed."""
+    (run,) = client.call(command, params)
+    if run["id"] is None:  # -dryrun true: the plan
+        return run
+    run = follow_run(client, run, out)
+    if run["state"] != "SUCCEEDED":
+        raise CommandError(errno.EBUSY, f"{run['kind']} #{run['id']} {run['state']}: "
+                           f"{run['error']}; see where each partition is with cluster store "
+                           "list, and run it again")
+    return run
+
+
+def follow_run(client: Client, run: Row, out: TextIO) -> Row:
+    """A cluster's run (a rebalance, drain or move) followed to its end, with a progress line
+    on a terminal; its last row."""
+    live = out.isatty()
+    where = {"cluster": run["cluster"], "id": run["id"]}
+    while run["state"] not in ENDED:
+        if live:
+            print(f"\r{run_line(run)}", end="", file=out, flush=True)
+        time.sleep(POLL)
+        (run,) = client.call("cluster store rebalancestatus", where)
+    if live:
+        print(f"\r{run_line(run)}", file=out)
+    return run
+
+
+def run_line(run: Row) -> str:
+    what = "partition move" if run["kind"] == "move" else run["kind"]
+    moves = "" if run["kind"] == "move" else f"{run['movesDone']} of {run['movesTotal']} moves, "
+    return (f"{what} {run['id']}: {run['state']} {run['percent']}% "
+            f"({moves}{size(run['bytesDone'])} of {size(run['bytesTotal'])})")

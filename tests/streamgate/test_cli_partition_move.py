@@ -114,3 +114,40 @@ def test_a_bad_move_is_refused_at_once_queuing_nothing(live_server, operator, ow
     assert refused.returncode == 1
     assert "only cluster operators" in json.loads(refused.stdout)["errors"][0]["desc"]
     assert not Rebalance.objects.exists() and placed(activity) == source
+
+
+def test_a_drain_on_a_terminal_shows_its_progress_then_the_finished_run(
+        live_server, operator, activity, two):
+    """`cluster store drain` (and `rebalance`, the same code) followed on a terminal: a
+    progress line with moves and bytes until the run's end, then its row."""
+    source = placed(activity)
+    size = partition_move_plan(actor=operator, stream=activity, topic="clicks", partition=0,
+                               to=next(n for n in two if n != source))["bytes"]
+    code, screen, errors = on_a_terminal(
+        live_server.url, token_for(operator), "cluster", "store", "drain", "-cluster",
+        activity.cluster.name, "-name", source, "-throttle", str(size // 3))
+    assert code == 0, errors
+    run = Rebalance.objects.get()
+    progress = re.findall(rf"\rdrain {run.pk}: (\w+) (\d+)% \((\d) of 1 moves, ", screen)
+    assert len({p for state, p, _ in progress if state == "RUNNING" and 0 < int(p) < 99}) >= 2, \
+        screen
+    assert progress[-1] == ("SUCCEEDED", "100", "1")
+    header, row = screen.split("\n")[-3:-1]
+    assert header.split()[:4] == ["id", "cluster", "kind", "group"]
+    assert row.split()[:5] == [str(run.pk), activity.cluster.name, "drain", source, "SUCCEEDED"]
+    assert placed(activity) != source
+
+
+def test_a_drain_in_a_script_answers_the_queued_run_at_once(live_server, operator, activity,
+                                                           two):
+    source = placed(activity)
+    done = streamgate(live_server.url, token_for(operator),
+                      f"cluster store drain -cluster {activity.cluster.name} -name {source} "
+                      "-noheader")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[2:5] == ["drain", source, "QUEUED"]
+    deadline = time.monotonic() + 60  # the run goes on in the background
+    while Rebalance.objects.get().state in Rebalance.ACTIVE:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert Rebalance.objects.get().state == "SUCCEEDED" and placed(activity) != source
