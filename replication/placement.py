@@ -240,7 +240,8 @@ def hold(view: View, stream: UUID, topic: str) -> None:
     def held_in(name: str) -> None:
         store = view.stores[name]
         store.ensure_topic(stream, topic, count)
-        fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name])
+        fence.set_held(store, stream, topic, [p for p, g in placed.items() if g == name],
+                       view.version)
 
     for _ in _pool().map(held_in, view.stores):
         pass  # each one's error, if any, raised here

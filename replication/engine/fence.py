@@ -93,10 +93,15 @@ _PG_SET_HELD = ("UPDATE partitions SET held = {want} WHERE held <> {want} AND st
 _WANT = "(partition = ANY(%s))"
 _WANT_NOT_MOVED = ("(partition = ANY(%s) AND NOT EXISTS (SELECT 1 FROM moved_out m "
                    "WHERE m.pid = partitions.id))")
+_WANT_NOT_MOVED_AWAY = _WANT_NOT_MOVED[:-1] + (
+    " AND NOT EXISTS (SELECT 1 FROM moved_away a WHERE a.pid = partitions.id "
+    "AND a.version > %s))")
 
 
-def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int]) -> None:
-    """Make exactly the partitions `held` of the topic writable in this store."""
+def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int],
+             version: int | None = None) -> None:
+    """Make exactly the partitions `held` of the topic writable in this store, as a placement
+    of `version` says (None: whatever moved)."""
     mine = sorted(set(held))
     with store._writing() as conn:
         key = store._key(stream)
@@ -105,15 +110,22 @@ def set_held(store: MessageStore, stream: UUID, topic: str, held: Iterable[int])
                          "AND held", (key, topic))
             conn.executemany("UPDATE partitions SET held = 1 WHERE stream = ? AND topic = ? "
                              "AND partition = ?", [(key, topic, p) for p in mine])
-        elif conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
+            return
+        out, away = conn.execute("SELECT to_regclass('moved_out'), to_regclass('moved_away')"
+                                 ).fetchone()
+        if out is None:
             conn.execute(_PG_SET_HELD.format(want=_WANT), (*[mine] * 2, key, topic))
-        else:
+        elif away is None or version is None:
             # A partition moved out of this store (engine/partitionmove.py) is never held
             # here again, whatever a stale placement says, until the move is finished or
             # undone. Looked at in the update itself: a cut-over committing between a look
             # and the update would find its partition held again at its source, in the
             # placement's eyes still its home, and writers would follow.
             conn.execute(_PG_SET_HELD.format(want=_WANT_NOT_MOVED), (*[mine] * 2, key, topic))
+        else:
+            # Nor, once cleaned up here, by a placement older than the move (MOVED_AWAY).
+            conn.execute(_PG_SET_HELD.format(want=_WANT_NOT_MOVED_AWAY),
+                         (*[mine, version] * 2, key, topic))
 
 
 def held(store: MessageStore, stream: UUID, topic: str) -> list[int]:

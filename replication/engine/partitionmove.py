@@ -50,6 +50,15 @@ CREATE TABLE IF NOT EXISTS moved_out (
     target text NOT NULL
 )
 """
+# A partition moved out of a store and cleaned up there: the placement version its clean-up
+# saw (at or after the move's switch). fence.set_held never holds it here again for a view
+# older than that: a repair from a placement read before the move still names this store.
+MOVED_AWAY = """
+CREATE TABLE IF NOT EXISTS moved_away (
+    pid integer PRIMARY KEY,
+    version bigint NOT NULL
+)
+"""
 
 
 @contextmanager
@@ -120,8 +129,9 @@ def ensure_marker_table(store: MessageStore) -> None:
     fails on the catalog instead."""
     with store._writing() as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (DDL_LOCK,))
-        if conn.execute("SELECT to_regclass('moved_out')").fetchone()[0] is None:
-            conn.execute(MOVED_OUT)
+        for table, ddl in (("moved_out", MOVED_OUT), ("moved_away", MOVED_AWAY)):
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                conn.execute(ddl)
         for trigger, ddl in (("sg_cursor_not_held", CURSOR_FENCE),
                              ("sg_note_cut_back", CUT_NOTE)):
             if conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = %s", (trigger,)
@@ -409,11 +419,15 @@ def unmark(store: MessageStore, pid: int) -> None:
             conn.execute("DELETE FROM moved_out WHERE pid = %s", (pid,))
 
 
-def clean_up(store: MessageStore, pid: int) -> None:
-    """Drop what a finished move left at its source (the row stays, empty and not held)."""
+def clean_up(store: MessageStore, pid: int, version: int) -> None:
+    """Drop what a finished move left at its source (the row stays, empty and not held);
+    `version`: a placement version at or after the move's switch (MOVED_AWAY)."""
     with store._writing() as conn:
         if conn.execute("SELECT held FROM partitions WHERE id = %s FOR UPDATE",
                         (pid,)).fetchone()[0]:
             raise StoreError("refusing to clean up a partition its store holds")
         wipe(conn, store, pid)
         conn.execute("DELETE FROM moved_out WHERE pid = %s", (pid,))
+        conn.execute("INSERT INTO moved_away (pid, version) VALUES (%s, %s) ON CONFLICT (pid) "
+                     "DO UPDATE SET version = greatest(moved_away.version, excluded.version)",
+                     (pid, version))

@@ -241,7 +241,7 @@ def _recover(view: placement.View, stream: Stream, topic: str, partition: int,
             moving.unmark(store, pid)
             placement.hold(view, stream.uuid, topic)
         else:  # switched, not cleaned up
-            moving.clean_up(store, pid)
+            moving.clean_up(store, pid, view.version)
             finished = name
     return finished
 
@@ -274,7 +274,7 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
     placement.hold(view, stream.uuid, topic)
     if not steps.defer_cleanup:
         time.sleep(CLEANUP_GRACE)
-        moving.clean_up(source, spid)
+        moving.clean_up(source, spid, view.version)
     return messages
 
 
@@ -309,7 +309,7 @@ def clean_up_moved(stream: Stream, topic: str, partition: int) -> bool:
             continue
         with moving.move_lock(view.urls[name], pid) as alone:
             if alone:
-                moving.clean_up(store, pid)
+                moving.clean_up(store, pid, view.version)
                 found = True
     return found
 

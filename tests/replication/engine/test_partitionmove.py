@@ -90,7 +90,7 @@ def test_a_partition_moves_whole_and_the_source_lets_go(pair):
     assert target.producer_state(STREAM, "t", 0, 5) == source.producer_state(STREAM, "t", 0, 5)
     assert target.append(STREAM, "t", [Record(b"s0", partition=0)], origin=STREAM,
                          sequence=ProducerBatch(5, 0, 0, 3)) == [(0, 0)]  # a retry, known
-    moving.clean_up(source, spid)
+    moving.clean_up(source, spid, 1)
     assert counters(surl, 0) == (False, 0, 0, 0, 0)
     assert moving.moved_out(source, spid) is None
     assert counters(surl, 1)[:2] == (True, 1)  # the other partition untouched

@@ -387,3 +387,28 @@ def test_the_sweep_gives_a_partition_cut_over_by_a_dead_move_back_to_its_source(
     # partitions that read was half a second (issue 33's idle cost).
     with django_assert_max_num_queries(2):
         assert recover_moves_task() == 0
+
+
+def test_a_repair_from_a_view_older_than_a_finished_move_never_holds_it_at_its_old_group(
+        operator, owner, activity, two):
+    """A process whose placement was read before a move, repairing the held flags long after
+    the move's clean-up (a stalled process): the old group does not take the partition back
+    (it may let go at the new one, as any stale repair does: writers get NOT_HELD and look
+    again), so nothing is written where nobody reads. A view read after the move, naming the
+    old group again (moved back), is obeyed."""
+    produce(owner, activity, [b"a", b"b"])
+    source = where(activity)
+    stale = placement.refresh(activity.cluster.name, None, force=True)
+    assert stale.group_of(activity.uuid, "clicks", 0) == source
+    partition_move(actor=operator, stream=activity, topic="clicks", partition=0,
+                   to=other(two, source))
+    assert not holds(two[source], activity)
+    placement.hold(stale, activity.uuid, "clicks")  # the stalled process's repair
+    assert not holds(two[source], activity)  # held nowhere for a moment: writers look again
+    assert produce(owner, activity, [b"c"]) == [(0, 2)]
+    assert holds(two[other(two, source)], activity) and not holds(two[source], activity)
+    partition_move(actor=operator, stream=activity, topic="clicks", partition=0, to=source)
+    placement.hold(placement.refresh(activity.cluster.name, None, force=True), activity.uuid,
+                   "clicks")
+    assert holds(two[source], activity) and not holds(two[other(two, source)], activity)
+    assert values_at_0(owner, activity) == [b"a", b"b", b"c"]
