@@ -34,7 +34,9 @@ placement, fence.set_held). The steps and what a crash after each leaves:
 5. After a grace of a placement refresh (readers with a cached placement move over), the
    source's copy is deleted and its marker removed. A crash before that leaves rows nobody
    reads or writes (not held, not placed); a retried move of the partition to the group it
-   is now on finishes that clean-up and reports the move.
+   is now on finishes that clean-up and reports the move. The clean-up records the placement
+   version it saw in the source (table `moved_away`): a repair from a view older than that (a
+   process stalled past the grace) never holds the partition there again.
 
 Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, installed on every
 group's store by the first move): a commit sent to the source by a process with a stale
