@@ -132,7 +132,8 @@ def test_every_stream_equals_its_origins_after_a_soak_of_faults(soak, engine):
     assert all(m.outcome in ("completed", "retried", "left") for m in moves), soak.mover.table()
     assert any(m.outcome != "left" for m in moves), soak.mover.table()
     assert {m.cluster for m in moves[:2]} == {"newyork"}, soak.mover.table()
-    assert {m.topic for m in moves[:2]} <= {"sf0", "sf1"} and moves[0].together == {1}
+    # The opening pair overlapped (a later move may have started beside them too).
+    assert {m.topic for m in moves[:2]} <= {"sf0", "sf1"} and 1 in moves[0].together
     assert any(m.role == "replica" and m.cluster == FAILED for m in moves), soak.mover.table()
     assert all(acked > 0 for acked, _ in soak.ways.values()) and len(soak.ways) == 4
     # Replication moved again after each killed replicator: the other took its links.
