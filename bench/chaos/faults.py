@@ -218,16 +218,21 @@ class Driver:
         return kinds
 
     def run(self, seconds: float) -> None:
+        """Inject faults for `seconds`, and past them (up to as long again) until each kind
+        has run once: a slow failback must not crowd a kind out of the run."""
         self.began = time.monotonic()
         deadline = self.began + seconds
         self.next_restart = time.monotonic() + self.rng.uniform(2, 6)
         kinds = self.kinds()  # each at least once, then at random
         due = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
+        while (now := time.monotonic()) < deadline or (kinds and now < deadline + seconds):
             self.run_due()
             self.look()
             if time.monotonic() >= due:
-                self.inject(self.spark_worker_due() or (kinds.pop() if kinds else self.pick()))
+                kind = self.spark_worker_due() or (kinds.pop() if kinds else self.pick())
+                self.inject(kind)
+                if not self.faults[kind] and kind != "Spark worker kill -9":
+                    kinds.insert(0, kind)  # nothing to do now (its service down): again later
                 due = time.monotonic() + self.rng.uniform(*self.options.fault_every)
             time.sleep(0.05)
         self.restore()

@@ -14,8 +14,9 @@ CONCURRENT moves run at once: an injection starts one or two, a pair often of tw
 the same topic, in opposite directions when the topic sits on both groups.
 
 After each move its outcome is read where it is decided (replication/services/partitionmove.py:
-the placement row is the commit point): `completed` (placed on the target at the first try),
-`retried` (placed there after failed tries) or `left` (every try failed, still placed on the
+the placement row is the commit point, so a try that failed after it moved the partition all
+the same): `completed` (placed on the target at the first try), `retried` (placed there after
+failed tries) or `left` (every try failed, still placed on the
 source). Then the stores' held flags must agree with the placement: the placed group holds the
 partition and the other does not (never both, never neither); a disagreement is counted and
 fails the run."""
@@ -248,6 +249,11 @@ class Mover:
                 return
             except Exception as error:  # a store or process killed under it: try again
                 move.errors.append(f"{type(error).__name__}: {str(error)[:300]}")
+                # The placement row is the commit point: a try that failed after it (in its
+                # hold or clean-up, which the sweep finishes) moved the partition all the same.
+                if placed(stream, move.topic, move.partition) == move.target:
+                    move.outcome = "completed" if attempt == 1 else "retried"
+                    return
                 time.sleep(1.0 + attempt)
         move.outcome = "left"
 
