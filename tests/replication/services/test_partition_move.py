@@ -258,18 +258,22 @@ def test_a_partition_cut_back_while_it_moves_arrives_as_cut(operator, owner, act
     assert produce(owner, activity, [b"after"]) == [(0, cut + 12)]
 
 
-def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity, two):
-    produce(owner, activity, [b"x"] * 3)
-    source = where(activity)
-    target = other(two, source)
-    cases = [
+def refusals(owner, source: str, target: str) -> list[tuple[dict, type, str]]:
+    """What a move of clicks[0] refuses: (its arguments, the error, the text naming the fix)."""
+    return [
         (dict(actor=owner, to=target), PermissionDenied, "only cluster operators"),
         (dict(topic="nope", to=target), NotFound, "has no topic 'nope'"),
         (dict(partition=7, to=target), InvalidInput, "partitions 0..1"),
         (dict(to="s9"), NotFound, "no store group 's9'"),
         (dict(to=source), Conflict, f"already on store group {source}"),
     ]
-    for given, error, text in cases:
+
+
+def test_refusals_name_the_fix_and_change_nothing(operator, owner, activity, two):
+    produce(owner, activity, [b"x"] * 3)
+    source = where(activity)
+    target = other(two, source)
+    for given, error, text in refusals(owner, source, target):
         args = dict(actor=operator, stream=activity, topic="clicks", partition=0) | given
         with pytest.raises(error, match=text):
             partition_move(**args)

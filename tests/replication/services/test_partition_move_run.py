@@ -19,7 +19,7 @@ from operations.models import AuditEvent
 from replication import placement
 from replication.engine import partitionmove as moving
 from replication.engine.store import Record
-from replication.errors import Conflict, InvalidInput, NotFound, PermissionDenied
+from replication.errors import Conflict, InvalidInput
 from replication.models import Rebalance
 from replication.services.messages import messages_produce
 from replication.services.partitionmove import partition_move_plan
@@ -116,14 +116,8 @@ def test_what_a_move_would_refuse_is_refused_at_once_queuing_nothing(operator, o
     produce(owner, activity, [b"x"] * 3)
     source = where(activity)
     target = other(two, source)
-    cases = [
-        (dict(actor=owner, to=target), PermissionDenied, "only cluster operators"),
-        (dict(topic="nope", to=target), NotFound, "has no topic 'nope'"),
-        (dict(partition=7, to=target), InvalidInput, "partitions 0..1"),
-        (dict(to="s9"), NotFound, "no store group 's9'"),
-        (dict(to=source), Conflict, f"already on store group {source}"),
-        (dict(to=target, throttle=0), InvalidInput, "-throttle 0 is not a rate"),
-    ]
+    cases = [*moves.refusals(owner, source, target),
+             (dict(to=target, throttle=0), InvalidInput, "-throttle 0 is not a rate")]
     for given, error, text in cases:
         args = dict(actor=operator, stream=activity, topic="clicks", partition=0) | given
         with pytest.raises(error, match=text):
