@@ -68,6 +68,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
+import structlog
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -84,6 +86,7 @@ from replication.signals import partition_moved
 # Readers with a cached placement look again within REFRESH_SECONDS: only then is the
 # source's copy deleted.
 CLEANUP_GRACE = placement.REFRESH_SECONDS + 0.5
+log = structlog.get_logger(__name__)
 Pause = Callable[[str], None]
 # (source URL, target URL, data table, offset column, source pid, target pid, start, end):
 # copies the partition's offsets [start, end) into the target's not-held row, idempotent by
@@ -272,12 +275,24 @@ def _move(view: placement.View, stream: Stream, topic: str, partition: int, sour
     _pause(steps.pause, "cut")
     _switch(stream, topic, partition, target_group)
     _pause(steps.pause, "switched")
-    view = placement.refresh(stream.cluster.name, None, force=True) or view
-    placement.hold(view, stream.uuid, topic)
-    if not steps.defer_cleanup:
-        time.sleep(CLEANUP_GRACE)
-        moving.clean_up(source, spid, view.version)
+    try:
+        view = placement.refresh(stream.cluster.name, None, force=True) or view
+        placement.hold(view, stream.uuid, topic)
+        if not steps.defer_cleanup:
+            time.sleep(CLEANUP_GRACE)
+            moving.clean_up(source, spid, view.version)
+    except (StoreError, psycopg.Error) as err:
+        _after_switch_failed(stream, topic, partition, source_name, err)
     return messages
+
+
+def _after_switch_failed(stream: Stream, topic: str, partition: int, source: str,
+                         err: Exception) -> None:
+    """Past the commit point the move is done whatever fails: a group unreachable for the
+    hold is repaired by the first writer that meets NOT_HELD, and the source's copy by beat's
+    sweep (`moves_recover`)."""
+    log.warning("partition_move_finish_deferred", stream=stream.path, topic=topic,
+                partition=partition, source=source, error=f"{type(err).__name__}: {err}")
 
 
 def _bulk(steps: _Steps, view: placement.View, source_name: str, target_name: str,
@@ -306,14 +321,26 @@ def clean_up_moved(stream: Stream, topic: str, partition: int) -> bool:
     placed = view.group_of(stream.uuid, topic, partition) or view.home
     found = False
     for name, store in view.stores.items():
-        pid = moving.pid_of(store, stream.uuid, topic, partition)
-        if name == placed or moving.moved_out(store, pid) is None:
+        if name == placed:
             continue
-        with moving.move_lock(view.urls[name], pid) as alone:
-            if alone:
-                moving.clean_up(store, pid, view.version)
-                found = True
+        try:
+            pid = moving.pid_of(store, stream.uuid, topic, partition)
+            found = _clean_up_alone(view, name, pid) or found
+        except (StoreError, psycopg.Error) as err:
+            _after_switch_failed(stream, topic, partition, name, err)
     return found
+
+
+def _clean_up_alone(view: placement.View, name: str, pid: int) -> bool:
+    """Delete the copy a switched move left in group `name`, unless a move of it runs."""
+    store = view.stores[name]
+    if moving.moved_out(store, pid) is None:
+        return False
+    with moving.move_lock(view.urls[name], pid) as alone:
+        if alone and moving.moved_out(store, pid) is not None:
+            moving.clean_up(store, pid, view.version)
+            return True
+    return False
 
 
 def _switch(stream: Stream, topic: str, partition: int, group: StoreGroup) -> None:
@@ -331,23 +358,36 @@ def _pause(pause: Pause | None, stage: str) -> None:
 
 
 def moves_recover(cluster: Cluster) -> int:
-    """Give back to their source the partitions whose move died between its cut-over and its
-    switch (step 3 of the docstring: placed there, held nowhere, so taking no writes until the
-    move ran again): Celery beat's sweep. A partition whose move is running (its lock taken)
-    is left alone. How many were given back."""
+    """Celery beat's sweep of what dead or cut-short moves left: give back to their source
+    the partitions whose move died between its cut-over and its switch (step 3 of the
+    docstring: placed there, held nowhere, so taking no writes until the move ran again), and
+    delete the copies switched moves left at their source (step 5: the move's process died,
+    or its source was unreachable then), a placement refresh after they were found. A
+    partition whose move is running (its lock taken) is left alone. How many were given back
+    or cleaned up."""
     view = placement.view_of(cluster.name)  # its groups; each partition is read afresh below
     if view is None:
         return 0
-    given = 0
+    done, switched = 0, []
     for name, store in view.stores.items():
-        for pid, stream, topic, partition in moving.marked(store):
+        try:
+            marks = moving.marked(store)
+        except (StoreError, psycopg.Error) as err:  # the group down: the next sweep's
+            log.warning("moves_recover_group_unreachable", cluster=cluster.name, group=name,
+                        error=f"{type(err).__name__}: {err}")
+            continue
+        for pid, stream, topic, partition in marks:
             with moving.move_lock(view.urls[name], pid) as alone:
                 if not alone or moving.moved_out(store, pid) is None:
                     continue  # its move runs, or another sweep gave it back meanwhile
                 view = placement.refresh(cluster.name, view, force=True) or view
                 if (view.group_of(stream, topic, partition) or view.home) != name:
-                    continue  # switched: its clean-up is the move's
+                    switched.append((name, pid))
+                    continue
                 moving.unmark(store, pid)
                 placement.hold(view, stream, topic)
-                given += 1
-    return given
+                done += 1
+    if switched:
+        time.sleep(CLEANUP_GRACE)  # readers with a view from before the switch move over
+        done += sum(_clean_up_alone(view, name, pid) for name, pid in switched)
+    return done
