@@ -32,9 +32,11 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    first writer that meets NOT_HELD reloads the placement and the router marks the target
    held (placement.hold), as this process does at once.
 5. After a grace of a placement refresh (readers with a cached placement move over), the
-   source's copy is deleted and its marker removed. A crash before that leaves rows nobody
-   reads or writes (not held, not placed); a retried move of the partition to the group it
-   is now on finishes that clean-up and reports the move. The clean-up records the placement
+   source's copy is deleted and its marker removed. A crash before that, or a source
+   unreachable then (the move still reports itself done: it is), leaves rows nobody reads or
+   writes (not held, not placed); beat's sweep (`moves_recover`) deletes them, and a retried
+   move of the partition to the group it is now on finishes that clean-up and reports the
+   move. The clean-up records the placement
    version it saw in the source (table `moved_away`): a repair from a view older than that (a
    process stalled past the grace) never holds the partition there again.
 
