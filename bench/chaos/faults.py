@@ -218,8 +218,7 @@ class Driver:
         return kinds
 
     def run(self, seconds: float) -> None:
-        """Inject faults for `seconds`, and past them (up to as long again) until each kind
-        has run once: a slow failback must not crowd a kind out of the run."""
+        """Faults for `seconds`, then on (up to as long again) until each kind has run."""
         self.began = time.monotonic()
         deadline = self.began + seconds
         self.next_restart = time.monotonic() + self.rng.uniform(2, 6)
