@@ -20,7 +20,7 @@ from uuid import UUID
 from django.db.models import Q, QuerySet
 
 from replication.engine.compaction import kept_view, view_difference
-from replication.engine.compactstore import CompactionState, Policy
+from replication.engine.compactstore import CompactionState, Passes, Policy
 from replication.engine.store import Message
 from replication.engine.storebase import MessageStore
 from replication.models import Stream, Topic
@@ -56,8 +56,12 @@ def _policies(stream: Stream) -> dict[str, Policy]:
             if t.compacted}
 
 
-def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPass:
-    """One compaction pass over the stream's compacted topics."""
+def stream_compact(*, stream: Stream, now_ms: int | None = None,
+                   passes: Passes | None = None) -> CompactionPass:
+    """One compaction pass over the stream's compacted topics. `passes`: where the heavy
+    passes of the partitions they take run (the worker's Spark job for large ones:
+    workers/compaction.py); the domain cannot start Spark (the layers), so the worker hands
+    them in."""
     done = CompactionPass()
     policies = _policies(stream)
     if not policies:
@@ -73,7 +77,7 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPa
             for p, (_low, high) in watermarks(store, stream.uuid, name).items()}
     for (name, partition), end in _replica_safe_ends(stream, ends).items():
         result = store.compact(stream.uuid, name, partition, policy=policies[name],
-                               now_ms=now_ms, replicated=end)
+                               now_ms=now_ms, replicated=end, passes=passes)
         if result.ran:
             done.partitions += 1
             done.removed += result.removed
