@@ -8,7 +8,6 @@ tasks' set-up cost seconds the worker spends compacting a few hundred MB."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -18,22 +17,21 @@ from replication.engine.compaction import Rules
 from replication.engine.compactstore import CompactionMethods, Counts
 
 log = structlog.get_logger(__name__)
-LOG_EVERY = 5.0  # seconds between a running compaction's progress lines
+NOTE_EVERY = 2.0  # seconds between a running compaction's progress notes
 
 
 @dataclass
 class SparkPasses:
     """Compaction's Passes (replication/engine/compactstore.py) on Spark, for partitions of
-    `min_bytes` or more; `progress(pid, done, total)` as its tasks finish, when given."""
+    `min_bytes` or more; their progress noted in the store and logged (`label`: the stream)."""
 
     min_bytes: int
     split: int
-    progress: Callable[[int, int, int], None] | None = None
+    label: str = ""
 
     @classmethod
-    def from_settings(cls, progress: Callable[[int, int, int], None] | None = None
-                      ) -> SparkPasses:
-        return cls(settings.COMPACT_SPARK_BYTES, settings.COMPACT_SPARK_SPLIT, progress)
+    def from_settings(cls, label: str = "") -> SparkPasses:
+        return cls(settings.COMPACT_SPARK_BYTES, settings.COMPACT_SPARK_SPLIT, label)
 
     def takes(self, store: CompactionMethods, pid: int, size: int) -> bool:
         return size >= self.min_bytes and getattr(store, "url", None) is not None
@@ -43,24 +41,29 @@ class SparkPasses:
         from workers.spark.compaction import Partition, compact_on_spark
         from workers.spark.session import borrowed_context
 
-        part, report = Partition(store.url, pid), self.progress  # type: ignore[attr-defined]
+        part = Partition(store.url, pid)  # type: ignore[attr-defined]
         with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:
-            return compact_on_spark(
-                spark, part, low, end, rules, self.split,
-                progress=None if report is None else lambda d, t: report(pid, d, t))
+            return compact_on_spark(spark, part, low, end, rules, self.split,
+                                    progress=Progress(store, pid, self.label))
 
 
-def logged_progress(stream: str) -> Callable[[int, int, int], None]:
-    """A progress callback that logs a running Spark compaction's share of tasks done, every
-    LOG_EVERY seconds and at its end."""
-    last = [0.0]
+class Progress:
+    """A running Spark compaction's tasks done of its tasks, noted in the store (`stream
+    info`, the API and the stream page show it: services/compaction.py) and logged, every
+    NOTE_EVERY seconds and at its end. Spark's watcher calls it every half second even when
+    no task finished, so the note's time moves while the pass lives."""
 
-    def report(pid: int, done: int, total: int) -> None:
+    def __init__(self, store: CompactionMethods, pid: int, label: str) -> None:
+        self.store, self.pid, self.label, self.last = store, pid, label, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if done < total and now - last[0] < LOG_EVERY:
+        if done < total and now - self.last < NOTE_EVERY:
             return
-        last[0] = now
-        log.info("compaction_progress", stream=stream, pid=pid, tasks_done=done, tasks=total,
-                 percent=round(100 * done / total) if total else 100)
-
-    return report
+        self.last = now
+        log.info("compaction_progress", stream=self.label, pid=self.pid, tasks_done=done,
+                 tasks=total, percent=round(100 * done / total) if total else 100)
+        try:
+            self.store.note_compaction_progress(self.pid, done, total, int(time.time() * 1000))
+        except Exception as err:  # a progress figure must never fail the pass
+            log.warning("compaction_progress_not_noted", pid=self.pid, error=str(err))

@@ -21,7 +21,7 @@ from replication.services.purge import stream_expire, streams_to_expire
 from replication.services.rebalance import rebalance_run, rebalances_stale
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
-from workers.compaction import SparkPasses, logged_progress
+from workers.compaction import SparkPasses
 from workers.moves import spark_bulk
 from workers.replication.applier import batch_serve
 
@@ -55,9 +55,8 @@ def compact_stream_task(stream_id: int) -> int:
     stream = Stream.objects.select_related("cluster").filter(pk=stream_id).first()
     if stream is None:
         return 0  # deleted since it was queued
-    # Large partitions' passes run on Spark (workers/compaction.py), their progress logged.
-    done = stream_compact(stream=stream,
-                          passes=SparkPasses.from_settings(logged_progress(stream.path)))
+    # Large partitions' passes run on Spark (workers/compaction.py), their progress noted.
+    done = stream_compact(stream=stream, passes=SparkPasses.from_settings(stream.path))
     if done.removed or done.skipped:
         log.info("compaction", stream=stream.path, partitions=done.partitions,
                  removed=done.removed, reclaimed=done.reclaimed, skipped=done.skipped)

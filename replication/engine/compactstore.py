@@ -31,7 +31,10 @@ from replication.engine.stored import StoredBatch
 
 COLUMNS = ("base_offset, last_offset, records, first_ts, max_ts, producer_id, epoch, "
            "base_sequence, attributes, crc, uuid_send(origin), producer, size, data")
-# What a compaction pass has done on each partition (shown by `stream info` and the API).
+# What a compaction pass has done on each partition (shown by `stream info` and the API), and
+# how far a pass run elsewhere (Spark) is while it runs: steps done of its total, noted by its
+# caller every few seconds (`updated`, ms), deleted with the pass's record. A row whose
+# `updated` stops moving is a pass that died (shown as running no more: compaction.py).
 STATE_TABLE = """
 CREATE TABLE IF NOT EXISTS compaction_state (
     pid integer PRIMARY KEY,
@@ -40,6 +43,12 @@ CREATE TABLE IF NOT EXISTS compaction_state (
     removed bigint NOT NULL,
     reclaimed bigint NOT NULL,
     last_run bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS compaction_progress (
+    pid integer PRIMARY KEY,
+    done bigint NOT NULL,
+    total bigint NOT NULL,
+    updated bigint NOT NULL
 );
 """
 FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s "
@@ -65,10 +74,20 @@ ON CONFLICT (pid) DO UPDATE SET cleaned_end = excluded.cleaned_end,
     runs = compaction_state.runs + 1, removed = compaction_state.removed + excluded.removed,
     reclaimed = compaction_state.reclaimed + excluded.reclaimed, last_run = excluded.last_run
 """
+SAVE_PROGRESS = """
+INSERT INTO compaction_progress (pid, done, total, updated) VALUES (%s, %s, %s, %s)
+ON CONFLICT (pid) DO UPDATE SET done = excluded.done, total = excluded.total,
+    updated = excluded.updated
+"""
+DROP_PROGRESS = "DELETE FROM compaction_progress WHERE pid = %s"
 STREAM_STATE = """
-SELECT p.topic, p.partition, s.cleaned_end, s.runs, s.removed, s.reclaimed, s.last_run
-FROM compaction_state s JOIN partitions p ON p.id = s.pid
-WHERE p.stream = %s ORDER BY p.topic, p.partition
+SELECT p.topic, p.partition, coalesce(s.cleaned_end, 0), coalesce(s.runs, 0),
+    coalesce(s.removed, 0), coalesce(s.reclaimed, 0), coalesce(s.last_run, 0),
+    coalesce(r.done, 0), coalesce(r.total, 0), coalesce(r.updated, 0)
+FROM partitions p LEFT JOIN compaction_state s ON s.pid = p.id
+    LEFT JOIN compaction_progress r ON r.pid = p.id
+WHERE p.stream = %s AND (s.pid IS NOT NULL OR r.pid IS NOT NULL)
+ORDER BY p.topic, p.partition
 """
 
 
@@ -99,7 +118,10 @@ class CompactionState(NamedTuple):
     runs: int
     removed: int
     reclaimed: int
-    last_run_ms: int
+    last_run_ms: int  # 0: no pass yet (one is running)
+    running_done: int = 0  # a running pass's steps done of running_total (0: none noted)
+    running_total: int = 0
+    running_updated_ms: int = 0  # when it noted them last
 
 
 Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
@@ -148,6 +170,7 @@ class CompactionMethods(MessageStore):
             removed, reclaimed, rewritten = self.compact_rewrite(pid, low, end, keys, rules)
         with self._writing() as conn:
             conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
+            conn.execute(self._sql(DROP_PROGRESS), (pid,))
         return Compacted(end, removed, reclaimed, rewritten, True)
 
     def compact_keys(self, pid: int, low: int, end: int) -> dict[bytes, int]:
@@ -170,8 +193,14 @@ class CompactionMethods(MessageStore):
             removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
 
+    def note_compaction_progress(self, pid: int, done: int, total: int, now_ms: int) -> None:
+        """How far the running pass of partition `pid` is, for `compaction_state`."""
+        with self._writing() as conn:
+            conn.execute(self._sql(SAVE_PROGRESS), (pid, done, total, now_ms))
+
     def compaction_state(self, stream: UUID) -> list[CompactionState]:
-        """Every compacted partition's record of the stream."""
+        """Every compacted partition's record of the stream, and each running pass's progress
+        noted (a partition's first pass: runs 0)."""
         with self._reading() as conn:
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]

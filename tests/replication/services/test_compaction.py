@@ -4,15 +4,24 @@ its copy by its origin's rule to the same latest value per key at the same offse
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from structlog.testing import capture_logs
 
+from portal.web.templatetags.human import compaction_line
+from replication.engine import partitionmove as moving
 from replication.engine.store import Record
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink
 from replication.services import replica_add, stream_edit, topic_create, upstream_add
 from replication.services.browse import BrowseQuery, messages_browse
-from replication.services.compaction import compacted_streams, compaction_summary, stream_compact
+from replication.services.compaction import (
+    RUNNING_STALE_MS,
+    compacted_streams,
+    compaction_summary,
+    stream_compact,
+)
 from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
 from replication.services.verify import link_verify
@@ -142,6 +151,22 @@ def test_the_worker_compacts_a_large_partition_on_spark_and_logs_its_progress(
     seen = [e for e in logs if e["event"] == "compaction_progress"]
     assert seen and seen[-1]["percent"] == 100 and seen[-1]["tasks"] == 3 * 6
     assert compaction_summary(source)["messagesremoved"] == 10
+
+
+@BATCHES
+def test_a_running_pass_shows_its_progress_until_its_notes_stop(owner, compacted):
+    source, _ = compacted
+    produce(owner, source, [(b"a", b"1")])
+    store = store_for(source.cluster)
+    pid = moving.pid_of(store, source.uuid, "clicks", 0)
+    now = int(time.time() * 1000)
+    store.note_compaction_progress(pid, 3, 12, now)
+    summary = compaction_summary(source)
+    assert summary["running"] == [{"topic": "clicks", "partition": 0, "percent": 25}]
+    assert (summary["passes"], summary["lastrun"]) == (0, None)
+    assert compaction_line(summary) == "no pass yet; running on clicks:0: 25%"
+    store.note_compaction_progress(pid, 6, 12, now - RUNNING_STALE_MS)  # its worker died
+    assert compaction_summary(source)["running"] == []
 
 
 def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, settings):

@@ -19,9 +19,10 @@ from replication.engine.factory import open_store
 from replication.engine.recordbatch import LZ4, encode_batch
 from replication.engine.store import Record
 from tests.replication.engine.conftest import _scratch_database
-from workers.compaction import SparkPasses
+from workers.compaction import Progress, SparkPasses
 from workers.spark.compaction import (
     Partition,
+    compact_on_spark,
     keys_on_spark,
     range_rewrite,
     rewrite_on_spark,
@@ -136,3 +137,25 @@ def test_a_job_run_again_over_a_half_rewritten_partition_loses_nothing(spark, st
     # The records and the counters as one uninterrupted pass leaves them (the compaction
     # record counts what the recorded pass removed: the dead job recorded nothing).
     assert held(here)[:3] == held(there)[:3]
+
+
+def test_a_spark_compaction_reports_its_tasks_as_they_finish_and_notes_them_in_the_store(
+        spark, stores):
+    _, there, url = stores
+    pid = moving.pid_of(there, STREAM, "t", 0)
+    seen: list[tuple[int, int]] = []
+    end = there.watermarks(STREAM, "t")[0][1]
+    compact_on_spark(spark, Partition(url, pid), 0, end, Rules(end, 0), 10,
+                     progress=lambda done, total: seen.append((done, total)), every=0.02)
+    total = 3 * len(range(0, end, 10))
+    assert {t for _, t in seen} == {total} and seen[-1] == (total, total)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and any(0 < d < total for d in done), seen
+
+    Progress(there, pid, "s")(4, 10)  # noted: a pass's first, nothing recorded yet
+    [state] = there.compaction_state(STREAM)
+    assert (state.runs, state.running_done, state.running_total) == (0, 4, 10)
+    assert state.running_updated_ms > 0
+    compact(there, on_spark())  # its record replaces the note
+    [state] = there.compaction_state(STREAM)
+    assert (state.runs, state.running_total) == (1, 0)
