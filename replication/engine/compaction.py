@@ -100,8 +100,8 @@ def compacted(batch: StoredBatch, keys: dict[bytes, int], rules: Rules
         return False
     # A batch whose every record a later one of its key hides (most of a partition written
     # over and over) is dropped on its keys alone, without decoding the rest of its records.
-    if all(key is None or keys.get(key, -1) > offset
-           for key, offset in keyed_offsets(batch.data)):
+    pairs = keyed_offsets(batch.data)
+    if pairs and all(key is None or keys.get(key, -1) > offset for key, offset in pairs):
         return None
     found = entries(batch.data)
     kept = [e for e in found if _keeps(e, keys, rules)]
