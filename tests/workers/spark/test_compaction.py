@@ -159,3 +159,23 @@ def test_a_spark_compaction_reports_its_tasks_as_they_finish_and_notes_them_in_t
     compact(there, on_spark())  # its record replaces the note
     [state] = there.compaction_state(STREAM)
     assert (state.runs, state.running_total) == (1, 0)
+
+
+def test_a_ranges_key_map_over_a_mebibyte_comes_back_to_the_driver(spark):
+    """100k distinct keys in one range: its map is a task result of ~3 MB, which Spark's
+    default (1 MiB) would leave as a block the loopback-bound driver cannot fetch."""
+    made = _scratch_database("batches")
+    url = next(made)
+    store = open_store(url)
+    try:
+        store.ensure_topic(STREAM, "t", 1)
+        for at in range(0, 100_000, 5_000):
+            store.append_raw(STREAM, "t", 0, encode_batch(
+                [Record(b"v", key=b"key-%020d" % n) for n in range(at, at + 5_000)]),
+                origin=ORIGIN)
+        pid = moving.pid_of(store, STREAM, "t", 0)
+        keys = keys_on_spark(spark, Partition(url, pid), 0, 100_000, 100_000)
+        assert len(keys) == 100_000 and keys[b"key-%020d" % 99_999] == 99_999
+    finally:
+        store.close()
+        next(made, None)
