@@ -36,9 +36,9 @@ placement, fence.set_held). The steps and what a crash after each leaves:
    unreachable then (the move still reports itself done: it is), leaves rows nobody reads or
    writes (not held, not placed); beat's sweep (`moves_recover`) deletes them, and a retried
    move of the partition to the group it is now on finishes that clean-up and reports the
-   move. The clean-up records the placement
-   version it saw in the source (table `moved_away`): a repair from a view older than that (a
-   process stalled past the grace) never holds the partition there again.
+   move. The clean-up records the placement version it saw in the source (table
+   `moved_away`): a repair from a view older than that (a process stalled past the grace)
+   never holds the partition there again.
 
 Consumer cursors are fenced too (engine/partitionmove.py's CURSOR_FENCE, installed on every
 group's store by the first move): a commit sent to the source by a process with a stale
