@@ -1,11 +1,12 @@
 """`python -m bench store|produce|kafka|replication|sync|spark|failback|pages|sockets|sasl|
-quotas|conformance ...`: the project's benchmark commands (see docs/benchmarks.md), and
+quotas|compaction|conformance ...`: the project's benchmark commands (see docs/benchmarks.md), and
 librdkafka's suite."""
 
 import argparse
 import sys
 
 from bench import (
+    compaction,
     conformance,
     failback,
     groups,
@@ -50,6 +51,8 @@ COMMANDS = {
                        "moves, two groups on two PostgreSQL servers"),
     "partitions-idle": (partitions_idle, "many partitions (issue 33), half of the streams "
                                          "replicated: the whole deployment's CPU when idle"),
+    "compaction": (compaction, "log compaction of a partition (issue 31) in the worker's "
+                               "process beside the Spark passes"),
     "conformance": (conformance, "librdkafka's own regression suite against a listener"),
 }
 

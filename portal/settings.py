@@ -395,6 +395,11 @@ BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)
 MOVE_SPARK_BYTES = _positive(env.int, "STREAMGATE_MOVE_SPARK_BYTES", 1 << 30)
 # Offsets per Spark task of such a move's copy.
 MOVE_SPARK_SPLIT = _positive(env.int, "STREAMGATE_MOVE_SPARK_SPLIT", 200_000)
+# Log compaction (issue 31): partitions of this many bytes or more are compacted by a Spark
+# job (workers/compaction.py), smaller ones in the worker, as a move's copy is split.
+COMPACT_SPARK_BYTES = _positive(env.int, "STREAMGATE_COMPACT_SPARK_BYTES", 1 << 30)
+# Offsets per Spark task of such a compaction.
+COMPACT_SPARK_SPLIT = _positive(env.int, "STREAMGATE_COMPACT_SPARK_SPLIT", 200_000)
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the

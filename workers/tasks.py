@@ -21,6 +21,7 @@ from replication.services.purge import stream_expire, streams_to_expire
 from replication.services.rebalance import rebalance_run, rebalances_stale
 from replication.services.verify import links_verify_due
 from replication.transport import GatewayId
+from workers.compaction import SparkPasses
 from workers.moves import spark_bulk
 from workers.replication.applier import batch_serve
 
@@ -49,12 +50,13 @@ def expire_messages_task() -> int:
 
 @shared_task(name="workers.tasks.compact_stream_task", acks_late=True)
 def compact_stream_task(stream_id: int) -> int:
-    """One compaction pass over a stream (replication/services/compaction.py); safe to run
-    twice: a second pass finds nothing more to remove."""
+    """One compaction pass over a stream (replication/services/compaction.py), its large
+    partitions on Spark; safe to run twice: a second pass finds nothing more to remove."""
     stream = Stream.objects.select_related("cluster").filter(pk=stream_id).first()
     if stream is None:
         return 0  # deleted since it was queued
-    done = stream_compact(stream=stream)
+    # Large partitions' passes run on Spark (workers/compaction.py), their progress noted.
+    done = stream_compact(stream=stream, passes=SparkPasses.from_settings(stream.path))
     if done.removed or done.skipped:
         log.info("compaction", stream=stream.path, partitions=done.partitions,
                  removed=done.removed, reclaimed=done.reclaimed, skipped=done.skipped)

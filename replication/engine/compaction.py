@@ -21,7 +21,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from replication.engine.recordbatch import _CRC_FROM, _HEAD, HEAD_SIZE, _zigzag_bytes, compress
-from replication.engine.recordscan import Entry, entries
+from replication.engine.recordscan import Entry, entries, keyed_offsets
 from replication.engine.store import Message
 from replication.engine.stored import StoredBatch
 
@@ -87,9 +87,9 @@ def latest(batches: Iterable[StoredBatch], end: int, into: dict[bytes, int]) -> 
     """Each key's latest offset below `end` among `batches`, into `into` (called once per
     page of batches, in offset order)."""
     for batch in batches:
-        for e in entries(batch.data):
-            if e.offset < end and e.key is not None:
-                into[e.key] = e.offset
+        for key, offset in keyed_offsets(batch.data):
+            if offset < end and key is not None:
+                into[key] = offset
 
 
 def compacted(batch: StoredBatch, keys: dict[bytes, int], rules: Rules
@@ -98,6 +98,11 @@ def compacted(batch: StoredBatch, keys: dict[bytes, int], rules: Rules
     keeps none (its row goes), else the rewritten batch."""
     if batch.last_offset >= rules.end:
         return False
+    # A batch whose every record a later one of its key hides (most of a partition written
+    # over and over) is dropped on its keys alone, without decoding the rest of its records.
+    pairs = keyed_offsets(batch.data)
+    if pairs and all(key is None or keys.get(key, -1) > offset for key, offset in pairs):
+        return None
     found = entries(batch.data)
     kept = [e for e in found if _keeps(e, keys, rules)]
     if len(kept) == len(found):

@@ -8,11 +8,21 @@ for the reading. A batch is replaced only if it is still the one that was read (
 offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
 batches below the cleanable end are touched, and offsets never move: the partition's low and
 next offsets stay, its record and byte counters go down by what was removed.
+
+The two passes work on ranges of offsets (a batch belongs to the range holding its last
+offset), so a caller can hand in `Passes` that run them elsewhere: the worker's Spark job for
+a large partition (workers/spark/compaction.py), a task per range, each reading and writing
+its range with the same methods (`compact_keys`, `compact_rewrite`). The crash argument is
+the same in every task: a rewrite commits a page's drops, copies and counter update together,
+and drops a batch only if it is still as read, so a task retried, a job run again over a
+half-rewritten partition, or a pass beside another one re-reads what is there now, finds the
+batches already rewritten keep every record (nothing to write) and those not yet rewritten as
+they were: no record is lost or doubled, and counters shrink once per batch changed.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
@@ -21,7 +31,10 @@ from replication.engine.stored import StoredBatch
 
 COLUMNS = ("base_offset, last_offset, records, first_ts, max_ts, producer_id, epoch, "
            "base_sequence, attributes, crc, uuid_send(origin), producer, size, data")
-# What a compaction pass has done on each partition (shown by `stream info` and the API).
+# What a compaction pass has done on each partition (shown by `stream info` and the API), and
+# how far a pass run elsewhere (Spark) is while it runs: steps done of its total, noted by its
+# caller every few seconds (`updated`, ms), deleted with the pass's record. A row whose
+# `updated` stops moving is a pass that died (shown as running no more: compaction.py).
 STATE_TABLE = """
 CREATE TABLE IF NOT EXISTS compaction_state (
     pid integer PRIMARY KEY,
@@ -30,6 +43,12 @@ CREATE TABLE IF NOT EXISTS compaction_state (
     removed bigint NOT NULL,
     reclaimed bigint NOT NULL,
     last_run bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS compaction_progress (
+    pid integer PRIMARY KEY,
+    done bigint NOT NULL,
+    total bigint NOT NULL,
+    updated bigint NOT NULL
 );
 """
 FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s "
@@ -45,6 +64,7 @@ ORDER BY last_offset LIMIT %s
 DROP_BATCH = ("DELETE FROM batches WHERE pid = %s AND last_offset = %s AND crc = %s "
               "RETURNING records, size")
 SHRINK = "UPDATE partitions SET rows = rows - %s, bytes = bytes - %s WHERE id = %s"
+SIZE = "SELECT bytes FROM partitions WHERE id = %s"
 STATE = "SELECT cleaned_end, runs, removed, reclaimed, last_run FROM compaction_state " \
         "WHERE pid = %s"
 SAVE_STATE = """
@@ -54,10 +74,20 @@ ON CONFLICT (pid) DO UPDATE SET cleaned_end = excluded.cleaned_end,
     runs = compaction_state.runs + 1, removed = compaction_state.removed + excluded.removed,
     reclaimed = compaction_state.reclaimed + excluded.reclaimed, last_run = excluded.last_run
 """
+SAVE_PROGRESS = """
+INSERT INTO compaction_progress (pid, done, total, updated) VALUES (%s, %s, %s, %s)
+ON CONFLICT (pid) DO UPDATE SET done = excluded.done, total = excluded.total,
+    updated = excluded.updated
+"""
+DROP_PROGRESS = "DELETE FROM compaction_progress WHERE pid = %s"
 STREAM_STATE = """
-SELECT p.topic, p.partition, s.cleaned_end, s.runs, s.removed, s.reclaimed, s.last_run
-FROM compaction_state s JOIN partitions p ON p.id = s.pid
-WHERE p.stream = %s ORDER BY p.topic, p.partition
+SELECT p.topic, p.partition, coalesce(s.cleaned_end, 0), coalesce(s.runs, 0),
+    coalesce(s.removed, 0), coalesce(s.reclaimed, 0), coalesce(s.last_run, 0),
+    coalesce(r.done, 0), coalesce(r.total, 0), coalesce(r.updated, 0)
+FROM partitions p LEFT JOIN compaction_state s ON s.pid = p.id
+    LEFT JOIN compaction_progress r ON r.pid = p.id
+WHERE p.stream = %s AND (s.pid IS NOT NULL OR r.pid IS NOT NULL)
+ORDER BY p.topic, p.partition
 """
 
 
@@ -88,7 +118,27 @@ class CompactionState(NamedTuple):
     runs: int
     removed: int
     reclaimed: int
-    last_run_ms: int
+    last_run_ms: int  # 0: no pass yet (one is running)
+    running_done: int = 0  # a running pass's steps done of running_total (0: none noted)
+    running_total: int = 0
+    running_updated_ms: int = 0  # when it noted them last
+
+
+Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
+
+
+class Passes(Protocol):
+    """The two heavy passes of a partition's compaction run elsewhere (the worker's Spark
+    job), for the partitions it `takes`; the engine decides the cleanable end before them and
+    records the pass after them, as for its own passes."""
+
+    def takes(self, store: CompactionMethods, pid: int, size: int) -> bool:
+        """Whether these passes compact the partition (`size`: its bytes)."""
+
+    def run(self, store: CompactionMethods, pid: int, low: int, end: int,
+            rules: Rules) -> Counts:
+        """`compact_keys` over [low, end) merged (each key's max), then `compact_rewrite`
+        of [low, end) with them, summed."""
 
 
 class CompactionMethods(MessageStore):
@@ -97,34 +147,60 @@ class CompactionMethods(MessageStore):
     PAGE_BATCHES = 500
 
     def compact(self, stream: UUID, topic: str, partition: int, *, policy: Policy,
-                now_ms: int, replicated: int) -> Compacted:
+                now_ms: int, replicated: int, passes: Passes | None = None) -> Compacted:
         """One pass over the partition: below the cleanable end (the first batch younger
         than the lag, what every replica confirmed: `replicated`, the high watermark), each
-        key's latest record kept, and its tombstone until older than the delete retention."""
+        key's latest record kept, and its tombstone until older than the delete retention.
+        `passes`: where its two passes run when they take the partition (else here)."""
         with self._reading() as conn:
             pid = self._pid(conn, stream, topic, partition)
             low, high = self._range(conn, stream, topic, pid)
             young = self._one(conn, FIRST_YOUNG, (pid, low, now_ms - policy.min_lag_ms))
             end = cleanable_end(young and young[0], high, replicated)
             state = self._one(conn, STATE, (pid,))
+            size = self._one(conn, SIZE, (pid,))[0]
         cleaned = state[0] if state else low
         if end <= low or dirty_ratio(cleaned, end, low) < policy.min_dirty_ratio:
             return Compacted(low, 0, 0, 0, False)
+        rules = Rules(end, now_ms - policy.delete_retention_ms)
+        if passes is not None and passes.takes(self, pid, size):
+            removed, reclaimed, rewritten = passes.run(self, pid, low, end, rules)
+        else:
+            keys = self.compact_keys(pid, low, end)
+            removed, reclaimed, rewritten = self.compact_rewrite(pid, low, end, keys, rules)
+        with self._writing() as conn:
+            conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
+            conn.execute(self._sql(DROP_PROGRESS), (pid,))
+        return Compacted(end, removed, reclaimed, rewritten, True)
+
+    def compact_keys(self, pid: int, low: int, end: int) -> dict[bytes, int]:
+        """Pass 1 over the batches whose last offset is in [low, end): each key's latest
+        offset (the max: merging ranges' maps is taking each key's max)."""
         keys: dict[bytes, int] = {}
         for page in self._pages(pid, low, end):
             latest(page, end, keys)
-        rules = Rules(end, now_ms - policy.delete_retention_ms)
+        return keys
+
+    def compact_rewrite(self, pid: int, low: int, end: int, keys: dict[bytes, int],
+                        rules: Rules) -> Counts:
+        """Pass 2 over the batches whose last offset is in [low, end): each rewritten by the
+        rules, a page per transaction, if still as read (see the module's docstring: safe to
+        run again, from any process)."""
         removed = reclaimed = rewritten = 0
         for page in self._pages(pid, low, end):
             changes = [(b, compacted(b, keys, rules)) for b in page]
             n, size, count = self._write_page(pid, [c for c in changes if c[1] is not False])
             removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
+        return removed, reclaimed, rewritten
+
+    def note_compaction_progress(self, pid: int, done: int, total: int, now_ms: int) -> None:
+        """How far the running pass of partition `pid` is, for `compaction_state`."""
         with self._writing() as conn:
-            conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
-        return Compacted(end, removed, reclaimed, rewritten, True)
+            conn.execute(self._sql(SAVE_PROGRESS), (pid, done, total, now_ms))
 
     def compaction_state(self, stream: UUID) -> list[CompactionState]:
-        """Every compacted partition's record of the stream."""
+        """Every compacted partition's record of the stream, and each running pass's progress
+        noted (a partition's first pass: runs 0)."""
         with self._reading() as conn:
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]

@@ -20,13 +20,17 @@ from uuid import UUID
 from django.db.models import Q, QuerySet
 
 from replication.engine.compaction import kept_view, view_difference
-from replication.engine.compactstore import CompactionState, Policy
+from replication.engine.compactstore import CompactionState, Passes, Policy
 from replication.engine.store import Message
 from replication.engine.storebase import MessageStore
 from replication.models import Stream, Topic
 from replication.services.purge import _replica_safe_ends, watermarks
 from replication.services.topiccompaction import origin_topics
 from replication.stores import store_for
+
+# A running pass notes its progress every few seconds (workers/compaction.py): a note older
+# than this is a pass that died.
+RUNNING_STALE_MS = 60_000
 
 
 @dataclass
@@ -56,8 +60,12 @@ def _policies(stream: Stream) -> dict[str, Policy]:
             if t.compacted}
 
 
-def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPass:
-    """One compaction pass over the stream's compacted topics."""
+def stream_compact(*, stream: Stream, now_ms: int | None = None,
+                   passes: Passes | None = None) -> CompactionPass:
+    """One compaction pass over the stream's compacted topics. `passes`: where the heavy
+    passes of the partitions they take run (the worker's Spark job for large ones:
+    workers/compaction.py); the domain cannot start Spark (the layers), so the worker hands
+    them in."""
     done = CompactionPass()
     policies = _policies(stream)
     if not policies:
@@ -73,7 +81,7 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPa
             for p, (_low, high) in watermarks(store, stream.uuid, name).items()}
     for (name, partition), end in _replica_safe_ends(stream, ends).items():
         result = store.compact(stream.uuid, name, partition, policy=policies[name],
-                               now_ms=now_ms, replicated=end)
+                               now_ms=now_ms, replicated=end, passes=passes)
         if result.ran:
             done.partitions += 1
             done.removed += result.removed
@@ -83,17 +91,27 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None) -> CompactionPa
 
 def compaction_summary(stream: Stream) -> dict[str, Any] | None:
     """What compaction did on the stream so far, for `stream info`, the API and the stream
-    page; None when none of its topics is compacted."""
+    page, and the passes running on Spark now (each partition's percent of its tasks done);
+    None when none of its topics is compacted."""
     if not _policies(stream):
         return None
     store = store_for(stream.cluster)
     states: list[CompactionState] = (store.compaction_state(stream.uuid)
                                      if store.KEEPS_BATCHES else [])
-    last = max((s.last_run_ms for s in states), default=None)
-    return {"partitions": len(states), "passes": sum(s.runs for s in states),
-            "messagesremoved": sum(s.removed for s in states),
-            "bytesreclaimed": sum(s.reclaimed for s in states), "lastrun": last}
+    done = [s for s in states if s.runs]
+    last = max((s.last_run_ms for s in done), default=None)
+    return {"partitions": len(done), "passes": sum(s.runs for s in done),
+            "messagesremoved": sum(s.removed for s in done),
+            "bytesreclaimed": sum(s.reclaimed for s in done), "lastrun": last,
+            "running": _running(states, int(time.time() * 1000))}
 
+
+def _running(states: list[CompactionState], now_ms: int) -> list[dict[str, Any]]:
+    """Passes whose progress note moved within RUNNING_STALE_MS (an older one died)."""
+    return [{"topic": s.topic, "partition": s.partition,
+             "percent": 100 * s.running_done // s.running_total}
+            for s in states
+            if s.running_total and now_ms - s.running_updated_ms < RUNNING_STALE_MS]
 
 
 def compacted_topics(stream: Stream) -> set[str]:

@@ -166,11 +166,11 @@ def test_a_move_run_copied_by_spark_shows_its_progress_as_tasks_finish(
     from replication.models import Rebalance
     from replication.services.partitionmove import partition_move_plan
     from workers import tasks
-    from workers.spark import movecopy
+    from workers.spark import watch
 
     settings.CELERY_TASK_ALWAYS_EAGER = False  # the worker's task, run here by hand
     settings.MOVE_SPARK_SPLIT = 5  # 80 tasks
-    monkeypatch.setattr(movecopy, "WATCH", 0.02)
+    monkeypatch.setattr(watch, "WATCH", 0.02)
     values = [b"w%d" % i for i in range(400)]
     for at in range(0, 400, 20):
         produce(owner, activity, values[at:at + 20])

@@ -9,17 +9,16 @@ move's next attempt wipes (`prepare`)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from pyspark import InheritableThread, SparkContext
+from pyspark import SparkContext
 
 from replication.engine.partitionmove import recopy_range
 from workers.spark import pg
+from workers.spark.watch import run_watched
 
 SPLIT = 200_000  # offsets per task
-WATCH = 0.5  # seconds between looks at a watched copy's tasks
 
 
 @dataclass(frozen=True)
@@ -62,34 +61,9 @@ def copy_watched(spark: SparkContext, move: MoveCopy, start: int, end: int,
                  split: int = SPLIT, *, progress: Callable[[int, int], None],
                  every: float | None = None) -> int:
     """copy_on_spark, reporting `progress(done, total)` offsets on this thread as the job's
-    tasks finish (a move's progress: services/rebalance.py). The job runs on a thread of its
-    own in a job group of its own, whose tasks Spark's status tracker counts; the ranges are
-    `split` offsets each but the last, so finished tasks say how far the copy is."""
-    group, outcome = f"streamgate-move-{uuid.uuid4().hex}", {}
-
-    def copy() -> None:
-        spark.setJobGroup(group, "a partition move's bulk copy")
-        try:
-            outcome["done"] = copy_on_spark(spark, move, start, end, split)
-        except BaseException as err:  # raised again on the watching thread
-            outcome["error"] = err
-
-    worker = InheritableThread(target=copy, daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(every or WATCH)
-        progress(min(end - start, _finished_tasks(spark, group) * split), end - start)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["done"]
-
-
-def _finished_tasks(spark: SparkContext, group: str) -> int:
-    tracker = spark.statusTracker()
-    done = 0
-    for job in tracker.getJobIdsForGroup(group):
-        info = tracker.getJobInfo(job)
-        for stage in info.stageIds if info is not None else ():
-            found = tracker.getStageInfo(stage)
-            done += found.numCompletedTasks if found is not None else 0
-    return done
+    tasks finish (a move's progress: services/rebalance.py). The ranges are `split` offsets
+    each but the last, so finished tasks say how far the copy is."""
+    return run_watched(
+        spark, lambda: copy_on_spark(spark, move, start, end, split),
+        lambda tasks: progress(min(end - start, tasks * split), end - start),
+        every=every, what="streamgate-move")

@@ -54,6 +54,11 @@ def spark_context(master: str | None = None, *, options: str | None = None) -> S
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND", "127.0.0.1"))
         .set("spark.python.worker.reuse", "true")
+        # A task's result over 1 MiB (the default) is kept as a block the driver fetches
+        # through its block manager's advertised address, which a loopback-bound local driver
+        # refuses (a compaction's key map of a range: workers/spark/compaction.py); up to
+        # this, results come back in the task's own message (under spark.rpc.message.maxSize).
+        .set("spark.task.maxDirectResultSize", str(64 << 20))
         # Where the JVM is already running (spark-submit), this has no effect: workers/jobs.py
         # passes the same options to spark-submit.
         .set("spark.driver.extraJavaOptions", options or java_options())

@@ -126,14 +126,16 @@ def ttl(seconds: int | None) -> str:
 
 def compaction_line(summary: dict[str, Any] | None) -> str:
     """The stream page's line on what log compaction did: passes, messages removed, space
-    reclaimed (the logical bytes of what was removed)."""
+    reclaimed (the logical bytes of what was removed), and the passes running on Spark."""
     if summary is None:
         return "not compacted"
+    running = "".join(f"; running on {r['topic']}:{r['partition']}: {r['percent']}%"
+                      for r in summary.get("running", []))
     if not summary["passes"]:
-        return "no pass yet"
+        return f"no pass yet{running}"
     return (f"{summary['passes']} passes over {summary['partitions']} partitions: "
             f"{count(summary['messagesremoved'])} removed, {size(summary['bytesreclaimed'])} "
-            "reclaimed")
+            f"reclaimed{running}")
 
 
 INFO_LABELS = {

@@ -36,6 +36,7 @@ class Catalog(MessageStore):
         """`wait`: how long a call waits for a connection (and a connection for the server)
         before it fails: a store that is down costs its callers seconds, not half a minute."""
         super().__init__()
+        self.url = url  # what a Spark task opens the store by (workers/spark/compaction.py)
         self._pool = ConnectionPool(
             url,
             min_size=1,

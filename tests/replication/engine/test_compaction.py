@@ -12,8 +12,14 @@ from crc32c import crc32c
 
 from replication.engine import open_store
 from replication.engine.compactstore import Policy
-from replication.engine.recordbatch import LZ4, decode_batches, encode_batch
-from replication.engine.recordscan import entries
+from replication.engine.recordbatch import (
+    HEAD_SIZE,
+    LZ4,
+    CorruptRecord,
+    decode_batches,
+    encode_batch,
+)
+from replication.engine.recordscan import entries, keyed_offsets
 from replication.engine.store import Record
 from tests.batches import split_batches
 
@@ -192,3 +198,17 @@ def test_a_replica_moves_past_a_range_compaction_emptied(stream, request):
     assert replica.watermarks(target, "t") == {0: (0, 1)}
     replica.apply_from(source, stream, target, "t", 0, 1, 3, link="l")
     assert _kept(replica, target) == [(1, b"a", b"2"), (2, b"b", b"1")]
+
+
+@pytest.mark.parametrize("codec", [0, LZ4])
+def test_the_first_pass_reads_each_records_key_and_offset_as_a_full_decode_does(codec):
+    """keyed_offsets decodes one-byte varints inline: every width of them (a key of 200
+    bytes, offset deltas past 8,191, timestamps before the batch's first), none and empty
+    keys, read as `entries` reads them."""
+    keys = [None, b"", b"k" * 200, b"a"]
+    records = [Record(None if i % 7 == 0 else b"v" * (i % 300), key=keys[i % 4],
+                      timestamp_ms=1_000_000 + (i * 37 % 5_000) - 2_500) for i in range(9_000)]
+    data = encode_batch(records, codec=codec)
+    assert keyed_offsets(data) == [(e.key, e.offset) for e in entries(data)]
+    with pytest.raises(CorruptRecord):
+        keyed_offsets(encode_batch(records[:3])[:HEAD_SIZE + 3])  # cut in a record's header

@@ -4,14 +4,24 @@ its copy by its origin's rule to the same latest value per key at the same offse
 
 from __future__ import annotations
 
-import pytest
+import time
 
+import pytest
+from structlog.testing import capture_logs
+
+from portal.web.templatetags.human import compaction_line
+from replication.engine import partitionmove as moving
 from replication.engine.store import Record
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink
 from replication.services import replica_add, stream_edit, topic_create, upstream_add
 from replication.services.browse import BrowseQuery, messages_browse
-from replication.services.compaction import compacted_streams, compaction_summary, stream_compact
+from replication.services.compaction import (
+    RUNNING_STALE_MS,
+    compacted_streams,
+    compaction_summary,
+    stream_compact,
+)
 from replication.services.messages import messages_consume, messages_produce
 from replication.services.purge import watermarks
 from replication.services.verify import link_verify
@@ -19,7 +29,7 @@ from replication.stores import store_for
 from tests.factories import ClusterFactory, StreamFactory
 from workers.celery import app
 from workers.replication.applier import batch_serve
-from workers.tasks import compact_streams_task
+from workers.tasks import compact_stream_task, compact_streams_task
 
 BATCHES = pytest.mark.parametrize("layout", ["batches"], indirect=True)
 LATER = 1 << 45  # a clock far past every record: the lag and tombstone retention have passed
@@ -125,6 +135,38 @@ def test_the_beat_task_queues_a_pass_per_compacted_stream(owner, compacted, eage
     replicate(source, replica, 2)
     assert compact_streams_task() == 2
     assert [o for o, _, _ in kept(source)] == [1]
+
+
+@BATCHES
+def test_the_worker_compacts_a_large_partition_on_spark_and_logs_its_progress(
+        owner, compacted, settings, spark):
+    settings.COMPACT_SPARK_BYTES, settings.COMPACT_SPARK_SPLIT = 1, 2  # every partition
+    source, replica = compacted
+    for n in range(4):
+        produce(owner, source, [(b"a", b"%d" % n), (b"b", b"%d" % n), (b"c", None)])
+    replicate(source, replica, 12)
+    with capture_logs() as logs:
+        assert compact_stream_task(source.pk) == 10
+    assert kept(source) == [(9, b"a", b"3"), (10, b"b", b"3")]  # c's old tombstones gone
+    seen = [e for e in logs if e["event"] == "compaction_progress"]
+    assert seen and seen[-1]["percent"] == 100 and seen[-1]["tasks"] == 3 * 6
+    assert compaction_summary(source)["messagesremoved"] == 10
+
+
+@BATCHES
+def test_a_running_pass_shows_its_progress_until_its_notes_stop(owner, compacted):
+    source, _ = compacted
+    produce(owner, source, [(b"a", b"1")])
+    store = store_for(source.cluster)
+    pid = moving.pid_of(store, source.uuid, "clicks", 0)
+    now = int(time.time() * 1000)
+    store.note_compaction_progress(pid, 3, 12, now)
+    summary = compaction_summary(source)
+    assert summary["running"] == [{"topic": "clicks", "partition": 0, "percent": 25}]
+    assert (summary["passes"], summary["lastrun"]) == (0, None)
+    assert compaction_line(summary) == "no pass yet; running on clicks:0: 25%"
+    store.note_compaction_progress(pid, 6, 12, now - RUNNING_STALE_MS)  # its worker died
+    assert compaction_summary(source)["running"] == []
 
 
 def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, settings):
