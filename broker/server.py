@@ -162,7 +162,8 @@ async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
         while True:
             frame = await _read_frame(reader, listener, limits,
                                       None if session.user else sign_in_by)
-            frames = await _received_with(reader, frame, listener) if session.user else [frame]
+            frames = (await _received_with(reader, frame, listener)
+                      if session.user and not session.throttled else [frame])
             if len(frames) == 1:
                 responses = [await dispatch(session, frame)]
             else:

@@ -124,9 +124,15 @@ class Session:
         # Seconds the tenants' quotas hold this connection back after the request being
         # served (its answer's throttle_time_ms; nothing more is read meanwhile).
         self.throttle_seconds = 0.0
+        # Whether a quota has throttled this connection: from then on its requests are read
+        # and served one at a time, muted after each, as Kafka serves every connection (never
+        # a client's pipelined Produce requests at once, which would admit several times a
+        # quota's worth in one lump: server.py `_received_with`).
+        self.throttled = False
 
     def throttle(self, seconds: float) -> None:
         self.throttle_seconds = max(self.throttle_seconds, seconds)
+        self.throttled = self.throttled or seconds > 0
 
     async def charge_request(self) -> None:
         """Count this request against its user's tenants' request quotas (their rates read

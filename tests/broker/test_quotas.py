@@ -16,7 +16,14 @@ from replication.engine.store import Record
 from replication.services.messages import messages_produce
 from replication.services.quotas import tenant_quota_set
 from tests.broker.conftest import orders_topic
-from tests.broker.test_idempotence import _call, _frame, _produce_v3, _sasl, stored_values
+from tests.broker.test_idempotence import (
+    _call,
+    _frame,
+    _produce_v3,
+    _recv,
+    _sasl,
+    stored_values,
+)
 
 pytestmark = pytest.mark.slow
 METADATA_V4_ALL = struct.pack(">i?", -1, False)  # every topic, no auto-creation
@@ -51,6 +58,28 @@ def test_a_tenant_over_its_produce_quota_is_throttled_and_its_next_request_waits
         _call(sock, _frame(3, 4, 11, METADATA_V4_ALL))  # read only once the throttle passed
         assert time.monotonic() - began >= throttle / 1000 - 0.2
     assert sum(stored_values(topic).values()) == 150  # throttled, not refused
+
+
+def test_a_throttled_connections_pipelined_produce_requests_are_served_one_at_a_time(
+        kafka, topic, owner, operator):
+    """A client's Produce requests in flight together (librdkafka's up to 5) are served
+    together on a connection no quota holds back; once throttled, a connection's are served
+    one at a time, muted after each, so its answers come a throttle apart and the tenant is
+    admitted at its quota, not several quotas' worth in one lump."""
+    tenant_quota_set(actor=operator, tenant=owner.memberships.get().tenant.name,
+                     produce=50_000)
+    batch = encode_batch([Record(b"p" * 1000, timestamp_ms=1000) for _ in range(60)])
+    with _connected(kafka) as sock:
+        assert _produce_throttle(_call(sock, _frame(0, 3, 10, _produce_v3(batch)))) > 0
+        sock.sendall(b"".join(_frame(0, 3, 11 + i, _produce_v3(batch)) for i in range(3)))
+        answered = []
+        for _ in range(3):
+            _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
+            answered.append(time.monotonic())
+    # Each 60 KB is 1.2 s of the quota: served together, the three answers came at once.
+    gaps = [later - earlier for earlier, later in zip(answered, answered[1:])]
+    assert min(gaps) >= 0.9, gaps
+    assert sum(stored_values(topic).values()) == 240
 
 
 def test_a_tenant_over_its_fetch_quota_is_throttled_and_still_reads_everything(
