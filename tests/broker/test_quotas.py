@@ -5,6 +5,7 @@ back."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import time
@@ -77,7 +78,7 @@ def test_a_throttled_connections_pipelined_produce_requests_are_served_one_at_a_
             _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
             answered.append(time.monotonic())
     # Each 60 KB is 1.2 s of the quota: served together, the three answers came at once.
-    gaps = [later - earlier for earlier, later in zip(answered, answered[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(answered)]
     assert min(gaps) >= 0.9, gaps
     assert sum(stored_values(topic).values()) == 240
 
