@@ -5,7 +5,8 @@ template batch store on the local PostgreSQL; each run compacts a fresh clone of
 (CREATE DATABASE ... TEMPLATE, not timed) in the worker's process, then another clone through
 the Spark passes (workers/spark/compaction.py, a local session started beforehand, `--split`
 offsets a task), alternating; msg/s = messages in the partition / seconds of compact(), and
-the median of `--runs` each.
+the median of `--runs` each. `--producers`: instead, a quiet producer's latency through a
+listener of the production stack, alone and during each pass (bench/compaction_producers.py).
 
     PYTHONPATH=. .venv/bin/python -m bench compaction --messages 1000000 --keys 10000
 
@@ -41,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--split", type=int, default=200_000)
+    parser.add_argument("--producers", action="store_true",
+                        help="a quiet producer's latency through a listener alone and during "
+                             "each pass (bench/compaction_producers.py)")
+    parser.add_argument("--rate", type=int, default=200,
+                        help="with --producers: the producer's 1 KB messages a second")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="with --producers: the producer measured alone this long")
 
 
 class OnSpark:
@@ -68,7 +76,7 @@ def _admin(statement: str) -> None:
 
 
 def fill(messages: int, keys: int, batch: int) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+    drop(TEMPLATE)
     create_database(SERVER + TEMPLATE)
     store = open_store(SERVER + TEMPLATE, layout="batches")
     store.ensure_topic(STREAM, "t", 1)
@@ -83,10 +91,21 @@ def fill(messages: int, keys: int, batch: int) -> None:
     store.close()
 
 
-def timed(run: int, name: str, passes: OnSpark | None) -> tuple[float, int]:
+def clone(run: int, name: str) -> str:
+    """A fresh copy of the template partition: the database's name."""
     db = f"sgbench_compact_{name}_{run}"
-    _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    drop(db)
     _admin(f'CREATE DATABASE "{db}" TEMPLATE "{TEMPLATE}"')
+    return db
+
+
+def drop(db: str) -> None:
+    _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def compact(db: str, passes: OnSpark | None) -> tuple[float, int]:
+    """One compaction of the clone `db`: seconds and records removed. A top-level function, so
+    bench/compaction_producers.py can run the in-process pass in a process of its own."""
     store = open_store(SERVER + db)
     try:
         began = time.monotonic()
@@ -95,7 +114,14 @@ def timed(run: int, name: str, passes: OnSpark | None) -> tuple[float, int]:
         return time.monotonic() - began, done.removed
     finally:
         store.close()
-        _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def timed(run: int, name: str, passes: OnSpark | None) -> tuple[float, int]:
+    db = clone(run, name)
+    try:
+        return compact(db, passes)
+    finally:
+        drop(db)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -104,6 +130,13 @@ def main(args: argparse.Namespace) -> int:
     print(f"filled {args.messages:,} messages over {args.keys:,} keys in "
           f"{time.monotonic() - began:.1f} s")
     spark = OnSpark(args.split)
+    if args.producers:
+        from bench import compaction_producers
+
+        try:
+            return compaction_producers.main(args, spark)
+        finally:
+            drop(TEMPLATE)
     rates: dict[str, list[float]] = {"in process": [], "Spark": []}
     for run in range(args.runs):
         for name, passes in (("in process", None), ("Spark", spark)):
@@ -114,5 +147,5 @@ def main(args: argparse.Namespace) -> int:
     for name, found in rates.items():
         print(f"{name}: median {statistics.median(found):,.0f} msg/s "
               f"({', '.join(f'{r:,.0f}' for r in found)})")
-    _admin(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+    drop(TEMPLATE)
     return 0

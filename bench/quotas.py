@@ -14,10 +14,12 @@ the noisy tenant's rate.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
@@ -49,8 +51,10 @@ def _config(port: int, user: str, token: str, **extra: object) -> dict[str, obje
             "acks": "all", "log_level": 2, **extra}
 
 
-def quiet_latencies(port: int, token: str, rate: int, seconds: float) -> list[float]:
-    """Milliseconds from produce() to the acknowledgement of each quiet message."""
+def quiet_latencies(port: int, token: str, rate: int, seconds: float,
+                    until: Callable[[], bool] | None = None) -> list[float]:
+    """Milliseconds from produce() to the acknowledgement of each quiet message, sent for
+    `seconds` or until `until()` is true (bench/compaction_producers.py: while a pass runs)."""
     producer = Producer(_config(port, "quiet", token, **{"linger.ms": 0}))
     took: list[float] = []
 
@@ -59,7 +63,7 @@ def quiet_latencies(port: int, token: str, rate: int, seconds: float) -> list[fl
             took.append((time.perf_counter() - sent) * 1000)
 
     began, n = time.perf_counter(), 0
-    while (now := time.perf_counter()) - began < seconds:
+    while (now := time.perf_counter()) - began < seconds and not (until and until()):
         due = began + n / rate
         if now < due:
             producer.poll(min(due - now, 0.01))
@@ -141,37 +145,47 @@ def measure(port: int, tokens: dict[str, str], phase: str, args: argparse.Namesp
     return took, noisy.measured / noisy.seconds
 
 
-def main(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def quiet_stack(server_url: str, rate: int) -> Iterator[tuple[int, dict[str, str], Client]]:
+    """A production-mode portal on `server_url`'s server, the tenants and one listener, its
+    quiet producer warmed: the listener's port, the tenants' tokens and an operator client.
+    Shared with bench/compaction_producers.py, which measures the quiet producer beside a
+    compaction pass on the same server."""
     from streamgate.client import Client
 
+    portal = Portal(server_url, "uvicorn")
+    listener = None
+    try:
+        token = start_portal(portal)
+        operator, tokens = Client(portal.url, token), setup(portal, token)
+        listener = Listener(portal.env)
+        quiet_latencies(listener.port, tokens["quiet"], rate, 2.0)  # warm
+        yield listener.port, tokens, operator
+    finally:
+        if listener is not None:
+            listener.stop()
+        portal.stop()
+
+
+def main(args: argparse.Namespace) -> int:
     p50: dict[str, list[float]] = {p: [] for p in PHASES}
     p99: dict[str, list[float]] = {p: [] for p in PHASES}
     noisy_rates: dict[str, list[float]] = {p: [] for p in PHASES[1:]}
-    with PrivatePostgres(prefix="sgbench-quota-") as server:
-        portal = Portal(server.url("postgres"), "uvicorn")
-        listener = None
-        try:
-            token = start_portal(portal)
-            operator, tokens = Client(portal.url, token), setup(portal, token)
-            listener = Listener(portal.env)
-            quiet_latencies(listener.port, tokens["quiet"], args.rate, 2.0)  # warm
-            # The unlimited phase last and once: the gigabyte it writes keeps the store busy
-            # (checkpoints, autovacuum) long after, and would weigh on any phase after it.
-            schedule = [*[(n, phase) for n in range(args.runs) for phase in PHASES[:2]],
-                        (args.runs - 1, PHASES[2])]
-            for n, phase in schedule:
-                took, rate = measure(listener.port, tokens, phase, args, operator)
-                cuts = statistics.quantiles(took, n=100)
-                p50[phase].append(cuts[49])
-                p99[phase].append(cuts[98])
-                if rate is not None:
-                    noisy_rates[phase].append(rate)
-                print(f"run {n + 1}, {phase}: p50 {cuts[49]:.1f} ms p99 {cuts[98]:.1f} ms"
-                      + (f", noisy {rate / (1 << 20):.2f} MiB/s" if rate else ""), flush=True)
-        finally:
-            if listener is not None:
-                listener.stop()
-            portal.stop()
+    with (PrivatePostgres(prefix="sgbench-quota-") as server,
+          quiet_stack(server.url("postgres"), args.rate) as (port, tokens, operator)):
+        # The unlimited phase last and once: the gigabyte it writes keeps the store busy
+        # (checkpoints, autovacuum) long after, and would weigh on any phase after it.
+        schedule = [*[(n, phase) for n in range(args.runs) for phase in PHASES[:2]],
+                    (args.runs - 1, PHASES[2])]
+        for n, phase in schedule:
+            took, rate = measure(port, tokens, phase, args, operator)
+            cuts = statistics.quantiles(took, n=100)
+            p50[phase].append(cuts[49])
+            p99[phase].append(cuts[98])
+            if rate is not None:
+                noisy_rates[phase].append(rate)
+            print(f"run {n + 1}, {phase}: p50 {cuts[49]:.1f} ms p99 {cuts[98]:.1f} ms"
+                  + (f", noisy {rate / (1 << 20):.2f} MiB/s" if rate else ""), flush=True)
     print()
     print(table(p50, p99, noisy_rates, args))
     return 0

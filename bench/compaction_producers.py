@@ -1,0 +1,90 @@
+"""What a compaction pass costs the producers beside it (issue 31: their p99 within 1.5x):
+`python -m bench compaction --producers`. A production-mode portal and one listener on the
+same local PostgreSQL server as the template partition (bench/quotas.py's `quiet_stack`), and
+its quiet librdkafka producer (`quiet_latencies`: `--rate` messages of 1 KB a second, acks=all,
+each message's time to acknowledgement). Each run has three phases: the producer alone for
+`--seconds`; then during a compaction of a fresh clone in the worker's way (in a process of
+its own, as the worker is not the listener's process, and so that its Python does not hold
+this process's GIL against the producer's callbacks); then during one through the Spark passes
+(the local session of bench/compaction.py's `OnSpark`, driven from a thread here). The producer
+starts with the pass and stops measuring when it ends, so its window is the pass; the clone is
+made before (`CREATE DATABASE ... TEMPLATE` writes the whole partition) and the server given
+a few seconds to settle. Printed: p50 and p99 per phase and p99 against alone, and the passes'
+msg/s, medians over `--runs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+
+from bench import compaction
+from bench.quotas import quiet_latencies, quiet_stack
+
+PHASES = ("alone", "during compaction, in process", "during compaction, Spark")
+SETTLE = 5.0  # seconds after a clone, before the producer is measured
+
+
+def _during(executor: Executor, db: str, passes: compaction.OnSpark | None, port: int,
+            token: str, rate: int) -> tuple[list[float], float]:
+    """The producer's latencies while one pass of `db` runs, and the pass's seconds."""
+    pass_ = executor.submit(compaction.compact, db, passes)
+    took = quiet_latencies(port, token, rate, float("inf"), until=pass_.done)
+    seconds, _removed = pass_.result()
+    return took, seconds
+
+
+def main(args: argparse.Namespace, spark: compaction.OnSpark) -> int:
+    p50: dict[str, list[float]] = {p: [] for p in PHASES}
+    p99: dict[str, list[float]] = {p: [] for p in PHASES}
+    rates: dict[str, list[float]] = {p: [] for p in PHASES[1:]}
+    with (quiet_stack(compaction.SERVER + "postgres", args.rate) as (port, tokens, _operator),
+          ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as worker,
+          ThreadPoolExecutor(1) as driver):
+        worker.submit(time.sleep, 0).result()  # the worker process started and imported
+        token = tokens["quiet"]
+        for run in range(args.runs):
+            for phase in PHASES:
+                if phase == "alone":
+                    time.sleep(SETTLE)
+                    took, seconds = quiet_latencies(port, token, args.rate, args.seconds), None
+                else:
+                    on_spark = phase.endswith("Spark")
+                    db = compaction.clone(run, "spark" if on_spark else "in_process")
+                    try:
+                        time.sleep(SETTLE)
+                        took, seconds = _during(driver if on_spark else worker, db,
+                                                spark if on_spark else None, port, token,
+                                                args.rate)
+                    finally:
+                        compaction.drop(db)
+                    rates[phase].append(args.messages / seconds)
+                cuts = statistics.quantiles(took, n=100)
+                p50[phase].append(cuts[49])
+                p99[phase].append(cuts[98])
+                print(f"run {run + 1}, {phase}: {len(took)} messages, p50 {cuts[49]:.1f} ms "
+                      f"p99 {cuts[98]:.1f} ms"
+                      + (f", pass {seconds:.1f} s, {args.messages / seconds:,.0f} msg/s"
+                         if seconds else ""), flush=True)
+    print()
+    print(table(p50, p99, rates, args))
+    return 0
+
+
+def table(p50: dict[str, list[float]], p99: dict[str, list[float]],
+          rates: dict[str, list[float]], args: argparse.Namespace) -> str:
+    alone = statistics.median(p99["alone"])
+    lines = [f"a producer of {args.rate} messages of 1 KB a second (acks=all) through a "
+             f"listener; {args.messages:,} messages over {args.keys:,} keys compacted on the "
+             f"same PostgreSQL server; medians of {args.runs} runs", "",
+             "| phase | producer p50 ms | p99 ms | p99 vs alone | compaction msg/s |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for phase in PHASES:
+        rate = f"{statistics.median(rates[phase]):,.0f}" if phase in rates else "-"
+        lines.append(f"| {phase} | {statistics.median(p50[phase]):.1f} | "
+                     f"{statistics.median(p99[phase]):.1f} | "
+                     f"{statistics.median(p99[phase]) / alone:.2f}x | {rate} |")
+    return "\n".join(lines)
