@@ -22,7 +22,7 @@ import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 from bench import compaction
-from bench.quotas import quiet_latencies, quiet_stack
+from bench.quotas import latency_table, quiet_latencies, quiet_stack
 
 PHASES = ("alone", "during compaction, in process", "during compaction, Spark")
 SETTLE = 5.0  # seconds after a clone, before the producer is measured
@@ -76,15 +76,9 @@ def main(args: argparse.Namespace, spark: compaction.OnSpark) -> int:
 
 def table(p50: dict[str, list[float]], p99: dict[str, list[float]],
           rates: dict[str, list[float]], args: argparse.Namespace) -> str:
-    alone = statistics.median(p99["alone"])
-    lines = [f"a producer of {args.rate} messages of 1 KB a second (acks=all) through a "
-             f"listener; {args.messages:,} messages over {args.keys:,} keys compacted on the "
-             f"same PostgreSQL server; medians of {args.runs} runs", "",
-             "| phase | producer p50 ms | p99 ms | p99 vs alone | compaction msg/s |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for phase in PHASES:
-        rate = f"{statistics.median(rates[phase]):,.0f}" if phase in rates else "-"
-        lines.append(f"| {phase} | {statistics.median(p50[phase]):.1f} | "
-                     f"{statistics.median(p99[phase]):.1f} | "
-                     f"{statistics.median(p99[phase]) / alone:.2f}x | {rate} |")
-    return "\n".join(lines)
+    return latency_table(
+        f"a producer of {args.rate} messages of 1 KB a second (acks=all) through a listener; "
+        f"{args.messages:,} messages over {args.keys:,} keys compacted on the same PostgreSQL "
+        f"server; medians of {args.runs} runs",
+        ("producer p50 ms", "p99 ms", "compaction msg/s"), PHASES, p50, p99,
+        lambda phase: f"{statistics.median(rates[phase]):,.0f}" if phase in rates else "-")

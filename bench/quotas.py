@@ -19,7 +19,7 @@ import functools
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
@@ -193,16 +193,27 @@ def main(args: argparse.Namespace) -> int:
 
 def table(p50: dict[str, list[float]], p99: dict[str, list[float]],
           noisy_rates: dict[str, list[float]], args: argparse.Namespace) -> str:
-    alone = statistics.median(p99["alone"])
-    lines = [f"the quiet tenant: {args.rate} messages of 1 KB a second for {args.seconds:g} s "
-             f"per phase; the noisy tenant: {args.noisy} producers flat out; quota "
-             f"{args.quota:,} bytes a second; medians of {args.runs} runs", "",
-             "| phase | quiet p50 ms | quiet p99 ms | p99 vs alone | noisy tenant's rate |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for phase in PHASES:
-        rate = (f"{statistics.median(noisy_rates[phase]) / (1 << 20):.2f} MiB/s"
+    def rate(phase: str) -> str:
+        return (f"{statistics.median(noisy_rates[phase]) / (1 << 20):.2f} MiB/s"
                 if phase in noisy_rates else "-")
+
+    return latency_table(
+        f"the quiet tenant: {args.rate} messages of 1 KB a second for {args.seconds:g} s per "
+        f"phase; the noisy tenant: {args.noisy} producers flat out; quota {args.quota:,} bytes "
+        f"a second; medians of {args.runs} runs",
+        ("quiet p50 ms", "quiet p99 ms", "noisy tenant's rate"), PHASES, p50, p99, rate)
+
+
+def latency_table(title: str, columns: tuple[str, str, str], phases: Iterable[str],
+                  p50: dict[str, list[float]], p99: dict[str, list[float]],
+                  last: Callable[[str], str]) -> str:
+    """A row a phase: the medians of its p50 and p99, its p99 against the `alone` phase's,
+    and `last(phase)` (shared with bench/compaction_producers.py)."""
+    alone = statistics.median(p99["alone"])
+    lines = [title, "", f"| phase | {columns[0]} | {columns[1]} | p99 vs alone | {columns[2]} |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for phase in phases:
         lines.append(f"| {phase} | {statistics.median(p50[phase]):.1f} | "
                      f"{statistics.median(p99[phase]):.1f} | "
-                     f"{statistics.median(p99[phase]) / alone:.2f}x | {rate} |")
+                     f"{statistics.median(p99[phase]) / alone:.2f}x | {last(phase)} |")
     return "\n".join(lines)
