@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bench.chaos.faults import spark_built
 from bench.chaos.hafaults import GroupStore, HaFaults
 from bench.chaos.options import Options
 from bench.chaos.soak import ENGINE_SETTINGS, ROOT, Result, run_soak
+from bench.chaos.sparkfaults import spark_built
 from bench.chaos.watchdog import DEADLINE, Watchdog
 from bench.hagroup import HaGroup
 from bench.pgserver import PrivatePostgres

@@ -32,13 +32,12 @@ from bench.chaos.faults import (
     Engine,
     Restartable,
     Store,
-    jobs_active,
-    spark_built,
 )
 from bench.chaos.hafaults import HaFaults
 from bench.chaos.moves import Mover, add_groups, group_urls_wanted
 from bench.chaos.options import Options
 from bench.chaos.producers import Producer, Target
+from bench.chaos.sparkfaults import jobs_active, spark_built
 from bench.chaos.topology import (
     FAILED,
     GATEWAYS,
