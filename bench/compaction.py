@@ -10,6 +10,10 @@ listener of the production stack, alone and during each pass (bench/compaction_p
 
     PYTHONPATH=. .venv/bin/python -m bench compaction --messages 1000000 --keys 10000
 
+`--max-bytes-per-sec` and `--nice` pace both passes as STREAMGATE_COMPACT_MAX_BYTES_PER_SEC and
+STREAMGATE_COMPACT_NICE do the worker's (replication/engine/pacing.py); both 0 by default here,
+the passes at full speed.
+
 The issue's target is 10M messages over 100k keys at 1M msg/s or more on Spark.
 """
 
@@ -25,6 +29,7 @@ import psycopg
 from replication.engine.compaction import Rules
 from replication.engine.compactstore import CompactionMethods, Counts, Policy
 from replication.engine.factory import create_database, open_store
+from replication.engine.pacing import UNPACED, Pacing
 from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 
@@ -42,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--split", type=int, default=200_000)
+    parser.add_argument("--max-bytes-per-sec", type=int, default=0,
+                        help="the passes' throttle on what they read and write (0: none)")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness added to the threads running the passes (0: none)")
     parser.add_argument("--producers", action="store_true",
                         help="a quiet producer's latency through a listener alone and during "
                              "each pass (bench/compaction_producers.py)")
@@ -54,10 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class OnSpark:
     """The worker's Spark passes without Django's settings (workers/compaction.py)."""
 
-    def __init__(self, split: int) -> None:
+    def __init__(self, split: int, pacing: Pacing = UNPACED) -> None:
         from workers.spark.session import spark_context
 
-        self.spark, self.split = spark_context(), split
+        self.spark, self.split, self.pacing = spark_context(), split, pacing
 
     def takes(self, store: CompactionMethods, pid: int, size: int) -> bool:
         return True
@@ -67,7 +76,7 @@ class OnSpark:
         from workers.spark.compaction import Partition, compact_on_spark
 
         return compact_on_spark(self.spark, Partition(store.url, pid), low, end, rules,  # type: ignore[attr-defined]
-                                self.split)
+                                self.split, pacing=self.pacing)
 
 
 def _admin(statement: str) -> None:
@@ -103,23 +112,23 @@ def drop(db: str) -> None:
     _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
-def compact(db: str, passes: OnSpark | None) -> tuple[float, int]:
+def compact(db: str, passes: OnSpark | None, pacing: Pacing = UNPACED) -> tuple[float, int]:
     """One compaction of the clone `db`: seconds and records removed. A top-level function, so
     bench/compaction_producers.py can run the in-process pass in a process of its own."""
     store = open_store(SERVER + db)
     try:
         began = time.monotonic()
         done = store.compact(STREAM, "t", 0, policy=POLICY, now_ms=NOW, replicated=1 << 62,
-                             passes=passes)
+                             passes=passes, pacing=pacing)
         return time.monotonic() - began, done.removed
     finally:
         store.close()
 
 
-def timed(run: int, name: str, passes: OnSpark | None) -> tuple[float, int]:
+def timed(run: int, name: str, passes: OnSpark | None, pacing: Pacing) -> tuple[float, int]:
     db = clone(run, name)
     try:
-        return compact(db, passes)
+        return compact(db, passes, pacing)
     finally:
         drop(db)
 
@@ -129,7 +138,9 @@ def main(args: argparse.Namespace) -> int:
     fill(args.messages, args.keys, args.batch)
     print(f"filled {args.messages:,} messages over {args.keys:,} keys in "
           f"{time.monotonic() - began:.1f} s")
-    spark = OnSpark(args.split)
+    pacing = Pacing(args.max_bytes_per_sec, args.nice)
+    print(f"pacing: max {args.max_bytes_per_sec:,} bytes/s (0: unlimited), nice +{args.nice}")
+    spark = OnSpark(args.split, pacing)
     if args.producers:
         from bench import compaction_producers
 
@@ -140,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
     rates: dict[str, list[float]] = {"in process": [], "Spark": []}
     for run in range(args.runs):
         for name, passes in (("in process", None), ("Spark", spark)):
-            seconds, removed = timed(run, name.replace(" ", "_"), passes)
+            seconds, removed = timed(run, name.replace(" ", "_"), passes, pacing)
             rates[name].append(args.messages / seconds)
             print(f"  run {run + 1} {name}: {seconds:.2f} s, {removed:,} removed, "
                   f"{args.messages / seconds:,.0f} msg/s")

@@ -23,15 +23,16 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 from bench import compaction
 from bench.quotas import latency_table, quiet_latencies, quiet_stack
+from replication.engine.pacing import Pacing
 
 PHASES = ("alone", "during compaction, in process", "during compaction, Spark")
 SETTLE = 5.0  # seconds after a clone, before the producer is measured
 
 
 def _during(executor: Executor, db: str, passes: compaction.OnSpark | None, port: int,
-            token: str, rate: int) -> tuple[list[float], float]:
+            token: str, rate: int, pacing: Pacing) -> tuple[list[float], float]:
     """The producer's latencies while one pass of `db` runs, and the pass's seconds."""
-    pass_ = executor.submit(compaction.compact, db, passes)
+    pass_ = executor.submit(compaction.compact, db, passes, pacing)
     took = quiet_latencies(port, token, rate, float("inf"), until=pass_.done)
     seconds, _removed = pass_.result()
     return took, seconds
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace, spark: compaction.OnSpark) -> int:
                         time.sleep(SETTLE)
                         took, seconds = _during(driver if on_spark else worker, db,
                                                 spark if on_spark else None, port, token,
-                                                args.rate)
+                                                args.rate, spark.pacing)
                     finally:
                         compaction.drop(db)
                     rates[phase].append(args.messages / seconds)
@@ -79,6 +80,7 @@ def table(p50: dict[str, list[float]], p99: dict[str, list[float]],
     return latency_table(
         f"a producer of {args.rate} messages of 1 KB a second (acks=all) through a listener; "
         f"{args.messages:,} messages over {args.keys:,} keys compacted on the same PostgreSQL "
-        f"server; medians of {args.runs} runs",
+        f"server; pacing {args.max_bytes_per_sec:,} bytes/s (0: unlimited), nice "
+        f"+{args.nice}; medians of {args.runs} runs",
         ("producer p50 ms", "p99 ms", "compaction msg/s"), PHASES, p50, p99,
         lambda phase: f"{statistics.median(rates[phase]):,.0f}" if phase in rates else "-")

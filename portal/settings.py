@@ -400,6 +400,15 @@ MOVE_SPARK_SPLIT = _positive(env.int, "STREAMGATE_MOVE_SPARK_SPLIT", 200_000)
 COMPACT_SPARK_BYTES = _positive(env.int, "STREAMGATE_COMPACT_SPARK_BYTES", 1 << 30)
 # Offsets per Spark task of such a compaction.
 COMPACT_SPARK_SPLIT = _positive(env.int, "STREAMGATE_COMPACT_SPARK_SPLIT", 200_000)
+# A compaction pass's pace (Kafka's log.cleaner.io.max.bytes.per.second): the bytes it reads
+# and writes a second, a Spark pass's tasks sharing it (0: unlimited; the default's reason:
+# docs/settings.md), and the niceness added to the threads doing it where they share a host
+# with the listeners (0: none). replication/engine/pacing.py.
+COMPACT_MAX_BYTES_PER_SEC = env.int("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC", default=32 << 20)
+COMPACT_NICE = env.int("STREAMGATE_COMPACT_NICE", default=10)
+if COMPACT_MAX_BYTES_PER_SEC < 0 or not 0 <= COMPACT_NICE <= 19:
+    raise ImproperlyConfigured("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC must be 0 (unlimited) or "
+                               "more, STREAMGATE_COMPACT_NICE 0 to 19")
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the

@@ -3,7 +3,9 @@ replication/services/compaction.py, which run a large partition's two passes as 
 (workers/spark/compaction.py) on SPARK_MASTER_URL's cluster, or a local session without it.
 Partitions under STREAMGATE_COMPACT_SPARK_BYTES, and stores Spark tasks cannot open (SQLite,
 one file of one process), are compacted in the worker as before: Spark's start and its
-tasks' set-up cost seconds the worker spends compacting a few hundred MB."""
+tasks' set-up cost seconds the worker spends compacting a few hundred MB. A Spark pass keeps
+to STREAMGATE_COMPACT_MAX_BYTES_PER_SEC as a whole, its tasks running at once sharing it, and
+its tasks run niced by STREAMGATE_COMPACT_NICE (workers/spark/compaction.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from django.conf import settings
 
 from replication.engine.compaction import Rules
 from replication.engine.compactstore import CompactionMethods, Counts
+from replication.engine.pacing import UNPACED, Pacing
 
 log = structlog.get_logger(__name__)
 NOTE_EVERY = 2.0  # seconds between a running compaction's progress notes
@@ -28,10 +31,12 @@ class SparkPasses:
     min_bytes: int
     split: int
     label: str = ""
+    pacing: Pacing = UNPACED
 
     @classmethod
     def from_settings(cls, label: str = "") -> SparkPasses:
-        return cls(settings.COMPACT_SPARK_BYTES, settings.COMPACT_SPARK_SPLIT, label)
+        return cls(settings.COMPACT_SPARK_BYTES, settings.COMPACT_SPARK_SPLIT, label,
+                   Pacing(settings.COMPACT_MAX_BYTES_PER_SEC, settings.COMPACT_NICE))
 
     def takes(self, store: CompactionMethods, pid: int, size: int) -> bool:
         return size >= self.min_bytes and getattr(store, "url", None) is not None
@@ -44,7 +49,8 @@ class SparkPasses:
         part = Partition(store.url, pid)  # type: ignore[attr-defined]
         with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:
             return compact_on_spark(spark, part, low, end, rules, self.split,
-                                    progress=Progress(store, pid, self.label))
+                                    progress=Progress(store, pid, self.label),
+                                    pacing=self.pacing)
 
 
 class Progress:

@@ -2,18 +2,20 @@
 SQLite (the rules are compaction.py's).
 
 A pass reads the cleanable batches twice without a lock (first each key's latest offset,
-then the batches to rewrite, a page at a time) and writes each page's changes in a short
-transaction under the partition's lock, so producers wait for a page's writes at most, never
-for the reading. A batch is replaced only if it is still the one that was read (same last
-offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
-batches below the cleanable end are touched, and offsets never move: the partition's low and
-next offsets stay, its record and byte counters go down by what was removed.
+then the batches to rewrite, a page at a time) and writes each page's changes in chunks of
+WRITE_BATCHES batches, each a short transaction under the partition's lock, so producers wait
+for a chunk's writes at most, never for the reading. What it reads and writes is paced by the
+operator's `Pacing` (pacing.py: bytes a second, and a lower CPU priority for its thread).
+A batch is replaced only if it is still the one that was read (same last offset and CRC):
+retention, a purge or a truncate meanwhile leave it alone. Only whole batches below the
+cleanable end are touched, and offsets never move: the partition's low and next offsets
+stay, its record and byte counters go down by what was removed.
 
 The two passes work on ranges of offsets (a batch belongs to the range holding its last
 offset), so a caller can hand in `Passes` that run them elsewhere: the worker's Spark job for
 a large partition (workers/spark/compaction.py), a task per range, each reading and writing
 its range with the same methods (`compact_keys`, `compact_rewrite`). The crash argument is
-the same in every task: a rewrite commits a page's drops, copies and counter update together,
+the same in every task: a rewrite commits a chunk's drops, copies and counter update together,
 and drops a batch only if it is still as read, so a task retried, a job run again over a
 half-rewritten partition, or a pass beside another one re-reads what is there now, finds the
 batches already rewritten keep every record (nothing to write) and those not yet rewritten as
@@ -26,6 +28,7 @@ from typing import NamedTuple, Protocol
 from uuid import UUID
 
 from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
+from replication.engine.pacing import UNPACED, Pace, Pacing, niced
 from replication.engine.storebase import Connection, MessageStore
 from replication.engine.stored import StoredBatch
 
@@ -125,6 +128,7 @@ class CompactionState(NamedTuple):
 
 
 Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
+Changes = list[tuple[StoredBatch, StoredBatch | None]]  # each batch read, and what replaces it
 
 
 class Passes(Protocol):
@@ -144,14 +148,19 @@ class Passes(Protocol):
 class CompactionMethods(MessageStore):
     """Compaction of a batch store's partitions (mixed into BatchLayout)."""
 
-    PAGE_BATCHES = 500
+    PAGE_BATCHES = 500  # batches read a query
+    # Batches written a transaction: a producer to the partition waits behind one such
+    # transaction at most (a few ms), where a page's 500 held it for tens of ms.
+    WRITE_BATCHES = 50
 
     def compact(self, stream: UUID, topic: str, partition: int, *, policy: Policy,
-                now_ms: int, replicated: int, passes: Passes | None = None) -> Compacted:
+                now_ms: int, replicated: int, passes: Passes | None = None,
+                pacing: Pacing = UNPACED) -> Compacted:
         """One pass over the partition: below the cleanable end (the first batch younger
         than the lag, what every replica confirmed: `replicated`, the high watermark), each
         key's latest record kept, and its tombstone until older than the delete retention.
-        `passes`: where its two passes run when they take the partition (else here)."""
+        `passes`: where its two passes run when they take the partition (they pace themselves),
+        else here at `pacing`."""
         with self._reading() as conn:
             pid = self._pid(conn, stream, topic, partition)
             low, high = self._range(conn, stream, topic, pid)
@@ -166,31 +175,40 @@ class CompactionMethods(MessageStore):
         if passes is not None and passes.takes(self, pid, size):
             removed, reclaimed, rewritten = passes.run(self, pid, low, end, rules)
         else:
-            keys = self.compact_keys(pid, low, end)
-            removed, reclaimed, rewritten = self.compact_rewrite(pid, low, end, keys, rules)
+            removed, reclaimed, rewritten = niced(pacing.nice, lambda: self._compact_here(
+                pid, low, end, rules, Pace(pacing.max_bytes_per_sec)))
         with self._writing() as conn:
             conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
             conn.execute(self._sql(DROP_PROGRESS), (pid,))
         return Compacted(end, removed, reclaimed, rewritten, True)
 
-    def compact_keys(self, pid: int, low: int, end: int) -> dict[bytes, int]:
+    def _compact_here(self, pid: int, low: int, end: int, rules: Rules, pace: Pace) -> Counts:
+        keys = self.compact_keys(pid, low, end, pace)
+        return self.compact_rewrite(pid, low, end, keys, rules, pace)
+
+    def compact_keys(self, pid: int, low: int, end: int, pace: Pace | None = None
+                     ) -> dict[bytes, int]:
         """Pass 1 over the batches whose last offset is in [low, end): each key's latest
-        offset (the max: merging ranges' maps is taking each key's max)."""
+        offset (the max: merging ranges' maps is taking each key's max). `pace`: what it
+        reads paced by it."""
         keys: dict[bytes, int] = {}
-        for page in self._pages(pid, low, end):
+        for page in self._pages(pid, low, end, pace):
             latest(page, end, keys)
         return keys
 
     def compact_rewrite(self, pid: int, low: int, end: int, keys: dict[bytes, int],
-                        rules: Rules) -> Counts:
+                        rules: Rules, pace: Pace | None = None) -> Counts:
         """Pass 2 over the batches whose last offset is in [low, end): each rewritten by the
-        rules, a page per transaction, if still as read (see the module's docstring: safe to
-        run again, from any process)."""
+        rules, WRITE_BATCHES per transaction, if still as read (see the module's docstring:
+        safe to run again, from any process). `pace`: what it reads and writes paced by it."""
         removed = reclaimed = rewritten = 0
-        for page in self._pages(pid, low, end):
+        for page in self._pages(pid, low, end, pace):
             changes = [(b, compacted(b, keys, rules)) for b in page]
-            n, size, count = self._write_page(pid, [c for c in changes if c[1] is not False])
-            removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
+            changed = [c for c in changes if c[1] is not False]
+            for at in range(0, len(changed), self.WRITE_BATCHES):
+                n, size, count = self._write_chunk(pid, changed[at:at + self.WRITE_BATCHES],
+                                                   pace)
+                removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
 
     def note_compaction_progress(self, pid: int, done: int, total: int, now_ms: int) -> None:
@@ -205,7 +223,7 @@ class CompactionMethods(MessageStore):
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]
 
-    def _pages(self, pid: int, low: int, end: int):
+    def _pages(self, pid: int, low: int, end: int, pace: Pace | None = None):
         start = low
         while True:
             with self._reading() as conn:
@@ -213,28 +231,34 @@ class CompactionMethods(MessageStore):
                     pid, start, end, self.PAGE_BATCHES)).fetchall()
             if not rows:
                 return
-            yield [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                   for row in rows]
+            page = [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+                    for row in rows]
+            if pace is not None:
+                pace.spent(sum(len(b.data) for b in page))
+            yield page
             start = rows[-1][1] + 1
 
-    def _write_page(self, pid: int, changes: list[tuple[StoredBatch, StoredBatch | None]]
-                    ) -> tuple[int, int, int]:
-        """Replace each batch still as it was read by its compacted self (or by nothing):
-        (records removed, logical bytes removed, batches changed)."""
+    def _write_chunk(self, pid: int, changes: Changes, pace: Pace | None) -> Counts:
+        """Replace each batch still as it was read by its compacted self (or by nothing), in
+        one transaction: (records removed, logical bytes removed, batches changed)."""
         if not changes:
             return 0, 0, 0
-        removed = reclaimed = count = 0
+        removed = reclaimed = 0
+        kept: list[StoredBatch] = []
         with self._writing() as conn:
             self._lock(conn, pid)
-            for old, new in changes:
-                if self._drop_if_same(conn, pid, old):
-                    if new is not None:
-                        self._copy(conn, pid, [new])
-                    removed += old.records - (new.records if new else 0)
-                    reclaimed += old.size - (new.size if new else 0)
-                    count += 1
+            changed = [(old, new) for old, new in changes if self._drop_if_same(conn, pid, old)]
+            for old, new in changed:
+                if new is not None:
+                    kept.append(new)
+                removed += old.records - (new.records if new else 0)
+                reclaimed += old.size - (new.size if new else 0)
+            if kept:
+                self._copy(conn, pid, kept)
             conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
-        return removed, reclaimed, count
+        if pace is not None:
+            pace.spent(sum(len(b.data) for b in kept))
+        return removed, reclaimed, len(changed)
 
     def _drop_if_same(self, conn: Connection, pid: int, batch: StoredBatch) -> bool:
         return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 
 from replication.engine.compaction import kept_view, view_difference
 from replication.engine.compactstore import CompactionState, Passes, Policy
+from replication.engine.pacing import Pacing
 from replication.engine.store import Message
 from replication.engine.storebase import MessageStore
 from replication.models import Stream, Topic
@@ -65,7 +67,8 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None,
     """One compaction pass over the stream's compacted topics. `passes`: where the heavy
     passes of the partitions they take run (the worker's Spark job for large ones:
     workers/compaction.py); the domain cannot start Spark (the layers), so the worker hands
-    them in."""
+    them in. The others run here at the operator's pace (STREAMGATE_COMPACT_MAX_BYTES_PER_SEC,
+    STREAMGATE_COMPACT_NICE)."""
     done = CompactionPass()
     policies = _policies(stream)
     if not policies:
@@ -77,11 +80,12 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None,
                         for name in policies]
         return done
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    pacing = Pacing(settings.COMPACT_MAX_BYTES_PER_SEC, settings.COMPACT_NICE)
     ends = {(name, p): high for name in policies
             for p, (_low, high) in watermarks(store, stream.uuid, name).items()}
     for (name, partition), end in _replica_safe_ends(stream, ends).items():
         result = store.compact(stream.uuid, name, partition, policy=policies[name],
-                               now_ms=now_ms, replicated=end, passes=passes)
+                               now_ms=now_ms, replicated=end, passes=passes, pacing=pacing)
         if result.ran:
             done.partitions += 1
             done.removed += result.removed

@@ -5,7 +5,7 @@ latest offset there; the driver collects the ranges' maps and merges them in off
 (`dict.update`: a key's offset in a later range is always the greater, so this is the max
 that a `reduceByKey(max)` would take, without its shuffle stage: 0.6 s or more of a pass on
 2 cores). Pass 2: that map broadcast, each task rewrites its range's batches with
-the store's own method (`compact_rewrite`: the rules, a page per transaction under the
+the store's own method (`compact_rewrite`: the rules, 50 batches a transaction under the
 partition's lock, a batch dropped only if still as read, counters shrunk by what it removed)
 and returns what it removed; the driver sums, and the engine records the pass as for one
 run in process (replication/engine/compactstore.py).
@@ -22,13 +22,21 @@ Crash safety is otherwise the store's: a task's writes are idempotent by the bat
 Spark retrying a task, or the worker running the whole pass again after a job died half-way,
 rereads what is there now and changes only batches still holding records to remove; a record
 kept is never dropped, none is written twice. Each task opens the store by its URL (the
-executors have the project and psycopg, no Django), and closes it when its range is done."""
+executors have the project and psycopg, no Django), and closes it when its range is done.
+
+Pacing (STREAMGATE_COMPACT_MAX_BYTES_PER_SEC, replication/engine/pacing.py) is for the pass
+as a whole, as Kafka's throttle is for all its cleaner threads together: each task keeps to
+the rate divided by the tasks that run at once (the ranges, at most the cluster's cores:
+`defaultParallelism`), so a pass on more executors is no faster than one on a single core at
+the same setting; and each task's range is worked on a thread niced by the setting's nice,
+which ends with it (a Spark Python worker is reused by the next job's tasks)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 from pyspark import Broadcast, SparkContext
@@ -36,6 +44,7 @@ from pyspark import Broadcast, SparkContext
 from replication.engine.compaction import Rules
 from replication.engine.compactstore import CompactionMethods, Counts
 from replication.engine.factory import open_store
+from replication.engine.pacing import UNPACED, Pace, Pacing, niced
 from workers.spark.movecopy import spans
 from workers.spark.watch import run_watched
 
@@ -46,10 +55,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Partition:
-    """What each task needs: the store's URL and the partition's id there."""
+    """What each task needs: the store's URL, the partition's id there, and its share of
+    the pass's pacing."""
 
     url: str
     pid: int
+    pacing: Pacing = UNPACED
 
 
 def _opened(part: Partition) -> closing[CompactionMethods]:
@@ -63,16 +74,19 @@ def range_keys(part: Partition, ranges: Iterator[tuple[int, int]]
                ) -> Iterator[dict[bytes, int]]:
     """Pass 1's task: for each of its ranges, each key's latest offset there."""
     with _opened(part) as store:
+        pace = Pace(part.pacing.max_bytes_per_sec)
         for low, end in ranges:
-            yield store.compact_keys(part.pid, low, end)
+            yield niced(part.pacing.nice, partial(store.compact_keys, part.pid, low, end, pace))
 
 
 def range_rewrite(part: Partition, keys: Broadcast, rules: Rules,
                   ranges: Iterator[tuple[int, int]]) -> Iterator[Counts]:
     """Pass 2's task: its ranges rewritten; (removed, reclaimed, batches changed) each."""
     with _opened(part) as store:
+        pace = Pace(part.pacing.max_bytes_per_sec)
         for low, end in ranges:
-            yield store.compact_rewrite(part.pid, low, end, keys.value, rules)
+            yield niced(part.pacing.nice, partial(store.compact_rewrite, part.pid, low, end,
+                                                  keys.value, rules, pace))
 
 
 def keys_on_spark(spark: SparkContext, part: Partition, low: int, end: int,
@@ -110,10 +124,12 @@ def stages(rules: Rules) -> list[Rules]:
 
 def compact_on_spark(spark: SparkContext, part: Partition, low: int, end: int, rules: Rules,
                      split: int = SPLIT, *, progress: Callable[[int, int], None] | None = None,
-                     every: float | None = None) -> Counts:
+                     every: float | None = None, pacing: Pacing = UNPACED) -> Counts:
     """Both passes over [low, end) (pass 2 in its two stages, see the module's docstring);
-    `progress(done, total)` ranges when given, each range counted once per pass or stage."""
+    `progress(done, total)` ranges when given, each range counted once per pass or stage;
+    `pacing` for the pass as a whole (see the module's docstring)."""
     ranges = len(spans(low, end, split))
+    part = replace(part, pacing=pacing.shared(min(ranges, spark.defaultParallelism)))
 
     def step(n: int, action: Callable[[], T]) -> T:
         if progress is None:
