@@ -22,9 +22,10 @@ they were: no record is lost or doubled, and counters shrink once per batch chan
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
 from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
@@ -59,6 +60,10 @@ FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >
 FIRST_YOUNG = """
 SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s AND max_ts >= %s
 ORDER BY last_offset LIMIT 1
+"""
+HEADS = """
+SELECT base_offset, last_offset, crc, records, size FROM batches
+WHERE pid = %s AND last_offset >= %s AND last_offset < %s ORDER BY last_offset LIMIT %s
 """
 PAGE = f"""
 SELECT {COLUMNS} FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
@@ -136,6 +141,7 @@ class CompactionState(NamedTuple):
 
 Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
 Seen = Callable[[int], None]  # told the last offset of each page a pass went through
+T = TypeVar("T")
 
 
 class Passes(Protocol):
@@ -192,7 +198,7 @@ class CompactionMethods(MessageStore):
         offset (the max: merging ranges' maps is taking each key's max). `seen`: told each
         page's last offset."""
         keys: dict[bytes, int] = {}
-        for page in self._pages(pid, low, end, seen):
+        for page in self._paged(PAGE, _stored, pid, low, end, seen):
             latest(page, end, keys)
         return keys
 
@@ -200,11 +206,24 @@ class CompactionMethods(MessageStore):
                         rules: Rules, *, seen: Seen | None = None) -> Counts:
         """Pass 2 over the batches whose last offset is in [low, end): each rewritten by the
         rules, a page per transaction, if still as read (see the module's docstring: safe to
-        run again, from any process). `seen`: told each page's last offset."""
+        run again, from any process). A batch holding no key's latest offset has every record
+        hidden by a later one: it goes on its header alone, its records never read (most of
+        a partition written over and over). `seen`: told each page's last offset."""
+        latest = sorted(keys.values())
         removed = reclaimed = rewritten = 0
-        for page in self._pages(pid, low, end, seen):
-            changes = [(b, compacted(b, keys, rules)) for b in page]
-            n, size, count = self._write_page(pid, [c for c in changes if c[1] is not False])
+        for page in self._paged(HEADS, Head._make, pid, low, end, seen):
+            held: list[Head] = []
+            changes: list[tuple[Head | StoredBatch, StoredBatch | None]] = []
+            for h in page:
+                if h.last_offset < rules.end:
+                    held.append(h) if _holds_one(latest, h) else changes.append((h, None))
+            if held:
+                wanted = {h.last_offset for h in held}
+                read = self._page(PAGE, _stored, pid, held[0].last_offset,
+                                  held[-1].last_offset + 1)
+                changes += [(b, new) for b in read if b.last_offset in wanted
+                            if (new := compacted(b, keys, rules)) is not False]
+            n, size, count = self._write_page(pid, changes)
             removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
 
@@ -220,21 +239,26 @@ class CompactionMethods(MessageStore):
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]
 
-    def _pages(self, pid: int, low: int, end: int, seen: Seen | None = None):
+    def _paged(self, query: str, make: Callable[[tuple], T], pid: int, low: int, end: int,
+               seen: Seen | None = None) -> Iterator[list[T]]:
+        """The rows of `query` (batches whose last offset is in [low, end), in its order, the
+        last offset second) a page at a time, each made by `make`."""
         start = low
-        while True:
-            with self._reading() as conn:
-                rows = self._binary(conn).execute(self._sql(PAGE), (
-                    pid, start, end, self.PAGE_BATCHES)).fetchall()
-            if not rows:
-                return
-            yield [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                   for row in rows]
-            start = rows[-1][1] + 1
+        while page := self._page(query, make, pid, start, end):
+            yield page
+            start = page[-1].last_offset + 1  # type: ignore[attr-defined]
             if seen is not None:
-                seen(rows[-1][1])
+                seen(start - 1)
 
-    def _write_page(self, pid: int, changes: list[tuple[StoredBatch, StoredBatch | None]]
+    def _page(self, query: str, make: Callable[[tuple], T], pid: int, start: int,
+              end: int) -> list[T]:
+        with self._reading() as conn:
+            rows = self._binary(conn).execute(self._sql(query), (
+                pid, start, end, self.PAGE_BATCHES)).fetchall()
+        return [make(row) for row in rows]
+
+    def _write_page(self, pid: int,
+                    changes: list[tuple[Head | StoredBatch, StoredBatch | None]]
                     ) -> tuple[int, int, int]:
         """Replace each batch still as it was read by its compacted self (or by nothing):
         (records removed, logical bytes removed, batches changed)."""
@@ -255,8 +279,28 @@ class CompactionMethods(MessageStore):
                 conn.execute(self._sql(COUNT_REMOVED), (pid, removed, reclaimed))
         return removed, reclaimed, count
 
-    def _drop_if_same(self, conn: Connection, pid: int, batch: StoredBatch) -> bool:
+    def _drop_if_same(self, conn: Connection, pid: int, batch: Head | StoredBatch) -> bool:
         return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))
+
+
+class Head(NamedTuple):
+    """What pass 2 reads of every batch (its records only where it must)."""
+
+    base_offset: int
+    last_offset: int
+    crc: int
+    records: int
+    size: int
+
+
+def _stored(row: tuple) -> StoredBatch:
+    return StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+
+
+def _holds_one(latest: list[int], head: Head) -> bool:
+    """Whether one of the `latest` offsets (sorted) is in the batch's range."""
+    at = bisect.bisect_left(latest, head.base_offset)
+    return at < len(latest) and latest[at] <= head.last_offset
 
 
 class _Progress:
