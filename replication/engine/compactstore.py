@@ -1,10 +1,12 @@
 """Log compaction of a batch store's partition (issue 31), written once for PostgreSQL and
 SQLite (the rules are compaction.py's).
 
-A pass reads the cleanable batches twice without a lock (first each key's latest offset,
-then the batches to rewrite, a page at a time) and writes each page's changes in a short
-transaction under the partition's lock, so producers wait for a page's writes at most, never
-for the reading. A batch is replaced only if it is still the one that was read (same last
+A pass reads the cleanable batches without a lock, a page at a time: first each key's latest
+offset, then the batches to rewrite. The second pass reads every batch's header, and the
+records only of a batch whose offsets hold some key's latest: a batch holding none has every
+record hidden by a later one and goes whole, so a partition written over and over is read
+about once. Each page's changes are written in a short transaction under the partition's
+lock, so producers wait for a page's writes at most, never for the reading. A batch is replaced only if it is still the one that was read (same last
 offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
 batches below the cleanable end are touched, and offsets never move: the partition's low and
 next offsets stay, its record and byte counters go down by what was removed.
