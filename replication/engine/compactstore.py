@@ -1,15 +1,18 @@
 """Log compaction of a batch store's partition (issue 31), written once for PostgreSQL and
 SQLite (the rules are compaction.py's).
 
-A pass reads the cleanable batches twice without a lock (first each key's latest offset,
-then the batches to rewrite, a page at a time) and writes each page's changes in chunks of
-WRITE_BATCHES batches, each a short transaction under the partition's lock, so producers wait
-for a chunk's writes at most, never for the reading. What it reads and writes is paced by the
-operator's `Pacing` (pacing.py: bytes a second, and a lower CPU priority for its thread).
-A batch is replaced only if it is still the one that was read (same last offset and CRC):
-retention, a purge or a truncate meanwhile leave it alone. Only whole batches below the
-cleanable end are touched, and offsets never move: the partition's low and next offsets
-stay, its record and byte counters go down by what was removed.
+A pass reads the cleanable batches without a lock, a page at a time: first each key's latest
+offset, then the batches to rewrite. The second pass reads every batch's header, and the
+records only of a batch whose offsets hold some key's latest: a batch holding none has every
+record hidden by a later one and goes whole, so a partition written over and over is read
+about once. Each page's changes are written in chunks of WRITE_BATCHES batches, each a short
+transaction under the partition's lock, so producers wait for a chunk's writes at most, never
+for the reading. What a pass reads, writes and drops is paced by the operator's `Pacing`
+(pacing.py: bytes a second, and a lower CPU priority for its thread). A batch is replaced
+only if it is still the one that was read (same last offset and CRC): retention, a purge or a
+truncate meanwhile leave it alone. Only whole batches below the cleanable end are touched,
+and offsets never move: the partition's low and next offsets stay, its record and byte
+counters go down by what was removed.
 
 The two passes work on ranges of offsets (a batch belongs to the range holding its last
 offset), so a caller can hand in `Passes` that run them elsewhere: the worker's Spark job for
@@ -24,7 +27,10 @@ they were: no record is lost or doubled, and counters shrink once per batch chan
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import bisect
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
 from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
@@ -54,11 +60,16 @@ CREATE TABLE IF NOT EXISTS compaction_progress (
     updated bigint NOT NULL
 );
 """
+NOTE_EVERY = 2.0  # seconds between a running pass's progress notes
 FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s "
                "ORDER BY last_offset LIMIT 1")
 FIRST_YOUNG = """
 SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s AND max_ts >= %s
 ORDER BY last_offset LIMIT 1
+"""
+HEADS = """
+SELECT base_offset, last_offset, crc, records, size FROM batches
+WHERE pid = %s AND last_offset >= %s AND last_offset < %s ORDER BY last_offset LIMIT %s
 """
 PAGE = f"""
 SELECT {COLUMNS} FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
@@ -70,12 +81,19 @@ SHRINK = "UPDATE partitions SET rows = rows - %s, bytes = bytes - %s WHERE id = 
 SIZE = "SELECT bytes FROM partitions WHERE id = %s"
 STATE = "SELECT cleaned_end, runs, removed, reclaimed, last_run FROM compaction_state " \
         "WHERE pid = %s"
+# A pass's end: where it compacted to, and one run more (what it removed is counted page by
+# page, with the page's writes, so a pass that dies half-way still counts what it removed).
 SAVE_STATE = """
 INSERT INTO compaction_state (pid, cleaned_end, runs, removed, reclaimed, last_run)
-VALUES (%s, %s, 1, %s, %s, %s)
+VALUES (%s, %s, 1, 0, 0, %s)
 ON CONFLICT (pid) DO UPDATE SET cleaned_end = excluded.cleaned_end,
-    runs = compaction_state.runs + 1, removed = compaction_state.removed + excluded.removed,
-    reclaimed = compaction_state.reclaimed + excluded.reclaimed, last_run = excluded.last_run
+    runs = compaction_state.runs + 1, last_run = excluded.last_run
+"""
+COUNT_REMOVED = """
+INSERT INTO compaction_state (pid, cleaned_end, runs, removed, reclaimed, last_run)
+VALUES (%s, 0, 0, %s, %s, 0)
+ON CONFLICT (pid) DO UPDATE SET removed = compaction_state.removed + excluded.removed,
+    reclaimed = compaction_state.reclaimed + excluded.reclaimed
 """
 SAVE_PROGRESS = """
 INSERT INTO compaction_progress (pid, done, total, updated) VALUES (%s, %s, %s, %s)
@@ -118,17 +136,19 @@ class CompactionState(NamedTuple):
     topic: str
     partition: int
     cleaned_end: int
-    runs: int
-    removed: int
+    runs: int  # passes finished
+    removed: int  # records removed, by passes finished and by any that died half-way
     reclaimed: int
-    last_run_ms: int  # 0: no pass yet (one is running)
+    last_run_ms: int  # 0: no pass finished yet
     running_done: int = 0  # a running pass's steps done of running_total (0: none noted)
     running_total: int = 0
     running_updated_ms: int = 0  # when it noted them last
 
 
 Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
-Changes = list[tuple[StoredBatch, StoredBatch | None]]  # each batch read, and what replaces it
+Seen = Callable[[int], None]  # told the last offset of each page a pass went through
+Changes = list[tuple["Head | StoredBatch", StoredBatch | None]]  # batches read, their new selves
+T = TypeVar("T")
 
 
 class Passes(Protocol):
@@ -159,8 +179,8 @@ class CompactionMethods(MessageStore):
         """One pass over the partition: below the cleanable end (the first batch younger
         than the lag, what every replica confirmed: `replicated`, the high watermark), each
         key's latest record kept, and its tombstone until older than the delete retention.
-        `passes`: where its two passes run when they take the partition (they pace themselves),
-        else here at `pacing`."""
+        `passes`: where its two passes run when they take the partition (they pace
+        themselves), else here at `pacing`."""
         with self._reading() as conn:
             pid = self._pid(conn, stream, topic, partition)
             low, high = self._range(conn, stream, topic, pid)
@@ -178,35 +198,53 @@ class CompactionMethods(MessageStore):
             removed, reclaimed, rewritten = niced(pacing.nice, lambda: self._compact_here(
                 pid, low, end, rules, Pace(pacing.max_bytes_per_sec)))
         with self._writing() as conn:
-            conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
+            conn.execute(self._sql(SAVE_STATE), (pid, end, now_ms))
             conn.execute(self._sql(DROP_PROGRESS), (pid,))
         return Compacted(end, removed, reclaimed, rewritten, True)
 
     def _compact_here(self, pid: int, low: int, end: int, rules: Rules, pace: Pace) -> Counts:
-        keys = self.compact_keys(pid, low, end, pace)
-        return self.compact_rewrite(pid, low, end, keys, rules, pace)
+        progress = _Progress(self, pid, low, end)
+        keys = self.compact_keys(pid, low, end, seen=progress.of(0), pace=pace)
+        return self.compact_rewrite(pid, low, end, keys, rules, seen=progress.of(1), pace=pace)
 
-    def compact_keys(self, pid: int, low: int, end: int, pace: Pace | None = None
-                     ) -> dict[bytes, int]:
+    def compact_keys(self, pid: int, low: int, end: int, *, seen: Seen | None = None,
+                     pace: Pace | None = None) -> dict[bytes, int]:
         """Pass 1 over the batches whose last offset is in [low, end): each key's latest
-        offset (the max: merging ranges' maps is taking each key's max). `pace`: what it
-        reads paced by it."""
+        offset (the max: merging ranges' maps is taking each key's max). `seen`: told each
+        page's last offset; `pace`: told the bytes of each page read."""
         keys: dict[bytes, int] = {}
-        for page in self._pages(pid, low, end, pace):
+        for page in self._paged(PAGE, _stored, pid, low, end, seen):
+            _spent(pace, sum(len(b.data) for b in page))
             latest(page, end, keys)
         return keys
 
     def compact_rewrite(self, pid: int, low: int, end: int, keys: dict[bytes, int],
-                        rules: Rules, pace: Pace | None = None) -> Counts:
+                        rules: Rules, *, seen: Seen | None = None,
+                        pace: Pace | None = None) -> Counts:
         """Pass 2 over the batches whose last offset is in [low, end): each rewritten by the
         rules, WRITE_BATCHES per transaction, if still as read (see the module's docstring:
-        safe to run again, from any process). `pace`: what it reads and writes paced by it."""
+        safe to run again, from any process). A batch holding no key's latest offset has every
+        record hidden by a later one: it goes on its header alone, its records never read (most
+        of a partition written over and over). `seen`: told each page's last offset; `pace`:
+        told the bytes read, written and dropped (a dropped batch's stored bytes: its delete
+        rewrites their pages)."""
+        latest = sorted(keys.values())
         removed = reclaimed = rewritten = 0
-        for page in self._pages(pid, low, end, pace):
-            changes = [(b, compacted(b, keys, rules)) for b in page]
-            changed = [c for c in changes if c[1] is not False]
-            for at in range(0, len(changed), self.WRITE_BATCHES):
-                n, size, count = self._write_chunk(pid, changed[at:at + self.WRITE_BATCHES],
+        for page in self._paged(HEADS, Head._make, pid, low, end, seen):
+            held: list[Head] = []
+            changes: list[tuple[Head | StoredBatch, StoredBatch | None]] = []
+            for h in page:
+                if h.last_offset < rules.end:
+                    held.append(h) if _holds_one(latest, h) else changes.append((h, None))
+            if held:
+                wanted = {h.last_offset for h in held}
+                read = self._page(PAGE, _stored, pid, held[0].last_offset,
+                                  held[-1].last_offset + 1)
+                _spent(pace, sum(len(b.data) for b in read))
+                changes += [(b, new) for b in read if b.last_offset in wanted
+                            if (new := compacted(b, keys, rules)) is not False]
+            for at in range(0, len(changes), self.WRITE_BATCHES):
+                n, size, count = self._write_chunk(pid, changes[at:at + self.WRITE_BATCHES],
                                                    pace)
                 removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
@@ -223,20 +261,23 @@ class CompactionMethods(MessageStore):
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]
 
-    def _pages(self, pid: int, low: int, end: int, pace: Pace | None = None):
+    def _paged(self, query: str, make: Callable[[tuple], T], pid: int, low: int, end: int,
+               seen: Seen | None = None) -> Iterator[list[T]]:
+        """The rows of `query` (batches whose last offset is in [low, end), in its order, the
+        last offset second) a page at a time, each made by `make`."""
         start = low
-        while True:
-            with self._reading() as conn:
-                rows = self._binary(conn).execute(self._sql(PAGE), (
-                    pid, start, end, self.PAGE_BATCHES)).fetchall()
-            if not rows:
-                return
-            page = [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                    for row in rows]
-            if pace is not None:
-                pace.spent(sum(len(b.data) for b in page))
+        while page := self._page(query, make, pid, start, end):
             yield page
-            start = rows[-1][1] + 1
+            start = page[-1].last_offset + 1  # type: ignore[attr-defined]
+            if seen is not None:
+                seen(start - 1)
+
+    def _page(self, query: str, make: Callable[[tuple], T], pid: int, start: int,
+              end: int) -> list[T]:
+        with self._reading() as conn:
+            rows = self._binary(conn).execute(self._sql(query), (
+                pid, start, end, self.PAGE_BATCHES)).fetchall()
+        return [make(row) for row in rows]
 
     def _write_chunk(self, pid: int, changes: Changes, pace: Pace | None) -> Counts:
         """Replace each batch still as it was read by its compacted self (or by nothing), in
@@ -244,21 +285,67 @@ class CompactionMethods(MessageStore):
         if not changes:
             return 0, 0, 0
         removed = reclaimed = 0
-        kept: list[StoredBatch] = []
         with self._writing() as conn:
             self._lock(conn, pid)
             changed = [(old, new) for old, new in changes if self._drop_if_same(conn, pid, old)]
+            kept = [new for _old, new in changed if new is not None]
             for old, new in changed:
-                if new is not None:
-                    kept.append(new)
                 removed += old.records - (new.records if new else 0)
                 reclaimed += old.size - (new.size if new else 0)
             if kept:
                 self._copy(conn, pid, kept)
-            conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
-        if pace is not None:
-            pace.spent(sum(len(b.data) for b in kept))
+            if changed:
+                conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
+                conn.execute(self._sql(COUNT_REMOVED), (pid, removed, reclaimed))
+        _spent(pace, sum(old.size for old, _new in changed) + sum(len(b.data) for b in kept))
         return removed, reclaimed, len(changed)
 
-    def _drop_if_same(self, conn: Connection, pid: int, batch: StoredBatch) -> bool:
+    def _drop_if_same(self, conn: Connection, pid: int, batch: Head | StoredBatch) -> bool:
         return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))
+
+
+class Head(NamedTuple):
+    """What pass 2 reads of every batch (its records only where it must)."""
+
+    base_offset: int
+    last_offset: int
+    crc: int
+    records: int
+    size: int
+
+
+def _spent(pace: Pace | None, n: int) -> None:
+    if pace is not None:
+        pace.spent(n)
+
+
+def _stored(row: tuple) -> StoredBatch:
+    return StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+
+
+def _holds_one(latest: list[int], head: Head) -> bool:
+    """Whether one of the `latest` offsets (sorted) is in the batch's range."""
+    at = bisect.bisect_left(latest, head.base_offset)
+    return at < len(latest) and latest[at] <= head.last_offset
+
+
+class _Progress:
+    """An in-process pass's progress, in offsets gone through of its two passes over
+    [low, end), noted in the store every NOTE_EVERY seconds (a pass shorter than that notes
+    nothing)."""
+
+    def __init__(self, store: CompactionMethods, pid: int, low: int, end: int) -> None:
+        self.store, self.pid, self.low, self.span = store, pid, low, end - low
+        self.last = time.monotonic()
+
+    def of(self, n: int) -> Seen:
+        """The `seen` of pass `n` (0 or 1)."""
+        return lambda offset: self._note(n * self.span + offset + 1 - self.low)
+
+    def _note(self, done: int) -> None:
+        if time.monotonic() - self.last < NOTE_EVERY:
+            return
+        self.last = time.monotonic()
+        total = 2 * self.span
+        self.store.note_compaction_progress(self.pid, min(done, total), total,
+                                            int(time.time() * 1000))

@@ -76,7 +76,8 @@ def range_keys(part: Partition, ranges: Iterator[tuple[int, int]]
     with _opened(part) as store:
         pace = Pace(part.pacing.max_bytes_per_sec)
         for low, end in ranges:
-            yield niced(part.pacing.nice, partial(store.compact_keys, part.pid, low, end, pace))
+            yield niced(part.pacing.nice, partial(store.compact_keys, part.pid, low, end,
+                                                  pace=pace))
 
 
 def range_rewrite(part: Partition, keys: Broadcast, rules: Rules,
@@ -86,7 +87,7 @@ def range_rewrite(part: Partition, keys: Broadcast, rules: Rules,
         pace = Pace(part.pacing.max_bytes_per_sec)
         for low, end in ranges:
             yield niced(part.pacing.nice, partial(store.compact_rewrite, part.pid, low, end,
-                                                  keys.value, rules, pace))
+                                                  keys.value, rules, pace=pace))
 
 
 def keys_on_spark(spark: SparkContext, part: Partition, low: int, end: int,
