@@ -14,10 +14,9 @@ import structlog
 from django.conf import settings
 
 from replication.engine.compaction import Rules
-from replication.engine.compactstore import CompactionMethods, Counts
+from replication.engine.compactstore import NOTE_EVERY, CompactionMethods, Counts
 
 log = structlog.get_logger(__name__)
-NOTE_EVERY = 2.0  # seconds between a running compaction's progress notes
 
 
 @dataclass

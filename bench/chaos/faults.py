@@ -4,13 +4,14 @@ again."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +56,7 @@ WEIGHTS = {"gateway kill -9": 3, "replica pause": 2, "replicator kill -9": 2,
 # The watchdog's deadline from a fault to replication moving again, where not DEADLINE: a
 # catch-up's JVM takes 20-50 s to start on two busy cores before its link moves.
 RECOVERY = {"Spark catch-up": 180.0, "Spark worker kill -9": 180.0}
+SLOW = 3.0  # seconds: a driver step longer than this is said (it delays every undo due)
 FAILBACK_ATTEMPTS = 5  # a store's pool may still be reconnecting after its restart
 
 
@@ -147,6 +149,17 @@ class Driver:
         stretches and the recovery table name the same times)."""
         self.options.say(f"  {time.monotonic() - self.began:6.1f} s  {text}")
 
+    @contextlib.contextmanager
+    def step(self, what: str, seconds: float = DEADLINE) -> Iterator[None]:
+        """A step of the driver's one thread under the watchdog, said when it took over SLOW
+        seconds: every undo due meanwhile (a killed portal's restart) waited for it, which
+        the availability table's stretches then show."""
+        started = time.monotonic()
+        with self.watchdog.step(what, seconds):
+            yield
+        if (took := time.monotonic() - started) > SLOW:
+            self.say(f"slow: {what} took {took:.1f} s")
+
     def later(self, delay: float, action: Callable[[], None], what: str, kind: str = "",
               seconds: float = DEADLINE) -> None:
         """Run `action` (`what` it does) in `delay` seconds; with `kind`, it undoes a fault of
@@ -154,7 +167,7 @@ class Driver:
         at = time.monotonic()
 
         def undo() -> None:
-            with self.watchdog.step(what, seconds):
+            with self.step(what, seconds):
                 action()
             if kind:
                 self.windows.append(Window(kind, at, time.monotonic()))
@@ -230,8 +243,7 @@ class Driver:
             "Spark catch-up": lambda: spark_catchup(self), "move": self.move_partition,
             **(self.ha.actions(self) if self.ha else {})}
         # A failover first undoes the faults pending (each a step of its own).
-        with self.watchdog.step(f"inject {kind}",
-                                DEADLINE * (4 if kind == "failover -force" else 1)):
+        with self.step(f"inject {kind}", DEADLINE * (4 if kind == "failover -force" else 1)):
             actions.get(kind, lambda: self.kill_entrance(kind))()
         if sum(self.faults.values()) > before:
             self.started(kind)
@@ -252,7 +264,7 @@ class Driver:
             return
         self.next_look = now + every
         down = self.stores_down
-        with self.watchdog.step("read the replica and origin topics' ends"):
+        with self.step("read the replica and origin topics' ends"):
             ends, origins = replica_ends(self.topology, down), origin_ends(self.topology, down)
             held = held_through(self.topology, catching_up()) if self.spark else frozenset()
             still = []

@@ -247,8 +247,8 @@ class StreamSerializer(serializers.ModelSerializer):
     adminperm = _ace_field("adminperm")
     compaction = serializers.SerializerMethodField(
         help_text="what log compaction did (partitions, passes, messagesremoved, "
-                  "bytesreclaimed, lastrun in ms) and the passes running on Spark now "
-                  "(running: topic, partition, percent of its tasks done); on a single "
+                  "bytesreclaimed, lastrun in ms) and the passes running now (running: "
+                  "topic, partition, percent done); on a single "
                   "stream's page, null when none of its topics is compacted")
 
     class Meta:

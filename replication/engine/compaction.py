@@ -33,7 +33,7 @@ _BASE, _INT, _UINT = struct.Struct(">q"), struct.Struct(">i"), struct.Struct(">I
 def null_keys(data: bytes) -> list[int]:
     """The batch indexes of a batch's records without a key (a compacted topic refuses
     them)."""
-    return [i for i, e in enumerate(entries(data)) if e.key is None]
+    return [i for i, (key, _) in enumerate(keyed_offsets(data)) if key is None]
 
 
 def rebuild(batch: StoredBatch, kept: Sequence[Entry], *, base: int | None = None,

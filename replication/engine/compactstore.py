@@ -1,10 +1,12 @@
 """Log compaction of a batch store's partition (issue 31), written once for PostgreSQL and
 SQLite (the rules are compaction.py's).
 
-A pass reads the cleanable batches twice without a lock (first each key's latest offset,
-then the batches to rewrite, a page at a time) and writes each page's changes in a short
-transaction under the partition's lock, so producers wait for a page's writes at most, never
-for the reading. A batch is replaced only if it is still the one that was read (same last
+A pass reads the cleanable batches without a lock, a page at a time: first each key's latest
+offset, then the batches to rewrite. The second pass reads every batch's header, and the
+records only of a batch whose offsets hold some key's latest: a batch holding none has every
+record hidden by a later one and goes whole, so a partition written over and over is read
+about once. Each page's changes are written in a short transaction under the partition's
+lock, so producers wait for a page's writes at most, never for the reading. A batch is replaced only if it is still the one that was read (same last
 offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
 batches below the cleanable end are touched, and offsets never move: the partition's low and
 next offsets stay, its record and byte counters go down by what was removed.
@@ -22,7 +24,10 @@ they were: no record is lost or doubled, and counters shrink once per batch chan
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import bisect
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
 from replication.engine.compaction import Rules, cleanable_end, compacted, dirty_ratio, latest
@@ -51,11 +56,16 @@ CREATE TABLE IF NOT EXISTS compaction_progress (
     updated bigint NOT NULL
 );
 """
+NOTE_EVERY = 2.0  # seconds between a running pass's progress notes
 FIRST_BATCH = ("SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s "
                "ORDER BY last_offset LIMIT 1")
 FIRST_YOUNG = """
 SELECT base_offset FROM batches WHERE pid = %s AND last_offset >= %s AND max_ts >= %s
 ORDER BY last_offset LIMIT 1
+"""
+HEADS = """
+SELECT base_offset, last_offset, crc, records, size FROM batches
+WHERE pid = %s AND last_offset >= %s AND last_offset < %s ORDER BY last_offset LIMIT %s
 """
 PAGE = f"""
 SELECT {COLUMNS} FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
@@ -67,12 +77,19 @@ SHRINK = "UPDATE partitions SET rows = rows - %s, bytes = bytes - %s WHERE id = 
 SIZE = "SELECT bytes FROM partitions WHERE id = %s"
 STATE = "SELECT cleaned_end, runs, removed, reclaimed, last_run FROM compaction_state " \
         "WHERE pid = %s"
+# A pass's end: where it compacted to, and one run more (what it removed is counted page by
+# page, with the page's writes, so a pass that dies half-way still counts what it removed).
 SAVE_STATE = """
 INSERT INTO compaction_state (pid, cleaned_end, runs, removed, reclaimed, last_run)
-VALUES (%s, %s, 1, %s, %s, %s)
+VALUES (%s, %s, 1, 0, 0, %s)
 ON CONFLICT (pid) DO UPDATE SET cleaned_end = excluded.cleaned_end,
-    runs = compaction_state.runs + 1, removed = compaction_state.removed + excluded.removed,
-    reclaimed = compaction_state.reclaimed + excluded.reclaimed, last_run = excluded.last_run
+    runs = compaction_state.runs + 1, last_run = excluded.last_run
+"""
+COUNT_REMOVED = """
+INSERT INTO compaction_state (pid, cleaned_end, runs, removed, reclaimed, last_run)
+VALUES (%s, 0, 0, %s, %s, 0)
+ON CONFLICT (pid) DO UPDATE SET removed = compaction_state.removed + excluded.removed,
+    reclaimed = compaction_state.reclaimed + excluded.reclaimed
 """
 SAVE_PROGRESS = """
 INSERT INTO compaction_progress (pid, done, total, updated) VALUES (%s, %s, %s, %s)
@@ -115,16 +132,18 @@ class CompactionState(NamedTuple):
     topic: str
     partition: int
     cleaned_end: int
-    runs: int
-    removed: int
+    runs: int  # passes finished
+    removed: int  # records removed, by passes finished and by any that died half-way
     reclaimed: int
-    last_run_ms: int  # 0: no pass yet (one is running)
+    last_run_ms: int  # 0: no pass finished yet
     running_done: int = 0  # a running pass's steps done of running_total (0: none noted)
     running_total: int = 0
     running_updated_ms: int = 0  # when it noted them last
 
 
 Counts = tuple[int, int, int]  # (records removed, logical bytes removed, batches changed)
+Seen = Callable[[int], None]  # told the last offset of each page a pass went through
+T = TypeVar("T")
 
 
 class Passes(Protocol):
@@ -166,30 +185,47 @@ class CompactionMethods(MessageStore):
         if passes is not None and passes.takes(self, pid, size):
             removed, reclaimed, rewritten = passes.run(self, pid, low, end, rules)
         else:
-            keys = self.compact_keys(pid, low, end)
-            removed, reclaimed, rewritten = self.compact_rewrite(pid, low, end, keys, rules)
+            progress = _Progress(self, pid, low, end)
+            keys = self.compact_keys(pid, low, end, seen=progress.of(0))
+            removed, reclaimed, rewritten = self.compact_rewrite(pid, low, end, keys, rules,
+                                                                 seen=progress.of(1))
         with self._writing() as conn:
-            conn.execute(self._sql(SAVE_STATE), (pid, end, removed, reclaimed, now_ms))
+            conn.execute(self._sql(SAVE_STATE), (pid, end, now_ms))
             conn.execute(self._sql(DROP_PROGRESS), (pid,))
         return Compacted(end, removed, reclaimed, rewritten, True)
 
-    def compact_keys(self, pid: int, low: int, end: int) -> dict[bytes, int]:
+    def compact_keys(self, pid: int, low: int, end: int, *,
+                     seen: Seen | None = None) -> dict[bytes, int]:
         """Pass 1 over the batches whose last offset is in [low, end): each key's latest
-        offset (the max: merging ranges' maps is taking each key's max)."""
+        offset (the max: merging ranges' maps is taking each key's max). `seen`: told each
+        page's last offset."""
         keys: dict[bytes, int] = {}
-        for page in self._pages(pid, low, end):
+        for page in self._paged(PAGE, _stored, pid, low, end, seen):
             latest(page, end, keys)
         return keys
 
     def compact_rewrite(self, pid: int, low: int, end: int, keys: dict[bytes, int],
-                        rules: Rules) -> Counts:
+                        rules: Rules, *, seen: Seen | None = None) -> Counts:
         """Pass 2 over the batches whose last offset is in [low, end): each rewritten by the
         rules, a page per transaction, if still as read (see the module's docstring: safe to
-        run again, from any process)."""
+        run again, from any process). A batch holding no key's latest offset has every record
+        hidden by a later one: it goes on its header alone, its records never read (most of
+        a partition written over and over). `seen`: told each page's last offset."""
+        latest = sorted(keys.values())
         removed = reclaimed = rewritten = 0
-        for page in self._pages(pid, low, end):
-            changes = [(b, compacted(b, keys, rules)) for b in page]
-            n, size, count = self._write_page(pid, [c for c in changes if c[1] is not False])
+        for page in self._paged(HEADS, Head._make, pid, low, end, seen):
+            held: list[Head] = []
+            changes: list[tuple[Head | StoredBatch, StoredBatch | None]] = []
+            for h in page:
+                if h.last_offset < rules.end:
+                    held.append(h) if _holds_one(latest, h) else changes.append((h, None))
+            if held:
+                wanted = {h.last_offset for h in held}
+                read = self._page(PAGE, _stored, pid, held[0].last_offset,
+                                  held[-1].last_offset + 1)
+                changes += [(b, new) for b in read if b.last_offset in wanted
+                            if (new := compacted(b, keys, rules)) is not False]
+            n, size, count = self._write_page(pid, changes)
             removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
 
@@ -205,19 +241,26 @@ class CompactionMethods(MessageStore):
             rows = self._all(conn, STREAM_STATE, (self._key(stream),))
         return [CompactionState(*row) for row in rows]
 
-    def _pages(self, pid: int, low: int, end: int):
+    def _paged(self, query: str, make: Callable[[tuple], T], pid: int, low: int, end: int,
+               seen: Seen | None = None) -> Iterator[list[T]]:
+        """The rows of `query` (batches whose last offset is in [low, end), in its order, the
+        last offset second) a page at a time, each made by `make`."""
         start = low
-        while True:
-            with self._reading() as conn:
-                rows = self._binary(conn).execute(self._sql(PAGE), (
-                    pid, start, end, self.PAGE_BATCHES)).fetchall()
-            if not rows:
-                return
-            yield [StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
-                   for row in rows]
-            start = rows[-1][1] + 1
+        while page := self._page(query, make, pid, start, end):
+            yield page
+            start = page[-1].last_offset + 1  # type: ignore[attr-defined]
+            if seen is not None:
+                seen(start - 1)
 
-    def _write_page(self, pid: int, changes: list[tuple[StoredBatch, StoredBatch | None]]
+    def _page(self, query: str, make: Callable[[tuple], T], pid: int, start: int,
+              end: int) -> list[T]:
+        with self._reading() as conn:
+            rows = self._binary(conn).execute(self._sql(query), (
+                pid, start, end, self.PAGE_BATCHES)).fetchall()
+        return [make(row) for row in rows]
+
+    def _write_page(self, pid: int,
+                    changes: list[tuple[Head | StoredBatch, StoredBatch | None]]
                     ) -> tuple[int, int, int]:
         """Replace each batch still as it was read by its compacted self (or by nothing):
         (records removed, logical bytes removed, batches changed)."""
@@ -233,8 +276,52 @@ class CompactionMethods(MessageStore):
                     removed += old.records - (new.records if new else 0)
                     reclaimed += old.size - (new.size if new else 0)
                     count += 1
-            conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
+            if count:
+                conn.execute(self._sql(SHRINK), (removed, reclaimed, pid))
+                conn.execute(self._sql(COUNT_REMOVED), (pid, removed, reclaimed))
         return removed, reclaimed, count
 
-    def _drop_if_same(self, conn: Connection, pid: int, batch: StoredBatch) -> bool:
+    def _drop_if_same(self, conn: Connection, pid: int, batch: Head | StoredBatch) -> bool:
         return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))
+
+
+class Head(NamedTuple):
+    """What pass 2 reads of every batch (its records only where it must)."""
+
+    base_offset: int
+    last_offset: int
+    crc: int
+    records: int
+    size: int
+
+
+def _stored(row: tuple) -> StoredBatch:
+    return StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
+
+
+def _holds_one(latest: list[int], head: Head) -> bool:
+    """Whether one of the `latest` offsets (sorted) is in the batch's range."""
+    at = bisect.bisect_left(latest, head.base_offset)
+    return at < len(latest) and latest[at] <= head.last_offset
+
+
+class _Progress:
+    """An in-process pass's progress, in offsets gone through of its two passes over
+    [low, end), noted in the store every NOTE_EVERY seconds (a pass shorter than that notes
+    nothing)."""
+
+    def __init__(self, store: CompactionMethods, pid: int, low: int, end: int) -> None:
+        self.store, self.pid, self.low, self.span = store, pid, low, end - low
+        self.last = time.monotonic()
+
+    def of(self, n: int) -> Seen:
+        """The `seen` of pass `n` (0 or 1)."""
+        return lambda offset: self._note(n * self.span + offset + 1 - self.low)
+
+    def _note(self, done: int) -> None:
+        if time.monotonic() - self.last < NOTE_EVERY:
+            return
+        self.last = time.monotonic()
+        total = 2 * self.span
+        self.store.note_compaction_progress(self.pid, min(done, total), total,
+                                            int(time.time() * 1000))

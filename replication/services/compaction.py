@@ -91,15 +91,17 @@ def stream_compact(*, stream: Stream, now_ms: int | None = None,
 
 def compaction_summary(stream: Stream) -> dict[str, Any] | None:
     """What compaction did on the stream so far, for `stream info`, the API and the stream
-    page, and the passes running on Spark now (each partition's percent of its tasks done);
-    None when none of its topics is compacted."""
+    page, and the passes running now (each partition's percent done: of its Spark tasks,
+    or of its offsets gone through in the worker); None when none of its topics is
+    compacted."""
     if not _policies(stream):
         return None
     store = store_for(stream.cluster)
     states: list[CompactionState] = (store.compaction_state(stream.uuid)
                                      if store.KEEPS_BATCHES else [])
-    done = [s for s in states if s.runs]
-    last = max((s.last_run_ms for s in done), default=None)
+    # A pass that died half-way counted what it removed before it died.
+    done = [s for s in states if s.runs or s.removed]
+    last = max((s.last_run_ms for s in done if s.runs), default=None)
     return {"partitions": len(done), "passes": sum(s.runs for s in done),
             "messagesremoved": sum(s.removed for s in done),
             "bytesreclaimed": sum(s.reclaimed for s in done), "lastrun": last,

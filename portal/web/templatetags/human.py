@@ -126,16 +126,19 @@ def ttl(seconds: int | None) -> str:
 
 def compaction_line(summary: dict[str, Any] | None) -> str:
     """The stream page's line on what log compaction did: passes, messages removed, space
-    reclaimed (the logical bytes of what was removed), and the passes running on Spark."""
+    reclaimed (the logical bytes of what was removed), and the passes running now."""
     if summary is None:
         return "not compacted"
     running = "".join(f"; running on {r['topic']}:{r['partition']}: {r['percent']}%"
                       for r in summary.get("running", []))
-    if not summary["passes"]:
-        return f"no pass yet{running}"
-    return (f"{summary['passes']} passes over {summary['partitions']} partitions: "
-            f"{count(summary['messagesremoved'])} removed, {size(summary['bytesreclaimed'])} "
-            f"reclaimed{running}")
+    removed = (f"{count(summary['messagesremoved'])} removed, "
+               f"{size(summary['bytesreclaimed'])} reclaimed")
+    if summary["passes"]:
+        return (f"{summary['passes']} passes over {summary['partitions']} partitions: "
+                f"{removed}{running}")
+    if summary["messagesremoved"]:  # by passes that died half-way
+        return f"no pass finished yet: {removed}{running}"
+    return f"no pass yet{running}"
 
 
 INFO_LABELS = {

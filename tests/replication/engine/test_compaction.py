@@ -10,7 +10,7 @@ import uuid
 import pytest
 from crc32c import crc32c
 
-from replication.engine import open_store
+from replication.engine import compactstore, open_store
 from replication.engine.compactstore import Policy
 from replication.engine.recordbatch import (
     HEAD_SIZE,
@@ -198,6 +198,26 @@ def test_a_replica_moves_past_a_range_compaction_emptied(stream, request):
     assert replica.watermarks(target, "t") == {0: (0, 1)}
     replica.apply_from(source, stream, target, "t", 0, 1, 3, link="l")
     assert _kept(replica, target) == [(1, b"a", b"2"), (2, b"b", b"1")]
+
+
+def test_a_batch_holding_no_keys_latest_record_goes_without_its_records_read_again(
+        store, stream, monkeypatch):
+    """A partition written over and over: the rewrite pass decides its batches that hold no
+    key's latest offset on their headers, and decodes only the batch holding the latest."""
+    store.ensure_topic(stream, "t", 1)
+    for n in range(4):
+        store.append_raw(stream, "t", 0, _keyed([(b"a", b"a%d" % n), (None, b"x"),
+                                                 (b"b", b"b%d" % n)]), origin=ORIGIN)
+    decoded: list[int] = []
+    decode = compactstore.compacted
+    monkeypatch.setattr(compactstore, "compacted",
+                        lambda batch, *rest: decoded.append(batch.last_offset) or
+                        decode(batch, *rest))
+    done = store.compact(stream, "t", 0, policy=POLICY, now_ms=NOW, replicated=EVERYTHING)
+    assert decoded == [11]  # the last batch only: offsets 9 to 11
+    assert (done.removed, done.rewritten) == (10, 4)
+    assert _kept(store, stream) == [(9, b"a", b"a3"), (11, b"b", b"b3")]
+    assert store.watermarks(stream, "t") == {0: (0, 12)}
 
 
 @pytest.mark.parametrize("codec", [0, LZ4])

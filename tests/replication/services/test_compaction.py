@@ -10,7 +10,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from portal.web.templatetags.human import compaction_line
+from replication.engine import compactstore
 from replication.engine import partitionmove as moving
+from replication.engine.compaction import Rules
+from replication.engine.compactstore import CompactionMethods
 from replication.engine.store import Record
 from replication.errors import InvalidInput
 from replication.models import ReplicaLink
@@ -167,6 +170,49 @@ def test_a_running_pass_shows_its_progress_until_its_notes_stop(owner, compacted
     assert compaction_line(summary) == "no pass yet; running on clicks:0: 25%"
     store.note_compaction_progress(pid, 6, 12, now - RUNNING_STALE_MS)  # its worker died
     assert compaction_summary(source)["running"] == []
+
+
+@BATCHES
+def test_a_pass_that_died_half_way_still_counts_what_it_removed(owner, compacted):
+    source, replica = compacted
+    for n in range(4):
+        produce(owner, source, [(b"a", b"%d" % n), (b"b", b"%d" % n)])
+    replicate(source, replica, 8)
+    store = store_for(source.cluster)
+    pid = moving.pid_of(store, source.uuid, "clicks", 0)
+    # What a Spark job's first task did before the job was killed: offsets [0, 4) rewritten.
+    keys = store.compact_keys(pid, 0, 8)
+    assert store.compact_rewrite(pid, 0, 4, keys, Rules(8, 0))[0] == 4
+    summary = compaction_summary(source)
+    assert (summary["passes"], summary["partitions"], summary["lastrun"]) == (0, 1, None)
+    assert summary["messagesremoved"] == 4 and summary["bytesreclaimed"] > 0
+    assert compaction_line(summary) == "no pass finished yet: 4 msgs removed, 36 bytes reclaimed"
+    stream_compact(stream=source, now_ms=LATER)  # the pass run again, to its end
+    summary = compaction_summary(source)
+    assert (summary["passes"], summary["messagesremoved"]) == (1, 6)  # each counted once
+    assert kept(source) == [(6, b"a", b"3"), (7, b"b", b"3")]
+
+
+@BATCHES
+def test_a_pass_in_the_worker_notes_its_progress_as_it_goes(owner, compacted, monkeypatch):
+    source, replica = compacted
+    for n in range(4):
+        produce(owner, source, [(b"a", b"%d" % n), (b"b", b"%d" % n)])
+    replicate(source, replica, 8)
+    noted: list[tuple[int, int]] = []
+    note = CompactionMethods.note_compaction_progress
+
+    def noting(store, pid, done, total, now_ms):
+        noted.append((done, total))
+        note(store, pid, done, total, now_ms)
+
+    monkeypatch.setattr(CompactionMethods, "PAGE_BATCHES", 1)  # a page a batch
+    monkeypatch.setattr(compactstore, "NOTE_EVERY", 0)  # a note a page
+    monkeypatch.setattr(CompactionMethods, "note_compaction_progress", noting)
+    stream_compact(stream=source, now_ms=LATER)
+    # 4 batches of 2 offsets, read twice (each key's latest, then the rewrite): 16 offsets.
+    assert noted == [(2 * n, 16) for n in range(1, 9)]
+    assert compaction_summary(source)["running"] == []  # the note goes with the pass's end
 
 
 def test_compaction_on_a_row_store_is_refused_naming_the_conversion(owner, settings):
