@@ -6,8 +6,9 @@ offset, then the batches to rewrite. The second pass reads every batch's header,
 records only of a batch whose offsets hold some key's latest: a batch holding none has every
 record hidden by a later one and goes whole, so a partition written over and over is read
 about once. Each page's changes are written in a short transaction under the partition's
-lock, so producers wait for a page's writes at most, never for the reading. A batch is replaced only if it is still the one that was read (same last
-offset and CRC): retention, a purge or a truncate meanwhile leave it alone. Only whole
+lock, so producers wait for a page's writes at most, never for the reading. A batch is
+replaced only if it is still the one that was read (same last offset and CRC): retention, a
+purge or a truncate meanwhile leave it alone. Only whole
 batches below the cleanable end are touched, and offsets never move: the partition's low and
 next offsets stay, its record and byte counters go down by what was removed.
 
