@@ -11,9 +11,10 @@ calls it when the token behind `grant` is revoked)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -59,6 +60,9 @@ class Listener:
     noted: set[str] = field(default_factory=set)  # what this listener has logged once
     # The open connections, each with the task serving it (revocation.py cancels it).
     sessions: dict[Session, asyncio.Task] = field(default_factory=dict)
+    # Tenant id -> its lane: the one append at a time of its throttled connections
+    # (Session.lane).
+    lanes: dict[int, asyncio.Lock] = field(default_factory=dict)
 
     @property
     def node_id(self) -> int:
@@ -133,6 +137,21 @@ class Session:
     def throttle(self, seconds: float) -> None:
         self.throttle_seconds = max(self.throttle_seconds, seconds)
         self.throttled = self.throttled or seconds > 0
+
+    @contextlib.asynccontextmanager
+    async def lane(self, tenant_ids: Iterable[int]) -> AsyncIterator[None]:
+        """Held around a produce's appends. A connection a quota has throttled appends in
+        its tenants' lanes, one append at a time per tenant across this listener: a tenant at
+        its quota holds at most one pool thread, one store connection and one large append in
+        the store at once however many connections it opens, where each of its connections
+        could otherwise append a megabyte together (two took two cores from the others' small
+        appends: docs/benchmarks.md, Quota isolation). Other connections append freely."""
+        async with contextlib.AsyncExitStack() as held:
+            if self.throttled:
+                for tenant_id in sorted(set(tenant_ids)):  # one order: no deadlock
+                    lane = self.listener.lanes.setdefault(tenant_id, asyncio.Lock())
+                    await held.enter_async_context(lane)
+            yield
 
     async def charge_request(self) -> None:
         """Count this request against its user's tenants' request quotas (their rates read

@@ -199,7 +199,10 @@ class Driver:
                 kind = self.spark_worker_due() or (kinds.pop() if kinds else self.pick())
                 self.inject(kind)
                 if not self.faults[kind] and kind != "Spark worker kill -9":
-                    kinds.insert(0, kind)  # nothing to do now (its service down): again later
+                    # Nothing to do now (its service down, the group healing): again later,
+                    # and something else now (a group that never healed took every turn).
+                    kinds.insert(0, kind)
+                    self.inject(self.pick())
                 due = time.monotonic() + self.rng.uniform(*self.options.fault_every)
             time.sleep(0.05)
         self.restore()

@@ -5,7 +5,8 @@ once the store committed, and all also once synchronous replicas hold the batch 
 waits for them whatever acks says: a produce is never acknowledged before they have it).
 
 A request's decode and appends run in one hop to the thread pool; its partitions without an
-idempotent producer go in one append (one transaction, one COPY).
+idempotent producer go in one append (one transaction, one COPY). A connection a quota has
+throttled appends in its tenant's lane, one append of that tenant at a time (Session.lane).
 """
 
 from __future__ import annotations
@@ -297,10 +298,11 @@ async def produce(session: Session, header: RequestHeader, request: Any) -> Any:
             [PartitionAnswer(p.index, refused[0], message=refused[1]) for p in t.partition_data]
             for _, t in topics]
     else:  # acks=0 expects no answer: its client may close as soon as it has sent the request.
-        answers = await session.run_sync(
-            produce_request, session.user, topics,
-            session.peer_left if request.acks != 0 else lambda: False, request.acks,
-            transactional)
+        async with session.lane(_tenants(topics)):
+            answers = await session.run_sync(
+                produce_request, session.user, topics,
+                session.peer_left if request.acks != 0 else lambda: False, request.acks,
+                transactional)
     if answers is None or (request.acks != 0 and session.peer_left()):
         session.note("produce_abandoned", reason="the client closed the connection first")
         return None
@@ -321,8 +323,9 @@ async def produce_together(session: Session, requests: list[Any]) -> list[Any]:
     per topic, in the requests' order, and each answered in turn as if served alone (a
     refusal of the shared transaction answers each of them)."""
     topics = [await _topics_of(session, r) for r in requests]
-    answers = await session.run_sync(produce_requests, session.user, topics, session.peer_left,
-                                     requests[0].acks)
+    async with session.lane({t for request in topics for t in _tenants(request)}):
+        answers = await session.run_sync(produce_requests, session.user, topics,
+                                         session.peer_left, requests[0].acks)
     if answers is None or session.peer_left():
         session.note("produce_abandoned", reason="the client closed the connection first")
         return [None] * len(requests)
@@ -330,9 +333,13 @@ async def produce_together(session: Session, requests: list[Any]) -> list[Any]:
             for r, t, a in zip(requests, topics, answers, strict=True)]
 
 
+def _tenants(topics: Topics) -> set[int]:
+    return {r.stream.tenant_id for r, _ in topics if r is not None}
+
+
 async def _respond(session: Session, request: Any, topics: Topics,
                    answers: list[list[PartitionAnswer]]) -> Any:
-    await session.throttle_for({r.stream.tenant_id for r, _ in topics if r is not None}, PRODUCE)
+    await session.throttle_for(_tenants(topics), PRODUCE)
     for (resolved, data), parts in zip(topics, answers, strict=True):
         if resolved is not None and any(a.code == errors.NONE for a in parts):
             data_arrived(resolved.stream.uuid, resolved.topic)

@@ -6,16 +6,19 @@ back."""
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import struct
 import time
 
+import psycopg
 import pytest
 
 from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 from replication.services.messages import messages_produce
 from replication.services.quotas import tenant_quota_set
+from replication.stores import store_url
 from tests.broker.conftest import orders_topic
 from tests.broker.test_idempotence import (
     _call,
@@ -80,6 +83,32 @@ def test_a_throttled_connections_pipelined_produce_requests_are_served_one_at_a_
     # Each 60 KB is 1.2 s of the quota: served together, the three answers came at once.
     gaps = [later - earlier for earlier, later in itertools.pairwise(answered)]
     assert min(gaps) >= 0.9, gaps
+    assert sum(stored_values(topic).values()) == 240
+
+
+def test_a_throttled_tenant_appends_one_request_at_a_time_across_its_connections(
+        kafka, owner, operator):
+    """Two throttled connections of one tenant: while the first one's append waits for its
+    partition (locked here), the second one's, into the other partition, waits for it too
+    (the tenant's lane), rather than taking a second pool thread and store connection."""
+    topic = orders_topic(owner, 2)
+    tenant_quota_set(actor=operator, tenant=owner.memberships.get().tenant.name,
+                     produce=50_000)
+    batch = encode_batch([Record(b"p" * 1000, timestamp_ms=1000) for _ in range(60)])
+    with _connected(kafka) as first, _connected(kafka) as second:
+        for sock in (first, second):  # 1.2 s of the quota each: both throttled
+            assert _produce_throttle(_call(sock, _frame(0, 3, 10, _produce_v3(batch)))) > 0
+        with psycopg.connect(store_url(topic.stream.cluster)) as lock:
+            lock.execute("SELECT 1 FROM partitions WHERE stream = %s AND partition = 0 "
+                         "FOR UPDATE", (topic.stream.uuid,))
+            first.sendall(_frame(0, 3, 11, _produce_v3(batch, partition=0)))
+            second.sendall(_frame(0, 3, 11, _produce_v3(batch, partition=1)))
+            time.sleep(4)  # both throttles (about 0.2 and 1.4 s) passed: both requests read
+            assert select.select([first, second], [], [], 0)[0] == []
+            lock.rollback()
+        for sock in (first, second):
+            reply = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
+            assert struct.unpack_from(">h", reply, 8 + 2 + len(b"/mapr/c1/apps:orders") + 8)[0] == 0
     assert sum(stored_values(topic).values()) == 240
 
 
