@@ -39,6 +39,7 @@ STREAM, ORIGIN = uuid.UUID(int=31), uuid.UUID(int=32)
 POLICY = Policy(min_lag_ms=0, delete_retention_ms=1_000)
 NOW = 1 << 45
 VALUE = b"v" * 100
+HERE_BELOW = 1 << 30  # the worker's: STREAMGATE_COMPACT_SPARK_BYTES's default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +77,7 @@ class OnSpark:
         from workers.spark.compaction import Partition, compact_on_spark
 
         return compact_on_spark(self.spark, Partition(store.url, pid), low, end, rules,  # type: ignore[attr-defined]
-                                self.split, pacing=self.pacing)
+                                self.split, pacing=self.pacing, here_below=HERE_BELOW)
 
 
 def _admin(statement: str) -> None:

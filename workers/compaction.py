@@ -49,7 +49,7 @@ class SparkPasses:
         with borrowed_context(settings.SPARK_MASTER_URL or None) as spark:
             return compact_on_spark(spark, part, low, end, rules, self.split,
                                     progress=Progress(store, pid, self.label),
-                                    pacing=self.pacing)
+                                    pacing=self.pacing, here_below=self.min_bytes)
 
 
 class Progress:

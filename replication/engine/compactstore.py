@@ -249,6 +249,14 @@ class CompactionMethods(MessageStore):
                 removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
 
+    def holding_bytes(self, pid: int, low: int, end: int, keys: dict[bytes, int]) -> int:
+        """The stored bytes of the batches in [low, end) that hold some key's latest offset:
+        what `compact_rewrite` would read of their records (the others go on their
+        headers)."""
+        latest = sorted(keys.values())
+        return sum(h.size for page in self._paged(HEADS, Head._make, pid, low, end)
+                   for h in page if _holds_one(latest, h))
+
     def note_compaction_progress(self, pid: int, done: int, total: int, now_ms: int) -> None:
         """How far the running pass of partition `pid` is, for `compaction_state`."""
         with self._writing() as conn:

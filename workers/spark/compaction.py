@@ -10,7 +10,11 @@ partition's lock, a batch dropped only if still as read, counters shrunk by what
 and returns what it removed; the driver sums, and the engine records the pass as for one
 run in process (replication/engine/compactstore.py).
 
-Pass 2 runs in two stages: first every range rewritten keeping every tombstone, then every
+Pass 2 runs in the driver instead, in one stage in offset order as in the worker, when the
+batches it must read are few (those holding a key's latest record, under the worker's Spark
+threshold: the others go on their headers): two Spark jobs cost more than such a pass.
+
+On Spark, pass 2 runs in two stages: first every range rewritten keeping every tombstone, then every
 range again dropping the tombstones past the delete retention. In one process the pages go in
 offset order, so a key's older records are gone before its tombstone goes; Spark's tasks run
 in any order, and a job that died after a later range dropped a tombstone but before an
@@ -125,10 +129,14 @@ def stages(rules: Rules) -> list[Rules]:
 
 def compact_on_spark(spark: SparkContext, part: Partition, low: int, end: int, rules: Rules,
                      split: int = SPLIT, *, progress: Callable[[int, int], None] | None = None,
-                     every: float | None = None, pacing: Pacing = UNPACED) -> Counts:
+                     every: float | None = None, pacing: Pacing = UNPACED,
+                     here_below: int = 0) -> Counts:
     """Both passes over [low, end) (pass 2 in its two stages, see the module's docstring);
     `progress(done, total)` ranges when given, each range counted once per pass or stage;
-    `pacing` for the pass as a whole (see the module's docstring)."""
+    `pacing` for the pass as a whole (see the module's docstring). Pass 2 runs here, in the
+    driver, in one stage in offset order as in the worker, when the batches it must read (those
+    holding a key's latest record: the others go on their headers) are under `here_below`
+    bytes: for a partition written over and over, two Spark jobs cost more than that pass."""
     ranges = len(spans(low, end, split))
     part = replace(part, pacing=pacing.shared(min(ranges, spark.defaultParallelism)))
 
@@ -140,6 +148,13 @@ def compact_on_spark(spark: SparkContext, part: Partition, low: int, end: int, r
                            every=every, what="streamgate-compaction")
 
     keys = step(0, lambda: keys_on_spark(spark, part, low, end, split))
+    with _opened(part) as store:
+        if store.holding_bytes(part.pid, low, end, keys) < here_below:
+            done = niced(pacing.nice, lambda: store.compact_rewrite(
+                part.pid, low, end, keys, rules, pace=Pace(pacing.max_bytes_per_sec)))
+            if progress is not None:
+                progress(3 * ranges, 3 * ranges)
+            return done
     keeping, dropping = stages(rules)
     first = step(1, lambda: rewrite_on_spark(spark, part, low, end, keys, keeping, split))
     second = step(2, lambda: rewrite_on_spark(spark, part, low, end, keys, dropping, split))

@@ -23,6 +23,7 @@ from replication.engine.recordbatch import LZ4, encode_batch
 from replication.engine.store import Record
 from tests.replication.engine.conftest import _scratch_database
 from workers.compaction import Progress, SparkPasses
+from workers.spark import compaction as spark_compaction
 from workers.spark.compaction import (
     Partition,
     compact_on_spark,
@@ -156,6 +157,26 @@ def test_a_job_run_again_over_a_half_rewritten_partition_loses_nothing(spark, st
     # The records and the counters as one uninterrupted pass leaves them (the compaction
     # record counts what the recorded pass removed: the dead job recorded nothing).
     assert held(here)[:3] == held(there)[:3]
+
+
+def test_pass_two_runs_in_the_driver_when_the_batches_it_must_read_are_few(
+        spark, stores, monkeypatch):
+    """Pass 1 on Spark, then pass 2 here: the batches holding a key's latest record are under
+    `here_below` bytes. No Spark job rewrites, and the partition ends as the worker leaves it."""
+    here, there, url = stores
+    jobs: list[Rules] = []
+    rewrite = spark_compaction.rewrite_on_spark
+    monkeypatch.setattr(spark_compaction, "rewrite_on_spark",
+                        lambda *args: jobs.append(args[5]) or rewrite(*args))
+    end = there.watermarks(STREAM, "t")[0][1]
+    part = Partition(url, moving.pid_of(there, STREAM, "t", 0))
+    rules = Rules(end, NOW - POLICY.delete_retention_ms)
+    done = compact_on_spark(spark, part, 0, end, rules, SPLIT, here_below=1 << 30)
+    assert jobs == []
+    assert compact(here)[1:3] == done[:2]
+    assert held(here)[:3] == held(there)[:3]
+    compact_on_spark(spark, part, 0, end, rules, SPLIT, here_below=1)  # over it: on Spark
+    assert jobs == stages(rules)
 
 
 def test_a_spark_compaction_reports_its_tasks_as_they_finish_and_notes_them_in_the_store(
