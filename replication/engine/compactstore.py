@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
@@ -295,7 +295,8 @@ class CompactionMethods(MessageStore):
         removed = reclaimed = 0
         with self._writing() as conn:
             self._lock(conn, pid)
-            changed = [(old, new) for old, new in changes if self._drop_if_same(conn, pid, old)]
+            dropped = self._drop_if_same(conn, pid, [old for old, _new in changes])
+            changed = [(old, new) for old, new in changes if old.last_offset in dropped]
             kept = [new for _old, new in changed if new is not None]
             for old, new in changed:
                 removed += old.records - (new.records if new else 0)
@@ -308,8 +309,13 @@ class CompactionMethods(MessageStore):
         _spent(pace, sum(old.size for old, _new in changed) + sum(len(b.data) for b in kept))
         return removed, reclaimed, len(changed)
 
-    def _drop_if_same(self, conn: Connection, pid: int, batch: Head | StoredBatch) -> bool:
-        return bool(self._all(conn, DROP_BATCH, (pid, batch.last_offset, batch.crc)))
+    def _drop_if_same(self, conn: Connection, pid: int,
+                      batches: Sequence[Head | StoredBatch]) -> set[int]:
+        """Delete each of `batches` still as it was read (same last offset and CRC): the last
+        offsets of those deleted (a statement each here; PostgreSQL's store deletes them in
+        one)."""
+        return {b.last_offset for b in batches
+                if self._all(conn, DROP_BATCH, (pid, b.last_offset, b.crc))}
 
 
 class Head(NamedTuple):

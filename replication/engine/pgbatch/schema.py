@@ -44,6 +44,11 @@ COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "i
 # An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
 # the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
 # bytes; in binary (%b): the text form escapes every byte of the batches.
+# Compaction's drops (compactstore.py `_drop_if_same`): each batch only if still as read.
+DROP_IF_SAME = """
+DELETE FROM batches b USING unnest(%s::bigint[], %s::bigint[]) AS d(last_offset, crc)
+WHERE b.pid = %s AND b.last_offset = d.last_offset AND b.crc = d.crc RETURNING b.last_offset
+"""
 INSERT_BATCHES = f"""
 INSERT INTO batches (pid, {BATCH_COLUMNS})
 SELECT p, bo, lo, r, ft, mt, pr, e, bs, a, c, encode(o, 'hex')::uuid, n, z, d

@@ -21,6 +21,7 @@ import psycopg
 
 from replication.engine.batchlayout import BatchLayout
 from replication.engine.batchrules import placed, record_batches, renumbered
+from replication.engine.compactstore import Head
 from replication.engine.durability import LOCAL_COMMIT, local_commit
 from replication.engine.pg.append import _Retried, _rolled_back, _TopicChanged, reserve
 from replication.engine.pg.schema import LOCK
@@ -83,6 +84,12 @@ class PgBatchStore(BatchLayout, PostgresStore):
     @staticmethod
     def _copy(conn: psycopg.Connection, pid: int, batches: Sequence[StoredBatch]) -> None:
         copy_batches(conn, pid, batches)
+
+    def _drop_if_same(self, conn: psycopg.Connection, pid: int,
+                      batches: Sequence[Head | StoredBatch]) -> set[int]:
+        # Compaction's chunk of batches in one statement, not a round trip each.
+        return {last for (last,) in conn.execute(s.DROP_IF_SAME, (
+            [b.last_offset for b in batches], [b.crc for b in batches], pid))}
 
     def _insert_rows(self, conn: psycopg.Connection, rows: Sequence[tuple[int, StoredBatch]],
                      ) -> None:

@@ -11,6 +11,7 @@ import pytest
 from crc32c import crc32c
 
 from replication.engine import compactstore, open_store
+from replication.engine import partitionmove as moving
 from replication.engine.compactstore import Policy
 from replication.engine.recordbatch import (
     HEAD_SIZE,
@@ -218,6 +219,19 @@ def test_a_batch_holding_no_keys_latest_record_goes_without_its_records_read_aga
     assert (done.removed, done.rewritten) == (10, 4)
     assert _kept(store, stream) == [(9, b"a", b"a3"), (11, b"b", b"b3")]
     assert store.watermarks(stream, "t") == {0: (0, 12)}
+
+
+def test_a_write_drops_only_the_batches_still_as_they_were_read(store, stream):
+    """A chunk's drops in one statement (PostgreSQL) or one each (SQLite): a batch whose CRC
+    changed since it was read (rewritten meanwhile) stays, the others go."""
+    _fill(store, stream)
+    pid = moving.pid_of(store, stream, "t", 0)
+    first, second, third = [h for page in store._paged(compactstore.HEADS, compactstore.Head._make,
+                                                       pid, 0, EVERYTHING) for h in page]
+    stale = second._replace(crc=second.crc ^ 1)
+    assert store._write_chunk(pid, [(first, None), (stale, None), (third, None)], None) == (
+        first.records + third.records, first.size + third.size, 2)
+    assert [o for o, _, _ in _kept(store, stream)] == [3, 4]
 
 
 @pytest.mark.parametrize("codec", [0, LZ4])
