@@ -200,21 +200,27 @@ TOTAL = 240_000
 
 def test_a_worker_killed_mid_copy_has_its_tasks_rerun_and_the_copy_ends_equal(
         spark_master, owner, activity, clicks):
-    # Enough that the copy outlasts the kill: on a quiet machine 60,000 were all committed
-    # before the worker died.
     fill(activity, TOTAL)
     job = copystream_start(actor=owner, source_path=activity.path, destination_path=NY,
                            numthreads=1)  # one task, committing partition after partition
     replica = Stream.objects.get(path=NY)
-    destination, replica = open_store(store_url(replica.cluster)), replica.uuid
+    url = store_url(replica.cluster)
+    destination, replica = open_store(url), replica.uuid
     killed_at: list[int] = []
 
     def kill_mid_copy() -> None:
         try:
-            wait_until(lambda: copied(destination, replica) > 0, timeout=180, every=0.01)
-            spark_master.kill_worker()  # the node lost: worker, executor, Python workers
-            time.sleep(1)  # the driver notices its executor gone, the master its worker
-            # Read once the lost attempt is over: a COMMIT it had sent lands after the kill.
+            with psycopg.connect(url) as hold:
+                wait_until(lambda: copied(destination, replica) > 0, timeout=180, every=0.01)
+                # The copy's next chunk waits for this lock: however fast the copy, the kill
+                # lands in its middle (unheld, 240,000 messages were all copied before the
+                # worker died on a quiet machine).
+                hold.execute("LOCK TABLE partitions IN EXCLUSIVE MODE")
+                spark_master.kill_worker()  # the node lost: worker, executor, Python workers
+                time.sleep(1)  # the driver notices its executor gone, the master its worker
+            # Read once the lost attempt is over: a COMMIT it had sent lands after the kill,
+            # once the lock is gone.
+            time.sleep(2)
             killed_at.append(copied(destination, replica))
             spark_master.restart_worker()
         finally:
