@@ -372,14 +372,12 @@ JOB_STALE_SECONDS = _positive(env.float, "STREAMGATE_JOB_STALE_SECONDS", 300.0)
 # Redis failover, a restart without persistence) loses its task, and its link would wait on it.
 # A job enqueued twice runs once (job_run skips a job that ended) or twice harmlessly.
 JOB_QUEUED_SECONDS = _positive(env.float, "STREAMGATE_JOB_QUEUED_SECONDS", 60.0)
-# `stream replica failover`: a planned failover drains the link for at most DRAIN seconds
-# (then gives up, changing nothing); a source store that does not answer within PROBE seconds
-# counts as unreachable (only -force true fails over then).
+# `stream replica failover` drains the link for at most DRAIN seconds (then changes nothing);
+# a source store silent for PROBE seconds is unreachable (only -force true fails over then).
 FAILOVER_DRAIN_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_DRAIN_SECONDS", 120.0)
 FAILOVER_PROBE_SECONDS = _positive(env.float, "STREAMGATE_FAILOVER_PROBE_SECONDS", 5.0)
-# A message store that does not answer fails a call after this many seconds (the wait for a
-# pooled connection and libpq's connect_timeout): producers get a retriable error, and a
-# fault costs its own duration rather than queues of half-minute waits (issue 26).
+# A message store that does not answer fails a call after this many seconds (pool wait and
+# connect_timeout): a retriable error, not queues of half-minute waits (issue 26).
 STORE_WAIT_SECONDS = _positive(env.float, "STREAMGATE_STORE_WAIT_SECONDS", 5.0)
 # The layout of a new PostgreSQL message store (issue 30): "rows" (a message a row) or
 # "batches" (Kafka's record batches kept as sent). A store keeps the layout it was made with.
@@ -389,21 +387,15 @@ if STORE_LAYOUT not in ("rows", "batches"):
 # Messages below which a comparison (failback's common prefix, verification) or a failback's
 # copy runs in the calling process rather than on Spark (workers/compare.py).
 BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)
-# A partition move copies the history of a partition of this many bytes or more with a Spark
-# job (workers/moves.py), smaller ones by the COPY pipe alone: Spark's start and its tasks'
-# set-up cost seconds, which the pipe spends copying a few hundred MB (docs/benchmarks.md).
+# Spark jobs take a partition move's copy and a log compaction (issue 31) of a partition of
+# this many bytes or more, offsets SPLIT per task; smaller ones stay in the process (Spark's
+# start costs seconds: docs/benchmarks.md). workers/moves.py, workers/compaction.py.
 MOVE_SPARK_BYTES = _positive(env.int, "STREAMGATE_MOVE_SPARK_BYTES", 1 << 30)
-# Offsets per Spark task of such a move's copy.
 MOVE_SPARK_SPLIT = _positive(env.int, "STREAMGATE_MOVE_SPARK_SPLIT", 200_000)
-# Log compaction (issue 31): partitions of this many bytes or more are compacted by a Spark
-# job (workers/compaction.py), smaller ones in the worker, as a move's copy is split.
 COMPACT_SPARK_BYTES = _positive(env.int, "STREAMGATE_COMPACT_SPARK_BYTES", 1 << 30)
-# Offsets per Spark task of such a compaction.
 COMPACT_SPARK_SPLIT = _positive(env.int, "STREAMGATE_COMPACT_SPARK_SPLIT", 200_000)
-# A compaction pass's pace (Kafka's log.cleaner.io.max.bytes.per.second): the bytes it reads
-# and writes a second, a Spark pass's tasks sharing it (0: unlimited; the default's reason:
-# docs/settings.md), and the niceness added to the threads doing it where they share a host
-# with the listeners (0: none). replication/engine/pacing.py.
+# A compaction pass's pace (Kafka's log.cleaner.io.max.bytes.per.second; 0: unlimited) and
+# the niceness added to its threads: docs/settings.md, replication/engine/pacing.py.
 COMPACT_MAX_BYTES_PER_SEC = env.int("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC", default=32 << 20)
 COMPACT_NICE = env.int("STREAMGATE_COMPACT_NICE", default=10)
 if COMPACT_MAX_BYTES_PER_SEC < 0 or not 0 <= COMPACT_NICE <= 19:
