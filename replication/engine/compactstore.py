@@ -228,14 +228,14 @@ class CompactionMethods(MessageStore):
         of a partition written over and over). `seen`: told each page's last offset; `pace`:
         told the bytes read, written and dropped (a dropped batch's stored bytes: its delete
         rewrites their pages)."""
-        latest = sorted(keys.values())
+        newest = sorted(keys.values())
         removed = reclaimed = rewritten = 0
         for page in self._paged(HEADS, Head._make, pid, low, end, seen):
             held: list[Head] = []
-            changes: list[tuple[Head | StoredBatch, StoredBatch | None]] = []
+            changes: Changes = []
             for h in page:
                 if h.last_offset < rules.end:
-                    held.append(h) if _holds_one(latest, h) else changes.append((h, None))
+                    held.append(h) if _holds_one(newest, h) else changes.append((h, None))
             if held:
                 wanted = {h.last_offset for h in held}
                 read = self._page(PAGE, _stored, pid, held[0].last_offset,
@@ -253,9 +253,9 @@ class CompactionMethods(MessageStore):
         """The stored bytes of the batches in [low, end) that hold some key's latest offset:
         what `compact_rewrite` would read of their records (the others go on their
         headers)."""
-        latest = sorted(keys.values())
+        newest = sorted(keys.values())
         return sum(h.size for page in self._paged(HEADS, Head._make, pid, low, end)
-                   for h in page if _holds_one(latest, h))
+                   for h in page if _holds_one(newest, h))
 
     def note_compaction_progress(self, pid: int, done: int, total: int, now_ms: int) -> None:
         """How far the running pass of partition `pid` is, for `compaction_state`."""
@@ -337,10 +337,10 @@ def _stored(row: tuple) -> StoredBatch:
     return StoredBatch(*row[:10], bytes(row[10]), *row[11:13], bytes(row[13]))
 
 
-def _holds_one(latest: list[int], head: Head) -> bool:
-    """Whether one of the `latest` offsets (sorted) is in the batch's range."""
-    at = bisect.bisect_left(latest, head.base_offset)
-    return at < len(latest) and latest[at] <= head.last_offset
+def _holds_one(newest: list[int], head: Head) -> bool:
+    """Whether one of the keys' `newest` offsets (sorted) is in the batch's range."""
+    at = bisect.bisect_left(newest, head.base_offset)
+    return at < len(newest) and newest[at] <= head.last_offset
 
 
 class _Progress:
