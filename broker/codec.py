@@ -124,7 +124,7 @@ def writer(cls: type) -> Any:
 
 def encode(*entities: Any) -> bytes:
     """The entities written one after the other (a response header, then its body)."""
-    return b"".join(_written(Parts(b""), entities).parts)
+    return b"".join(_written(b"", entities)[0])
 
 
 def item_class(cls: type, field: str) -> type:
@@ -189,19 +189,20 @@ class Records:
 class Parts:
     """Entities written as a list of parts: small writes gathered in a part, each large one
     (a fetch's record batches) a part as it is, not copied into one buffer with the rest.
-    `head`: the first part's first bytes (a frame's length, filled in by `frame`)."""
+    `head`: the first part's first bytes (room for a frame's length)."""
 
     LARGE = 1 << 15
 
-    def __init__(self, head: bytes = b"\0\0\0\0") -> None:
+    def __init__(self, head: bytes) -> None:
         self.parts: Frame = []
         self._small = bytearray(head)
         self.size = 0
 
     def write(self, data: bytes | Records) -> int:
         if isinstance(data, Records) or len(data) >= self.LARGE:
-            self.parts.append(self._small)
-            self._small = bytearray()
+            if self._small:
+                self.parts.append(self._small)
+                self._small = bytearray()
             self.parts.extend(data.parts if isinstance(data, Records) else (data,))
         else:
             self._small += data
@@ -212,32 +213,30 @@ class Parts:
         for item in items:
             self.write(item)
 
-    def frame(self) -> Frame:
-        """The parts, the first beginning with their length (a Kafka frame)."""
-        self._done()
-        self.parts[0][:4] = self.size.to_bytes(4, "big")  # type: ignore[index]
-        return self.parts
-
-    def _done(self) -> None:
+    def done(self) -> Frame:
         if self._small or not self.parts:
             self.parts.append(self._small)
             self._small = bytearray()
+        return self.parts
 
 
-def _written(buffer: Parts, entities: Sequence[Any]) -> Parts:
+def _written(head: bytes, entities: Sequence[Any]) -> tuple[Frame, int]:
+    """The entities' parts behind `head`, and their size without it."""
+    buffer = Parts(head)
     for entity in entities:
         if isinstance(entity, Spliced):
             entity.write(buffer)
         else:
             writer(type(entity))(buffer, entity)
-    buffer._done()
-    return buffer
+    return buffer.done(), buffer.size
 
 
 def frame_parts(*entities: Any) -> Frame:
     """The entities written one after the other behind the frame's 4-byte length, as the
     connection sends them: a fetch's megabytes are sent from where they are."""
-    return _written(Parts(), entities).frame()
+    parts, size = _written(b"\0\0\0\0", entities)
+    parts[0][:4] = size.to_bytes(4, "big")  # type: ignore[index]
+    return parts
 
 
 def encode_frame(*entities: Any) -> bytes:
