@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from replication.engine import open_store
-from replication.engine.compactstore import Policy
-from replication.engine.pacing import BURST_SECONDS, UNPACED, Pace, Pacing, niced
+from replication.engine.compactstore import HEADS, Policy
+from replication.engine.pacing import BURST_SECONDS, STEP_SECONDS, UNPACED, Pace, Pacing, niced
 from replication.engine.recordbatch import encode_batch
 from replication.engine.store import Record
 
@@ -72,6 +72,29 @@ def test_a_paced_pass_takes_what_it_reads_over_the_rate_and_ends_as_an_unpaced_o
     assert compact(fast, fast_stream) == done and done.removed > 0
     assert time.monotonic() - began < took / 2
     assert held(fast, fast_stream) == held(paced, paced_stream)
+
+
+def test_a_paced_pass_reads_and_writes_a_steps_worth_of_batches_at_a_time(stores):
+    """Paced, a page read or a chunk written is what the rate spends in STEP_SECONDS (three
+    batches here), not 500 batches read or 50 written at full speed and then slept off."""
+    (fast, fast_stream), (paced, paced_stream) = stores
+    rate = 3 * len(held(paced, paced_stream)[0]) / BATCHES / STEP_SECONDS
+    reads, chunks = [], []
+    page, write = paced._page, paced._write_chunk
+
+    def reading(query, *args):
+        rows = page(query, *args)
+        if query is not HEADS:  # what the pass reads of the batches, not their headers
+            reads.append(len(rows))
+        return rows
+
+    paced._page = reading
+    paced._write_chunk = lambda pid, changes, pace: chunks.append(len(changes)) or write(
+        pid, changes, pace)
+    assert compact(paced, paced_stream, Pacing(rate)) == compact(fast, fast_stream)
+    assert held(fast, fast_stream) == held(paced, paced_stream)
+    assert len(reads) > BATCHES / 3 and max(reads) <= 3 and 3 in reads, reads
+    assert max(chunks) <= 3 and 3 in chunks, chunks
 
 
 def test_a_pass_writing_two_batches_a_transaction_ends_as_one_writing_fifty(stores):
