@@ -231,12 +231,22 @@ def return_large_buffers() -> None:
     threshold after the first large free and then keeps such buffers in each thread's arena:
     a listener that decoded a few large batches stayed hundreds of MB larger for good. Not
     lower: at 256 KiB every fetch response and produce batch was a fresh mapping, and the
-    listener spent 12-18 % more CPU per produced message (python -m bench kafka)."""
+    listener spent 12-18 % more CPU per produced message (python -m bench kafka).
+
+    Fixing that threshold also fixes glibc's trim threshold at its 128 KiB default, so each
+    free of a produce's frames and batch copies (about a megabyte a request group) gave the
+    arena's top back to the system and the next request faulted it in afresh: at 16 MiB the
+    listener spent 0.87 ms of CPU per 1,000 produced messages instead of 1.30, for about
+    30 MB more resident (docs/benchmarks.md, Kafka). Buffers of 4 MiB or more still go back
+    at once."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: its own allocator
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+TRIM_THRESHOLD_BYTES = 16 << 20
 # A connection's requests are read ahead of the one being served up to twice this (asyncio
 # stops reading the socket past that), so that its client closing it is seen: a produce whose
 # client left is not written (broker/apis/produce.py). librdkafka pipelines up to five requests
