@@ -235,10 +235,11 @@ def return_large_buffers() -> None:
 
     Fixing that threshold also fixes glibc's trim threshold at its 128 KiB default, so each
     free of a produce's frames and batch copies (about a megabyte a request group) gave the
-    arena's top back to the system and the next request faulted it in afresh: at 16 MiB the
-    listener spent 0.87 ms of CPU per 1,000 produced messages instead of 1.30, for about
-    30 MB more resident (docs/benchmarks.md, Kafka). Buffers of 4 MiB or more still go back
-    at once."""
+    arena's top back to the system and the next request faulted it in afresh: at 8 MiB the
+    listener spends about a third less CPU per produced message (docs/benchmarks.md, Kafka).
+    Not more: at 16 MiB each thread's arena kept enough that the listener's peak under
+    compressed batches grew past its memory bound (tests/broker/test_limits.py). Buffers of
+    4 MiB or more still go back at once."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: its own allocator
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
@@ -246,7 +247,7 @@ def return_large_buffers() -> None:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-TRIM_THRESHOLD_BYTES = 16 << 20
+TRIM_THRESHOLD_BYTES = 8 << 20
 # A connection's requests are read ahead of the one being served up to this (FrameReader
 # stops reading the socket past that), so that its client closing it is seen: a produce whose
 # client left is not written (broker/apis/produce.py). librdkafka pipelines up to five requests
