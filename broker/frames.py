@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 MIN_READ = 64 * 1024  # the least room offered to a receive (the buffer's size to begin with)
-SPARE_BUFFERS = 2  # grown buffers of closed connections kept for the next connections
+SPARE_BUFFERS = 4  # emptied buffers kept for the connections that receive next
 _spare: list[bytearray] = []
 Serve = Callable[["FrameReader", asyncio.StreamWriter], Coroutine[Any, Any, None]]
 
@@ -30,10 +30,9 @@ class FrameReader(FlowControlMixin, asyncio.BufferedProtocol):
     def __init__(self, serve: Serve, limit: int) -> None:
         super().__init__()
         self._serve, self._limit = serve, limit
-        # A closed connection's grown buffer, when there is one: a producer's grows to several
-        # megabytes, and fresh memory costs here (each page faulted in afresh: 17 % of the
-        # listener's samples when every run of `bench kafka` connected anew).
-        self._buf = _spare.pop() if _spare else bytearray(MIN_READ)
+        # Taken when bytes come (get_buffer) and given back while none wait unread
+        # (`_give_back`): an idle connection holds no buffer.
+        self._buf = bytearray()
         self._start = self._end = 0  # unread bytes: _buf[_start:_end]
         self.eof = False
         self._exception: BaseException | None = None
@@ -54,13 +53,11 @@ class FrameReader(FlowControlMixin, asyncio.BufferedProtocol):
         self._task.add_done_callback(self._release)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._start == self._end:
-            self._start = self._end = 0
-            # A buffer grown for a frame larger than the read-ahead starts small again once
-            # read; one within it keeps its size (a producer's pipelined requests refill it,
-            # and fresh memory is what cost: each new megabyte faulted in afresh).
-            if len(self._buf) > 2 * self._limit:
-                self._buf = bytearray(MIN_READ)
+        if not self._buf:
+            # A spare one when there is: a producer's grows to several megabytes, and fresh
+            # memory costs (each page faulted in afresh: 17 % of the listener's samples when
+            # every run of `bench kafka` connected anew and grew its buffer again).
+            self._buf = _spare.pop() if _spare else bytearray(MIN_READ)
         self._room(MIN_READ)
         return memoryview(self._buf)[self._end:]
 
@@ -87,12 +84,17 @@ class FrameReader(FlowControlMixin, asyncio.BufferedProtocol):
         self._release()
 
     def _release(self, _: object = None) -> None:
-        """Give the buffer to the next connection once neither the transport (closed) nor
-        the serving task (done) can touch it."""
-        if not (self._closed.done() and self._task is not None and self._task.done()):
-            return
-        buf, self._buf = self._buf, bytearray()
-        if MIN_READ < len(buf) <= 2 * self._limit and len(_spare) < SPARE_BUFFERS:
+        """Give the buffer back once neither the transport (closed) nor the serving task
+        (done) can touch it."""
+        if self._closed.done() and self._task is not None and self._task.done():
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """The buffer, empty, to the spares (up to SPARE_BUFFERS; one grown for a frame
+        larger than twice the read-ahead is dropped): this connection takes one again when
+        bytes come."""
+        buf, self._buf, self._start, self._end = self._buf, bytearray(), 0, 0
+        if 0 < len(buf) <= 2 * self._limit and len(_spare) < SPARE_BUFFERS:
             _spare.append(buf)
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future:
@@ -117,7 +119,10 @@ class FrameReader(FlowControlMixin, asyncio.BufferedProtocol):
                 partial = self.peek(self.buffered())
                 self._start = self._end
                 raise asyncio.IncompleteReadError(partial, n)
-            self._room(n - self.buffered())
+            if self.buffered():
+                self._room(n - self.buffered())
+            else:
+                self._give_back()
             if self._paused_reading:  # a frame larger than the read-ahead: read on
                 self._paused_reading = False
                 self._transport.resume_reading()  # type: ignore[union-attr]

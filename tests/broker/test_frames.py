@@ -94,18 +94,24 @@ async def _reading_pauses_past_the_read_ahead_and_resumes_once_read() -> None:
     assert await reader.readexactly(250_000) == b"x" * 50_000 + b"y" * 200_000
 
 
-def test_a_closed_connections_grown_buffer_serves_the_next_connection(monkeypatch):
+def test_an_emptied_buffer_serves_the_next_connection_and_an_idle_one_holds_none(monkeypatch):
     monkeypatch.setattr(frames, "_spare", [])
-    asyncio.run(_a_closed_connections_grown_buffer_serves_the_next_connection())
+    asyncio.run(_an_emptied_buffer_serves_the_next_connection_and_an_idle_one_holds_none())
 
 
-async def _a_closed_connections_grown_buffer_serves_the_next_connection() -> None:
+async def _an_emptied_buffer_serves_the_next_connection_and_an_idle_one_holds_none() -> None:
     reader, _, _ = await _connected()
     receive(reader, b"z" * 300_000)
     await reader.readexactly(300_000)
     grown = reader._buf
+    waiting = asyncio.ensure_future(reader.readexactly(4))
+    await asyncio.sleep(0)  # nothing unread while it waits: the buffer goes back
+    assert reader._buf == bytearray() and frames._spare == [grown]
+    receive(reader, b"\x00\x00\x00\x01")
+    assert await waiting == b"\x00\x00\x00\x01" and reader._buf is grown
     reader.connection_lost(None)
     await asyncio.sleep(0)  # the serving task's done callback
     assert frames._spare == [grown]
     following, _, _ = await _connected()
+    following.get_buffer(-1)
     assert following._buf is grown and frames._spare == []
