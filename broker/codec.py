@@ -150,7 +150,7 @@ class Spliced:
     marker: Any
     items: Sequence[bytes]
 
-    def write(self, buffer: io.BytesIO) -> None:
+    def write(self, buffer: Parts) -> None:
         whole, mark = encode(self.response), encode(self.marker)
         at = whole.index(mark)
         one = self._length(1)
@@ -172,17 +172,54 @@ class Spliced:
         return out.getvalue()
 
 
-def encode_frame(*entities: Any) -> bytes:
-    """`encode`, behind the frame's 4-byte length: a response as the connection sends it,
-    with no second copy of a fetch's megabytes to put the length before them."""
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
+Frame = list[bytes | bytearray]  # a response frame's parts, sent one after the other
+
+
+class Parts:
+    """A frame written as a list of parts: small writes gathered in a part, each large one (a
+    fetch's record batches) a part as it is, not copied into one buffer with the rest. The
+    first part begins with the frame's 4-byte length, filled in by `frame`."""
+
+    LARGE = 1 << 15
+
+    def __init__(self) -> None:
+        self.parts: Frame = []
+        self._small = bytearray(4)
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        if len(data) >= self.LARGE:
+            self.parts.append(self._small)
+            self._small = bytearray()
+            self.parts.append(data)
+        else:
+            self._small += data
+        self.size += len(data)
+        return len(data)
+
+    def writelines(self, items: Sequence[bytes]) -> None:
+        for item in items:
+            self.write(item)
+
+    def frame(self) -> Frame:
+        if self._small:
+            self.parts.append(self._small)
+        self.parts[0][:4] = self.size.to_bytes(4, "big")  # type: ignore[index]
+        return self.parts
+
+
+def frame_parts(*entities: Any) -> Frame:
+    """The entities written one after the other behind the frame's 4-byte length, as the
+    connection sends them: a fetch's megabytes are sent from where they are."""
+    buffer = Parts()
     for entity in entities:
         if isinstance(entity, Spliced):
             entity.write(buffer)
         else:
             writer(type(entity))(buffer, entity)
-    size = buffer.tell() - 4
-    buffer.seek(0)
-    buffer.write(size.to_bytes(4, "big"))
-    return buffer.getvalue()
+    return buffer.frame()
+
+
+def encode_frame(*entities: Any) -> bytes:
+    """`frame_parts` in one piece."""
+    return b"".join(frame_parts(*entities))

@@ -26,7 +26,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
 from broker import errors
-from broker.codec import Spliced, build, encode_frame, has_field, reader
+from broker.codec import Frame, Spliced, build, frame_parts, has_field, reader
 from broker.errors import CloseConnection, KafkaError
 
 if TYPE_CHECKING:
@@ -100,16 +100,16 @@ def _decode(payload: bytes, api_key: int, version: int) -> tuple[RequestHeader, 
     return header, request
 
 
-def _encode(correlation_id: int, response: Any) -> bytes:
+def _encode(correlation_id: int, response: Any) -> Frame:
     # ApiVersions responses keep header v0 whatever their version, so that a client can read
     # one before it knows which versions the broker speaks (KIP-511).
     entity = response.response if isinstance(response, Spliced) else response
     flexible = entity.__flexible__ and entity.__api_key__ != API_VERSIONS
     header = (ResponseHeaderV1 if flexible else ResponseHeaderV0)(correlation_id=correlation_id)
-    return encode_frame(header, response)
+    return frame_parts(header, response)
 
 
-def unsupported_versions(correlation_id: int) -> bytes:
+def unsupported_versions(correlation_id: int) -> Frame:
     """ApiVersions v0 with UNSUPPORTED_VERSION and what is supported, the answer Kafka gives a
     client asking ApiVersions in a version it does not know, so the client retries lower."""
     response_cls = load_response_schema(API_VERSIONS, 0)
@@ -129,12 +129,12 @@ def _error_response(request: Any, error: KafkaError) -> Any:
     return build(response_cls, error_code=error.code, error_message=error.message or None)
 
 
-async def dispatch(session: Session, payload: bytes) -> bytes | None:
-    """The response frame (its length first) to one request frame (None: nothing to send);
-    CloseConnection when the connection must be closed without an answer."""
+async def dispatch(session: Session, payload: bytes) -> Frame | None:
+    """The response frame (its length first, in parts) to one request frame (None: nothing
+    to send); CloseConnection when the connection must be closed without an answer."""
     if session.raw_sasl:
         token = await _raw_sasl[0](session, payload)
-        return None if token is None else len(token).to_bytes(4, "big") + token
+        return None if token is None else [len(token).to_bytes(4, "big") + token]
     api_key, version, correlation_id = _frame_prefix(payload)
     if not supported(api_key, version):
         if api_key == API_VERSIONS:
@@ -164,7 +164,7 @@ def _check_session(session: Session, api_key: int) -> None:
                               " before session_lifetime_ms passes (KIP-368)")
 
 
-def _answer(session: Session, correlation_id: int, response: Any) -> bytes | None:
+def _answer(session: Session, correlation_id: int, response: Any) -> Frame | None:
     if response is None:
         return None
     if session.throttle_seconds > 0:
@@ -207,7 +207,7 @@ def goes_together(head: bytes) -> bool:
     return len(head) >= 2 and int.from_bytes(head[:2], "big", signed=True) in together
 
 
-async def dispatch_together(session: Session, payloads: list[bytes]) -> list[bytes | None]:
+async def dispatch_together(session: Session, payloads: list[bytes]) -> list[Frame | None]:
     """The responses to consecutive frames of one API key with a handler in `together`, in
     order: served together when all parse and its `may` agrees, else one by one (each
     request's checks, quotas and errors as `dispatch` applies them)."""

@@ -169,8 +169,8 @@ async def serve_connection(listener: Listener, reader: FrameReader,
             else:
                 responses = await dispatch_together(session, frames)
             for response in responses:
-                if response is not None:  # framed already (dispatch)
-                    writer.write(response)
+                for part in response or ():  # framed already (dispatch), None: no answer
+                    writer.write(part)
             await writer.drain()
             if session.throttle_seconds > 0:  # over a tenant's quota: muted meanwhile (KIP-219)
                 await asyncio.sleep(min(session.throttle_seconds, MAX_THROTTLE_MS / 1000))

@@ -384,6 +384,11 @@ STORE_WAIT_SECONDS = _positive(env.float, "STREAMGATE_STORE_WAIT_SECONDS", 5.0)
 STORE_LAYOUT = env.str("STREAMGATE_STORE_LAYOUT", default="batches")
 if STORE_LAYOUT not in ("rows", "batches"):
     raise ImproperlyConfigured(f"STREAMGATE_STORE_LAYOUT={STORE_LAYOUT!r}: use rows or batches")
+# Bytes of recent batches a process serving Kafka fetches keeps (replication/engine/pgbatch/
+# tailcache.py; 0: none): Kafka's page cache, checked against the store on every fetch.
+FETCH_CACHE_BYTES = env.int("STREAMGATE_FETCH_CACHE_BYTES", default=256 << 20)
+if FETCH_CACHE_BYTES < 0:
+    raise ImproperlyConfigured("STREAMGATE_FETCH_CACHE_BYTES must be 0 (none) or more bytes")
 # Messages below which a comparison (failback's common prefix, verification) or a failback's
 # copy runs in the calling process rather than on Spark (workers/compare.py).
 BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)

@@ -86,7 +86,8 @@ def open_url(url: str) -> MessageStore:
         if store is None:
             create_database(url)
             store = _stores[url] = open_store(
-                url, wait=settings.STORE_WAIT_SECONDS, layout=settings.STORE_LAYOUT)
+                url, wait=settings.STORE_WAIT_SECONDS, layout=settings.STORE_LAYOUT,
+                fetch_cache=settings.FETCH_CACHE_BYTES)
     return store
 
 

@@ -8,7 +8,7 @@ SQLite's); the rules no dialect touches are batchrules.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import groupby
 from operator import itemgetter
 from typing import Any, Unpack
@@ -150,9 +150,16 @@ class BatchLayout(TransactionRanges, CompactionMethods):
         next while they fit `max_bytes` (a consumer skips what precedes its offset)."""
         with self._reading() as conn:
             pid = self._pid(conn, stream, topic, partition)
-            rows = self._binary(conn).execute(self._sql(FETCH_BATCHES),
-                                              (pid, offset, max_bytes, offset)).fetchall()
-        return fetched(rows, offset)
+            query, args, rows_of = self._fetch_statement(pid, offset, max_bytes)
+            rows = self._binary(conn).execute(self._sql(query), args).fetchall()
+        return fetched(rows_of(rows), offset)
+
+    def _fetch_statement(self, pid: int, offset: int, max_bytes: int,
+                         ) -> tuple[str, tuple, Callable[[list], list]]:
+        """A fetch's statement for one partition, its arguments, and what turns its rows into
+        `fetched`'s (data, base offset, records, size); PostgreSQL's sends only the bytes
+        of the batches its process does not hold (pgbatch/tailcache.py)."""
+        return FETCH_BATCHES, (pid, offset, max_bytes, offset), _same
 
     def fetch_partitions(self, stream: UUID, topic: str, reads: Sequence[tuple[int, int, int]],
                          committed: bool = False,
@@ -170,13 +177,16 @@ class BatchLayout(TransactionRanges, CompactionMethods):
                     pids.append(self._pid(conn, stream, topic, partition))
                 except PartitionOutOfRange:
                     pids.append(None)
-            queries = [(WATERMARKS, (self._key(stream), topic))]
+            queries, rows_of = [(WATERMARKS, (self._key(stream), topic))], []
             for pid, (_, offset, max_bytes) in zip(pids, reads, strict=True):
                 if pid is not None:
                     queries += [(STABLE, (pid,)), (ABORTED_FROM, (pid, offset))] if committed \
                         else []
-                    queries.append((FETCH_BATCHES, (pid, offset, max_bytes, offset)))
+                    query, args, finish = self._fetch_statement(pid, offset, max_bytes)
+                    queries.append((query, args))
+                    rows_of.append(finish)
             answers = iter(self._read_all(conn, queries))
+            finishes = iter(rows_of)
         marks = {p: (low, high) for p, low, high in next(answers)}
         if not marks:
             raise UnknownTopic(f"topic {topic!r} does not exist in stream {stream}")
@@ -189,7 +199,8 @@ class BatchLayout(TransactionRanges, CompactionMethods):
                 stable = high if first is None else min(first, high)
                 view = TxnView(stable, [(int(p), int(f)) for p, f in next(answers)
                                         if f < stable and offset < stable])
-            got = Fetched(b"", 0, 0) if pid is None else fetched(next(answers), offset)
+            got = Fetched(b"", 0, 0) if pid is None else fetched(next(finishes)(next(answers)),
+                                                                 offset)
             found.append(fetched_below(got, view.stable) if view.stable < high else got)
             views.append(view)
         return marks, found, views
@@ -383,3 +394,7 @@ class BatchLayout(TransactionRanges, CompactionMethods):
 
 def _headers(m: Message) -> bytes | None:
     return encode_headers(m.headers) if m.headers else None
+
+
+def _same(rows: list) -> list:
+    return rows

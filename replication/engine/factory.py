@@ -27,15 +27,19 @@ def sqlite_path(url: str) -> Path:
 default_layout = "batches"
 
 
-def open_store(url: str, *, wait: float = 5.0, layout: str | None = None) -> MessageStore:
+def open_store(url: str, *, wait: float = 5.0, layout: str | None = None,
+               fetch_cache: int = 0) -> MessageStore:
     """`wait`: seconds a call waits for a PostgreSQL store that does not answer. `layout`: for
     a database or file with no store yet, "rows" or "batches" (default_layout if None); an
-    existing store keeps the layout its tables show."""
+    existing store keeps the layout its tables show. `fetch_cache`: bytes of recent batches a
+    PostgreSQL batch store keeps for Kafka fetches (pgbatch/tailcache.py)."""
     if url.startswith(("postgresql://", "postgres://")):
         batches = _pg_layout(url, wait)
         if batches is None:
             batches = (layout or default_layout) == "batches"
-        return (PgBatchStore if batches else PostgresStore)(url, wait=wait)
+        if batches:
+            return PgBatchStore(url, wait=wait, fetch_cache=fetch_cache)
+        return PostgresStore(url, wait=wait)
     if url.startswith("sqlite:///"):
         path = sqlite_path(url)
         batches = _sqlite_layout(path)

@@ -41,14 +41,32 @@ STORAGE_SET = "ALTER TABLE batches ALTER COLUMN data SET STORAGE EXTERNAL"
 COPY_IN = f"COPY batches (pid, {BATCH_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 COPY_TYPES = ["int4", "int8", "int8", "int4", "int8", "int8", "int8", "int2", "int4", "int2",
               "int8", "bytea", "text", "int8", "bytea"]
-# An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
-# the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
-# bytes; in binary (%b): the text form escapes every byte of the batches.
 # Compaction's drops (compactstore.py `_drop_if_same`): each batch only if still as read.
 DROP_IF_SAME = """
 DELETE FROM batches b USING unnest(%s::bigint[], %s::bigint[]) AS d(last_offset, crc)
 WHERE b.pid = %s AND b.last_offset = d.last_offset AND b.crc = d.crc RETURNING b.last_offset
 """
+# statements.py's FETCH_BATCHES beside the batches the fetching process holds (tailcache.py:
+# their last and base offsets, CRCs and lengths): the bytes only of the others (NULL for a
+# held one: its TOASTed data is never read), then each row's last offset and CRC.
+# octet_length reads a TOASTed value's length from its pointer.
+FETCH_CACHED = """
+SELECT CASE WHEN h.crc IS NULL THEN b.data END, b.base_offset, b.records, b.size,
+       b.last_offset, b.crc FROM (
+    SELECT pid, last_offset, base_offset, wire, sum(wire) OVER (ORDER BY last_offset) - wire
+           AS ahead
+    FROM (SELECT pid, last_offset, base_offset, octet_length(data) AS wire FROM batches
+          WHERE pid = %s AND last_offset >= %s ORDER BY last_offset LIMIT 1000) ranged
+) k JOIN batches b ON b.pid = k.pid AND b.last_offset = k.last_offset
+LEFT JOIN unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])
+    AS h(last_offset, base_offset, crc, wire)
+    ON h.last_offset = k.last_offset AND h.base_offset = k.base_offset AND h.crc = b.crc
+    AND h.wire = k.wire
+WHERE k.ahead < %s OR k.base_offset <= %s ORDER BY k.last_offset
+"""
+# An append's batch rows in one statement (a COPY cannot ride in a pipeline with the rest of
+# the append: see PgBatchStore._write_once), a parameter array per column, origin as its 16
+# bytes; in binary (%b): the text form escapes every byte of the batches.
 INSERT_BATCHES = f"""
 INSERT INTO batches (pid, {BATCH_COLUMNS})
 SELECT p, bo, lo, r, ft, mt, pr, e, bs, a, c, encode(o, 'hex')::uuid, n, z, d

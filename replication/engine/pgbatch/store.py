@@ -32,6 +32,7 @@ from replication.engine.pg.schema import LOCK
 from replication.engine.pg.store import PostgresStore
 from replication.engine.pgbatch import schema as s
 from replication.engine.pgbatch.apply import copy_batches
+from replication.engine.pgbatch.tailcache import TailCache
 from replication.engine.sequences import (
     ProducerBatch,
     SequencesApart,
@@ -56,6 +57,11 @@ class PgBatchStore(BatchLayout, PostgresStore):
     retention and replication are BatchLayout's (shared with SQLite); appends are COPY."""
 
     SEQUENCES_TOGETHER = True
+
+    def __init__(self, url: str, *, fetch_cache: int = 0, **kwargs: Any) -> None:
+        """`fetch_cache`: bytes of recent batches kept for fetches (tailcache.py; 0: none)."""
+        super().__init__(url, **kwargs)
+        self._tail = TailCache(fetch_cache)
 
     def _create_schema(self, conn: psycopg.Connection) -> None:
         if conn.execute("SELECT to_regclass('messages') IS NOT NULL").fetchone()[0]:
@@ -216,7 +222,30 @@ class PgBatchStore(BatchLayout, PostgresStore):
                 if local_commit():  # acks=0/1: the primary's own commit answers
                     conn.execute(LOCAL_COMMIT)
                 conn.execute("COMMIT")
+        self._tail.put_rows((pid, b.last_offset, b.base_offset, b.crc, b.data) for pid, b in rows)
         return firsts
+
+    def _fetch_statement(self, pid: int, offset: int, max_bytes: int,
+                         ) -> tuple[str, tuple, Callable[[list], list]]:
+        if not self._tail.max_bytes:
+            return super()._fetch_statement(pid, offset, max_bytes)
+        held = self._tail.held(pid, offset, max_bytes)
+        args = (pid, offset, list(held), [h.base_offset for h in held.values()],
+                [h.crc for h in held.values()], [len(h.data) for h in held.values()],
+                max_bytes, offset)
+
+        def rows_of(rows: list) -> list:
+            out, read = [], []
+            for data, base, records, size, last, crc in rows:
+                if data is None:
+                    data = held[last].data
+                else:
+                    read.append((pid, last, base, crc, data))
+                out.append((data, base, records, size))
+            self._tail.put_rows(read)
+            return out
+
+        return s.FETCH_CACHED, args, rows_of
 
 
 def columns(rows: list[tuple[int, StoredBatch]]) -> list[Any]:
