@@ -141,14 +141,14 @@ def main(args: argparse.Namespace) -> int:
           f"{time.monotonic() - began:.1f} s")
     pacing = Pacing(args.max_bytes_per_sec, args.nice)
     print(f"pacing: max {args.max_bytes_per_sec:,} bytes/s (0: unlimited), nice +{args.nice}")
-    spark = OnSpark(args.split, pacing)
     if args.producers:
         from bench import compaction_producers
 
         try:
-            return compaction_producers.main(args, spark)
+            return compaction_producers.main(args)
         finally:
             drop(TEMPLATE)
+    spark = OnSpark(args.split, pacing)
     rates: dict[str, list[float]] = {"in process": [], "Spark": []}
     for run in range(args.runs):
         for name, passes in (("in process", None), ("Spark", spark)):

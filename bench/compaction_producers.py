@@ -6,7 +6,8 @@ each message's time to acknowledgement). Each run has three phases: the producer
 `--seconds`; then during a compaction of a fresh clone in the worker's way (in a process of
 its own, as the worker is not the listener's process, and so that its Python does not hold
 this process's GIL against the producer's callbacks); then during one through the Spark passes
-(the local session of bench/compaction.py's `OnSpark`, driven from a thread here). The producer
+(a local session of bench/compaction.py's `OnSpark`, driven from a process of its own for the
+same reason: the driver is the worker's process, and runs pass 2 there). The producer
 starts with the pass and stops measuring when it ends, so its window is the pass; the clone is
 made before (`CREATE DATABASE ... TEMPLATE` writes the whole partition) and the server given
 a few seconds to settle. Printed: p50 and p99 per phase and p99 against alone, and the passes'
@@ -19,7 +20,7 @@ import argparse
 import multiprocessing
 import statistics
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 
 from bench import compaction
 from bench.quotas import latency_table, quiet_latencies, quiet_stack
@@ -29,23 +30,39 @@ PHASES = ("alone", "during compaction, in process", "during compaction, Spark")
 SETTLE = 5.0  # seconds after a clone, before the producer is measured
 
 
-def _during(executor: Executor, db: str, passes: compaction.OnSpark | None, port: int,
-            token: str, rate: int, pacing: Pacing) -> tuple[list[float], float]:
+_spark: compaction.OnSpark | None = None  # the Spark driver process's session
+
+
+def _start_spark(split: int, pacing: Pacing) -> None:
+    global _spark
+    _spark = compaction.OnSpark(split, pacing)
+
+
+def _compact(db: str, on_spark: bool, pacing: Pacing) -> tuple[float, int]:
+    return compaction.compact(db, _spark if on_spark else None, pacing)
+
+
+def _during(executor: Executor, db: str, on_spark: bool, port: int, token: str, rate: int,
+            pacing: Pacing) -> tuple[list[float], float]:
     """The producer's latencies while one pass of `db` runs, and the pass's seconds."""
-    pass_ = executor.submit(compaction.compact, db, passes, pacing)
+    pass_ = executor.submit(_compact, db, on_spark, pacing)
     took = quiet_latencies(port, token, rate, float("inf"), until=pass_.done)
     seconds, _removed = pass_.result()
     return took, seconds
 
 
-def main(args: argparse.Namespace, spark: compaction.OnSpark) -> int:
+def main(args: argparse.Namespace) -> int:
     p50: dict[str, list[float]] = {p: [] for p in PHASES}
     p99: dict[str, list[float]] = {p: [] for p in PHASES}
     rates: dict[str, list[float]] = {p: [] for p in PHASES[1:]}
+    pacing = Pacing(args.max_bytes_per_sec, args.nice)
+    spawn = multiprocessing.get_context("spawn")
     with (quiet_stack(compaction.SERVER + "postgres", args.rate) as (port, tokens, _operator),
-          ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as worker,
-          ThreadPoolExecutor(1) as driver):
-        worker.submit(time.sleep, 0).result()  # the worker process started and imported
+          ProcessPoolExecutor(1, mp_context=spawn) as worker,
+          ProcessPoolExecutor(1, mp_context=spawn, initializer=_start_spark,
+                              initargs=(args.split, pacing)) as driver):
+        for started in (worker, driver):  # each process started and imported, the session up
+            started.submit(time.sleep, 0).result()
         token = tokens["quiet"]
         for run in range(args.runs):
             for phase in PHASES:
@@ -58,8 +75,7 @@ def main(args: argparse.Namespace, spark: compaction.OnSpark) -> int:
                     try:
                         time.sleep(SETTLE)
                         took, seconds = _during(driver if on_spark else worker, db,
-                                                spark if on_spark else None, port, token,
-                                                args.rate, spark.pacing)
+                                                on_spark, port, token, args.rate, pacing)
                     finally:
                         compaction.drop(db)
                     rates[phase].append(args.messages / seconds)

@@ -16,8 +16,12 @@ the other on the same database:
 - Kafka produce: a confluent-kafka (librdkafka) producer process, acks=all, linger.ms=5,
   values of VALUE_BYTES, keyless (librdkafka spreads them over the partitions), from the first
   produce() to the end of flush();
-- Kafka consume: a librdkafka consumer assigned every partition at the run's first offsets,
-  until it has every message of the run;
+- Kafka consume: a librdkafka (confluent-kafka) consumer, connected first, assigned every
+  partition at the run's first offsets, until it has every message of the run; then the same
+  with fetch.queue.backoff.ms=10 (librdkafka's default, 1 s, idles a consumer whose queue
+  passed queued.min.messages: with a broker faster than the Python client the run is mostly
+  that wait); then librdkafka's C benchmark client, rdkafka_performance (bench/rdkafkaperf.py,
+  built once), whose own cost per message is a fraction of the Python client's;
 - REST produce: four client processes posting 50-message calls to the API for a few seconds;
 - compression (issue 30): the same Kafka produce of JSON-like VALUE_BYTES values (bench/values.py),
   once uncompressed and once with librdkafka's compression.type=lz4; the store keeps batches as
@@ -46,6 +50,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from bench import rdkafkaperf
 from bench.pgserver import PrivatePostgres
 from bench.pipes import add_layout_argument, stored_table
 from bench.produce import Portal, _free_port, produce_run, setup_stream, start_portal
@@ -180,6 +185,7 @@ def kafka_consume(config: dict, starts: dict[int, int], messages: int,
 
     consumer = Consumer({**config, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.list_topics(topic, timeout=20)  # connected before timing, as the producer
     consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     got, start = 0, time.perf_counter()
     try:
@@ -258,8 +264,9 @@ def ends(store_url: str) -> dict[int, int]:
 
 # --- the run -------------------------------------------------------------------------------------
 
-MEASURES = ("raw", "raw_batches", "mock", "produce", "consume", "rest", "cpu_produce",
-            "cpu_consume", "json", "lz4", "bytes_json", "bytes_lz4")
+MEASURES = ("raw", "raw_batches", "mock", "produce", "consume", "consume_tuned", "consume_c",
+            "rest", "cpu_produce", "cpu_consume", "json", "lz4", "bytes_json", "bytes_lz4")
+TUNED = {"fetch.queue.backoff.ms": 10}
 CODECS = (("json", "none"), ("lz4", "lz4"))  # figure -> librdkafka's compression.type
 
 
@@ -296,6 +303,8 @@ def one_run(portal: Portal, listener: Listener, token: str, stream: str,
     cpu = listener.cpu_seconds()
     result["consume"] = kafka_consume(config, starts, args.messages)
     result["cpu_consume"] = (listener.cpu_seconds() - cpu) * 1e6 / args.messages
+    result["consume_tuned"] = kafka_consume({**config, **TUNED}, starts, args.messages)
+    result["consume_c"] = rdkafkaperf.consume(config, TOPIC, starts, args.messages)
     result["rest"] = produce_run(portal.url, token, stream, 4, args.rest_seconds, REST_BATCH)
     return {**result, **compression_runs(config, store_url, args)}
 
@@ -334,8 +343,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"run {n + 1}: raw COPY {got['raw']:,.0f}/s  of batches "
                   f"{got['raw_batches']:,.0f}/s  mock broker {got['mock']:,.0f}/s  kafka "
                   f"produce {got['produce']:,.0f}/s ({got['produce'] / got['raw']:.2f}x)  "
-                  "consume "
-                  f"{got['consume']:,.0f}/s  REST {got['rest']:,.0f}/s  listener CPU "
+                  f"consume {got['consume']:,.0f}/s (tuned {got['consume_tuned']:,.0f}/s, C "
+                  f"{got['consume_c']:,.0f}/s)  REST {got['rest']:,.0f}/s  listener CPU "
                   f"{got['cpu_produce']:.1f} / {got['cpu_consume']:.1f} ms per 1k; JSON "
                   f"{got['json']:,.0f}/s {got['bytes_json']:.0f} B/msg, lz4 "
                   f"{got['lz4']:,.0f}/s {got['bytes_lz4']:.0f} B/msg",
@@ -380,7 +389,12 @@ def table(results: dict[str, list[float]], args: argparse.Namespace) -> str:
         f"({listed(vs_raw)}); {statistics.median(vs_batches):.2f}x batch COPY "
         f"({listed(vs_batches)}); {statistics.median(vs_mock):.3f}x the mock broker "
         f"({listed(vs_mock)}); {statistics.median(vs_rest):.1f}x REST |",
-        f"| Kafka consume, librdkafka | {med['consume']:,.0f} | {_each(results['consume'])} | |",
+        f"| Kafka consume, librdkafka (confluent-kafka, defaults) | {med['consume']:,.0f} | "
+        f"{_each(results['consume'])} | |",
+        f"| Kafka consume, the same with fetch.queue.backoff.ms=10 | {med['consume_tuned']:,.0f}"
+        f" | {_each(results['consume_tuned'])} | |",
+        f"| Kafka consume, rdkafka_performance (librdkafka in C) | {med['consume_c']:,.0f} | "
+        f"{_each(results['consume_c'])} | |",
         f"| REST produce, {REST_BATCH}-message calls, 4 clients | {med['rest']:,.0f} | "
         f"{_each(results['rest'])} | |",
         "",

@@ -124,10 +124,7 @@ def writer(cls: type) -> Any:
 
 def encode(*entities: Any) -> bytes:
     """The entities written one after the other (a response header, then its body)."""
-    buffer = io.BytesIO()
-    for entity in entities:
-        writer(type(entity))(buffer, entity)
-    return buffer.getvalue()
+    return b"".join(_written(b"", entities)[0])
 
 
 def item_class(cls: type, field: str) -> type:
@@ -175,23 +172,38 @@ class Spliced:
 Frame = list[bytes | bytearray]  # a response frame's parts, sent one after the other
 
 
+class Records:
+    """A Fetch partition's record batches in parts (Fetched.parts), a `records` value kio
+    writes as bytes (their length, then them), which `Parts` keeps as they are."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: Sequence[bytes]) -> None:
+        self.parts = parts
+        self.size = sum(map(len, parts))
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class Parts:
-    """A frame written as a list of parts: small writes gathered in a part, each large one (a
-    fetch's record batches) a part as it is, not copied into one buffer with the rest. The
-    first part begins with the frame's 4-byte length, filled in by `frame`."""
+    """Entities written as a list of parts: small writes gathered in a part, each large one
+    (a fetch's record batches) a part as it is, not copied into one buffer with the rest.
+    `head`: the first part's first bytes (room for a frame's length)."""
 
     LARGE = 1 << 15
 
-    def __init__(self) -> None:
+    def __init__(self, head: bytes) -> None:
         self.parts: Frame = []
-        self._small = bytearray(4)
+        self._small = bytearray(head)
         self.size = 0
 
-    def write(self, data: bytes) -> int:
-        if len(data) >= self.LARGE:
-            self.parts.append(self._small)
-            self._small = bytearray()
-            self.parts.append(data)
+    def write(self, data: bytes | Records) -> int:
+        if isinstance(data, Records) or len(data) >= self.LARGE:
+            if self._small:
+                self.parts.append(self._small)
+                self._small = bytearray()
+            self.parts.extend(data.parts if isinstance(data, Records) else (data,))
         else:
             self._small += data
         self.size += len(data)
@@ -201,23 +213,30 @@ class Parts:
         for item in items:
             self.write(item)
 
-    def frame(self) -> Frame:
-        if self._small:
+    def done(self) -> Frame:
+        if self._small or not self.parts:
             self.parts.append(self._small)
-        self.parts[0][:4] = self.size.to_bytes(4, "big")  # type: ignore[index]
+            self._small = bytearray()
         return self.parts
 
 
-def frame_parts(*entities: Any) -> Frame:
-    """The entities written one after the other behind the frame's 4-byte length, as the
-    connection sends them: a fetch's megabytes are sent from where they are."""
-    buffer = Parts()
+def _written(head: bytes, entities: Sequence[Any]) -> tuple[Frame, int]:
+    """The entities' parts behind `head`, and their size without it."""
+    buffer = Parts(head)
     for entity in entities:
         if isinstance(entity, Spliced):
             entity.write(buffer)
         else:
             writer(type(entity))(buffer, entity)
-    return buffer.frame()
+    return buffer.done(), buffer.size
+
+
+def frame_parts(*entities: Any) -> Frame:
+    """The entities written one after the other behind the frame's 4-byte length, as the
+    connection sends them: a fetch's megabytes are sent from where they are."""
+    parts, size = _written(b"\0\0\0\0", entities)
+    parts[0][:4] = size.to_bytes(4, "big")  # type: ignore[index]
+    return parts
 
 
 def encode_frame(*entities: Any) -> bytes:

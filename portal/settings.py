@@ -384,8 +384,7 @@ STORE_WAIT_SECONDS = _positive(env.float, "STREAMGATE_STORE_WAIT_SECONDS", 5.0)
 STORE_LAYOUT = env.str("STREAMGATE_STORE_LAYOUT", default="batches")
 if STORE_LAYOUT not in ("rows", "batches"):
     raise ImproperlyConfigured(f"STREAMGATE_STORE_LAYOUT={STORE_LAYOUT!r}: use rows or batches")
-# Bytes of recent batches a process serving Kafka fetches keeps (replication/engine/pgbatch/
-# tailcache.py; 0: none): Kafka's page cache, checked against the store on every fetch.
+# Recent batches a process serving Kafka fetches keeps (engine/pgbatch/tailcache.py; 0: none).
 FETCH_CACHE_BYTES = env.int("STREAMGATE_FETCH_CACHE_BYTES", default=256 << 20)
 if FETCH_CACHE_BYTES < 0:
     raise ImproperlyConfigured("STREAMGATE_FETCH_CACHE_BYTES must be 0 (none) or more bytes")

@@ -19,7 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from broker import errors
 from broker.apis.produce import error_of
-from broker.codec import build
+from broker.codec import Records, build
 from broker.dispatch import RequestHeader, handles, response_class
 from broker.notify import wait_for_data
 from broker.session import Session
@@ -37,7 +37,7 @@ class TopicFetch:
     name: str
     reads: list[PartitionRead]
     codes: dict[int, tuple[Any, str | None]] = field(default_factory=dict)
-    records: dict[int, bytes] = field(default_factory=dict)
+    records: dict[int, Records] = field(default_factory=dict)
 
 
 def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int,
@@ -50,7 +50,7 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int,
             fetch.codes[read.partition] = (errors.UNKNOWN_TOPIC_OR_PARTITION, None)
         return 0
     for read in fetch.reads:
-        read.data, read.error = b"", None
+        read.parts, read.error = (), None
     try:
         messages_fetch_partitions(actor=actor, stream=fetch.resolved.stream,
                                   topic=fetch.resolved.topic, reads=fetch.reads,
@@ -66,9 +66,9 @@ def _read_topic(actor: AbstractBaseUser, fetch: TopicFetch, max_bytes: int,
             fetch.codes[read.partition] = (errors.OFFSET_OUT_OF_RANGE, str(read.error))
         elif read.error is not None:
             fetch.codes[read.partition] = error_of(read.error)
-        elif read.data:
-            fetch.records[read.partition] = read.data
-            total += len(read.data)
+        elif read.parts:
+            records = fetch.records[read.partition] = Records(read.parts)
+            total += records.size
     return total
 
 

@@ -199,7 +199,7 @@ class BatchLayout(TransactionRanges, CompactionMethods):
                 stable = high if first is None else min(first, high)
                 view = TxnView(stable, [(int(p), int(f)) for p, f in next(answers)
                                         if f < stable and offset < stable])
-            got = Fetched(b"", 0, 0) if pid is None else fetched(next(finishes)(next(answers)),
+            got = Fetched((), 0, 0) if pid is None else fetched(next(finishes)(next(answers)),
                                                                  offset)
             found.append(fetched_below(got, view.stable) if view.stable < high else got)
             views.append(view)

@@ -116,9 +116,9 @@ def fetched(rows: Sequence[tuple], offset: int) -> Fetched:
     offset, records, logical bytes), in offset order: the records a consumer at `offset`
     gets out of them (it skips what precedes its offset in the first)."""
     if not rows:
-        return Fetched(b"", 0, 0)
+        return Fetched((), 0, 0)
     first = rows[0][1]
-    return Fetched(b"".join(bytes(row[0]) for row in rows),
+    return Fetched(tuple(bytes(row[0]) for row in rows),
                    # a compacted first batch (issue 31) may hold fewer records than it skips
                    max(sum(map(itemgetter(2), rows)) - max(offset - first, 0), 0),
                    sum(map(itemgetter(3), rows)))

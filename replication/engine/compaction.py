@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from crc32c import crc32c
 
@@ -83,13 +83,21 @@ class Rules(NamedTuple):
     tombstones_before: int  # a latest tombstone older than this (ms) is removed
 
 
-def latest(batches: Iterable[StoredBatch], end: int, into: dict[bytes, int]) -> None:
+class Keyed(Protocol):
+    """What the keys' pass reads of a batch (a StoredBatch has it)."""
+
+    last_offset: int
+    data: bytes
+
+
+def latest(batches: Iterable[Keyed], end: int, into: dict[bytes, int]) -> None:
     """Each key's latest offset below `end` among `batches`, into `into` (called once per
     page of batches, in offset order)."""
     for batch in batches:
-        for key, offset in keyed_offsets(batch.data):
-            if offset < end and key is not None:
-                into[key] = offset
+        pairs = keyed_offsets(batch.data)
+        # dict.update's loop is C's: this runs for every record of the partition.
+        into.update(pairs if batch.last_offset < end else ((k, o) for k, o in pairs if o < end))
+    into.pop(None, None)  # keyless records: not a key (compaction drops them)
 
 
 def compacted(batch: StoredBatch, keys: dict[bytes, int], rules: Rules

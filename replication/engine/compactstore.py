@@ -71,6 +71,11 @@ HEADS = """
 SELECT base_offset, last_offset, crc, records, size FROM batches
 WHERE pid = %s AND last_offset >= %s AND last_offset < %s ORDER BY last_offset LIMIT %s
 """
+# Pass 1 reads of a batch what holds its keys and offsets.
+KEYS = """
+SELECT last_offset, data FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
+ORDER BY last_offset LIMIT %s
+"""
 PAGE = f"""
 SELECT {COLUMNS} FROM batches WHERE pid = %s AND last_offset >= %s AND last_offset < %s
 ORDER BY last_offset LIMIT %s
@@ -172,6 +177,8 @@ class CompactionMethods(MessageStore):
     # Batches written a transaction: a producer to the partition waits behind one such
     # transaction at most (a few ms), where a page's 500 held it for tens of ms.
     WRITE_BATCHES = 50
+    # Run first in each chunk's transaction (None: nothing); see PgBatchStore's.
+    CHUNK_COMMIT: str | None = None
 
     def compact(self, stream: UUID, topic: str, partition: int, *, policy: Policy,
                 now_ms: int, replicated: int, passes: Passes | None = None,
@@ -213,7 +220,8 @@ class CompactionMethods(MessageStore):
         offset (the max: merging ranges' maps is taking each key's max). `seen`: told each
         page's last offset; `pace`: told the bytes of each page read."""
         keys: dict[bytes, int] = {}
-        for page in self._paged(PAGE, _stored, pid, low, end, seen):
+        for page in self._paged(KEYS, _Keyed._make, pid, low, end, seen, pace=pace,
+                                weigh=lambda b: len(b.data)):
             _spent(pace, sum(len(b.data) for b in page))
             latest(page, end, keys)
         return keys
@@ -237,17 +245,31 @@ class CompactionMethods(MessageStore):
                 if h.last_offset < rules.end:
                     held.append(h) if _holds_one(newest, h) else changes.append((h, None))
             if held:
-                wanted = {h.last_offset for h in held}
-                read = self._page(PAGE, _stored, pid, held[0].last_offset,
-                                  held[-1].last_offset + 1)
-                _spent(pace, sum(len(b.data) for b in read))
-                changes += [(b, new) for b in read if b.last_offset in wanted
-                            if (new := compacted(b, keys, rules)) is not False]
-            for at in range(0, len(changes), self.WRITE_BATCHES):
-                n, size, count = self._write_chunk(pid, changes[at:at + self.WRITE_BATCHES],
-                                                   pace)
+                changes += self._rewritten(pid, held, keys, rules, pace)
+            step = _step(pace, self.WRITE_BATCHES, sum(h.size for h in page) / len(page))
+            for at in range(0, len(changes), step):
+                n, size, count = self._write_chunk(pid, changes[at:at + step], pace)
                 removed, reclaimed, rewritten = removed + n, reclaimed + size, rewritten + count
         return removed, reclaimed, rewritten
+
+    def _rewritten(self, pid: int, held: list[Head], keys: dict[bytes, int], rules: Rules,
+                   pace: Pace | None) -> Changes:
+        """The `held` batches (of one page of heads) read, a step's worth of batches a query
+        when paced (those between two held ones are read too: one range a query), each with
+        its compacted self if it changes."""
+        lasts, out = [h.last_offset for h in held], []
+        step = _step(pace, self.PAGE_BATCHES, sum(h.size for h in held) / len(held))
+        at = 0
+        while at < len(held):
+            read = self._page(PAGE, _stored, pid, lasts[at], lasts[-1] + 1, step)
+            if not read:  # gone meanwhile (retention, a truncate): nothing to rewrite
+                break
+            _spent(pace, sum(len(b.data) for b in read))
+            done = bisect.bisect_right(lasts, read[-1].last_offset)
+            wanted, at = set(lasts[at:done]), done
+            out += [(b, new) for b in read if b.last_offset in wanted
+                    if (new := compacted(b, keys, rules)) is not False]
+        return out
 
     def holding_bytes(self, pid: int, low: int, end: int, keys: dict[bytes, int]) -> int:
         """The stored bytes of the batches in [low, end) that hold some key's latest offset:
@@ -270,21 +292,25 @@ class CompactionMethods(MessageStore):
         return [CompactionState(*row) for row in rows]
 
     def _paged(self, query: str, make: Callable[[tuple], T], pid: int, low: int, end: int,
-               seen: Seen | None = None) -> Iterator[list[T]]:
+               seen: Seen | None = None, *, pace: Pace | None = None,
+               weigh: Callable[[T], int] | None = None) -> Iterator[list[T]]:
         """The rows of `query` (batches whose last offset is in [low, end), in its order, the
-        last offset second) a page at a time, each made by `make`."""
-        start = low
-        while page := self._page(query, make, pid, start, end):
+        last offset second) a page at a time, each made by `make`: PAGE_BATCHES a page, or
+        when `pace` is, a step's worth of bytes (each row's `weigh`, as the last page had)."""
+        start, limit = low, _step(pace, self.PAGE_BATCHES, 0)
+        while page := self._page(query, make, pid, start, end, limit):
             yield page
+            if weigh is not None:
+                limit = _step(pace, self.PAGE_BATCHES, sum(map(weigh, page)) / len(page))
             start = page[-1].last_offset + 1  # type: ignore[attr-defined]
             if seen is not None:
                 seen(start - 1)
 
     def _page(self, query: str, make: Callable[[tuple], T], pid: int, start: int,
-              end: int) -> list[T]:
+              end: int, limit: int | None = None) -> list[T]:
         with self._reading() as conn:
             rows = self._binary(conn).execute(self._sql(query), (
-                pid, start, end, self.PAGE_BATCHES)).fetchall()
+                pid, start, end, limit or self.PAGE_BATCHES)).fetchall()
         return [make(row) for row in rows]
 
     def _write_chunk(self, pid: int, changes: Changes, pace: Pace | None) -> Counts:
@@ -294,6 +320,8 @@ class CompactionMethods(MessageStore):
             return 0, 0, 0
         removed = reclaimed = 0
         with self._writing() as conn:
+            if self.CHUNK_COMMIT:
+                conn.execute(self.CHUNK_COMMIT)
             self._lock(conn, pid)
             dropped = self._drop_if_same(conn, pid, [old for old, _new in changes])
             changed = [(old, new) for old, new in changes if old.last_offset in dropped]
@@ -318,6 +346,11 @@ class CompactionMethods(MessageStore):
                 if self._all(conn, DROP_BATCH, (pid, b.last_offset, b.crc))}
 
 
+class _Keyed(NamedTuple):
+    last_offset: int
+    data: bytes
+
+
 class Head(NamedTuple):
     """What pass 2 reads of every batch (its records only where it must)."""
 
@@ -326,6 +359,10 @@ class Head(NamedTuple):
     crc: int
     records: int
     size: int
+
+
+def _step(pace: Pace | None, most: int, size: float) -> int:
+    return most if pace is None else pace.step(most, size)
 
 
 def _spent(pace: Pace | None, n: int) -> None:

@@ -391,7 +391,7 @@ class MessageStore(CursorMethods, RetentionMethods, ABC):
         the caller): record batches, at least one record even past `max_bytes`."""
         rows = self.read_rows(stream, topic, partition, offset,
                               limit=min(10_000, max(max_bytes // 64, 1)), max_bytes=max_bytes)
-        return Fetched(encode_rows(rows) if rows else b"", len(rows),
+        return Fetched((encode_rows(rows),) if rows else (), len(rows),
                        sum(map(itemgetter(7), rows)))
 
     def offset_for_time(

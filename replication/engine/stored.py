@@ -194,11 +194,20 @@ def numbered(data: bytes, partition: int | None = None) -> list[tuple[int, Recor
 
 
 class Fetched(NamedTuple):
-    """A partition's part of a Kafka Fetch: record batches as they go on the wire."""
+    """A partition's part of a Kafka Fetch: record batches as they go on the wire, in parts
+    (a batch a part from the batch store: sent as they are, never joined on the way)."""
 
-    data: bytes
+    parts: tuple[bytes, ...]
     records: int  # the records from the fetch offset on that they carry
     nbytes: int  # their logical bytes, for the counters and quotas
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.parts)
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.parts))
 
 
 def messages_of(rows: Sequence[tuple[bytes, bytes, str | None]], topic: str, partition: int,

@@ -311,5 +311,5 @@ def fetched_below(found: Fetched, stable: int) -> Fetched:
     for _, pos, _, head in frames(found.data):
         if head[0] >= stable:
             dropped = sum(h[12] for *_, h in frames(found.data[pos:]))
-            return Fetched(found.data[:pos], max(found.records - dropped, 0), found.nbytes)
+            return Fetched((found.data[:pos],), max(found.records - dropped, 0), found.nbytes)
     return found

@@ -29,7 +29,7 @@ class PartitionRead:
     partition: int
     offset: int
     max_bytes: int
-    data: bytes = b""  # record batches, as Fetch sends them
+    parts: tuple[bytes, ...] = ()  # record batches, as Fetch sends them (Fetched.parts)
     low: int = -1
     high: int = -1
     error: Exception | None = None
@@ -87,9 +87,10 @@ def messages_fetch_partitions(
                                       min(read.max_bytes, left))
                 if read.stable < read.high:
                     fetched = fetched_below(fetched, read.stable)
-            if count and len(fetched.data) > left:
+            size = fetched.size
+            if count and size > left:
                 continue  # a lone oversized batch: only the first partition may send one
-            read.data, left = fetched.data, left - len(fetched.data)
+            read.parts, left = fetched.parts, left - size
             count, nbytes = count + fetched.records, nbytes + fetched.nbytes
     if count:
         count_traffic(direction=CONSUMED, stream=stream.uuid, messages=count, nbytes=nbytes)

@@ -60,3 +60,26 @@ def test_a_spliced_array_encodes_as_the_whole_response_would_in_every_version():
             _throttled(whole, datetime.timedelta(milliseconds=250))), version
     empty = Spliced(build(cls, **{**answer, "topics": [marker]}), marker, [])
     assert encode_frame(empty) == encode_frame(build(cls, **{**answer, "topics": []}))
+
+
+def test_a_fetch_sends_its_record_batches_as_they_are_in_every_version():
+    """A Fetch partition's batches (Fetched.parts) go into the response frame as parts of
+    their own, the very objects the store or the cache gave, and the frame's bytes are kio's
+    for the same response with the batches joined."""
+    from kio.schema.fetch.v4.response import FetchResponse as FetchV4
+    from kio.schema.fetch.v11.response import FetchResponse as FetchV11
+    from kio.schema.fetch.v12.response import FetchResponse as FetchV12
+
+    from broker.codec import Records, encode_frame, frame_parts
+
+    batches = (b"a" * 40_000, b"b" * 70_000, b"c" * 10)  # large and small, as a fetch gets
+    for cls in (FetchV4, FetchV11, FetchV12):
+        def response(records, cls=cls):
+            return build(cls, responses=[{"topic": "t", "partitions": [
+                {"partition_index": p, "high_watermark": 9, "records": records}
+                for p in (0, 1)]}])
+        parts = frame_parts(response(Records(batches)))
+        assert b"".join(parts) == encode_frame(response(b"".join(batches)))
+        assert sum(part is batches[0] for part in parts) == 2, cls  # not copied
+        assert int.from_bytes(parts[0][:4], "big") == sum(map(len, parts)) - 4
+        assert reader(cls)(b"".join(parts)[4:], 0)[0] == response(b"".join(batches))

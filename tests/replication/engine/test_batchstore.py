@@ -100,7 +100,8 @@ def test_a_produced_batch_is_stored_as_sent_with_only_its_base_offset_written(st
     store.ensure_topic(stream, "t", 1)
     first, second = _batch(3), _batch(2, start=3, codec=LZ4)
     assert store.append_raw(stream, "t", 0, first + second, origin=ORIGIN) == [(0, 3), (3, 2)]
-    data, records, _ = store.fetch(stream, "t", 0, 0, 1 << 20)
+    fetched = store.fetch(stream, "t", 0, 0, 1 << 20)
+    data, records = fetched.data, fetched.records
     assert records == 5 and store.watermarks(stream, "t") == {0: (0, 5)}
     stored = split_batches(data)
     assert stored[0][8:] == first[8:] and stored[1][8:] == second[8:]  # the CRC too
@@ -112,12 +113,12 @@ def test_fetch_returns_whole_batches_the_first_always_then_while_they_fit(store,
     store.ensure_topic(stream, "t", 1)
     for start in (0, 10, 20):
         store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
-    one = len(store.fetch(stream, "t", 0, 0, 1)[0])
-    assert len(split_batches(store.fetch(stream, "t", 0, 15, 1)[0])) == 1  # the batch holding 15
-    assert len(split_batches(store.fetch(stream, "t", 0, 5, 2 * one)[0])) == 2
-    assert store.fetch(stream, "t", 0, 30, 1 << 20) == (b"", 0, 0)
+    one = len(store.fetch(stream, "t", 0, 0, 1).data)
+    assert len(split_batches(store.fetch(stream, "t", 0, 15, 1).data)) == 1  # the batch holding 15
+    assert len(split_batches(store.fetch(stream, "t", 0, 5, 2 * one).data)) == 2
+    assert store.fetch(stream, "t", 0, 30, 1 << 20) == ((), 0, 0)
     assert store.fetch(stream, "t", 0, 15, 1).records == 5
-    records = [r for b in decode_batches(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
+    records = [r for b in decode_batches(store.fetch(stream, "t", 0, 0, 1 << 20).data)
                for r in b.records]
     assert [r.value for r in records] == [b"v%d" % i for i in range(30)]
 
@@ -127,14 +128,14 @@ def test_a_fetch_of_several_partitions_at_once_reads_what_each_fetch_would(store
     for start in (0, 10, 20):
         store.append_raw(stream, "t", 0, _batch(10, start=start), origin=ORIGIN)
     store.append_raw(stream, "t", 2, _batch(4), origin=ORIGIN)
-    one = len(store.fetch(stream, "t", 0, 0, 1)[0])
+    one = len(store.fetch(stream, "t", 0, 0, 1).data)
     reads = [(0, 15, 2 * one), (1, 0, 1 << 20), (2, 1, 1 << 20), (7, 0, 1 << 20)]
     for committed in (False, True):
         marks, got, views = store.fetch_partitions(stream, "t", reads, committed)
         assert marks == store.watermarks(stream, "t") == {0: (0, 30), 1: (0, 0), 2: (0, 4)}
         assert got[:3] == [store.fetch(stream, "t", p, o, n) for p, o, n in reads[:3]]
         assert got[0].records == 15 and got[2].records == 3
-        assert got[3] == (b"", 0, 0)  # a partition the topic lacks: nothing
+        assert got[3] == ((), 0, 0)  # a partition the topic lacks: nothing
         assert views[:3] == [(30, []), (0, []), (4, [])]  # no transaction: all stable
     with pytest.raises(UnknownTopic):
         store.fetch_partitions(stream, "nope", [(0, 0, 1)])
@@ -158,7 +159,7 @@ def test_log_append_time_rewrites_the_timestamps_and_the_crc_as_kafka_does(store
     store.ensure_topic(stream, "t", 1)
     before = now_ms()
     store.append_raw(stream, "t", 0, _batch(3, ts=5), origin=ORIGIN, log_append_time=True)
-    data = store.fetch(stream, "t", 0, 0, 1 << 20)[0]
+    data = store.fetch(stream, "t", 0, 0, 1 << 20).data
     assert _crc_ok(data)
     assert int.from_bytes(data[21:23], "big") & TIMESTAMP_LOG_APPEND
     stamps = {m.timestamp_ms for m in store.read(stream, "t", 0, 0)}
@@ -180,7 +181,7 @@ def test_records_appended_by_rest_become_one_batch_a_partition(store, stream):
                for i in range(6)]
     assert store.append(stream, "t", records, origin=ORIGIN) == [
         (0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
-    data = store.fetch(stream, "t", 0, 0, 1 << 20)[0]
+    data = store.fetch(stream, "t", 0, 0, 1 << 20).data
     assert len(split_batches(data)) == 1 and _crc_ok(data)
     (message,) = store.read(stream, "t", 1, 2)
     assert (message.value, message.key, message.headers) == (b"a5", b"k", (("h", None),))
@@ -224,7 +225,7 @@ def test_truncate_inside_a_batch_keeps_the_records_below_it(store, stream):
     assert store.truncate(stream, "t", 0, 7) == 8
     assert store.watermarks(stream, "t") == {0: (0, 7)}
     assert [m.value for m in store.read(stream, "t", 0, 0)] == [b"v%d" % i for i in range(7)]
-    assert _crc_ok(store.fetch(stream, "t", 0, 0, 1 << 20)[0])
+    assert _crc_ok(store.fetch(stream, "t", 0, 0, 1 << 20).data)
     assert store.append(stream, "t", [Record(b"n")], origin=ORIGIN) == [(0, 7)]
 
 
@@ -268,7 +269,7 @@ def test_replication_between_databases_takes_the_tail_of_a_batch_the_replica_end
     applied = replica.apply_from(source, stream, target, "t", 0, 4, 10, link="l")
     assert (applied.ends, applied.count) == ({("t", 0): 10}, 6)
     assert replica.read(target, "t", 0, 0) == source.read(stream, "t", 0, 0)
-    assert _crc_ok(replica.fetch(target, "t", 0, 0, 1 << 20)[0])
+    assert _crc_ok(replica.fetch(target, "t", 0, 0, 1 << 20).data)
     with pytest.raises(ReturnToOrigin):
         source.apply_from(replica, target, ORIGIN, "t", 0, 0, 10, link="back")
 
