@@ -37,6 +37,7 @@ from broker.dispatch import (
     goes_together,
 )
 from broker.errors import CloseConnection
+from broker.frames import FrameReader
 from broker.limits import ConnectionGate, Limits, Refused, address_of
 from broker.nodes import Beacon
 from broker.revocation import RevocationWatch
@@ -88,7 +89,7 @@ async def _within(read: Awaitable[bytes], waits: list[tuple[float, Refused | Non
         raise refusal from None
 
 
-async def _read_frame(reader: asyncio.StreamReader, listener: Listener, limits: Limits,
+async def _read_frame(reader: FrameReader, listener: Listener, limits: Limits,
                       sign_in_by: float | None) -> bytes:
     """One frame. Before sign-in (`sign_in_by`: the loop time it must be done by) frames are
     smaller and every wait ends at that deadline; a frame begun must arrive whole within the
@@ -115,8 +116,7 @@ async def _read_frame(reader: asyncio.StreamReader, listener: Listener, limits: 
     return await _within(reader.readexactly(size), waits)
 
 
-async def _received_with(reader: asyncio.StreamReader, frame: bytes,
-                         listener: Listener) -> list[bytes]:
+async def _received_with(reader: FrameReader, frame: bytes, listener: Listener) -> list[bytes]:
     """`frame` and the frames of its API key received whole after it and not read yet, when
     its requests may be served together (dispatch.goes_together: consecutive Produce
     requests, which a client sends several of before the first answer): at most
@@ -124,21 +124,21 @@ async def _received_with(reader: asyncio.StreamReader, frame: bytes,
     frames = [frame]
     if not goes_together(frame[:2]):
         return frames
-    buffered = reader._buffer  # asyncio keeps what it received and nobody read yet here
-    while len(frames) < MAX_TOGETHER and len(buffered) >= 6:
-        size = int.from_bytes(buffered[:4], "big", signed=True)
-        if not 0 <= size <= listener.max_request_bytes or len(buffered) < 4 + size or \
-                buffered[4:6] != frame[:2]:
+    while len(frames) < MAX_TOGETHER and reader.buffered() >= 6:
+        head = reader.peek(6)
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if not 0 <= size <= listener.max_request_bytes or reader.buffered() < 4 + size or \
+                head[4:6] != frame[:2]:
             break
-        frames.append((await reader.readexactly(4 + size))[4:])
+        await reader.readexactly(4)  # there already: neither waits
+        frames.append(await reader.readexactly(size))
     return frames
 
 
-def _peer_left(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-    """Whether the client closed the connection (asyncio tells "EOF received" only through this
-    flag: at_eof() waits until the requests still buffered are read). Read from the thread
-    pool too: a bool, set once."""
-    return writer.transport.is_closing() or getattr(reader, "_eof", False)
+def _peer_left(reader: FrameReader, writer: asyncio.StreamWriter) -> bool:
+    """Whether the client closed the connection (EOF received, whatever requests are still
+    buffered). Read from the thread pool too: a bool, set once."""
+    return writer.transport.is_closing() or reader.eof
 
 
 def refused(listener: Listener, reason: str) -> None:
@@ -146,7 +146,7 @@ def refused(listener: Listener, reason: str) -> None:
     listener.executor.submit(count_refusal, reason)
 
 
-async def serve_connection(listener: Listener, reader: asyncio.StreamReader,
+async def serve_connection(listener: Listener, reader: FrameReader,
                            writer: asyncio.StreamWriter, limits: Limits | None = None,
                            gate: ConnectionGate | None = None) -> None:
     peer = writer.get_extra_info("peername")
@@ -231,13 +231,24 @@ def return_large_buffers() -> None:
     threshold after the first large free and then keeps such buffers in each thread's arena:
     a listener that decoded a few large batches stayed hundreds of MB larger for good. Not
     lower: at 256 KiB every fetch response and produce batch was a fresh mapping, and the
-    listener spent 12-18 % more CPU per produced message (python -m bench kafka)."""
+    listener spent 12-18 % more CPU per produced message (python -m bench kafka).
+
+    Fixing that threshold also fixes glibc's trim threshold at its 128 KiB default, so each
+    free of a produce's frames and batch copies (about a megabyte a request group) gave the
+    arena's top back to the system and the next request faulted it in afresh: at 8 MiB the
+    listener spends about a third less CPU per produced message (docs/benchmarks.md, Kafka).
+    Not more: at 16 MiB each thread's arena kept enough that the listener's peak under
+    compressed batches grew past its memory bound (tests/broker/test_limits.py). Buffers of
+    4 MiB or more still go back at once."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: its own allocator
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 4 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-# A connection's requests are read ahead of the one being served up to twice this (asyncio
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+TRIM_THRESHOLD_BYTES = 8 << 20
+# A connection's requests are read ahead of the one being served up to this (FrameReader
 # stops reading the socket past that), so that its client closing it is seen: a produce whose
 # client left is not written (broker/apis/produce.py). librdkafka pipelines up to five requests
 # of up to about a megabyte each; with 1 MiB here the listener stopped reading, never saw the
@@ -256,10 +267,10 @@ async def serve(options: ListenerOptions, stop: asyncio.Event | None = None) -> 
     gate = ConnectionGate(limits.connections_per_ip)
     # Bound first and serving only once the listener exists (port 0 is known after binding),
     # so a client reconnecting the instant a restarted listener binds is served, not dropped.
-    server = await asyncio.start_server(
-        lambda r, w: serve_connection(holder[0], r, w, limits, gate), host, port,
-        ssl=tls_context(),
-        limit=READ_AHEAD_BYTES, start_serving=False)
+    server = await asyncio.get_running_loop().create_server(
+        lambda: FrameReader(lambda r, w: serve_connection(holder[0], r, w, limits, gate),
+                            READ_AHEAD_BYTES), host, port,
+        ssl=tls_context(), start_serving=False)
     bound = server.sockets[0].getsockname()[1]
     listener = make_listener(options, bound)
     holder.append(listener)

@@ -97,7 +97,7 @@ def _check_one(data: bytes, head: tuple, budget: Budget, transactional: bool) ->
      count) = head
     if magic != MAGIC:
         raise CorruptRecord(f"record batch magic {magic}: only magic 2 (Kafka 0.11+) is taken")
-    if crc32c(data[_CRC_FROM:]) != crc:
+    if crc32c(memoryview(data)[_CRC_FROM:]) != crc:  # a view: no copy of the batch
         raise CorruptRecord("the record batch's CRC32C does not match its contents")
     if attributes & CONTROL:
         raise CorruptRecord("a control batch comes from the transaction coordinator (EndTxn), "
@@ -126,18 +126,24 @@ def place(raw: RawBatch, base_offset: int, origin: bytes, producer: str | None,
     """The batch numbered from `base_offset`; with `append_time` (a LogAppendTime topic), its
     timestamp type and max timestamp set to it as Kafka's broker does, the CRC recomputed
     (the only case where the producer's CRC changes)."""
-    data, attributes, max_ts = bytearray(raw.data), raw.attributes, raw.max_ts
-    _BASE.pack_into(data, 0, base_offset)
-    if append_time is not None:
-        attributes |= TIMESTAMP_LOG_APPEND
-        max_ts = append_time
-        _, last_delta, base_ts, _ = _TIMES.unpack_from(data, _TIMES_AT)
-        _TIMES.pack_into(data, _TIMES_AT, attributes, last_delta, base_ts, max_ts)
-        _CRC.pack_into(data, _CRC_AT, crc32c(bytes(data[_CRC_FROM:])))
-    crc = _CRC.unpack_from(data, _CRC_AT)[0]
+    attributes, max_ts = raw.attributes, raw.max_ts
+    if append_time is None:  # the common case: one copy of the batch, its base offset first
+        data = b"".join((_BASE.pack(base_offset), memoryview(raw.data)[_BASE.size:]))
+        crc = _CRC.unpack_from(data, _CRC_AT)[0]
+        return StoredBatch(base_offset, base_offset + raw.records - 1, raw.records,
+                           raw.first_ts, max_ts, raw.producer_id, raw.epoch, raw.base_sequence,
+                           attributes, crc, origin, producer, raw.size, data)
+    stamped = bytearray(raw.data)
+    _BASE.pack_into(stamped, 0, base_offset)
+    attributes |= TIMESTAMP_LOG_APPEND
+    max_ts = append_time
+    _, last_delta, base_ts, _ = _TIMES.unpack_from(stamped, _TIMES_AT)
+    _TIMES.pack_into(stamped, _TIMES_AT, attributes, last_delta, base_ts, max_ts)
+    crc = crc32c(memoryview(stamped)[_CRC_FROM:])
+    _CRC.pack_into(stamped, _CRC_AT, crc)
     return StoredBatch(base_offset, base_offset + raw.records - 1, raw.records, raw.first_ts,
                        max_ts, raw.producer_id, raw.epoch, raw.base_sequence, attributes, crc,
-                       origin, producer, raw.size, bytes(data))
+                       origin, producer, raw.size, bytes(stamped))
 
 
 def batch_of(records: Sequence[Record], base_offset: int, now: int, *, origin: bytes,

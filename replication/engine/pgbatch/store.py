@@ -13,11 +13,15 @@ While the row layout is still the default, a database holds one layout or the ot
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import postgres
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 
 from replication.engine.batchlayout import BatchLayout
 from replication.engine.batchrules import placed, record_batches, renumbered
@@ -250,6 +254,42 @@ class PgBatchStore(BatchLayout, PostgresStore):
         return s.FETCH_CACHED, args, rows_of
 
 
-def columns(rows: list[tuple[int, StoredBatch]]) -> list[list]:
-    """INSERT_BATCHES' parameters: the rows' (partition id, batch) columns, one list each."""
-    return [[pid for pid, _ in rows], *map(list, zip(*(b for _, b in rows), strict=True))]
+def columns(rows: list[tuple[int, StoredBatch]]) -> list[Any]:
+    """INSERT_BATCHES' parameters: the rows' (partition id, batch) columns, one list each,
+    the batches' bytes as one ready binary array."""
+    cols: list[Any] = [[pid for pid, _ in rows], *map(list, zip(*(b for _, b in rows),
+                                                                strict=True))]
+    cols[-1] = ByteaArray(cols[-1])
+    return cols
+
+
+class ByteaArray:
+    """A bytea[] parameter built in one join of its elements: psycopg's list dumper copies
+    each element and then the whole again, a megabyte of batches per append (about a fifth
+    of the listener's produce CPU in py-spy)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Sequence[bytes]) -> None:
+        self.items = items
+
+
+_ARRAY_HEAD = struct.Struct(">iiiii")  # dimensions, has nulls, element oid; size, lower bound
+_LENGTH = struct.Struct(">i")
+
+
+class _ByteaArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = postgres.types["bytea"].array_oid
+
+    def dump(self, obj: ByteaArray) -> bytes:
+        items = obj.items
+        if not items:
+            return struct.pack(">iii", 0, 0, postgres.types["bytea"].oid)
+        parts = [_ARRAY_HEAD.pack(1, 0, postgres.types["bytea"].oid, len(items), 1)]
+        for item in items:
+            parts += (_LENGTH.pack(len(item)), item)
+        return b"".join(parts)
+
+
+psycopg.adapters.register_dumper(ByteaArray, _ByteaArrayDumper)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
+import psycopg
 import pytest
 from crc32c import crc32c
 
 from replication.engine import open_store
+from replication.engine.pgbatch.store import ByteaArray
 from replication.engine.recordbatch import (
     LZ4,
     TIMESTAMP_LOG_APPEND,
@@ -439,3 +441,15 @@ def test_a_read_committed_fetch_of_several_partitions_stops_where_one_by_one_doe
                                           view.stable)
     assert views[0] == (6, [(61, 0)]) and got[0].records == 6  # the open one held back
     assert views[1] == (6, []) and views[2] == (2, [])
+
+
+def test_the_batches_bytes_go_as_one_ready_array_that_postgresql_reads_as_psycopgs(pg_url):
+    """The append's bytea[] of batches is built in one join (no per-element dump and second
+    copy); PostgreSQL reads it exactly as the list psycopg would have dumped."""
+    items = [b"", b"\x00\x01batch", bytes(range(256)) * 40]
+    with psycopg.connect(pg_url) as conn:
+        ours, theirs = conn.cursor(binary=True).execute(
+            "SELECT %b::bytea[], %b::bytea[]", (ByteaArray(items), items)).fetchone()
+        empty = conn.cursor(binary=True).execute("SELECT cardinality(%b::bytea[])",
+                                                 (ByteaArray([]),)).fetchone()[0]
+    assert ours == theirs == items and empty == 0
