@@ -67,6 +67,7 @@ def test_held_batches_are_sent_only_while_the_row_is_the_same(stores, pg_batch_u
     _sql(pg_batch_url, "UPDATE batches SET data = overlay(data placing '\\xff'::bytea from 70)"
          " WHERE base_offset = 0 AND pid = (SELECT max(pid) FROM batches)")
     assert _fetched(held, stream).data == original
+    assert held.fetch(stream, "t", 0, 0, 1 << 20).data == original  # one partition's fetch too
     assert _fetched(plain, stream).data != original
     # ...and a row whose CRC differs (compaction's rewrite, say) is read from the store.
     _sql(pg_batch_url, "UPDATE batches SET crc = crc + 1 WHERE base_offset = 0 "
