@@ -49,6 +49,14 @@ def _positive(read: Callable[..., float], name: str, default: float) -> Any:
     return value
 
 
+def _not_negative(name: str, default: int, zero: str) -> int:
+    """A count, size or duration from the environment, 0 or more; `zero`: what 0 means."""
+    value = env.int(name, default=default)
+    if value < 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be 0 or more (0: {zero})")
+    return value
+
+
 def _secret_key() -> str:
     if "SECRET_KEY" in env:
         return env.str("SECRET_KEY")
@@ -168,11 +176,9 @@ if EMBEDDED:
 else:
     DATABASES = {"default": env.db("DATABASE_URL")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-# Control-database connections are kept and checked before reuse, so a restarted database
-# costs one reconnect, not an error. On PostgreSQL through Django's pool: under ASGI each
-# request runs in a thread of its own, and Celery closes connections around every task, so
-# connections kept per thread (CONN_MAX_AGE) were opened anew for every produce request and
-# every gateway batch, a server process forked each time (docs/benchmarks-history.md).
+# Control-database connections are checked before reuse (a restarted database costs one
+# reconnect) and pooled on PostgreSQL: kept per thread, they were opened anew for every ASGI
+# request and Celery task (docs/benchmarks-history.md).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     _pool_size = env.str("STREAMGATE_DB_POOL_SIZE", default="20")
@@ -360,13 +366,10 @@ REPLICATION_THROTTLE_MESSAGES_PER_S = _positive(env.int, "STREAMGATE_THROTTLE_ME
 REPLICATION_THROTTLE_BYTES_PER_S = _positive(env.int, "STREAMGATE_THROTTLE_BYTES_PER_S", 8 << 20)
 # `replica list` flags a link stalled when messages are pending and none applied this long.
 REPLICATION_STALL_SECONDS = env.float("STREAMGATE_STALL_SECONDS", default=60.0)
-# A replica link further behind than this on a partition is caught up by a Spark job rather
-# than by gateway batches (0 turns the hand-off off); a job whose record stops moving this
-# long lost its worker and is run again.
-REPLICATION_CATCHUP_THRESHOLD = env.int("STREAMGATE_CATCHUP_THRESHOLD", default=500_000)
-if REPLICATION_CATCHUP_THRESHOLD < 0:
-    raise ImproperlyConfigured(f"STREAMGATE_CATCHUP_THRESHOLD={REPLICATION_CATCHUP_THRESHOLD} "
-                               "must be 0 or more (0 turns the hand-off to Spark off)")
+# A link this far behind on a partition catches up by a Spark job, not gateway batches; a job
+# whose record stops moving this long lost its worker and is run again.
+REPLICATION_CATCHUP_THRESHOLD = _not_negative("STREAMGATE_CATCHUP_THRESHOLD", 500_000,
+                                              "no hand-off to Spark")
 JOB_STALE_SECONDS = _positive(env.float, "STREAMGATE_JOB_STALE_SECONDS", 300.0)
 # A job still queued after this many seconds is enqueued again: a broker restarted empty (a
 # Redis failover, a restart without persistence) loses its task, and its link would wait on it.
@@ -385,26 +388,22 @@ STORE_LAYOUT = env.str("STREAMGATE_STORE_LAYOUT", default="batches")
 if STORE_LAYOUT not in ("rows", "batches"):
     raise ImproperlyConfigured(f"STREAMGATE_STORE_LAYOUT={STORE_LAYOUT!r}: use rows or batches")
 # Recent batches a process serving Kafka fetches keeps (engine/pgbatch/tailcache.py; 0: none).
-FETCH_CACHE_BYTES = env.int("STREAMGATE_FETCH_CACHE_BYTES", default=256 << 20)
-if FETCH_CACHE_BYTES < 0:
-    raise ImproperlyConfigured("STREAMGATE_FETCH_CACHE_BYTES must be 0 (none) or more bytes")
-# Messages below which a comparison (failback's common prefix, verification) or a failback's
-# copy runs in the calling process rather than on Spark (workers/compare.py).
+FETCH_CACHE_BYTES = _not_negative("STREAMGATE_FETCH_CACHE_BYTES", 256 << 20, "none kept")
+# Messages below which a comparison or a failback's copy stays off Spark (workers/compare.py).
 BULK_IN_PROCESS = _positive(env.int, "STREAMGATE_BULK_IN_PROCESS", 250_000)
-# Spark jobs take a partition move's copy and a log compaction (issue 31) of a partition of
-# this many bytes or more, offsets SPLIT per task; smaller ones stay in the process (Spark's
-# start costs seconds: docs/benchmarks.md). workers/moves.py, workers/compaction.py.
+# A partition move's copy and a compaction of this many bytes or more run on Spark, offsets
+# SPLIT per task at least (workers/moves.py, workers/compaction.py); smaller ones in process.
 MOVE_SPARK_BYTES = _positive(env.int, "STREAMGATE_MOVE_SPARK_BYTES", 1 << 30)
 MOVE_SPARK_SPLIT = _positive(env.int, "STREAMGATE_MOVE_SPARK_SPLIT", 200_000)
 COMPACT_SPARK_BYTES = _positive(env.int, "STREAMGATE_COMPACT_SPARK_BYTES", 1 << 30)
 COMPACT_SPARK_SPLIT = _positive(env.int, "STREAMGATE_COMPACT_SPARK_SPLIT", 200_000)
 # A compaction pass's pace (Kafka's log.cleaner.io.max.bytes.per.second; 0: unlimited) and
 # the niceness added to its threads: docs/settings.md, replication/engine/pacing.py.
-COMPACT_MAX_BYTES_PER_SEC = env.int("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC", default=32 << 20)
+COMPACT_MAX_BYTES_PER_SEC = _not_negative("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC", 32 << 20,
+                                          "unlimited")
 COMPACT_NICE = env.int("STREAMGATE_COMPACT_NICE", default=10)
-if COMPACT_MAX_BYTES_PER_SEC < 0 or not 0 <= COMPACT_NICE <= 19:
-    raise ImproperlyConfigured("STREAMGATE_COMPACT_MAX_BYTES_PER_SEC must be 0 (unlimited) or "
-                               "more, STREAMGATE_COMPACT_NICE 0 to 19")
+if not 0 <= COMPACT_NICE <= 19:
+    raise ImproperlyConfigured(f"STREAMGATE_COMPACT_NICE={COMPACT_NICE} must be 0 to 19")
 # Continuous verification: messages compared per link per run, at most (the rest next run).
 VERIFY_MAX_MESSAGES = env.int("STREAMGATE_VERIFY_MAX_MESSAGES", default=1_000_000)
 # `stream replica failback -dryrun true` estimates its time from these rates (messages/s): the
@@ -463,14 +462,10 @@ KAFKA_REVOCATION_CHECK_SECONDS = _positive(env.float, "STREAMGATE_KAFKA_REVOCATI
 # The listener process's interpreter switch interval (sys.setswitchinterval; Python's default
 # is 5 ms): how long a thread decoding a large produce holds the GIL from a small request.
 KAFKA_SWITCH_INTERVAL_MS = _positive(env.float, "STREAMGATE_KAFKA_SWITCH_INTERVAL_MS", 1.0)
-# Kafka's group.initial.rebalance.delay.ms (its broker default, 3 s): a group that was empty
-# waits this long for more members before its first rebalance completes, so consumers started
-# together land in one generation instead of the first taking every partition and then giving
-# them back in a second rebalance (librdkafka's 0118 commits in that revoke and fails).
-KAFKA_GROUP_INITIAL_DELAY_MS = env.int("STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS", 3_000)
-if KAFKA_GROUP_INITIAL_DELAY_MS < 0:
-    raise ImproperlyConfigured("STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS must be 0 or more "
-                               "milliseconds (0: a new group's first rebalance does not wait)")
+# Kafka's group.initial.rebalance.delay.ms (3 s): an empty group waits this long for more
+# members before its first rebalance, so consumers started together share one generation.
+KAFKA_GROUP_INITIAL_DELAY_MS = _not_negative("STREAMGATE_KAFKA_GROUP_INITIAL_DELAY_MS", 3_000,
+                                             "a new group's first rebalance does not wait")
 # KIP-848 consumer groups (group.protocol=consumer): Kafka's group.consumer.session.timeout.ms
 # and group.consumer.heartbeat.interval.ms.
 KAFKA_CONSUMER_SESSION_MS = _positive(env.int, "STREAMGATE_KAFKA_CONSUMER_SESSION_MS", 45_000)

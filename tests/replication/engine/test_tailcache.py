@@ -104,3 +104,14 @@ def test_the_cache_keeps_to_its_size_and_a_process_that_never_fetches_keeps_noth
         assert got.records == 405 and len(_values(got.data)) == 405
     finally:
         small.close()
+
+
+def test_a_negative_cache_size_stops_the_settings_naming_it():
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import portal.settings"], capture_output=True,
+                          text=True, env={**os.environ, "STREAMGATE_FETCH_CACHE_BYTES": "-1"})
+    assert done.returncode != 0
+    assert "STREAMGATE_FETCH_CACHE_BYTES=-1 must be 0 or more" in done.stderr
